@@ -1,0 +1,1 @@
+"""Backends: one module per backend, each registering itself with `bench.registry.register`."""

@@ -1,0 +1,99 @@
+"""Typed Hydra configs: one dataclass schema per config group option.
+
+YAML files under `conf/` inherit these schemas (`defaults: [base_<name>]`), so a typo in a key or a
+wrong type is rejected by Hydra at composition time. Plug-in schemas (backends, workloads) live in
+their own modules and reach the ConfigStore through the registry, in one loop.
+Configs only describe: hardware probing and environment changes belong to `bench.device`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from bench import registry
+
+
+@dataclass
+class WorkloadConfig:
+    name: str = MISSING
+    # Samples in each split; a workload may cap them at what its data holds.
+    train_samples: int = MISSING
+    eval_samples: int = MISSING
+    calibration_samples: int = 16384
+
+
+@dataclass
+class TrainConfig:
+    samples: int = 2_000_000  # budget: samples seen in training (epochs over the train split)
+    batch_size: int = 2048
+    dense_lr: float = 3e-3  # Adam on the dense and over arch
+    sparse_lr: float = 0.05  # row-wise Adagrad on embeddings, as DLRM trains them
+    progress: bool = True
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+    arch: str = "dlrm"  # dlrm (dot interaction) | dlrm_dcn (DLRM-v2)
+    embedding_dim: int = 16
+    dense_arch_layer_sizes: list[int] = field(default_factory=lambda: [64, 16])
+    over_arch_layer_sizes: list[int] = field(default_factory=lambda: [64, 32, 1])
+    dcn_num_layers: int = 3
+    dcn_low_rank_dim: int = 512
+    # Cap on rows per table: ids are hashed modulo this (DLRM's max_ind_range). None keeps all.
+    max_table_size: Optional[int] = None
+    # A state dict to load instead of training (weights_only).
+    checkpoint: Optional[str] = None
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+@dataclass
+class BackendConfig:
+    name: str = MISSING
+
+
+@dataclass
+class DeviceConfig:
+    type: str = "cpu"  # cpu | cuda
+    index: int = 0
+
+
+@dataclass
+class TimingConfig:
+    warmup_batches: int = 5
+    trials: int = 5
+    batches_per_trial: int = 10
+
+
+@dataclass
+class Config:
+    workload: WorkloadConfig = MISSING
+    model: ModelConfig = MISSING
+    backend: BackendConfig = MISSING
+    device: DeviceConfig = MISSING
+    batch_size: int = 2048
+    seed: int = 0
+    threads: Optional[int] = None  # torch intra-op threads; None keeps torch's default
+    reports_dir: str = "reports"
+    cache_dir: str = ".cache/bench"
+    eval_batch_size: int = 8192  # accuracy does not depend on it; kept fixed so AUC is shared
+    calibration_batches: int = 8
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    # Set by sweep configs; names the report folder `<reports_dir>/<sweep>/`.
+    sweep_name: Optional[str] = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def register_configs() -> None:
+    """Store every schema in Hydra's ConfigStore (idempotent)."""
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=Config)
+    cs.store(group="model", name="base_model", node=ModelConfig)
+    cs.store(group="device", name="base_device", node=DeviceConfig)
+    for kind in registry.KINDS:
+        for name, entry in registry.entries(kind).items():
+            cs.store(group=kind, name=f"base_{name}", node=entry.config)

@@ -1,0 +1,67 @@
+"""One registry for every kind of plug-in (backends, workloads).
+
+A plug-in module registers itself with `@register(kind, name, config=SchemaDataclass)`. The same
+name is used for the module file, `conf/<kind>/<name>.yaml` and here; `bench.config` stores each
+schema in Hydra's ConfigStore as `<kind>/base_<name>` in one loop, so a new backend is one module
+plus one YAML file and no list to edit.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from bench.errors import UserError
+
+KINDS = ("backend", "workload")
+
+
+@dataclass(frozen=True)
+class Entry:
+    kind: str
+    name: str
+    factory: Callable[..., Any]  # called with the group's resolved config
+    config: type  # dataclass schema of `conf/<kind>/<name>.yaml`
+
+
+_entries: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
+_PACKAGES = {"backend": "bench.backends", "workload": "bench.workloads"}
+
+
+def register(kind: str, name: str, config: type) -> Callable[[Any], Any]:
+    if kind not in _entries:
+        raise ValueError(f"unknown plug-in kind {kind!r}; expected one of {KINDS}")
+
+    def decorate(factory: Any) -> Any:
+        if name in _entries[kind]:
+            raise ValueError(f"{kind} {name!r} is registered twice")
+        _entries[kind][name] = Entry(kind, name, factory, config)
+        return factory
+
+    return decorate
+
+
+def load_plugins() -> None:
+    """Import every module of the plug-in packages so that their `register` calls run."""
+    for package_name in _PACKAGES.values():
+        package = importlib.import_module(package_name)
+        for info in pkgutil.walk_packages(package.__path__, package_name + "."):
+            importlib.import_module(info.name)
+
+
+def entries(kind: str) -> dict[str, Entry]:
+    load_plugins()
+    return dict(_entries[kind])
+
+
+def names(kind: str) -> list[str]:
+    return sorted(entries(kind))
+
+
+def get(kind: str, name: str) -> Entry:
+    known = entries(kind)
+    if name not in known:
+        raise UserError(f"unknown {kind} {name!r}: choose one of {', '.join(sorted(known))} ({kind}=NAME)")
+    return known[name]

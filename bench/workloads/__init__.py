@@ -1,0 +1,1 @@
+"""Workloads: one module per workload, each registering itself with `bench.registry.register`."""

@@ -1,0 +1,45 @@
+"""The workload contract: tables, splits and batches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from bench.batch import Batch
+
+SPLITS = ("train", "calibration", "eval")
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One sparse feature and its embedding table."""
+
+    name: str  # table name, e.g. "t_cat_0"
+    feature: str  # KJT key, e.g. "cat_0"
+    num_embeddings: int
+    pooling: int = 1  # ids per sample (1 = one-hot)
+
+
+class Workload:
+    """Yields `Batch`es per split. Deterministic for a given config and seed."""
+
+    num_dense: int = 13
+
+    def __init__(self, cfg, seed: int) -> None:
+        self.cfg = cfg
+        self.seed = seed
+
+    @property
+    def tables(self) -> list[TableSpec]:
+        raise NotImplementedError
+
+    def num_samples(self, split: str) -> int:
+        raise NotImplementedError
+
+    def batches(self, split: str, batch_size: int) -> Iterator[Batch]:
+        """Every sample of `split` exactly once, in order; the last batch may be short."""
+        raise NotImplementedError
+
+    def oracle_auc(self) -> float | None:
+        """AUC of the true probabilities on the eval split, where the workload knows them."""
+        return None

@@ -44,8 +44,6 @@ class ModelConfig:
     over_arch_layer_sizes: list[int] = field(default_factory=lambda: [64, 32, 1])
     dcn_num_layers: int = 3
     dcn_low_rank_dim: int = 512
-    # Cap on rows per table: ids are hashed modulo this (DLRM's max_ind_range). None keeps all.
-    max_table_size: Optional[int] = None
     # A state dict to load instead of training (weights_only).
     checkpoint: Optional[str] = None
     train: TrainConfig = field(default_factory=TrainConfig)

@@ -1,0 +1,1 @@
+"""Models: DLRM construction, training with a checkpoint cache, checkpoint import."""

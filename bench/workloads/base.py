@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator
 
 from bench.batch import Batch
@@ -25,9 +26,10 @@ class Workload:
 
     num_dense: int = 13
 
-    def __init__(self, cfg, seed: int) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg, seed: int, cache_dir: Path) -> None:
+        self.cfg = cfg  # the workload's resolved config (its registered schema)
         self.seed = seed
+        self.cache_dir = Path(cache_dir)  # for generated or preprocessed data; shared across runs
 
     @property
     def tables(self) -> list[TableSpec]:

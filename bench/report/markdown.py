@@ -168,10 +168,12 @@ def _env_block(records: Sequence[RunRecord]) -> list[str]:
         lines += [f"**{len(by_fp)} different machine fingerprints**: compare rows only within one fingerprint.", ""]
     lines.append("```")
     for fp, recs in by_fp.items():
-        envs = {tuple(sorted((k, str(v)) for k, v in (r.env or {}).items())) for r in recs}
-        for env in envs:
+        envs: dict[tuple, int] = {}  # distinct environments in first-seen order, with their counts
+        for r in recs:
+            env = tuple(sorted((k, str(v)) for k, v in (r.env or {}).items()))
+            envs[env] = envs.get(env, 0) + 1
+        for env, n in envs.items():
             e = dict(env)
-            n = sum(1 for r in recs if tuple(sorted((k, str(v)) for k, v in (r.env or {}).items())) == env)
             dirty = " (dirty)" if e.get("git_dirty") == "True" else ""
             lines += [
                 f"fingerprint {fp}: {n} record(s)",

@@ -149,6 +149,7 @@ def test_report_md_contents(report_dir):
     assert "**uint4** (batch sizes 256, 2048): ΔAUC −0.0019 [−0.0027, −0.0011] is distinguishable from zero" in md
     # oracle AUC only for the synthetic workload
     assert md.count("Oracle AUC") == 1 and "0.7712" in md
+    assert "AUC over 200,000 eval samples, each scored once." in md
     # errors and skips with reasons
     errors = md.split("## Errors and skips")[1].split("## Environment")[0]
     assert "uint4 / batch 8192: **error**: RuntimeError: [enforce fail" in errors

@@ -136,6 +136,9 @@ def _oracle_line(g: pd.DataFrame) -> str | None:
 def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Sequence[Path], out_dir: Path) -> list[str]:
     workload, device = g["workload"].iloc[0], g["device"].iloc[0]
     lines = [f"## {workload} on {device}", ""]
+    n_eval = g["n_eval"].dropna()
+    if not n_eval.empty:
+        lines += [f"AUC over {fmt.count(n_eval.max())} eval samples, each scored once.", ""]
     oracle = _oracle_line(g)
     if oracle:
         lines += [oracle, ""]

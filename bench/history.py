@@ -23,7 +23,7 @@ import os
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 import pandas as pd
 
@@ -279,5 +279,5 @@ def update_history(results_df: pd.DataFrame, gate_cfg: Any, reports_dir: Path, *
     return path.parent / "history.md"
 
 
-__all__: Iterable[str] = ["append_history", "load_history", "history_changes", "render_history", "update_history",
+__all__ = ["append_history", "load_history", "history_changes", "render_history", "update_history",
                           "default_run_id", "current_git_sha", "history_rows"]

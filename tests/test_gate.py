@@ -348,3 +348,17 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
     assert cli_main([a.format(**paths) for a in args]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and err.startswith("bench.gate: error:")
+
+
+def test_python_dash_m_bench_gate_exit_codes(tmp_path):
+    import os
+    import subprocess
+
+    report = write_report(tmp_path, healthy(batch_sizes=(512,)))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env.pop("GITHUB_STEP_SUMMARY", None)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "bench.gate", str(report), *a], capture_output=True, text=True, env=env)  # noqa: E731
+    ok, bad, broken = run(), run("gate.rules.int8_tbe.min_speedup=100"), run("gate.rules.nope")
+    assert (ok.returncode, bad.returncode, broken.returncode) == (0, 1, 2), broken.stderr
+    assert "Gate: FAIL" in bad.stdout and "int8_tbe" in bad.stdout
+    assert broken.stderr.count("\n") == 1

@@ -1,0 +1,32 @@
+"""The accuracy/speed gate: thresholds from `conf/gate/` -> verdicts, gate.md, gate.xml, exit code.
+
+    result = evaluate_gate(results_df, gate_cfg)   # results_df: bench.report's results table
+    code = run_gate(results_df, gate_cfg, out_dir) # writes gate.md + gate.xml, returns 0 or 1
+
+`python -m bench.gate REPORT_DIR [rules.X.Y=V ...]` does the same from `REPORT_DIR/results.csv`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from bench.gate.config import GateConfig, RuleSet, as_gate_config, load_gate_config
+from bench.gate.evaluate import JOB, GateResult, Verdict, evaluate_gate
+from bench.gate.rules import FAIL, INCONCLUSIVE, PASS, RULES, SKIPPED
+from bench.gate.writers import render_junit, render_markdown, write_outputs
+
+
+def run_gate(results_df: pd.DataFrame, gate_cfg: Any, out_dir: Path) -> int:
+    """Evaluate, write `out_dir/gate.md` and `out_dir/gate.xml` (and the CI step summary); exit code."""
+    result = evaluate_gate(results_df, gate_cfg)
+    write_outputs(result, Path(out_dir))
+    return result.exit_code
+
+
+__all__ = [
+    "GateConfig", "RuleSet", "GateResult", "Verdict", "RULES", "JOB", "PASS", "FAIL", "INCONCLUSIVE", "SKIPPED",
+    "as_gate_config", "load_gate_config", "evaluate_gate", "run_gate", "render_markdown", "render_junit", "write_outputs",
+]

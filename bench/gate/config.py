@@ -1,0 +1,99 @@
+"""The gate's typed config: thresholds per backend, declared in `conf/gate/<name>.yaml`.
+
+`GateConfig` is the Hydra structured-config schema of the `gate` group (stored as
+`gate/base_gate`); a run overrides a threshold with `gate.rules.<backend>.<rule>=VALUE`. Outside
+Hydra (the `python -m bench.gate` CLI), `load_gate_config` reads the same YAML and applies
+`rules.<backend>.<rule>=VALUE` overrides through `OmegaConf.from_dotlist`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from bench.errors import UserError
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf" / "gate"
+
+
+@dataclass
+class RuleSet:
+    """Thresholds for one backend; None switches a rule off. Field names are rule names (`RULES`)."""
+
+    max_auc_drop: Optional[float] = None  # fp32 AUC - AUC, absolute
+    min_auc_ratio: Optional[float] = None  # AUC / fp32 AUC (MLPerf: 0.99, high accuracy 0.999)
+    min_speedup: Optional[float] = None  # throughput / fp32 throughput, same workload/device/batch
+    max_embedding_bytes: Optional[int] = None
+
+
+@dataclass
+class GateConfig:
+    rules: dict[str, RuleSet] = field(default_factory=dict)  # backend name -> thresholds
+    # A confidence interval that straddles a threshold reads "inconclusive"; by default that
+    # passes (only a point estimate past the threshold fails); true makes it fail.
+    inconclusive_fails: bool = False
+    history_file: Optional[str] = None  # None: <reports_dir>/history.jsonl
+    history_runs: int = 14  # runs shown in history.md
+    # A change against the previous run is flagged when it exceeds the noise: the AUC CI
+    # half-width / the throughput trial spread, and at least these tolerances.
+    history_auc_tolerance: float = 0.0005  # absolute AUC
+    history_throughput_tolerance: float = 0.05  # relative
+
+
+def as_gate_config(cfg: Any) -> GateConfig:
+    """A GateConfig from a GateConfig, a (Hydra) DictConfig or a plain dict; validated."""
+    if not isinstance(cfg, GateConfig):
+        try:
+            merged = OmegaConf.merge(OmegaConf.structured(GateConfig), cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg))
+            cfg = OmegaConf.to_object(merged)
+        except OmegaConfBaseException as exc:
+            raise UserError(f"bad gate config: {_one_line(exc)}") from None
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: GateConfig) -> None:
+    if cfg.history_runs < 1:
+        raise UserError(f"gate.history_runs must be at least 1, got {cfg.history_runs}")
+    if cfg.history_auc_tolerance < 0 or cfg.history_throughput_tolerance < 0:
+        raise UserError("gate.history_*_tolerance must not be negative")
+    for backend, rules in cfg.rules.items():
+        if rules.min_auc_ratio is not None and rules.min_auc_ratio <= 0:
+            raise UserError(f"gate.rules.{backend}.min_auc_ratio must be positive (a fraction such as 0.999), got {rules.min_auc_ratio}")
+        if rules.max_embedding_bytes is not None and rules.max_embedding_bytes < 0:
+            raise UserError(f"gate.rules.{backend}.max_embedding_bytes must not be negative")
+
+
+def load_gate_config(source: str | Path = "default", overrides: Iterable[str] = ()) -> GateConfig:
+    """Read `conf/gate/<source>.yaml` (or a YAML path) and apply dotlist overrides.
+
+    Overrides read `rules.int8_tbe.min_speedup=100`; a leading `gate.` is accepted too, so the
+    same text works here and on the `python -m bench` command line. The YAML's Hydra `defaults`
+    list may name only the schema (`base_gate`) and `_self_`.
+    """
+    path = Path(source)
+    if path.suffix not in (".yaml", ".yml"):
+        path = CONF_DIR / f"{source}.yaml"
+    if not path.is_file():
+        raise UserError(f"no gate config {str(path)!r}: name one in {CONF_DIR} or give a YAML path")
+    try:
+        node = OmegaConf.load(path)
+        defaults = node.pop("defaults", [])
+        extra = [d for d in defaults if d not in ("base_gate", "_self_")]
+        if extra:
+            raise UserError(f"{path}: defaults {extra} need Hydra composition; load it through `python -m bench`")
+        dotlist = [o[len("gate."):] if o.startswith("gate.") else o for o in overrides]
+        merged = OmegaConf.merge(OmegaConf.structured(GateConfig), node, OmegaConf.from_dotlist(dotlist))
+        cfg = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as exc:
+        raise UserError(f"bad gate config or override: {_one_line(exc)}") from None
+    validate(cfg)
+    return cfg
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())

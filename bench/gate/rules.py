@@ -1,0 +1,156 @@
+"""Rules: one function per rule reads a measure off a results row; one judge turns it into a verdict.
+
+A rule is registered by name (the same name is a `RuleSet` field and the YAML key). Its measure
+returns the value and, where the row has one, the 95% interval of that value. The judge compares
+both with the threshold:
+
+- pass: the point estimate is on the allowed side and the interval does not reach past it;
+- fail: the point estimate crosses the threshold;
+- inconclusive: the point is allowed but the interval straddles the threshold (fails when
+  `inconclusive_fails`), or the metric is missing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional
+
+PASS, FAIL, INCONCLUSIVE, SKIPPED = "pass", "fail", "inconclusive", "skipped"
+VERDICTS = (FAIL, INCONCLUSIVE, SKIPPED, PASS)  # display order: failing rows first
+
+Row = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Measure:
+    value: Optional[float]
+    interval: Optional[tuple[float, float]] = None
+    missing: str = ""  # why there is no value
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    bound: str  # "max": value must be <= threshold; "min": value must be >= threshold
+    label: str  # what the value is, for reasons
+    measure: Callable[[Row], Measure]
+    fmt: Callable[[float], str]
+
+
+RULES: dict[str, Rule] = {}
+
+
+def rule(name: str, bound: str, label: str, fmt: Callable[[float], str]) -> Callable:
+    def decorate(measure: Callable[[Row], Measure]) -> Callable[[Row], Measure]:
+        if name in RULES:
+            raise ValueError(f"gate rule {name!r} is registered twice")
+        RULES[name] = Rule(name, bound, label, measure, fmt)
+        return measure
+
+    return decorate
+
+
+def number(row: Row, column: str) -> Optional[float]:
+    """A finite float from a results cell, or None (absent column, empty cell, NaN, text)."""
+    value = row.get(column)
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _interval(row: Row, lo: str, hi: str) -> Optional[tuple[float, float]]:
+    a, b = number(row, lo), number(row, hi)
+    return None if a is None or b is None else (min(a, b), max(a, b))
+
+
+def fmt_auc(v: float) -> str:
+    return f"{round(v, 5) + 0.0:.5f}"  # + 0.0: no "-0.00000"
+
+
+def fmt_ratio(v: float) -> str:
+    return f"{round(v, 5) + 0.0:.5f}"
+
+
+def fmt_speedup(v: float) -> str:
+    return f"{v:.2f}x"
+
+
+def fmt_bytes(v: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(v) >= size:
+            return f"{v / size:.2f} {unit}"
+    return f"{v:.0f} B"
+
+
+_NO_REF = "auc_delta is missing (no fp32 row at this workload/device/batch?)"
+
+
+@rule("max_auc_drop", "max", "AUC drop vs fp32", fmt_auc)
+def auc_drop(row: Row) -> Measure:
+    delta = number(row, "auc_delta")
+    if delta is None:
+        return Measure(None, missing=_NO_REF)
+    ci = _interval(row, "auc_delta_lo", "auc_delta_hi")
+    return Measure(-delta + 0.0, None if ci is None else (-ci[1] + 0.0, -ci[0] + 0.0))
+
+
+@rule("min_auc_ratio", "min", "AUC / fp32 AUC", fmt_ratio)
+def auc_ratio(row: Row) -> Measure:
+    # The paired CI is of the delta; the fp32 AUC is taken as fixed, as the threshold is a
+    # fraction of it.
+    auc, delta = number(row, "auc"), number(row, "auc_delta")
+    if auc is None:
+        return Measure(None, missing="auc is missing")
+    if delta is None:
+        return Measure(None, missing=_NO_REF)
+    ref = auc - delta
+    if ref <= 0:
+        return Measure(None, missing=f"fp32 AUC {ref:.4f} is not positive")
+    ci = _interval(row, "auc_delta_lo", "auc_delta_hi")
+    return Measure(auc / ref, None if ci is None else (1 + ci[0] / ref, 1 + ci[1] / ref))
+
+
+@rule("min_speedup", "min", "speedup vs fp32", fmt_speedup)
+def speedup(row: Row) -> Measure:
+    value = number(row, "speedup")
+    if value is None:
+        return Measure(None, missing="speedup is missing (no fp32 throughput at this workload/device/batch?)")
+    return Measure(value, _interval(row, "speedup_lo", "speedup_hi"))
+
+
+@rule("max_embedding_bytes", "max", "embedding bytes", fmt_bytes)
+def embedding_bytes(row: Row) -> Measure:
+    value = number(row, "embedding_bytes")
+    return Measure(None, missing="embedding_bytes is missing") if value is None else Measure(value)
+
+
+def judge(r: Rule, threshold: float, m: Measure, inconclusive_fails: bool) -> tuple[str, str]:
+    """(verdict, reason) for one rule over one row."""
+    if m.value is None:
+        return _inconclusive(f"{m.missing}", inconclusive_fails)
+    t = float(threshold)
+    allowed = "<=" if r.bound == "max" else ">="
+    crosses = m.value > t if r.bound == "max" else m.value < t
+    straddles = False
+    if m.interval is not None:
+        lo, hi = m.interval
+        # Part of the interval lies past the threshold and part does not.
+        straddles = (lo <= t < hi) if r.bound == "max" else (lo < t <= hi)
+    shown = f"{r.label} {r.fmt(m.value)}" + (f" (95% CI {r.fmt(m.interval[0])} .. {r.fmt(m.interval[1])})" if m.interval else "")
+    if crosses:
+        note = "; the CI straddles the threshold, so the crossing is not distinguishable from noise" if straddles else ""
+        return FAIL, f"{shown}, allowed {allowed} {r.fmt(t)}{note}"
+    if straddles:
+        return _inconclusive(f"{shown} straddles the threshold {r.fmt(t)}", inconclusive_fails)
+    return PASS, f"{shown} {allowed} {r.fmt(t)}"
+
+
+def _inconclusive(reason: str, inconclusive_fails: bool) -> tuple[str, str]:
+    if inconclusive_fails:
+        return FAIL, f"inconclusive (counted as a failure: gate.inconclusive_fails=true): {reason}"
+    return INCONCLUSIVE, reason

@@ -1,0 +1,122 @@
+"""Gate output: `gate.md` for people (and the CI summary page), `gate.xml` (JUnit) for CI tools."""
+
+from __future__ import annotations
+
+import os
+import re
+import xml.etree.ElementTree as ET
+from collections import Counter
+from pathlib import Path
+
+from bench.gate.evaluate import GateResult, Verdict
+from bench.gate.rules import FAIL, INCONCLUSIVE, PASS, RULES, SKIPPED
+
+_MD_REASON_CHARS = 300
+_XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+_MARK = {FAIL: "❌ fail", INCONCLUSIVE: "❔ inconclusive", SKIPPED: "⏭ skipped", PASS: "✅ pass"}
+
+
+def verdict_line(result: GateResult) -> str:
+    c = result.counts
+    tally = f"{c[FAIL]} failed, {c[INCONCLUSIVE]} inconclusive, {c[SKIPPED]} skipped, {c[PASS]} passed of {len(result.verdicts)} checks"
+    if result.passed:
+        return f"**Gate: PASS** ({tally})"
+    failing = Counter(f"{v.where}: {v.rule}" for v in result.failures)
+    named = "; ".join(list(failing)[:10]) + ("; ..." if len(failing) > 10 else "")
+    return f"**Gate: FAIL** ({tally}). Failing: {named}"
+
+
+def _fmt(v: Verdict, x: float | None) -> str:
+    if x is None:
+        return ""
+    rule = RULES.get(v.rule)
+    return rule.fmt(x) if rule else f"{x:g}"
+
+
+def _md_cell(text: str) -> str:
+    text = " ".join(str(text).split()).replace("|", "\\|")
+    return text if len(text) <= _MD_REASON_CHARS else text[: _MD_REASON_CHARS - 3] + "..."
+
+
+def render_markdown(result: GateResult) -> str:
+    mode = "inconclusive checks fail" if result.inconclusive_fails else "inconclusive checks pass (a CI straddles a threshold)"
+    lines = [
+        "# Accuracy/speed gate",
+        "",
+        verdict_line(result),
+        "",
+        f"Mode: {mode}. Intervals are 95% (paired for AUC).",
+        "",
+        "| verdict | backend | workload | device | batch | rule | threshold | value | interval | reason |",
+        "| --- | --- | --- | --- | ---: | --- | ---: | ---: | --- | --- |",
+    ]
+    for v in result.sorted():
+        interval = f"{_fmt(v, v.interval[0])} .. {_fmt(v, v.interval[1])}" if v.interval else ""
+        cells = [_MARK[v.verdict], v.backend, v.workload, v.device, str(v.batch_size), v.rule,
+                 _fmt(v, v.threshold), _fmt(v, v.value), interval, v.reason]
+        lines.append("| " + " | ".join(_md_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _xml_text(text: str) -> str:
+    return _XML_BAD.sub("?", str(text))
+
+
+def render_junit(result: GateResult) -> bytes:
+    """One testsuite per backend, one testcase per (row, rule)."""
+    root = ET.Element("testsuites", name="bench gate")
+    suites: dict[str, ET.Element] = {}
+    for v in result.sorted():
+        suite = suites.get(v.backend)
+        if suite is None:
+            suite = suites[v.backend] = ET.SubElement(root, "testsuite", name=f"gate.{v.backend}")
+        case = ET.SubElement(suite, "testcase", classname=_xml_text(f"gate.{v.backend}.{v.workload}.{v.device}.bs{v.batch_size}"),
+                             name=v.rule, time="0")
+        message = _xml_text(v.reason)
+        if v.verdict == FAIL:
+            kind = "job-error" if v.rule == "job" else "threshold"
+            ET.SubElement(case, "failure", message=message, type=kind).text = _xml_text(f"{v.where}: {v.reason}")
+        elif v.verdict == SKIPPED:
+            ET.SubElement(case, "skipped", message=message)
+        elif v.verdict == INCONCLUSIVE:
+            ET.SubElement(case, "system-out").text = f"inconclusive: {message}"
+    for suite in [*suites.values(), root]:
+        c = Counter()
+        for case in suite.iter("testcase"):
+            c["tests"] += 1
+            c["failures"] += case.find("failure") is not None
+            c["skipped"] += case.find("skipped") is not None
+        for k in ("tests", "failures", "skipped"):
+            suite.set(k, str(c[k]))
+        suite.set("errors", "0")
+        suite.set("time", "0")
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+
+
+def write_text_atomic(path: Path, data: bytes | str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_outputs(result: GateResult, out_dir: Path) -> tuple[Path, Path]:
+    """Write gate.md and gate.xml; append gate.md to $GITHUB_STEP_SUMMARY when it is set."""
+    out_dir = Path(out_dir)
+    md = render_markdown(result)
+    write_text_atomic(out_dir / "gate.md", md)
+    write_text_atomic(out_dir / "gate.xml", render_junit(result))
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as f:
+            f.write(md + "\n")
+    return out_dir / "gate.md", out_dir / "gate.xml"

@@ -1,0 +1,268 @@
+"""Confidence intervals for what the report quotes: paired AUC deltas and throughput ratios.
+
+- `auc`: the Mann-Whitney AUC from midranks (ties count one half), equal to sklearn's
+  `roc_auc_score`, O(n log n).
+- `paired_auc_delta`: AUC(new) - AUC(base) on the same eval samples, with a confidence interval
+  and a two-sided p-value. `method="delong"` is DeLong, DeLong & Clarke-Pearson (1988) for
+  correlated ROC curves, computed with the midrank algorithm of Sun & Xu (2014): three sorts per
+  model, no n_pos x n_neg matrix. `method="bootstrap"` resamples the eval samples (stratified by
+  class, the same draw for both models) as a cross-check.
+- `ratio_interval`: ratio of median throughputs of two independent runs, bootstrap over their
+  per-trial throughputs.
+
+Only numpy and the standard library: the runner calls this inside every job.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+METHODS = ("delong", "bootstrap")
+
+
+@dataclass(frozen=True)
+class AucDelta:
+    """AUC(new) - AUC(base) on the same samples, with a (1 - alpha) interval and a two-sided p."""
+
+    delta: float
+    lo: float
+    hi: float
+    p_value: float
+    method: str
+    auc_base: float
+    auc_new: float
+    alpha: float = 0.05
+
+    @property
+    def indistinguishable_from_zero(self) -> bool:
+        return indistinguishable_from_zero(self.lo, self.hi)
+
+    def as_metrics(self) -> dict[str, float]:
+        """The record's metric names (`auc_delta`, `auc_delta_lo`, ...)."""
+        return {
+            "auc_delta": self.delta,
+            "auc_delta_lo": self.lo,
+            "auc_delta_hi": self.hi,
+            "auc_delta_p": self.p_value,
+        }
+
+
+class RatioInterval(NamedTuple):
+    ratio: float
+    lo: float
+    hi: float
+
+
+def indistinguishable_from_zero(lo: float, hi: float) -> bool:
+    """True when the interval [lo, hi] contains 0: the delta cannot be told from no change."""
+    return interval_contains(lo, hi, 0.0)
+
+
+def interval_contains(lo: float, hi: float, value: float) -> bool:
+    if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
+        raise ValueError("interval bound is missing (None or NaN)")
+    return lo <= value <= hi
+
+
+# --------------------------------------------------------------------------------------- AUC
+
+
+def _midrank(x: np.ndarray) -> np.ndarray:
+    """1-based ranks of x, tied values sharing the mean of their ranks (O(n log n))."""
+    n = x.shape[0]
+    order = np.argsort(x, kind="mergesort")
+    xs = x[order]
+    new_group = np.empty(n, dtype=bool)
+    new_group[:1] = True
+    np.not_equal(xs[1:], xs[:-1], out=new_group[1:])
+    starts = np.flatnonzero(new_group)
+    ends = np.append(starts[1:], n)
+    ranks = np.empty(n, dtype=np.float64)
+    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
+    return ranks
+
+
+def _check(labels, *score_arrays) -> tuple[np.ndarray, list[np.ndarray]]:
+    y = np.asarray(labels)
+    if y.ndim != 1:
+        raise ValueError(f"labels must be 1-D, got shape {y.shape}")
+    if y.dtype != bool:
+        if not np.all((y == 0) | (y == 1)):
+            raise ValueError("labels must be 0/1 (or bool)")
+        y = y == 1
+    n_pos = int(y.sum())
+    if n_pos == 0 or n_pos == y.size:
+        raise ValueError(f"AUC needs both classes; got {n_pos} positives of {y.size} samples")
+    scores = []
+    for s in score_arrays:
+        s = np.asarray(s, dtype=np.float64)
+        if s.shape != y.shape:
+            raise ValueError(f"scores have shape {s.shape}, labels {y.shape}: one score per sample")
+        if not np.all(np.isfinite(s)):
+            raise ValueError("scores contain NaN or inf")
+        scores.append(s)
+    return y, scores
+
+
+def auc(labels, scores) -> float:
+    """ROC AUC (ties count one half), the same number as sklearn's roc_auc_score."""
+    y, (s,) = _check(labels, scores)
+    m = int(y.sum())
+    n = y.size - m
+    r = _midrank(s)
+    return float((r[y].sum() - m * (m + 1) / 2.0) / (m * n))
+
+
+# ------------------------------------------------------------------------------------ DeLong
+
+
+def _delong_components(y: np.ndarray, s: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    """AUC and the structural components V10 (per positive) and V01 (per negative)."""
+    pos, neg = s[y], s[~y]
+    m, n = pos.size, neg.size
+    tx, ty = _midrank(pos), _midrank(neg)
+    tz = _midrank(np.concatenate([pos, neg]))
+    a = (tz[:m].sum() - m * (m + 1) / 2.0) / (m * n)
+    v10 = (tz[:m] - tx) / n  # share of negatives below each positive
+    v01 = 1.0 - (tz[m:] - ty) / m  # share of positives above each negative
+    return float(a), v10, v01
+
+
+def _two_sided_p(delta: float, se: float) -> float:
+    if se > 0:
+        return float(math.erfc(abs(delta) / se / math.sqrt(2.0)))
+    return 1.0 if delta == 0 else 0.0
+
+
+def _delong(y: np.ndarray, base: np.ndarray, new: np.ndarray, alpha: float) -> AucDelta:
+    a0, v10_0, v01_0 = _delong_components(y, base)
+    a1, v10_1, v01_1 = _delong_components(y, new)
+    m, n = v10_0.size, v01_0.size
+    # var(A1 - A0) = [var(V10_1 - V10_0)] / m + [var(V01_1 - V01_0)] / n
+    var = np.var(v10_1 - v10_0, ddof=1) / m + np.var(v01_1 - v01_0, ddof=1) / n
+    se = math.sqrt(max(float(var), 0.0))
+    delta = a1 - a0
+    z = NormalDist().inv_cdf(1.0 - alpha / 2.0)
+    return AucDelta(delta, delta - z * se, delta + z * se, _two_sided_p(delta, se), "delong", a0, a1, alpha)
+
+
+# --------------------------------------------------------------------------------- bootstrap
+
+
+class _WeightedAuc:
+    """AUC of one model under many bootstrap weightings of the same samples."""
+
+    def __init__(self, y: np.ndarray, s: np.ndarray) -> None:
+        self.order = np.argsort(s, kind="mergesort")
+        ss = s[self.order]
+        new_group = np.empty(ss.size, dtype=bool)
+        new_group[:1] = True
+        np.not_equal(ss[1:], ss[:-1], out=new_group[1:])
+        self.starts = np.flatnonzero(new_group)  # tie groups in score order
+        self.pos = y[self.order]
+
+    def __call__(self, w: np.ndarray) -> np.ndarray:
+        """w: (B, n) sample counts -> (B,) AUCs."""
+        ws = w[:, self.order]
+        wp = np.add.reduceat(np.where(self.pos, ws, 0.0), self.starts, axis=1)
+        wn = np.add.reduceat(np.where(self.pos, 0.0, ws), self.starts, axis=1)
+        below = np.cumsum(wn, axis=1) - wn  # negative weight strictly below each tie group
+        num = (wp * (below + 0.5 * wn)).sum(axis=1)
+        return num / (wp.sum(axis=1) * wn.sum(axis=1))
+
+
+def _bootstrap(y, base, new, alpha: float, n_boot: int, seed: int, chunk: int) -> AucDelta:
+    a0, a1 = auc(y, base), auc(y, new)
+    rng = np.random.default_rng(seed)
+    pos_idx, neg_idx = np.flatnonzero(y), np.flatnonzero(~y)
+    n = y.size
+    f0, f1 = _WeightedAuc(y, base), _WeightedAuc(y, new)
+    deltas = []
+    for start in range(0, n_boot, chunk):
+        b = min(chunk, n_boot - start)
+        # Stratified: each class resampled with replacement at its own size, the same draw
+        # for both models (paired).
+        draw = np.concatenate(
+            [
+                pos_idx[rng.integers(0, pos_idx.size, size=(b, pos_idx.size))],
+                neg_idx[rng.integers(0, neg_idx.size, size=(b, neg_idx.size))],
+            ],
+            axis=1,
+        )
+        flat = (draw + (np.arange(b) * n)[:, None]).ravel()
+        w = np.bincount(flat, minlength=b * n).reshape(b, n).astype(np.float64)
+        deltas.append(f1(w) - f0(w))
+    d = np.concatenate(deltas)
+    delta = a1 - a0
+    lo, hi = np.quantile(d, [alpha / 2.0, 1.0 - alpha / 2.0])
+    se = float(np.std(d, ddof=1)) if d.size > 1 else 0.0
+    return AucDelta(delta, float(lo), float(hi), _two_sided_p(delta, se), "bootstrap", a0, a1, alpha)
+
+
+def paired_auc_delta(
+    labels,
+    scores_base,
+    scores_new,
+    alpha: float = 0.05,
+    method: str = "delong",
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> AucDelta:
+    """AUC(scores_new) - AUC(scores_base) on the same samples, with a (1 - alpha) interval.
+
+    delong: normal interval from DeLong's variance of the difference of correlated AUCs, and
+    its two-sided z-test p-value; O(n log n), about 0.1 s for 200k samples.
+    bootstrap: percentile interval over `n_boot` paired, class-stratified resamples (seeded);
+    the p-value is the z-test with the bootstrap standard error. Memory grows with
+    n_samples x chunk, where chunk = max(1, 2M // n_samples) resamples at a time.
+    Identical scores give delta 0 with the degenerate interval [0, 0] and p = 1.
+    """
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    y, (base, new) = _check(labels, scores_base, scores_new)
+    if method == "delong":
+        return _delong(y, base, new, alpha)
+    if method == "bootstrap":
+        if n_boot < 2:
+            raise ValueError(f"n_boot must be at least 2, got {n_boot}")
+        chunk = max(1, 2_000_000 // y.size)
+        return _bootstrap(y, base, new, alpha, n_boot, seed, chunk)
+    raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+
+
+# ----------------------------------------------------------------------------- throughput
+
+
+def ratio_interval(
+    trials_new: Sequence[float],
+    trials_base: Sequence[float],
+    alpha: float = 0.05,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> RatioInterval:
+    """median(new) / median(base) with a percentile-bootstrap (1 - alpha) interval.
+
+    The two runs are independent, so each side's trials are resampled on their own. With a
+    handful of trials the interval is coarse (it can only take values of ratios of trial
+    medians); with one trial per side it collapses to the point ratio.
+    """
+    a = np.asarray(trials_new, dtype=np.float64).ravel()
+    b = np.asarray(trials_base, dtype=np.float64).ravel()
+    for name, t in (("trials_new", a), ("trials_base", b)):
+        if t.size == 0:
+            raise ValueError(f"{name} is empty")
+        if not np.all(np.isfinite(t)) or np.any(t <= 0):
+            raise ValueError(f"{name} must be positive finite throughputs")
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    ratio = float(np.median(a) / np.median(b))
+    rng = np.random.default_rng(seed)
+    med_a = np.median(a[rng.integers(0, a.size, size=(n_boot, a.size))], axis=1)
+    med_b = np.median(b[rng.integers(0, b.size, size=(n_boot, b.size))], axis=1)
+    lo, hi = np.quantile(med_a / med_b, [alpha / 2.0, 1.0 - alpha / 2.0])
+    return RatioInterval(ratio, float(min(lo, ratio)), float(max(hi, ratio)))

@@ -1,0 +1,66 @@
+"""`python -m bench.report DIR [DIR...] [--baseline DIR] [--out DIR]`: re-render from stored records.
+
+Each DIR holds a records.jsonl (or `latest/records.jsonl`), or is such a file. Without --out a
+single DIR is re-rendered in place (its records.jsonl left as it is). With --baseline the
+sweep is compared row by row with the baseline sweep: compare.md in the output folder and a
+summary on stdout. Bad input is one line on stderr and exit code 2. Flagged changes do not
+change the exit code: gates decide pass or fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from bench.errors import UserError
+from bench.report.compare import AUC_THRESHOLD, summary, write_compare
+from bench.report.load import load_many, load_records, records_file
+from bench.report.publish import write_report
+
+PROG = "python -m bench.report"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="sweep folder or records.jsonl file")
+    p.add_argument("--baseline", type=Path, metavar="DIR", help="sweep to compare against, row by row")
+    p.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: the single DIR)")
+    p.add_argument("--title", default=None, help="report title")
+    p.add_argument("--auc-threshold", type=float, default=AUC_THRESHOLD,
+                   help=f"flag AUC moves larger than this (default {AUC_THRESHOLD})")  # fmt: skip
+    return p.parse_args(argv)
+
+
+def _default_out(dirs: list[Path]) -> Path:
+    if len(dirs) != 1:
+        raise UserError("several DIRs combined: give --out DIR for the merged report")
+    return records_file(dirs[0]).parent
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        records = load_many(args.dirs)
+        baseline = load_records(args.baseline) if args.baseline is not None else None
+        out = args.out if args.out is not None else _default_out(args.dirs)
+        inputs = {records_file(d).resolve() for d in args.dirs}
+        in_place = (Path(out) / "records.jsonl").resolve() in inputs
+        title = args.title or f"Benchmark report: {', '.join(str(d) for d in args.dirs)}"
+        report = write_report(records, out, title=title, write_records_file=not in_place)
+        print(f"report: {report}")
+        if baseline is not None:
+            df, path = write_compare(
+                records, baseline, out, current_name=", ".join(map(str, args.dirs)),
+                baseline_name=str(args.baseline), auc_threshold=args.auc_threshold,
+            )  # fmt: skip
+            print(f"compare: {summary(df)}")
+            print(f"compare: {path}")
+    except UserError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

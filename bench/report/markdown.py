@@ -1,0 +1,228 @@
+"""report.md: one table per (workload, device), sentences for the deltas, environment, errors."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from bench.measure.stats import indistinguishable_from_zero, interval_contains, ratio_interval
+from bench.report import fmt
+from bench.report.table import BASELINE, latest_records, trials
+from bench.results import RunRecord
+
+CONFIDENCE = "95%"
+
+SAMPLE_NOTE = (
+    "A **sample** is one row: one user-item pair (13 dense features, one id list per sparse feature, "
+    "one label). Throughput is samples (rows) per second, the median over timing trials. MLPerf's "
+    "DLRM-v2 counts a query of about 100-700 such pairs as one sample: divide by the query size "
+    "before comparing with MLPerf figures."
+)
+
+READING_NOTES = [
+    SAMPLE_NOTE,
+    f"ΔAUC is AUC(backend) − AUC(fp32) on the same eval samples, with a paired {CONFIDENCE} "
+    "confidence interval (DeLong's test for correlated ROC curves) and its p-value. A delta whose "
+    "interval contains 0 cannot be told from zero, however it looks.",
+    f"Speedup is throughput / fp32 throughput at the same workload, device and batch size; the "
+    f"{CONFIDENCE} interval is a bootstrap over both runs' per-trial throughputs.",
+    "Compression is fp32 embedding bytes / embedding bytes. MB = 10^6 bytes.",
+    "`fp32_tbe` (fp32 tables through FBGEMM's table-batched kernel) splits a speedup in two: "
+    "fp32_tbe vs fp32 is the table-batching part, int8_tbe vs fp32_tbe the quantization part. "
+    "Both ratios are computed below wherever the three rows exist.",
+]
+
+
+def _group_table(g: pd.DataFrame) -> str:
+    with_status = (g["status"] != "ok").any()
+    with_fidelity = g["fidelity_gap"].notna().any()
+    headers = ["backend", "batch"] + (["status"] if with_status else [])
+    headers += ["AUC", f"ΔAUC [{CONFIDENCE} CI]", "p"] + (["fidelity gap"] if with_fidelity else [])
+    headers += ["samples/s", f"speedup [{CONFIDENCE} CI]", "p50 ms", "p99 ms", "emb MB", "compression",
+                "model MB", "peak RSS MB"]  # fmt: skip
+    rows = []
+    for r in g.itertuples(index=False):
+        baseline = r.backend == BASELINE and r.status == "ok"
+        row = [r.backend, r.batch_size] + ([r.status] if with_status else [])
+        row += [
+            fmt.number(r.auc),
+            "0 (reference)" if baseline else fmt.delta_ci(r.auc_delta, r.auc_delta_lo, r.auc_delta_hi),
+            "" if baseline else fmt.p_value(r.auc_delta_p),
+        ]
+        row += [fmt.number(r.fidelity_gap)] if with_fidelity else []
+        row += [
+            fmt.count(r.throughput),
+            "1.00× (reference)" if baseline else fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi),
+            fmt.ms(r.latency_p50_ms),
+            fmt.ms(r.latency_p99_ms),
+            fmt.megabytes(r.embedding_bytes),
+            fmt.DASH if fmt.missing(r.compression) else f"{r.compression:.2f}×",
+            fmt.megabytes(r.model_bytes),
+            fmt.megabytes(r.peak_rss_bytes),
+        ]
+        rows.append(row)
+    align = "lr" + ("l" if with_status else "") + "rlr" + ("r" if with_fidelity else "") + "rlrrrrrr"
+    return fmt.markdown_table(headers, rows, align)
+
+
+def _batches(sizes: Sequence[int]) -> str:
+    sizes = sorted(set(int(s) for s in sizes))
+    return f"batch {sizes[0]}" if len(sizes) == 1 else "batch sizes " + ", ".join(str(s) for s in sizes)
+
+
+def delta_sentences(g: pd.DataFrame) -> list[str]:
+    """One sentence per distinct ΔAUC of a backend (AUC does not depend on the batch size)."""
+    ok = g[(g["status"] == "ok") & (g["backend"] != BASELINE) & g["auc_delta"].notna()]
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    p_of: dict[tuple, float] = {}
+    for r in ok.itertuples(index=False):
+        k = (r.backend, r.auc_delta, r.auc_delta_lo, r.auc_delta_hi)
+        groups[k].append(r.batch_size)
+        p_of[k] = r.auc_delta_p
+    n_eval = g["n_eval"].dropna()
+    n_text = f", {fmt.count(n_eval.iloc[0])} eval samples" if not n_eval.empty else ""
+    out = []
+    for (backend, d, lo, hi), sizes in groups.items():
+        text = f"**{backend}** ({_batches(sizes)}): ΔAUC {fmt.delta_ci(d, lo, hi)}"
+        p_text = fmt.p_value(p_of[(backend, d, lo, hi)])
+        p = f"p {p_text if p_text.startswith('<') else '= ' + p_text}{n_text}"
+        if fmt.missing(lo) or fmt.missing(hi):
+            out.append(f"{text} has no confidence interval in its record, so it cannot be judged against noise.")
+        elif indistinguishable_from_zero(lo, hi):
+            out.append(f"{text} cannot be told from zero: the {CONFIDENCE} interval contains 0 ({p}).")
+        else:
+            word = "a loss" if hi < 0 else "a gain"
+            out.append(f"{text} is distinguishable from zero, {word} beyond sampling noise ({p}).")
+    return out
+
+
+def speedup_sentences(g: pd.DataFrame) -> list[str]:
+    rows = g[(g["status"] == "ok") & (g["backend"] != BASELINE) & g["speedup_lo"].notna()]
+    return [
+        f"**{r.backend}** (batch {r.batch_size}): speedup {fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi)} "
+        "cannot be told from no change: the interval contains 1."
+        for r in rows.itertuples(index=False)
+        if interval_contains(r.speedup_lo, r.speedup_hi, 1.0)
+    ]
+
+
+def tbe_split(latest: dict[tuple, RunRecord], workload: str, device: str) -> list[list[str]]:
+    """Rows (batch, batching part, quantization part, total) where fp32, fp32_tbe and int8_tbe exist."""
+    sizes = sorted({k[3] for k in latest if k[0] == workload and k[1] == device})
+    rows = []
+    for bs in sizes:
+        recs = [latest.get((workload, device, b, bs)) for b in (BASELINE, "fp32_tbe", "int8_tbe")]
+        if not all(r is not None and r.status == "ok" and trials(r) for r in recs):
+            continue
+        fp32, tbe, int8 = (trials(r) for r in recs)
+        rows.append([str(bs)] + [fmt.ratio_ci(*ratio_interval(a, b)) for a, b in ((tbe, fp32), (int8, tbe), (int8, fp32))])
+    return rows
+
+
+def _oracle_line(g: pd.DataFrame) -> str | None:
+    oracle = g["oracle_auc"].dropna()
+    if oracle.empty:
+        return None
+    o = float(oracle.iloc[0])
+    base = g[(g["backend"] == BASELINE) & g["auc"].notna()]["auc"]
+    tail = f"; fp32 reaches {float(base.iloc[0]):.4f} ({100 * float(base.iloc[0]) / o:.1f}% of it)" if not base.empty else ""
+    return f"Oracle AUC (the workload's true probabilities on the same eval split): {o:.4f}{tail}."
+
+
+def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Sequence[Path], out_dir: Path) -> list[str]:
+    workload, device = g["workload"].iloc[0], g["device"].iloc[0]
+    lines = [f"## {workload} on {device}", ""]
+    n_eval = g["n_eval"].dropna()
+    if not n_eval.empty:
+        lines += [f"AUC over {fmt.count(n_eval.max())} eval samples, each scored once.", ""]
+    oracle = _oracle_line(g)
+    if oracle:
+        lines += [oracle, ""]
+    if (g["backend"] != BASELINE).any() and not ((g["backend"] == BASELINE) & (g["status"] == "ok")).any():
+        lines += ["No ok fp32 row here: speedup, compression and deltas have no reference.", ""]
+    lines += [_group_table(g), ""]
+    sentences = delta_sentences(g) + speedup_sentences(g)
+    if sentences:
+        lines += ["Reading the deltas:", ""] + [f"- {s}" for s in sentences] + [""]
+    split = tbe_split(latest, workload, device)
+    if split:
+        lines += [
+            "Table batching vs quantization (ratios of median throughput, 95% CI):",
+            "",
+            fmt.markdown_table(["batch", "fp32_tbe / fp32 (batching)", "int8_tbe / fp32_tbe (quantization)",
+                                "int8_tbe / fp32 (total)"], split, "rlll"),  # fmt: skip
+            "",
+        ]
+    for p in plots:
+        lines += [f"![{p.stem}]({Path(p).relative_to(out_dir).as_posix()})", ""]
+    return lines
+
+
+def _env_block(records: Sequence[RunRecord]) -> list[str]:
+    by_fp: dict[str, list[RunRecord]] = defaultdict(list)
+    for r in records:
+        by_fp[str((r.env or {}).get("fingerprint"))].append(r)
+    lines = ["## Environment", ""]
+    if len(by_fp) > 1:
+        lines += [f"**{len(by_fp)} different machine fingerprints**: compare rows only within one fingerprint.", ""]
+    lines.append("```")
+    for fp, recs in by_fp.items():
+        envs: dict[tuple, int] = {}  # distinct environments in first-seen order, with their counts
+        for r in recs:
+            env = tuple(sorted((k, str(v)) for k, v in (r.env or {}).items()))
+            envs[env] = envs.get(env, 0) + 1
+        for env, n in envs.items():
+            e = dict(env)
+            dirty = " (dirty)" if e.get("git_dirty") == "True" else ""
+            lines += [
+                f"fingerprint {fp}: {n} record(s)",
+                f"  cpu {e.get('cpu')}, threads {e.get('threads')}, gpu {e.get('gpu')}, host {e.get('hostname')}",
+                f"  python {e.get('python')}, torch {e.get('torch')}, torchrec {e.get('torchrec')}, "
+                f"fbgemm_gpu {e.get('fbgemm_gpu')}",
+                f"  git {e.get('git_sha')}{dirty}",
+            ]
+    lines += ["```", ""]
+    return lines
+
+
+def _problems(df: pd.DataFrame) -> list[str]:
+    bad = df[df["status"] != "ok"]
+    lines = ["## Errors and skips", ""]
+    if bad.empty:
+        return lines + ["None: every run finished.", ""]
+    for r in bad.itertuples(index=False):
+        reason = fmt.first_line(r.error) or "no reason recorded"
+        lines.append(f"- {r.workload} / {r.device} / {r.backend} / batch {r.batch_size}: **{r.status}**: {reason}")
+    return lines + [""]
+
+
+def render_report(
+    df: pd.DataFrame,
+    records: Sequence[RunRecord],
+    title: str,
+    plots: dict[tuple[str, str], list[Path]],
+    out_dir: Path,
+) -> str:
+    latest = latest_records(records)
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    lines = [
+        f"# {title}",
+        "",
+        f"{len(records)} records, {len(df)} rows (the newest record per workload, device, backend and "
+        f"batch size); rendered {now} from stored records only.",
+        "",
+        "How to read this:",
+        "",
+        *[f"- {note}" for note in READING_NOTES],
+        "",
+    ]
+    for _, g in df.groupby(["workload", "device"], sort=False):
+        key = (g["workload"].iloc[0], g["device"].iloc[0])
+        lines += _group_section(g, latest, plots.get(key, []), out_dir)
+    lines += _problems(df)
+    lines += _env_block(records)
+    return "\n".join(lines).rstrip() + "\n"

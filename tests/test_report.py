@@ -1,0 +1,229 @@
+"""Report views over fixture records: results table, report.md, CSV, plots, publishing."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench.report import COLUMNS, publish_report, results_table, write_report
+from bench.report import fmt
+from bench.results import RunRecord, read_jsonl
+
+FIXTURES = Path(__file__).parent / "fixtures" / "records"
+REQUIRED = ["workload", "device", "backend", "batch_size", "status", "auc", "auc_delta", "auc_delta_lo",
+            "auc_delta_hi", "throughput", "speedup", "speedup_lo", "speedup_hi", "latency_p50_ms",
+            "latency_p99_ms", "embedding_bytes", "model_bytes", "compression", "peak_rss_bytes", "error",
+            "oracle_auc", "fidelity_gap", "config_hash", "fingerprint"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def sweep_a() -> list[RunRecord]:
+    return read_jsonl(FIXTURES / "sweep_a" / "records.jsonl")
+
+
+@pytest.fixture(scope="module")
+def table(sweep_a) -> pd.DataFrame:
+    return results_table(sweep_a)
+
+
+@pytest.fixture(scope="module")
+def report_dir(sweep_a, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report")
+    write_report(sweep_a, out, title="Fixture sweep A")
+    return out
+
+
+def row(df: pd.DataFrame, workload="synthetic", device="cpu", backend="fp32", batch_size=2048) -> pd.Series:
+    sel = df[(df.workload == workload) & (df.device == device) & (df.backend == backend) & (df.batch_size == batch_size)]
+    assert len(sel) == 1
+    return sel.iloc[0]
+
+
+# --------------------------------------------------------------------------------- table
+
+
+def test_results_table_columns_and_one_row_per_key(table, sweep_a):
+    assert list(table.columns) == COLUMNS
+    assert set(REQUIRED) <= set(table.columns)
+    keys = table[["workload", "device", "backend", "batch_size"]].apply(tuple, axis=1)
+    assert keys.is_unique
+    assert len(table) == len(sweep_a) - 1  # one older duplicate in the fixture
+
+
+def test_newest_record_wins(table, sweep_a):
+    dups = [r for r in sweep_a if (r.backend, r.batch_size, r.workload) == ("int8_tbe", 2048, "synthetic")]
+    newest = max(dups, key=lambda r: r.created_at)
+    assert len(dups) == 2 and newest is not dups[0]
+    assert row(table, backend="int8_tbe").throughput == newest.metrics["throughput"]
+
+
+def test_equal_times_keep_the_later_record(sweep_a):
+    a = copy.deepcopy(sweep_a[0])
+    b = copy.deepcopy(a)
+    b.metrics["throughput"] = 1.0
+    assert row(results_table([a, b]), batch_size=a.batch_size).throughput == 1.0
+
+
+def test_fp32_rows_first_in_each_group(table):
+    for _, g in table.groupby(["workload", "device"]):
+        backends = list(g.backend)
+        assert backends[: backends.count("fp32")] == ["fp32"] * backends.count("fp32")
+
+
+def test_speedup_and_compression_against_fp32(table):
+    fp32, int8 = row(table), row(table, backend="int8_tbe")
+    assert fp32.speedup == 1.0 and fp32.compression == 1.0
+    assert int8.speedup == pytest.approx(int8.throughput / fp32.throughput)
+    assert int8.speedup_lo <= int8.speedup <= int8.speedup_hi
+    assert int8.compression == pytest.approx(64_000_000 / 20_000_000)
+    assert row(table, backend="uint4").compression == pytest.approx(64 / 12)
+
+
+def test_error_and_skipped_rows_keep_their_reason(table):
+    err = row(table, backend="uint4", batch_size=8192)
+    assert err.status == "error" and "not enough memory" in err.error
+    assert math.isnan(err.throughput) and math.isnan(err.speedup) and math.isnan(err.auc)
+    skip = row(table, device="cuda")
+    assert skip.status == "skipped" and "no CUDA device" in skip.error
+
+
+def test_results_table_accepts_dicts_and_empty_input(sweep_a):
+    from_dicts = results_table([r.to_dict() for r in sweep_a])
+    pd.testing.assert_frame_equal(from_dicts, results_table(sweep_a))
+    empty = results_table([])
+    assert empty.empty and list(empty.columns) == COLUMNS
+
+
+def test_no_fp32_row_means_no_speedup(sweep_a):
+    df = results_table([r for r in sweep_a if r.backend != "fp32"])
+    r = row(df, backend="int8_tbe")
+    assert math.isnan(r.speedup) and math.isnan(r.compression)
+
+
+def test_missing_trials_give_point_speedup_without_interval(sweep_a):
+    records = copy.deepcopy(sweep_a)
+    for r in records:
+        r.metrics.pop("throughput_trials", None)
+    r = row(results_table(records), backend="int8_tbe")
+    assert r.speedup > 1 and math.isnan(r.speedup_lo) and math.isnan(r.speedup_hi)
+
+
+# ------------------------------------------------------------------------------ report.md
+
+
+def test_report_files(report_dir, table, sweep_a):
+    csv = pd.read_csv(report_dir / "results.csv")
+    assert list(csv.columns) == COLUMNS and len(csv) == len(table)
+    assert [r.to_dict() for r in read_jsonl(report_dir / "records.jsonl")] == [r.to_dict() for r in sweep_a]
+    pngs = sorted(p.name for p in report_dir.glob("*.png"))
+    assert pngs == [
+        "frontier_criteo_kaggle_sample_cpu.png",
+        "frontier_synthetic_cpu.png",
+        "throughput_criteo_kaggle_sample_cpu.png",
+        "throughput_synthetic_cpu.png",
+    ]
+    for p in report_dir.glob("*.png"):
+        data = p.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (report_dir / "report.md").stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's 0600
+
+
+def test_report_md_contents(report_dir):
+    md = (report_dir / "report.md").read_text()
+    assert md.startswith("# Fixture sweep A\n")
+    assert "## synthetic on cpu" in md and "## criteo_kaggle_sample on cpu" in md
+    # deltas and ratios formatted for reading
+    assert "−0.0002 [−0.0006, +0.0002]" in md
+    assert "−0.0019 [−0.0027, −0.0011]" in md
+    assert "1.79× [" in md
+    # sentences in words
+    assert "**int8_tbe** (batch sizes 256, 2048): ΔAUC −0.0002 [−0.0006, +0.0002] cannot be told from zero" in md
+    assert "**uint4** (batch sizes 256, 2048): ΔAUC −0.0019 [−0.0027, −0.0011] is distinguishable from zero" in md
+    # oracle AUC only for the synthetic workload
+    assert md.count("Oracle AUC") == 1 and "0.7712" in md
+    assert "AUC over 200,000 eval samples, each scored once." in md
+    # errors and skips with reasons
+    errors = md.split("## Errors and skips")[1].split("## Environment")[0]
+    assert "uint4 / batch 8192: **error**: RuntimeError: [enforce fail" in errors
+    assert "Traceback" not in errors  # first line only
+    assert "**skipped**: no CUDA device" in errors
+    # environment block
+    env = md.split("## Environment")[1]
+    assert "torch 2.13.0+cpu" in env and "fingerprint c3a91f0e" in env and "fbgemm_gpu 1.8.0" in env
+    # what a sample is; the fp32_tbe split, with numbers where the three rows exist
+    assert "A **sample** is one row: one user-item pair" in md
+    assert "fp32_tbe / fp32 (batching)" in md and "int8_tbe / fp32_tbe (quantization)" in md
+    assert "![throughput_synthetic_cpu](throughput_synthetic_cpu.png)" in md
+
+
+def test_report_md_fp32_row_first_in_each_table(report_dir):
+    md = (report_dir / "report.md").read_text()
+    checked = 0
+    for section in md.split("\n## ")[1:]:
+        lines = section.splitlines()
+        if "| backend | batch |" in section:
+            header = next(i for i, line in enumerate(lines) if line.startswith("| backend | batch |"))
+            assert lines[header + 2].startswith("| fp32 |"), lines[0]
+            checked += 1
+    assert checked == 3  # synthetic/cpu, synthetic/cuda (skipped fp32), criteo_kaggle_sample/cpu
+
+
+def test_speedup_that_cannot_be_told_from_one_gets_a_sentence(sweep_a, tmp_path):
+    records = copy.deepcopy(sweep_a)
+    fp32 = next(r for r in records if (r.backend, r.batch_size, r.device) == ("fp32", 256, "cpu"))
+    fq = next(r for r in records if (r.backend, r.batch_size) == ("fake_quant", 256))
+    fq.metrics["throughput_trials"] = [t * 1.001 for t in fp32.metrics["throughput_trials"]][::-1]
+    fq.metrics["throughput"] = fp32.metrics["throughput"] * 1.001
+    md = write_report(records, tmp_path).read_text()
+    assert "**fake_quant** (batch 256): speedup 1.00× [" in md and "cannot be told from no change" in md
+
+
+def test_no_problems_and_single_machine(sweep_a, tmp_path):
+    ok = [r for r in sweep_a if r.status == "ok" and r.workload == "synthetic"]
+    md = write_report(ok, tmp_path).read_text()
+    assert "None: every run finished." in md
+    assert "different machine fingerprints" not in md
+
+
+def test_two_fingerprints_are_called_out(sweep_a, tmp_path):
+    records = copy.deepcopy(sweep_a)
+    records[0].env = dict(records[0].env, fingerprint="ffff0000", threads=4)
+    md = write_report(records, tmp_path).read_text()
+    assert "**2 different machine fingerprints**" in md
+
+
+def test_formatting_helpers():
+    assert fmt.delta_ci(0.0012, -0.0003, 0.0027) == "+0.0012 [−0.0003, +0.0027]"
+    assert fmt.ratio_ci(1.8412, 1.8, 1.88) == "1.84× [1.80, 1.88]"
+    assert fmt.delta_ci(float("nan"), 0, 0) == fmt.DASH and fmt.ratio_ci(2.0, None, None) == "2.00×"
+    assert fmt.megabytes(64_000_000) == "64.0" and fmt.megabytes(104e9) == "104,000"
+    assert fmt.markdown_table(["a", "b"], [["x|y", 1]], "lr") == "| a | b |\n| --- | ---: |\n| x\\|y | 1 |"
+
+
+# ------------------------------------------------------------------------------ publish
+
+
+def test_publish_report_timestamps_and_latest_link(sweep_a, tmp_path):
+    first = publish_report(sweep_a, tmp_path, "quant")
+    second = publish_report(sweep_a[:5], tmp_path, "quant")
+    assert first != second and first.parent == second.parent == tmp_path / "quant"
+    latest = tmp_path / "quant" / "latest"
+    assert latest.is_symlink() and os.readlink(latest) == second.name  # relative: the tree can move
+    assert (latest / "report.md").is_file()
+    assert len(read_jsonl(latest / "records.jsonl")) == 5
+    assert sorted(p.name for p in (tmp_path / "quant").iterdir()) == sorted([first.name, second.name, "latest"])
+    with pytest.raises(ValueError):
+        publish_report(sweep_a, tmp_path, "../elsewhere")
+
+
+def test_records_written_are_valid_json_lines(report_dir):
+    for line in (report_dir / "records.jsonl").read_text().splitlines():
+        assert json.loads(line)["schema_version"] == 1

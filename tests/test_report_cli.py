@@ -1,0 +1,164 @@
+"""Baseline comparison and `python -m bench.report`: verdicts, outputs, exit codes."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench.report import compare_table, publish_report
+from bench.report.__main__ import main
+from bench.results import read_jsonl
+
+FIXTURES = Path(__file__).parent / "fixtures" / "records"
+SWEEP_A, SWEEP_B = FIXTURES / "sweep_a", FIXTURES / "sweep_b"
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def compared() -> pd.DataFrame:
+    return compare_table(read_jsonl(SWEEP_B / "records.jsonl"), read_jsonl(SWEEP_A / "records.jsonl"))
+
+
+def verdict(df, backend, batch_size, workload="synthetic", device="cpu") -> str:
+    sel = df[(df.workload == workload) & (df.device == device) & (df.backend == backend) & (df.batch_size == batch_size)]
+    assert len(sel) == 1
+    return sel.iloc[0].verdict
+
+
+# ------------------------------------------------------------------------------ compare
+
+
+def test_compare_verdicts(compared):
+    assert verdict(compared, "int8_tbe", 2048) == "slower"  # 212k -> 180k, outside the trials' spread
+    assert verdict(compared, "int8_tbe", 256) == "same"
+    assert verdict(compared, "uint4", 2048) == "auc changed"
+    assert verdict(compared, "fake_quant", 256) == "missing"
+    assert verdict(compared, "fp32", 8192) == "new"
+    assert verdict(compared, "uint4", 8192) == "still error"
+    assert verdict(compared, "fp32", 2048, device="cuda") == "still skipped"
+
+
+def test_rows_from_another_machine_are_marked_not_compared(compared):
+    rows = compared[compared.workload == "criteo_kaggle_sample"]
+    assert set(rows.verdict) == {"machine differs"}
+    assert not rows.comparable.any() and rows.throughput_ratio.isna().all()
+    assert rows.notes.str.contains("c3a91f0e -> 5be2d771").all()
+
+
+def test_throughput_ratio_interval_brackets_point(compared):
+    sel = (compared.workload == "synthetic") & (compared.backend == "int8_tbe") & (compared.batch_size == 2048)
+    r = compared[sel].iloc[0]
+    assert r.throughput_ratio_lo <= r.throughput_ratio <= r.throughput_ratio_hi < 1.0
+
+
+def test_auc_threshold_and_ci_rule():
+    base = read_jsonl(SWEEP_A / "records.jsonl")
+    new = copy.deepcopy(base)
+    target = next(r for r in new if (r.backend, r.batch_size, r.workload) == ("int8_tbe", 256, "synthetic"))
+    target.metrics["auc"] += 0.0004  # small move, and the baseline delta stays inside the new CI
+    assert verdict(compare_table(new, base), "int8_tbe", 256) == "same"
+    assert verdict(compare_table(new, base, auc_threshold=0.0001), "int8_tbe", 256) == "auc changed"
+    # baseline ΔAUC (−0.00019) outside the new interval: flagged whatever the threshold
+    target.metrics.update(auc_delta_lo=0.0001, auc_delta_hi=0.0009, auc_delta=0.0005)
+    assert verdict(compare_table(new, base, auc_threshold=1.0), "int8_tbe", 256) == "auc changed"
+
+
+def test_config_change_is_noted_and_status_change_is_a_verdict():
+    base = read_jsonl(SWEEP_A / "records.jsonl")
+    new = copy.deepcopy(base)
+    new[0].config_hash = "000000000000"
+    new[1].status, new[1].error, new[1].metrics = "error", "boom", {}
+    df = compare_table(new, base)
+    first = df[(df.backend == new[0].backend) & (df.batch_size == new[0].batch_size) & (df.workload == new[0].workload)]
+    assert "config hash" in first.iloc[0].notes and first.iloc[0].verdict == "same"
+    assert verdict(df, new[1].backend, new[1].batch_size) == "status changed"
+
+
+# ---------------------------------------------------------------------------------- CLI
+
+
+def test_cli_report_and_compare(tmp_path, capsys):
+    assert main([str(SWEEP_B), "--baseline", str(SWEEP_A), "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "compare: 15 rows, 9 compared: 1 slower, 2 auc changed, 2 machine differs, 1 missing, 1 new" in out
+    for name in ("report.md", "results.csv", "records.jsonl", "compare.md", "compare.csv"):
+        assert (tmp_path / name).stat().st_size > 0
+    md = (tmp_path / "compare.md").read_text()
+    assert "| synthetic | cpu | int8_tbe | 2048 | **slower** |" in md
+    assert "**machine differs**" in md and "fingerprint c3a91f0e -> 5be2d771: not compared" in md
+    assert "| synthetic | cpu | fp32 | 8192 | **new** | absent -> ok |" in md
+
+
+def test_cli_accepts_a_records_file_and_merges_dirs(tmp_path):
+    assert main([str(SWEEP_A / "records.jsonl"), str(SWEEP_B), "--out", str(tmp_path)]) == 0
+    assert len(read_jsonl(tmp_path / "records.jsonl")) == 29
+
+
+def test_cli_renders_in_place_without_touching_the_records(tmp_path):
+    sweep = tmp_path / "sweep"
+    shutil.copytree(SWEEP_A, sweep)
+    before = (sweep / "records.jsonl").read_bytes()
+    assert main([str(sweep)]) == 0
+    assert (sweep / "report.md").is_file() and (sweep / "records.jsonl").read_bytes() == before
+
+
+def test_cli_follows_latest(tmp_path):
+    publish_report(read_jsonl(SWEEP_A / "records.jsonl"), tmp_path, "quant")
+    assert main([str(tmp_path / "quant"), "--out", str(tmp_path / "again")]) == 0
+    assert (tmp_path / "again" / "report.md").is_file()
+
+
+def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
+    empty = tmp / "empty"
+    empty.mkdir()
+    (empty / "records.jsonl").write_text("\n")
+    torn = tmp / "torn"
+    torn.mkdir()
+    good = (SWEEP_A / "records.jsonl").read_text().splitlines()[0]
+    (torn / "records.jsonl").write_text(good + "\n" + good[:50])
+    alien = tmp / "alien"
+    alien.mkdir()
+    (alien / "records.jsonl").write_text(json.dumps({"schema_version": 1, "hello": 1}) + "\n")
+    nothing = tmp / "nothing"
+    nothing.mkdir()
+    return {
+        "missing dir": ([str(tmp / "absent")], "no such file or directory"),
+        "no records file": ([str(nothing)], "no records.jsonl"),
+        "no records": ([str(empty)], "holds no records"),
+        "newer schema": ([str(FIXTURES / "newer_schema")], "newer than this harness reads"),
+        "torn line": ([str(torn)], "not a JSON record"),
+        "not a record": ([str(alien)], "not a bench run record"),
+        "missing baseline": ([str(SWEEP_A), "--baseline", str(tmp / "absent"), "--out", str(tmp / "o")], "absent"),
+        "several dirs, no --out": ([str(SWEEP_A), str(SWEEP_B)], "give --out"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["missing dir", "no records file", "no records", "newer schema", "torn line", "not a record",
+     "missing baseline", "several dirs, no --out"],  # fmt: skip
+)
+def test_cli_bad_input_is_one_line_and_exit_2(case, tmp_path, capsys):
+    argv, message = _bad_inputs(tmp_path)[case]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("python -m bench.report: error: ") and message in err
+
+
+def test_cli_as_a_process(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    ok = subprocess.run([sys.executable, "-m", "bench.report", str(SWEEP_A), "--out", str(tmp_path)],
+                        capture_output=True, text=True, env=env, cwd=tmp_path)  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    bad = subprocess.run([sys.executable, "-m", "bench.report", str(FIXTURES / "newer_schema")],
+                         capture_output=True, text=True, env=env, cwd=tmp_path)  # fmt: skip
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().count("\n") == 0 and "schema_version 2 is newer" in bad.stderr

@@ -1,0 +1,196 @@
+"""Unit tests for bench.measure.stats: AUC, paired AUC deltas (DeLong, bootstrap), ratios."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.metrics import roc_auc_score
+
+from bench.measure.stats import (
+    auc,
+    indistinguishable_from_zero,
+    interval_contains,
+    paired_auc_delta,
+    ratio_interval,
+)
+
+
+def simulate(n: int, seed: int, noise_base: float = 1.0, noise_new: float = 1.0, shared: float = 0.8):
+    """Labels from a latent logit; two correlated scorers that see it through noise."""
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal(n)
+    y = (rng.random(n) < 1.0 / (1.0 + np.exp(-1.5 * z))).astype(np.int64)
+    common = rng.standard_normal(n)
+    base = z + noise_base * (shared * common + math.sqrt(1 - shared**2) * rng.standard_normal(n))
+    new = z + noise_new * (shared * common + math.sqrt(1 - shared**2) * rng.standard_normal(n))
+    return y, base, new
+
+
+# ----------------------------------------------------------------------------------- auc
+
+
+def test_auc_matches_sklearn_on_continuous_scores():
+    y, base, _ = simulate(5000, seed=1)
+    assert auc(y, base) == pytest.approx(roc_auc_score(y, base), abs=1e-12)
+
+
+def test_auc_matches_sklearn_with_heavy_ties_and_float32():
+    rng = np.random.default_rng(2)
+    y = rng.integers(0, 2, 3000)
+    s = np.round(rng.random(3000) + 0.3 * y, 1).astype(np.float32)  # about 14 distinct values
+    assert auc(y, s) == pytest.approx(roc_auc_score(y, s), abs=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.booleans(), st.integers(-3, 3)), min_size=2, max_size=40).filter(
+        lambda rows: 0 < sum(r[0] for r in rows) < len(rows)
+    )
+)
+def test_auc_matches_sklearn_property(rows):
+    y = np.array([r[0] for r in rows])
+    s = np.array([r[1] for r in rows], dtype=float)
+    assert auc(y, s) == pytest.approx(roc_auc_score(y, s), abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "labels, scores, message",
+    [
+        ([1, 1, 1], [0.1, 0.2, 0.3], "both classes"),
+        ([0, 1, 2], [0.1, 0.2, 0.3], "0/1"),
+        ([0, 1, 1], [0.1, 0.2], "one score per sample"),
+        ([0, 1, 1], [0.1, float("nan"), 0.3], "NaN"),
+    ],
+)
+def test_auc_rejects_bad_input(labels, scores, message):
+    with pytest.raises(ValueError, match=message):
+        auc(labels, scores)
+
+
+# ----------------------------------------------------------------------------- DeLong
+
+
+def test_identical_scores_give_zero_delta_and_degenerate_interval():
+    y, base, _ = simulate(2000, seed=3)
+    for method in ("delong", "bootstrap"):
+        r = paired_auc_delta(y, base, base.copy(), method=method, n_boot=50)
+        assert (r.delta, r.lo, r.hi, r.p_value) == (0.0, 0.0, 0.0, 1.0)
+        assert r.indistinguishable_from_zero
+
+
+def test_delong_aucs_match_sklearn_and_delta_sign():
+    y, base, new = simulate(4000, seed=4, noise_base=1.2, noise_new=0.8)
+    r = paired_auc_delta(y, base, new)
+    assert r.auc_base == pytest.approx(roc_auc_score(y, base), abs=1e-12)
+    assert r.auc_new == pytest.approx(roc_auc_score(y, new), abs=1e-12)
+    assert r.delta == pytest.approx(r.auc_new - r.auc_base)
+    assert r.delta > 0 and r.lo < r.delta < r.hi
+    assert r.as_metrics() == {"auc_delta": r.delta, "auc_delta_lo": r.lo, "auc_delta_hi": r.hi, "auc_delta_p": r.p_value}
+
+
+def test_swapping_models_flips_the_delta():
+    y, base, new = simulate(3000, seed=5, noise_new=1.1)
+    a, b = paired_auc_delta(y, base, new), paired_auc_delta(y, new, base)
+    assert a.delta == pytest.approx(-b.delta)
+    assert a.lo == pytest.approx(-b.hi) and a.hi == pytest.approx(-b.lo)
+    assert a.p_value == pytest.approx(b.p_value)
+
+
+def test_delong_agrees_with_paired_bootstrap():
+    y, base, new = simulate(4000, seed=6, noise_base=1.0, noise_new=1.15, shared=0.7)
+    d = paired_auc_delta(y, base, new, method="delong")
+    b = paired_auc_delta(y, base, new, method="bootstrap", n_boot=1500, seed=0)
+    assert b.delta == d.delta
+    width_d, width_b = d.hi - d.lo, b.hi - b.lo
+    assert width_b == pytest.approx(width_d, rel=0.15)
+    assert b.lo == pytest.approx(d.lo, abs=0.15 * width_d)
+    assert b.hi == pytest.approx(d.hi, abs=0.15 * width_d)
+    assert (d.p_value < 0.05) == (b.p_value < 0.05) or abs(d.p_value - b.p_value) < 0.05
+
+
+def test_bootstrap_is_seeded():
+    y, base, new = simulate(1000, seed=7)
+    a = paired_auc_delta(y, base, new, method="bootstrap", n_boot=200, seed=3)
+    b = paired_auc_delta(y, base, new, method="bootstrap", n_boot=200, seed=3)
+    c = paired_auc_delta(y, base, new, method="bootstrap", n_boot=200, seed=4)
+    assert (a.lo, a.hi) == (b.lo, b.hi)
+    assert (a.lo, a.hi) != (c.lo, c.hi)
+
+
+def test_delong_type_one_error_is_near_alpha():
+    """Two equally good, correlated scorers: the 95% interval should miss 0 about 5% of the time."""
+    rejections = sum(
+        not paired_auc_delta(*simulate(600, seed=100 + i, shared=0.6)).indistinguishable_from_zero for i in range(300)
+    )
+    assert 3 <= rejections <= 30  # binomial(300, 0.05): mean 15, sd 3.8
+
+
+def test_delong_detects_a_real_difference():
+    y, base, new = simulate(20000, seed=8, noise_base=1.0, noise_new=1.3)
+    r = paired_auc_delta(y, base, new)
+    assert r.hi < 0 and r.p_value < 1e-6 and not r.indistinguishable_from_zero
+
+
+def test_delong_is_fast_on_200k_samples():
+    y, base, new = simulate(200_000, seed=9)
+    paired_auc_delta(y[:1000], base[:1000], new[:1000])
+    start = time.perf_counter()
+    paired_auc_delta(y, base, new)
+    assert time.perf_counter() - start < 1.0
+
+
+def test_paired_auc_delta_rejects_bad_arguments():
+    y, base, new = simulate(100, seed=10)
+    with pytest.raises(ValueError, match="unknown method"):
+        paired_auc_delta(y, base, new, method="magic")
+    with pytest.raises(ValueError, match="alpha"):
+        paired_auc_delta(y, base, new, alpha=1.5)
+    with pytest.raises(ValueError, match="one score per sample"):
+        paired_auc_delta(y, base, new[:-1])
+
+
+# ----------------------------------------------------------------------- ratio_interval
+
+
+def test_ratio_interval_brackets_ratio_of_medians():
+    new = [2010.0, 1990.0, 2005.0, 1985.0, 2000.0]
+    base = [1000.0, 1010.0, 990.0, 1005.0, 995.0]
+    r = ratio_interval(new, base)
+    ratio, lo, hi = r  # unpacks as a tuple
+    assert ratio == pytest.approx(2000.0 / 1000.0)
+    assert lo <= ratio <= hi
+    assert 1.9 < lo and hi < 2.1
+
+
+def test_ratio_interval_contains_one_for_same_distribution():
+    rng = np.random.default_rng(11)
+    a, b = rng.normal(1000, 30, 7), rng.normal(1000, 30, 7)
+    r = ratio_interval(a, b)
+    assert r.lo < 1.0 < r.hi
+
+
+def test_ratio_interval_single_trials_and_seed():
+    assert ratio_interval([300.0], [100.0]) == (3.0, 3.0, 3.0)
+    a, b = [10.0, 11.0, 12.0, 9.0], [5.0, 6.0, 5.5, 4.5]
+    assert ratio_interval(a, b, seed=1) == ratio_interval(a, b, seed=1)
+
+
+@pytest.mark.parametrize("bad", [[], [0.0, 1.0], [float("nan")], [-5.0]])
+def test_ratio_interval_rejects_bad_trials(bad):
+    with pytest.raises(ValueError):
+        ratio_interval(bad, [1.0, 2.0])
+
+
+def test_interval_helpers():
+    assert indistinguishable_from_zero(-0.0003, 0.0027)
+    assert indistinguishable_from_zero(0.0, 0.0)
+    assert not indistinguishable_from_zero(0.0001, 0.0027)
+    assert not indistinguishable_from_zero(-0.002, -0.001)
+    assert interval_contains(0.95, 1.05, 1.0) and not interval_contains(1.01, 1.05, 1.0)
+    with pytest.raises(ValueError):
+        indistinguishable_from_zero(float("nan"), 1.0)

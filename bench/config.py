@@ -9,12 +9,13 @@ Configs only describe: hardware probing and environment changes belong to `bench
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from bench import registry
+from bench.gate.config import GateConfig
 
 
 @dataclass
@@ -78,12 +79,15 @@ class Config:
     threads: Optional[int] = None  # torch intra-op threads; None keeps torch's default
     reports_dir: str = "reports"
     cache_dir: str = ".cache/bench"
-    eval_batch_size: int = 8192  # accuracy does not depend on it; kept fixed so AUC is shared
-    calibration_batches: int = 8
+    # Accuracy does not depend on these: they stay fixed so one backend's AUC serves every batch size.
+    eval_batch_size: int = 8192
+    calibration_batch_size: int = 1024  # the calibration split is cut into batches of this size
     timing: TimingConfig = field(default_factory=TimingConfig)
-    # Set by sweep configs; names the report folder `<reports_dir>/<sweep>/`.
+    # Set by sweep configs: names the report folder `<reports_dir>/<sweep>/`, and whether the
+    # sweep ends with the gate.
     sweep_name: Optional[str] = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    run_gate: bool = False
+    gate: GateConfig = field(default_factory=GateConfig)
 
 
 def register_configs() -> None:
@@ -92,6 +96,7 @@ def register_configs() -> None:
     cs.store(name="base_config", node=Config)
     cs.store(group="model", name="base_model", node=ModelConfig)
     cs.store(group="device", name="base_device", node=DeviceConfig)
+    cs.store(group="gate", name="base_gate", node=GateConfig)
     for kind in registry.KINDS:
         for name, entry in registry.entries(kind).items():
             cs.store(group=kind, name=f"base_{name}", node=entry.config)

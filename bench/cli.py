@@ -1,0 +1,101 @@
+"""`python -m bench`: compose the config, run one job (or a sweep of them), write records.
+
+Names are checked before Hydra composes anything, so an unknown backend or a bad batch size is
+one line and exit code 2, with no traceback. Inside a sweep, a failing job becomes a record with
+status `error` and the sweep goes on; a single run exits 2 for bad input and 1 for other errors,
+after writing its record.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from bench.config import register_configs
+from bench.errors import UserError
+from bench.results import RunRecord, save_record
+from bench.runner import run_job
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+GROUPS = ("workload", "model", "backend", "device", "gate", "sweep")
+POSITIVE_INT_KEYS = ("batch_size", "eval_batch_size", "calibration_batch_size", "threads")
+log = logging.getLogger("bench")
+
+
+def group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml") if not p.stem.startswith("base_"))
+
+
+def check_overrides(args: list[str]) -> None:
+    """Reject unknown group options and non-positive sizes with a one-line UserError."""
+    try:
+        overrides = OverridesParser.create().parse_overrides([a for a in args if not a.startswith("-")])
+    except HydraException:
+        return  # a syntax error: Hydra's own message names it
+    for override in overrides:
+        key = override.key_or_group.split("@")[0]
+        values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [override.get_value_element_as_str()]
+        if key in GROUPS and not override.is_delete():
+            known = group_options(key)
+            for value in values:
+                if value not in known:
+                    raise UserError(f"unknown {key} {value!r}: choose one of {', '.join(known)} ({key}=NAME)")
+        if key in POSITIVE_INT_KEYS:
+            for value in values:
+                if not (value.isdigit() and int(value) > 0) and not (key == "threads" and value == "null"):
+                    raise UserError(f"{key} must be a positive integer, got {value!r} ({key}=N)")
+
+
+def summary(record: RunRecord) -> str:
+    head = f"{record.backend} on {record.workload}, {record.device}, batch {record.batch_size}: {record.status}"
+    if record.status != "ok":
+        return f"{head} ({record.error})"
+    m = record.metrics
+    lines = [head]
+    auc = f"  AUC {m['auc']:.4f}"
+    if m.get("oracle_auc") is not None:
+        auc += f" (oracle {m['oracle_auc']:.4f}, gap {m['oracle_auc'] - m['auc']:.4f})"
+    if record.backend != "fp32":
+        auc += f"; ΔAUC vs fp32 {m['auc_delta']:+.4f} [{m['auc_delta_lo']:+.4f}, {m['auc_delta_hi']:+.4f}]"
+    lines.append(auc + f"; log loss {m['logloss']:.4f}, NE {m['ne']:.4f}, {m['n_eval']} eval samples")
+    lat = m["latency_ms"]
+    lines.append(
+        f"  throughput {m['throughput']:,.0f} samples/s; latency p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, p99 {lat['p99']:.2f} ms; {m['threads']} threads"
+    )
+    lines.append(
+        f"  embeddings {m['embedding_bytes'] / 1e6:.2f} MB; model {m['model_bytes'] / 1e6:.2f} MB; peak RSS {m['peak_rss_bytes'] / 1e6:.0f} MB"
+    )
+    return "\n".join(lines)
+
+
+def task(cfg: DictConfig) -> str:
+    record, exc = run_job(cfg)
+    hydra_cfg = HydraConfig.get()
+    save_record(record, Path(hydra_cfg.runtime.output_dir), Path(cfg.reports_dir))
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        log.info(summary(record).splitlines()[0])
+        return record.status
+    print(summary(record))
+    print(f"record: {Path(hydra_cfg.runtime.output_dir) / 'record.json'} (also appended to {Path(cfg.reports_dir) / 'records.jsonl'})")
+    if record.status == "error":
+        print(f"error: {record.error}", file=sys.stderr)
+        sys.exit(UserError.exit_code if isinstance(exc, UserError) else 1)
+    return record.status
+
+
+def main() -> None:
+    register_configs()
+    try:
+        check_overrides(sys.argv[1:])
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(task)()

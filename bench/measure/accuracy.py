@@ -1,0 +1,60 @@
+"""Accuracy over a whole eval split: AUC, log loss, normalized entropy, with a count check."""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import numpy as np
+import torch
+from sklearn.metrics import roc_auc_score
+from torch import nn
+
+from bench.batch import Batch
+from bench.errors import UserError
+
+
+class CountMismatch(RuntimeError):
+    pass
+
+
+def score(module: nn.Module, batches: Iterable[Batch], device: torch.device, expected: int) -> tuple[np.ndarray, np.ndarray]:
+    """Logits and labels for every eval sample; each sample must be scored exactly once.
+
+    A model or loader that drops or duplicates samples (the offsets off-by-one that once dropped
+    the last sample of every batch) fails here instead of skewing the AUC.
+    """
+    labels, logits = [], []
+    with torch.inference_mode():
+        for batch in batches:
+            out = module(*batch.to(device).model_inputs()).reshape(-1)
+            if out.numel() != len(batch):
+                raise CountMismatch(f"model returned {out.numel()} scores for a batch of {len(batch)} samples")
+            logits.append(out.float().cpu().numpy())
+            labels.append(batch.labels.numpy())
+    n = sum(len(x) for x in labels)
+    if n != expected:
+        raise CountMismatch(f"scored {n} eval samples, expected {expected}: samples were dropped or repeated")
+    return np.concatenate(labels), np.concatenate(logits)
+
+
+def accuracy_metrics(labels: np.ndarray, logits: np.ndarray) -> dict[str, float]:
+    if not np.all(np.isfinite(logits)):
+        bad = int(np.sum(~np.isfinite(logits)))
+        raise FloatingPointError(f"model produced {bad} non-finite scores (NaN or inf) on the eval split")
+    positives = float(labels.mean())
+    if positives in (0.0, 1.0):
+        raise UserError(
+            f"the eval split has a single class (all labels {int(positives)}): AUC is undefined; use a larger or different eval split"
+        )
+    logloss = float(torch.nn.functional.binary_cross_entropy_with_logits(torch.from_numpy(logits).double(), torch.from_numpy(labels).double()))
+    # Normalized entropy: log loss over the entropy of the base rate (DLRM's NE; below 1 beats
+    # predicting the positive rate for everyone).
+    base_entropy = -(positives * math.log(positives) + (1 - positives) * math.log(1 - positives))
+    return {
+        "auc": float(roc_auc_score(labels, logits)),
+        "logloss": logloss,
+        "ne": logloss / base_entropy,
+        "n_eval": int(len(labels)),
+        "positive_rate": positives,
+    }

@@ -1,0 +1,78 @@
+"""The environment a run was measured in: versions, hardware, threads, code revision."""
+
+from __future__ import annotations
+
+import functools
+import platform
+import socket
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+import torch
+
+from bench.hashing import config_hash
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def environment(device: torch.device | None = None) -> dict:
+    info = dict(_static())
+    info["threads"] = torch.get_num_threads()
+    info["gpu"] = torch.cuda.get_device_name(device) if device is not None and device.type == "cuda" else None
+    # Compare like with like: results from different hardware or thread counts are not joined.
+    info["fingerprint"] = config_hash({"cpu": info["cpu"], "gpu": info["gpu"], "threads": info["threads"]}, length=12)
+    return info
+
+
+@functools.cache
+def _static() -> dict:
+    sha, dirty = _git_state()
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torchrec": _version("torchrec"),
+        "fbgemm_gpu": _version("fbgemm-gpu-cpu") or _version("fbgemm-gpu"),
+        "bench": _version("bench"),
+        "cpu": _cpu_model(),
+        "cpu_count": _cpu_count(),
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "git_sha": sha,
+        "git_dirty": dirty,
+    }
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _cpu_count() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _git_state() -> tuple[str | None, bool | None]:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=10, check=True).stdout
+
+    try:
+        sha = git("rev-parse", "HEAD").strip()
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no").strip())
+        return sha, dirty
+    except (OSError, subprocess.SubprocessError):
+        return None, None

@@ -1,0 +1,77 @@
+"""Throughput and latency of a module over prepared batches.
+
+The timed region holds only the model call: batches are built and moved to the device before
+timing starts. Warm-up first, then several trials; every per-batch latency is kept so a report can
+recompute any statistic. On CUDA, CUDA events bracket each call and the trial synchronises once.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+
+@dataclass
+class Timing:
+    batch_size: int
+    latency_ms: list[list[float]]  # [trial][batch]: the raw samples
+
+    @property
+    def trial_throughput(self) -> list[float]:
+        """Samples per second in each trial: samples timed / time in the model calls."""
+        return [self.batch_size * len(t) / (sum(t) / 1e3) for t in self.latency_ms]
+
+    @property
+    def throughput(self) -> float:
+        return float(np.median(self.trial_throughput))
+
+    def latency_percentiles(self) -> dict[str, float]:
+        flat = np.concatenate([np.asarray(t) for t in self.latency_ms])
+        return {f"p{q}": float(np.percentile(flat, q)) for q in (50, 90, 99)}
+
+
+def time_module(
+    module: nn.Module,
+    inputs: Sequence[tuple],
+    batch_size: int,
+    device: torch.device,
+    warmup_batches: int,
+    trials: int,
+    batches_per_trial: int,
+) -> Timing:
+    """Call `module(*inputs[i])` in rounds; `inputs` already live on `device`."""
+    if not inputs:
+        raise ValueError("no timing batches")
+    clock = _cuda_clock if device.type == "cuda" else _cpu_clock
+    with torch.inference_mode():
+        for i in range(warmup_batches):
+            module(*inputs[i % len(inputs)])
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        latency = [clock(module, [inputs[j % len(inputs)] for j in range(batches_per_trial)], device) for _ in range(trials)]
+    return Timing(batch_size=batch_size, latency_ms=latency)
+
+
+def _cpu_clock(module: nn.Module, trial_inputs: list[tuple], device: torch.device) -> list[float]:
+    out = []
+    counter = time.perf_counter_ns
+    for args in trial_inputs:
+        start = counter()
+        module(*args)
+        out.append((counter() - start) / 1e6)
+    return out
+
+
+def _cuda_clock(module: nn.Module, trial_inputs: list[tuple], device: torch.device) -> list[float]:
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in trial_inputs]
+    for args, (start, end) in zip(trial_inputs, events):
+        start.record()
+        module(*args)
+        end.record()
+    torch.cuda.synchronize(device)
+    return [start.elapsed_time(end) for start, end in events]

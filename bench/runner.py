@@ -1,0 +1,321 @@
+"""`run_one(cfg) -> RunRecord`: the one code path from a resolved config to a run record.
+
+`python -m bench`, the sweep, the suites and the tests all call it. It never raises for a job
+that fails: the failure becomes a record with status `error` (or `skipped`, with a reason, when
+the device or backend cannot run here), so a sweep goes on and nothing measured is lost.
+
+Work is shared between the jobs of one process (a sweep runs its jobs in-process): the workload
+and its eval batches are built once, the fp32 model is trained or loaded once, and a backend's
+prepared model and eval scores are computed once per (model, backend, device) and reused across
+batch sizes. Eval scores are also cached on disk, keyed by config hashes and a digest of the
+harness's code, so a warm re-run skips evaluation but never reuses scores from other code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from bench import registry
+from bench.backends.base import Backend
+from bench.batch import Batch
+from bench.device import resolve, set_threads
+from bench.errors import UserError
+from bench.hashing import config_hash
+from bench.measure.accuracy import accuracy_metrics, score
+from bench.measure.env import environment
+from bench.measure.memory import PeakMemory, model_bytes
+from bench.measure.stats import paired_auc_delta
+from bench.measure.tables import embedding_bytes
+from bench.measure.timing import time_module
+from bench.models.train import trained_model
+from bench.results import RunRecord
+from bench.workloads.base import Workload
+
+log = logging.getLogger(__name__)
+
+# Keys that change where output goes or how it is shown, never what is measured.
+NON_SEMANTIC_KEYS = ("reports_dir", "cache_dir", "sweep_name", "gate", "resume")
+
+
+def job_hash(resolved: dict[str, Any]) -> str:
+    return config_hash({k: v for k, v in resolved.items() if k not in NON_SEMANTIC_KEYS})
+
+
+def run_one(cfg: DictConfig) -> RunRecord:
+    return run_job(cfg)[0]
+
+
+def run_job(cfg: DictConfig) -> tuple[RunRecord, Exception | None]:
+    """The record, and the exception behind an `error` record (None otherwise)."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    record = RunRecord(
+        status="ok",
+        workload=cfg.workload.name,
+        backend=cfg.backend.name,
+        device=cfg.device.type,
+        batch_size=cfg.batch_size,
+        config=resolved,
+        config_hash=job_hash(resolved),
+        env={},
+    )
+    device = None
+    try:
+        _validate(cfg)
+        set_threads(cfg.threads)
+        device, skip = resolve(cfg.device)
+        if skip is None:
+            backend = registry.get("backend", cfg.backend.name).factory(cfg.backend)
+            skip = backend.unsupported_reason(device)
+        if skip is not None:
+            record.status, record.error = "skipped", skip
+            device = None  # not usable here: describe the machine without it
+        else:
+            record.metrics = _measure(cfg, backend, device)
+        return record, None
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a record
+        record.status = "error"
+        record.error = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
+        log.debug("job failed", exc_info=True)
+        return record, exc
+    finally:
+        record.env = environment(device)
+
+
+def _validate(cfg: DictConfig) -> None:
+    for key in ("batch_size", "eval_batch_size", "calibration_batch_size"):
+        value = cfg[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise UserError(f"{key} must be a positive integer, got {value!r} ({key}=N)")
+    for key in ("warmup_batches", "trials", "batches_per_trial"):
+        if cfg.timing[key] < (0 if key == "warmup_batches" else 1):
+            raise UserError(f"timing.{key} must be positive, got {cfg.timing[key]}")
+
+
+def _measure(cfg: DictConfig, backend: Backend, device: torch.device) -> dict[str, Any]:
+    workload = _workload(cfg)
+    model, model_key, model_info = _model(cfg, workload)
+    n_eval = workload.num_samples("eval")
+    if cfg.batch_size > n_eval:
+        raise UserError(f"batch_size {cfg.batch_size} is larger than the eval split ({n_eval} samples): lower batch_size")
+
+    with PeakMemory(device) as peak:
+        prepared = _prepared(cfg, backend, model, model_key, workload, device)
+        labels, logits = _scores(cfg, cfg.backend, prepared, model_key, workload, device)
+        inputs = _timing_inputs(cfg, workload, device)
+        timing = time_module(prepared, inputs, cfg.batch_size, device, **OmegaConf.to_container(cfg.timing))
+
+    metrics: dict[str, Any] = accuracy_metrics(labels, logits)
+    metrics["oracle_auc"] = _oracle_auc(cfg, workload)
+    metrics.update(_delta_against_fp32(cfg, model, model_key, workload, device, labels, logits))
+    metrics.update(_fidelity(cfg, backend, model, model_key, workload, device, labels, logits))
+    metrics.update(
+        throughput=timing.throughput,
+        throughput_trials=timing.trial_throughput,
+        latency_ms=timing.latency_percentiles(),
+        latency_samples_ms=timing.latency_ms,
+        embedding_bytes=embedding_bytes(prepared),
+        model_bytes=model_bytes(prepared),
+        peak_rss_bytes=peak.peak_rss_bytes,
+        peak_rss_scope=peak.rss_scope,
+        cuda_peak_bytes=peak.cuda_peak_bytes,
+        threads=torch.get_num_threads(),
+        model_source=model_info.get("source"),
+        sample="one row (user-item pair) of the workload",
+    )
+    return metrics
+
+
+# ---------------------------------------------------------------- shared work, cached per process
+
+
+def _plain(cfg: Any) -> Any:
+    if OmegaConf.is_config(cfg):
+        return OmegaConf.to_container(cfg, resolve=True)
+    if dataclasses.is_dataclass(cfg):
+        return dataclasses.asdict(cfg)
+    return cfg
+
+
+@functools.lru_cache(maxsize=2)
+def _workload_cached(name: str, cfg_json: str, seed: int, cache_dir: str) -> Workload:
+    entry = registry.get("workload", name)
+    return entry.factory(OmegaConf.create(cfg_json), seed, Path(cache_dir))
+
+
+def _workload(cfg: DictConfig) -> Workload:
+    import json
+
+    return _workload_cached(cfg.workload.name, json.dumps(_plain(cfg.workload), sort_keys=True), cfg.seed, str(cfg.cache_dir))
+
+
+_model_cache: dict[str, tuple[nn.Module, str, dict]] = {}
+
+
+def _model(cfg: DictConfig, workload: Workload) -> tuple[nn.Module, str, dict]:
+    ident = config_hash({"w": _plain(cfg.workload), "m": _plain(cfg.model), "seed": cfg.seed})
+    if ident not in _model_cache:
+        torch.manual_seed(cfg.seed)
+        model, info = trained_model(cfg.model, workload, cfg.seed, Path(cfg.cache_dir))
+        key = info.get("key") or _file_key(info["path"])
+        _model_cache.clear()  # one model per process at a time: they can be large
+        _model_cache[ident] = (model, key, info)
+    return _model_cache[ident]
+
+
+def _file_key(path: str) -> str:
+    stat = Path(path).stat()
+    return config_hash({"path": str(Path(path).resolve()), "size": stat.st_size, "mtime": stat.st_mtime_ns})
+
+
+@functools.lru_cache(maxsize=1)
+def _code_digest() -> str:
+    """Digest of the harness's sources: cached scores never outlive a code change."""
+    h = hashlib.sha256()
+    root = Path(__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode())
+        h.update(path.read_bytes())
+    h.update(torch.__version__.encode())
+    return h.hexdigest()[:16]
+
+
+_eval_cache: dict[str, list[Batch]] = {}
+
+
+def _eval_batches(cfg: DictConfig, workload: Workload) -> list[Batch]:
+    key = config_hash({"w": _plain(cfg.workload), "seed": cfg.seed, "bs": cfg.eval_batch_size})
+    if key not in _eval_cache:
+        _eval_cache.clear()
+        _eval_cache[key] = list(workload.batches("eval", cfg.eval_batch_size))
+    return _eval_cache[key]
+
+
+_calibration_cache: dict[str, list[Batch]] = {}
+
+
+def _calibration(cfg: DictConfig, workload: Workload) -> list[Batch]:
+    key = config_hash({"w": _plain(cfg.workload), "seed": cfg.seed, "bs": cfg.calibration_batch_size})
+    if key not in _calibration_cache:
+        _calibration_cache.clear()
+        _calibration_cache[key] = list(workload.batches("calibration", cfg.calibration_batch_size))
+    return _calibration_cache[key]
+
+
+_prepared_cache: dict[str, nn.Module] = {}
+
+
+def _prepared(cfg, backend: Backend, model: nn.Module, model_key: str, workload: Workload, device: torch.device) -> nn.Module:
+    key = config_hash({"model": model_key, "backend": _plain(backend.cfg), "device": str(device)})
+    if key not in _prepared_cache:
+        _prepared_cache.clear()  # keep one prepared variant alive: the sweep runs batch sizes innermost
+        torch.manual_seed(cfg.seed)
+        _prepared_cache[key] = backend.prepare(model, _calibration(cfg, workload), device)
+    return _prepared_cache[key]
+
+
+_score_cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _scores_key(cfg, backend_cfg, model_key: str, device: torch.device) -> str:
+    return config_hash(
+        {
+            "model": model_key,
+            "backend": _plain(backend_cfg),
+            "device": device.type,
+            "workload": _plain(cfg.workload),
+            "seed": cfg.seed,
+            "calibration_batch_size": cfg.calibration_batch_size,
+            "code": _code_digest(),
+        }
+    )
+
+
+def _scores(cfg, backend_cfg, prepared: nn.Module | None, model_key: str, workload: Workload, device: torch.device):
+    """(labels, logits) on the eval split: from memory, from disk, or scored now."""
+    key = _scores_key(cfg, backend_cfg, model_key, device)
+    if key in _score_cache:
+        return _score_cache[key]
+    path = Path(cfg.cache_dir) / "scores" / f"{key}.npz"
+    if path.exists():
+        with np.load(path) as data:
+            result = (data["labels"], data["logits"])
+    else:
+        if prepared is None:
+            return None
+        result = score(prepared, _eval_batches(cfg, workload), device, expected=workload.num_samples("eval"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.npz")
+        np.savez(tmp, labels=result[0], logits=result[1])
+        tmp.replace(path)
+    _score_cache[key] = result
+    return result
+
+
+def _scores_of(cfg, backend_cfg, model, model_key, workload, device):
+    """Scores of another backend (the fp32 baseline, a fake-quant twin), prepared only if needed."""
+    cached = _scores(cfg, backend_cfg, None, model_key, workload, device)
+    if cached is not None:
+        return cached
+    other = registry.get("backend", backend_cfg.name).factory(backend_cfg)
+    module = other.prepare(model, _calibration(cfg, workload), device)
+    return _scores(cfg, backend_cfg, module, model_key, workload, device)
+
+
+def _backend_config(name: str, **overrides: Any) -> DictConfig:
+    schema = registry.get("backend", name).config
+    return OmegaConf.merge(OmegaConf.structured(schema), overrides)
+
+
+def _delta_against_fp32(cfg, model, model_key, workload, device, labels, logits) -> dict[str, Any]:
+    _, base_logits = _scores_of(cfg, _backend_config("fp32"), model, model_key, workload, device)
+    delta = paired_auc_delta(labels, base_logits, logits)
+    return {"auc_fp32": delta.auc_base, **delta.as_metrics()}
+
+
+def _fidelity(cfg, backend: Backend, model, model_key, workload, device, labels, logits) -> dict[str, Any]:
+    """AUC gap between an integer backend and the fake-quant model that emulates it."""
+    emulation = getattr(backend, "emulation", lambda: None)()
+    if not emulation:
+        return {}
+    twin_cfg = _backend_config(emulation["name"], **emulation)
+    _, twin_logits = _scores_of(cfg, twin_cfg, model, model_key, workload, device)
+    gap = paired_auc_delta(labels, twin_logits, logits)
+    return {"fidelity_gap": gap.delta, "fidelity_gap_lo": gap.lo, "fidelity_gap_hi": gap.hi, "fidelity_twin": emulation}
+
+
+@functools.lru_cache(maxsize=4)
+def _oracle_cached(cfg_json: str, seed: int, name: str, cache_dir: str) -> float | None:
+    return _workload_cached(name, cfg_json, seed, cache_dir).oracle_auc()
+
+
+def _oracle_auc(cfg, workload: Workload) -> float | None:
+    import json
+
+    return _oracle_cached(json.dumps(_plain(cfg.workload), sort_keys=True), cfg.seed, cfg.workload.name, str(cfg.cache_dir))
+
+
+_timing_cache: dict[str, list[tuple]] = {}
+
+
+def _timing_inputs(cfg, workload: Workload, device: torch.device) -> list[tuple]:
+    """The first `batches_per_trial` full eval batches at the job's batch size, already on device."""
+    key = config_hash({"w": _plain(cfg.workload), "seed": cfg.seed, "bs": cfg.batch_size, "dev": str(device), "n": cfg.timing.batches_per_trial})
+    if key not in _timing_cache:
+        _timing_cache.clear()
+        inputs = []
+        for batch in workload.batches("eval", cfg.batch_size):
+            if len(batch) < cfg.batch_size or len(inputs) == cfg.timing.batches_per_trial:
+                break
+            inputs.append(batch.to(device).model_inputs())
+        _timing_cache[key] = inputs
+    return _timing_cache[key]

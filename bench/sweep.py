@@ -1,0 +1,72 @@
+"""Sweep-level work that Hydra's launcher does not do: a progress bar over the jobs, the report
+when the sweep ends, and the gate for sweeps that ask for it (`run_gate: true`).
+
+Installed as a Hydra callback by the sweep configs (`conf/sweep/*.yaml`). The report reads only
+the records the jobs wrote; nothing is measured here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from bench.progress import progress
+from bench.results import RunRecord
+
+log = logging.getLogger("bench.sweep")
+
+
+def count_jobs(config: DictConfig) -> int:
+    """Jobs the basic sweeper will launch: the product of the swept values, later keys winning."""
+    params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
+    overrides = OverridesParser.create().parse_overrides(params + list(config.hydra.overrides.task))
+    sizes = {}
+    for o in overrides:
+        sizes[o.get_key_element()] = len(list(o.sweep_string_iterator())) if o.is_sweep_override() else 1
+    return math.prod(sizes.values())
+
+
+def sweep_records(sweep_dir: Path) -> list[RunRecord]:
+    return [RunRecord.from_dict(json.loads(p.read_text())) for p in sorted(Path(sweep_dir).glob("*/record.json"))]
+
+
+class SweepCallback(Callback):
+    def __init__(self) -> None:
+        self.bar = None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.bar = progress(total=count_jobs(config), desc="sweep", unit="job")
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix_str(f"{config.backend.name} bs={config.batch_size} {config.device.type}")
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from bench.report import publish_report, results_table
+
+        if self.bar is not None:
+            self.bar.close()
+        records = sweep_records(Path(config.hydra.sweep.dir))
+        name = config.get("sweep_name") or "sweep"
+        report_dir = publish_report(records, Path(config.reports_dir), name)
+        counts = {s: sum(r.status == s for r in records) for s in ("ok", "error", "skipped")}
+        print(f"sweep {name}: {len(records)} jobs ({counts['ok']} ok, {counts['error']} error, {counts['skipped']} skipped)")
+        print(f"report: {report_dir / 'report.md'}")
+        if config.get("run_gate"):
+            from bench.gate import run_gate
+            from bench.history import update_history
+
+            table = results_table(records)
+            code = run_gate(table, config.gate, report_dir)
+            update_history(table, config.gate, Path(config.reports_dir))
+            print(f"gate: {'FAILED' if code else 'passed'} ({report_dir / 'gate.md'})")
+            if code:
+                raise SystemExit(code)

@@ -1,0 +1,47 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from bench.config import register_configs
+
+REPO = Path(__file__).resolve().parents[1]
+CONF_DIR = REPO / "conf"
+
+# A workload and training budget small enough for an end-to-end run in seconds on 2 cores.
+TINY = [
+    "workload.train_samples=16384",
+    "workload.eval_samples=8192",
+    "workload.calibration_samples=2048",
+    "model.train.samples=16384",
+    "model.train.progress=false",
+    "eval_batch_size=4096",
+    "calibration_batch_size=1024",
+    "batch_size=512",
+    "timing.warmup_batches=1",
+    "timing.trials=2",
+    "timing.batches_per_trial=2",
+]
+
+
+def compose_config(overrides=()):
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+@pytest.fixture
+def tiny_cfg(tmp_path):
+    def make(*overrides):
+        return compose_config([*TINY, f"cache_dir={tmp_path / 'cache'}", f"reports_dir={tmp_path / 'reports'}", *overrides])
+
+    return make
+
+
+def run_bench(*args, cwd=REPO, env=None, timeout=300):
+    """`python -m bench ARGS` in a subprocess, as a user runs it."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)

@@ -1,0 +1,48 @@
+"""`python -m bench` as a user runs it: bad input is one line and exit code 2."""
+
+import json
+
+import pytest
+
+from tests.conftest import TINY, run_bench
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["backend=nope"], "unknown backend 'nope': choose one of"),
+        (["workload=nope"], "unknown workload 'nope'"),
+        (["batch_size=0"], "batch_size must be a positive integer, got '0'"),
+        (["batch_size=-5"], "batch_size must be a positive integer"),
+        (["batch_size=big"], "batch_size must be a positive integer, got 'big'"),
+        (["+sweep=nope"], "unknown sweep 'nope'"),
+    ],
+)
+def test_bad_names_and_sizes_exit_2_with_one_line(args, message):
+    result = run_bench(*args, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_checkpoint_exits_2_and_keeps_the_record(tmp_path):
+    result = run_bench(*TINY, "model.checkpoint=/no/such.pt", f"reports_dir={tmp_path}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode == 2 and "checkpoint not found: /no/such.pt" in result.stderr
+    assert "Traceback" not in result.stderr
+    record = json.loads((tmp_path / "run" / "record.json").read_text())
+    assert record["status"] == "error"
+
+
+@pytest.mark.slow
+def test_end_to_end_run_writes_records_and_reuses_the_checkpoint(tmp_path):
+    common = [*TINY, f"reports_dir={tmp_path / 'reports'}", f"cache_dir={tmp_path / 'cache'}"]
+    first = run_bench(*common, f"hydra.run.dir={tmp_path / 'run1'}")
+    assert first.returncode == 0, first.stderr
+    assert "fp32 on synthetic, cpu, batch 512: ok" in first.stdout and "AUC" in first.stdout
+    second = run_bench(*common, f"hydra.run.dir={tmp_path / 'run2'}")
+    assert second.returncode == 0, second.stderr
+    r1, r2 = (json.loads((tmp_path / d / "record.json").read_text()) for d in ("run1", "run2"))
+    assert r1["metrics"]["model_source"] == "trained" and r2["metrics"]["model_source"] == "cache"
+    assert r1["metrics"]["auc"] == r2["metrics"]["auc"]
+    lines = (tmp_path / "reports" / "records.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and all(json.loads(line)["schema_version"] == 1 for line in lines)

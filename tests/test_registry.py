@@ -1,0 +1,29 @@
+import pytest
+
+from bench import registry
+from bench.errors import UserError
+
+
+def test_plugins_register_under_their_module_names():
+    assert "fp32" in registry.names("backend")
+    assert "synthetic" in registry.names("workload")
+    for kind in registry.KINDS:
+        for name, entry in registry.entries(kind).items():
+            assert entry.name == name and entry.kind == kind
+            assert entry.factory.__module__.rsplit(".", 1)[-1] == name or kind == "workload"
+
+
+def test_unknown_name_is_a_user_error_listing_the_choices():
+    with pytest.raises(UserError, match=r"unknown backend 'nope': choose one of .*fp32"):
+        registry.get("backend", "nope")
+
+
+def test_registering_a_name_twice_fails():
+    registry.load_plugins()
+    with pytest.raises(ValueError, match="registered twice"):
+        registry.register("backend", "fp32", config=object)(object)
+
+
+def test_unknown_kind_fails():
+    with pytest.raises(ValueError, match="unknown plug-in kind"):
+        registry.register("launcher", "x", config=object)

@@ -1,0 +1,66 @@
+import json
+import multiprocessing
+from pathlib import Path
+
+import pytest
+
+from bench.results import SCHEMA_VERSION, RunRecord, SchemaError, append_jsonl, read_jsonl, save_record, write_json_atomic
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def record(**kw):
+    base = dict(status="ok", workload="synthetic", backend="fp32", device="cpu", batch_size=8, config={"a": 1}, config_hash="abc", env={}, metrics={"auc": 0.8})
+    return RunRecord(**{**base, **kw})
+
+
+def test_golden_v1_record_still_reads():
+    records = read_jsonl(GOLDEN / "records_v1.jsonl")
+    assert len(records) >= 2 and records[0].schema_version == 1
+    ok = next(r for r in records if r.status == "ok")
+    for key in ("auc", "logloss", "ne", "n_eval", "oracle_auc", "throughput", "latency_ms", "embedding_bytes", "model_bytes", "peak_rss_bytes"):
+        assert key in ok.metrics
+    assert set(ok.metrics["latency_ms"]) == {"p50", "p90", "p99"}
+
+
+def test_newer_schema_is_refused_with_a_clear_message(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps({**record().to_dict(), "schema_version": SCHEMA_VERSION + 1}) + "\n")
+    with pytest.raises(SchemaError, match="newer than this harness reads.*upgrade bench"):
+        read_jsonl(path)
+
+
+def test_torn_line_is_an_error_not_a_skip(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(record().to_dict()) + "\n" + '{"schema_version": 1, "sta')
+    with pytest.raises(SchemaError, match=r"r\.jsonl:2"):
+        read_jsonl(path)
+
+
+def test_save_record_writes_run_dir_and_store(tmp_path):
+    save_record(record(), tmp_path / "run", tmp_path / "reports")
+    save_record(record(backend="int8_tbe"), tmp_path / "run2", tmp_path / "reports")
+    assert json.loads((tmp_path / "run" / "record.json").read_text())["backend"] == "fp32"
+    assert [r.backend for r in read_jsonl(tmp_path / "reports" / "records.jsonl")] == ["fp32", "int8_tbe"]
+    assert not list((tmp_path / "run").glob("*.tmp"))
+
+
+def test_nan_is_refused_rather_than_written_as_invalid_json(tmp_path):
+    with pytest.raises(ValueError):
+        write_json_atomic(tmp_path / "x.json", {"auc": float("nan")})
+    assert not (tmp_path / "x.json").exists() and not list(tmp_path.iterdir())
+
+
+def _append_many(path, tag):
+    for i in range(50):
+        append_jsonl(path, [record(backend=f"{tag}{i}", metrics={"pad": "x" * 5000}).to_dict()])
+
+
+def test_parallel_appends_never_interleave(tmp_path):
+    path = tmp_path / "records.jsonl"
+    procs = [multiprocessing.Process(target=_append_many, args=(path, t)) for t in "abcd"]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    assert len(read_jsonl(path)) == 200

@@ -9,11 +9,20 @@ Int8 modes (CPU: torch.ao's quantized Linear runs FBGEMM int8 kernels):
 - dynamic: weights int8 per-channel symmetric; each call quantizes its input per tensor from that
   batch's min/max (quint8 0..127, `reduce_range`), fp32 output.
 - static: each layer is quantize -> int8 Linear(+ReLU) -> dequantize, with per-tensor input and output
-  scales calibrated on the calibration batches (moving-average min/max, quint8 0..127).
+  scales from the min/max over all calibration batches (MinMaxObserver, quint8 0..127).
 
 The fake-quant twin (`fake_quantize`) wraps each layer with torch.ao's fused observer/fake-quant
-modules set to the same schemes, so `fake_quant` emulates `static` or `dynamic` with fp32 kernels:
-the same observer class and range compute the same scales.
+modules (`FusedMovingAvgObsFakeQuantize`) for activations, set to the same ranges, so `fake_quant`
+emulates `static` or `dynamic` with fp32 kernels and the same scales:
+- dynamic: the fused module's observer stays on with averaging constant 1, so each call takes its own
+  batch's min/max, as the dynamic int8 kernel does.
+- static: the fused module only knows a moving average, which over a few calibration batches mostly
+  remembers the first one; so a MinMaxObserver collects the global min/max over the calibration
+  batches, as the static int8 calibration does, and it becomes the fused module's range. (A moving
+  average on the int8 side would also be skewed: torch.ao's fused `LinearReLU` is an nn.Sequential, so
+  prepare's observer runs twice per call there, once as a child and once as a hook; min/max does
+  not mind.)
+- weights: plain `FakeQuantize` around the observer the int8 modules use, see FAKE_QUANT_WEIGHT.
 """
 
 from __future__ import annotations
@@ -44,7 +53,7 @@ _ACT = dict(dtype=torch.quint8, quant_min=0, quant_max=127)  # fbgemm's reduce_r
 _WEIGHT = dict(dtype=torch.qint8, qscheme=torch.per_channel_symmetric, quant_min=-128, quant_max=127)
 
 STATIC_QCONFIG = tq.QConfig(
-    activation=tq.MovingAverageMinMaxObserver.with_args(**_ACT),
+    activation=tq.MinMaxObserver.with_args(**_ACT),
     weight=tq.PerChannelMinMaxObserver.with_args(**_WEIGHT),
 )
 DYNAMIC_QCONFIG = tq.QConfig(
@@ -58,9 +67,10 @@ FAKE_QUANT_ACT = {
         observer=tq.MovingAverageMinMaxObserver, averaging_constant=1.0, **_ACT
     ),
 }
-FAKE_QUANT_WEIGHT = tq.FusedMovingAvgObsFakeQuantize.with_args(
-    observer=tq.MovingAveragePerChannelMinMaxObserver, ch_axis=0, **_WEIGHT
-)
+# Weights: torch.ao's plain FakeQuantize around the very observer the int8 modules use. The fused op
+# computes its own symmetric scale, max|w|/128, where the observer (and so the int8 kernels) use
+# max|w|/127.5: a fused weight fake-quant would emulate a slightly different weight grid.
+FAKE_QUANT_WEIGHT = tq.FakeQuantize.with_args(observer=tq.PerChannelMinMaxObserver, ch_axis=0, **_WEIGHT)
 
 
 def check_choice(value: str, choices: tuple[str, ...], key: str) -> None:
@@ -179,16 +189,23 @@ def fake_quantize(model: nn.Module, activations: str, calibration_batches: Seque
         for fq in weight_fqs:
             fq.enable_fake_quant(True)
         return len(wrappers)
-    # Static: observe activations of the fp32 layers over the calibration batches, as static int8
-    # calibration does (fake quantization off everywhere meanwhile), then freeze and switch it on.
+    # Static: global min/max of the fp32 layers' activations over the calibration batches, as the static
+    # int8 calibration sees them (fake quantization off everywhere meanwhile); then freeze, switch on.
     _require_calibration(calibration_batches, "fake_quant with static activations")
     act_fqs = [fq for w in wrappers for fq in (w.input_fq, w.output_fq)]
-    for fq in act_fqs:
-        fq.enable_observer(True)
-        fq.enable_fake_quant(False)
-    calibrate(model, calibration_batches, device)
+    observers = [tq.MinMaxObserver(**_ACT).to(device) for _ in act_fqs]
+    hooks = [fq.register_forward_pre_hook(lambda _m, args, obs=obs: obs(args[0])) for fq, obs in zip(act_fqs, observers)]
     for fq in act_fqs:
         fq.enable_observer(False)
+        fq.enable_fake_quant(False)
+    try:
+        calibrate(model, calibration_batches, device)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    for fq, obs in zip(act_fqs, observers):
+        fq.activation_post_process.min_val.copy_(obs.min_val)
+        fq.activation_post_process.max_val.copy_(obs.max_val)
     for fq in act_fqs + weight_fqs:
-        fq.enable_fake_quant(True)
+        fq.enable_fake_quant(True)  # the fused op derives scale and zero point from the frozen min/max
     return len(wrappers)

@@ -72,6 +72,14 @@ def test_yaml_composes(name):
     assert OmegaConf.to_object(cfg) == registry.get("backend", name).config()
 
 
+def test_per_table_override_from_the_command_line():
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        cfg = compose(overrides=["+backend=uint4", "+backend.per_table={t_cat_3: int8}", "backend.mlp_mode=static"]).backend
+    backend = registry.get("backend", "uint4").factory(OmegaConf.to_object(cfg))
+    assert backend.cfg.per_table == {"t_cat_3": "int8"} and backend.cfg.mlp_mode == "static"
+
+
 @pytest.mark.parametrize("name", BACKENDS)
 def test_emulation_names_a_valid_fake_quant_config(name):
     backend = make(name)

@@ -12,6 +12,7 @@ from torchrec.quant.embedding_modules import EmbeddingBagCollection as QuantEmbe
 
 from bench import registry
 from bench.backends import tbe
+from bench.backends.ao_notice import torch_ao_calls
 from bench.measure.tables import embedding_bytes, table_storage
 from bench.models.dlrm import build_dlrm
 from bench.testing import random_batch, tiny_model_config, tiny_tables
@@ -70,7 +71,8 @@ def test_every_table_is_quantized(name):
 
 def trap(model, **_):
     """The known trap: quantize_dynamic given the EBC mapping but no qconfig spec for the EBC."""
-    return torch.quantization.quantize_dynamic(model, mapping={EmbeddingBagCollection: QuantEmbeddingBagCollection}, inplace=True)
+    with torch_ao_calls():
+        return torch.quantization.quantize_dynamic(model, mapping={EmbeddingBagCollection: QuantEmbeddingBagCollection}, inplace=True)
 
 
 def test_check_catches_quantize_dynamic_without_qconfig_spec():

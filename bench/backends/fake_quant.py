@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 
 import fbgemm_gpu  # noqa: F401  (registers torch.ops.fbgemm)
 import torch
-from torch import nn
 
 from bench.backends.base import Backend
 from bench.backends.mlp import MLP_CHOICES, MODES, check_choice, fake_quantize
@@ -35,7 +34,7 @@ ROW_BITS = (2, 4, 8, 16, 32)
 class FakeQuantConfig(BackendConfig):
     name: str = "fake_quant"
     bits: int = 8  # embedding rows: 8 | 4 | 2 (16: fp16 round trip, 32: unchanged)
-    per_table: dict[str, int] = field(default_factory=dict)  # table name -> bits
+    per_table: dict[str, int] = field(default_factory=dict)  # table name -> bits; CLI: +backend.per_table={t: 8}
     mlp: str = "int8"  # fp32 | int8 (fake-quantized)
     activations: str = "static"  # static (calibrated) | dynamic (per batch)
 

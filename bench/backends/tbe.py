@@ -53,7 +53,8 @@ BITS = {"fp32": 32, "fp16": 16, "int8": 8, "int4": 4, "int2": 2}
 class TbeConfig(BackendConfig):
     mlp: str = "int8"  # fp32 | int8: the MLP's Linear layers
     mlp_mode: str = "dynamic"  # dynamic | static (calibrated on the calibration batches); used when mlp=int8
-    # Per-table weight type overrides, table name -> fp32 | fp16 | int8 | int4 | int2.
+    # Per-table weight type overrides, table name -> fp32 | fp16 | int8 | int4 | int2. On the command line
+    # the keys are new to the (struct) config, hence the +: `+backend.per_table={t_cat_3: int8}`.
     per_table: dict[str, str] = field(default_factory=dict)
 
 
@@ -123,6 +124,9 @@ class TbeBackend(Backend):
     def prepare(self, model: nn.Module, calibration_batches: Sequence[Batch], device: torch.device) -> nn.Module:
         check_choice(self.cfg.mlp, MLP_CHOICES, "backend.mlp")
         check_choice(self.cfg.mlp_mode, MODES, "backend.mlp_mode")
+        reason = self.unsupported_reason(device)
+        if reason is not None:
+            raise UserError(reason)
         model = copy.deepcopy(model).eval()
         require_embedding_bag_collections(model, self.cfg.name)
         dtypes = self.table_dtypes(model)

@@ -1,0 +1,78 @@
+"""`fake_quant`: the fused quantize-dequantize (QDQ) model, the "pseudo-quantization mode" of the vendor
+recipes: the accuracy of a quantized deployment, computed with fp32 kernels.
+
+Embedding rows are quantized and dequantized row-wise exactly as FBGEMM stores them (asymmetric, fp16
+scale and bias per row, FBGEMM's own quantize and dequantize ops), at `backend.bits` (8, 4 or 2; 16 is an
+fp16 round trip, 32 leaves a table alone) with `backend.per_table` overrides in bits. With `backend.mlp=int8`,
+each Linear (fused with the ReLU that follows it) is wrapped in torch.ao's fused observer/fake-quant
+modules: int8 per-channel symmetric weights, per-tensor activations, either calibrated on the
+calibration batches (`activations=static`) or taken per batch (`activations=dynamic`), the schemes of
+the int8 backends' `mlp_mode` (see `bench.backends.mlp`). An integer backend's `emulation()` names the
+overrides that make this its twin.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import fbgemm_gpu  # noqa: F401  (registers torch.ops.fbgemm)
+import torch
+
+from bench.backends.base import Backend
+from bench.backends.mlp import MLP_CHOICES, MODES, check_choice, fake_quantize
+from bench.backends.tbe import resolve_table_bits
+from bench.backends.walk import embedding_bag_collections, require_embedding_bag_collections, table_dims
+from bench.config import BackendConfig
+from bench.errors import UserError
+from bench.registry import register
+
+ROW_BITS = (2, 4, 8, 16, 32)
+
+
+@dataclass
+class FakeQuantConfig(BackendConfig):
+    name: str = "fake_quant"
+    bits: int = 8  # embedding rows: 8 | 4 | 2 (16: fp16 round trip, 32: unchanged)
+    per_table: dict[str, int] = field(default_factory=dict)  # table name -> bits; CLI: +backend.per_table={t: 8}
+    mlp: str = "int8"  # fp32 | int8 (fake-quantized)
+    activations: str = "static"  # static (calibrated) | dynamic (per batch)
+
+
+def qdq_rows(weight: torch.Tensor, bits: int) -> torch.Tensor:
+    """Quantize-dequantize rows as FBGEMM's TBE stores them: q = round((w - bias) / scale), fp16 scale and bias."""
+    if bits == 32:
+        return weight
+    if bits == 16:
+        return weight.half().to(weight.dtype)
+    w = weight.detach().float().cpu().contiguous()
+    fused = torch.ops.fbgemm.FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf(w, bits)
+    return torch.ops.fbgemm.FusedNBitRowwiseQuantizedSBHalfToFloat(fused, bits).to(weight.device, weight.dtype)
+
+
+@register("backend", "fake_quant", config=FakeQuantConfig)
+class FakeQuantBackend(Backend):
+    devices = ("cpu", "cuda")
+
+    def prepare(self, model, calibration_batches, device):
+        cfg = self.cfg
+        check_choice(cfg.mlp, MLP_CHOICES, "backend.mlp")
+        check_choice(cfg.activations, MODES, "backend.activations")
+        for key, b in [("backend.bits", cfg.bits), *((f"backend.per_table.{n}", b) for n, b in cfg.per_table.items())]:
+            if int(b) not in ROW_BITS:
+                raise UserError(f"{key}={b} is not one of {', '.join(map(str, ROW_BITS))}")
+        model = copy.deepcopy(model).eval()
+        require_embedding_bag_collections(model, cfg.name)
+        bits = resolve_table_bits(table_dims(model), cfg.bits, dict(cfg.per_table), "backend.per_table")
+        with torch.no_grad():
+            for _, ebc in embedding_bag_collections(model):
+                for table in ebc.embedding_bag_configs():
+                    w = ebc.embedding_bags[table.name].weight
+                    w.copy_(qdq_rows(w, bits[table.name]))
+        model.to(device)
+        if cfg.mlp == "int8":
+            fake_quantize(model, cfg.activations, calibration_batches, device)
+        return model
+
+    def emulation(self) -> dict | None:
+        return None  # it is the emulation

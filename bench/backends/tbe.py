@@ -1,0 +1,150 @@
+"""Shared code of the table-batched-embedding backends (int8_tbe, uint4, int2_tbe, fp16_tbe, fp32_tbe).
+
+Every eager EmbeddingBagCollection becomes torchrec's quantized EmbeddingBagCollection, whose tables
+run on FBGEMM's `IntNBitTableBatchedEmbeddingBagsCodegen` kernels, through torchrec's own inference
+path (`quantize_inference_model`: register the TBEs, cache the feature order, `quantize_dynamic` with a
+`QuantConfig` per table). Rows are aligned to 1 byte on CPU (FBGEMM's CPU default; torchrec's own
+default is 16) and 16 on CUDA. The MLP then runs in fp32 or int8 (`bench.backends.mlp`).
+
+After quantizing, every table's dtype is read back from the module (`bench.measure.tables`) and
+compared with the one asked for: a table left in fp32 (e.g. `quantize_dynamic` without a qconfig spec
+for the EBC, or an EBC subclass the type-keyed mapping skips) fails loudly instead of being measured as
+if it were quantized.
+
+fp32 weights: fbgemm's `FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf` with bit rate 32 dies with
+SIGFPE, and torchrec before 1.2 sent FP32 tables through it (torchrec issue 2807). torchrec 1.8's
+`quantize_state_dict` copies fp32/fp16 tables as raw bytes instead, so `fp32_tbe` works on the pinned
+stack; `test_backends_contract` runs it.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import ClassVar, Sequence
+
+import torch
+from torch import nn
+from torchrec.inference.modules import quantize_inference_model
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.quant.embedding_modules import quant_prep_customize_row_alignment
+
+from bench.backends.ao_notice import torch_ao_calls
+from bench.backends.base import Backend
+from bench.backends.mlp import MLP_CHOICES, MODES, check_choice, quantize_int8
+from bench.backends.walk import embedding_bag_collections, require_embedding_bag_collections, table_dims
+from bench.batch import Batch
+from bench.config import BackendConfig
+from bench.errors import UserError
+from bench.measure.tables import table_storage
+
+# Table weight types: the names used in configs and in `table_storage`.
+WEIGHT_DTYPES = {
+    "fp32": torch.float32,
+    "fp16": torch.float16,
+    "int8": torch.int8,
+    "int4": torch.quint4x2,
+    "int2": torch.quint2x4,
+}
+BITS = {"fp32": 32, "fp16": 16, "int8": 8, "int4": 4, "int2": 2}
+
+
+@dataclass
+class TbeConfig(BackendConfig):
+    mlp: str = "int8"  # fp32 | int8: the MLP's Linear layers
+    mlp_mode: str = "dynamic"  # dynamic | static (calibrated on the calibration batches); used when mlp=int8
+    # Per-table weight type overrides, table name -> fp32 | fp16 | int8 | int4 | int2. On the command line
+    # the keys are new to the (struct) config, hence the +: `+backend.per_table={t_cat_3: int8}`.
+    per_table: dict[str, str] = field(default_factory=dict)
+
+
+def check_dtype(dtype: str, key: str) -> None:
+    if dtype not in WEIGHT_DTYPES:
+        raise UserError(f"{key}={dtype!r} is not a table weight type: choose one of {', '.join(WEIGHT_DTYPES)}")
+
+
+def resolve_table_bits(dims: dict[str, int], default_bits: int, per_table: dict[str, int], key: str) -> dict[str, int]:
+    """Bits of every table: the default, overridden per table; unknown tables and unpackable dims are errors."""
+    unknown = sorted(set(per_table) - set(dims))
+    if unknown:
+        raise UserError(f"{key} names unknown tables {unknown}: the model's tables are {sorted(dims)}")
+    bits = {name: int(per_table.get(name, default_bits)) for name in dims}
+    for name, b in bits.items():
+        if (dims[name] * b) % 8:
+            raise UserError(f"table {name!r}: dim {dims[name]} at {b} bits does not pack into whole bytes")
+    return bits
+
+
+def check_tables(module: nn.Module, expected: dict[str, str]) -> None:
+    """Raise if any table's stored dtype is not the expected one (e.g. silently left in fp32)."""
+    stored = table_storage(module)
+    wrong = {name: stored.get(name, {}).get("dtype", "missing") for name in expected if stored.get(name, {}).get("dtype") != expected[name]}
+    if wrong:
+        raise RuntimeError(f"embedding tables not stored as asked: {wrong} (expected {expected})")
+
+
+def quantize_tables(model: nn.Module, dtypes: dict[str, str], device: torch.device) -> None:
+    """Swap every EmbeddingBagCollection of `model` (already on `device`) for TBE tables, in place."""
+    quant_prep_customize_row_alignment(model, [EmbeddingBagCollection], 1 if device.type == "cpu" else 16)
+    with torch_ao_calls():
+        quantize_inference_model(
+            model,
+            # every table is named, so the default dtype below only fills QuantConfig's weight slot
+            per_table_weight_dtype={name: WEIGHT_DTYPES[d] for name, d in dtypes.items()},
+            quantization_dtype=WEIGHT_DTYPES[next(iter(dtypes.values()))],
+            output_dtype=torch.float32,
+        )
+    check_tables(model, dtypes)
+    left = [name for name, _ in embedding_bag_collections(model)]
+    if left:
+        raise RuntimeError(f"EmbeddingBagCollections left unquantized at {left}")
+
+
+class TbeBackend(Backend):
+    """TBE embeddings of `weight_dtype` (per-table overrides), MLP in fp32 or int8."""
+
+    weight_dtype: ClassVar[str]
+    devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
+
+    def unsupported_reason(self, device: torch.device) -> str | None:
+        reason = super().unsupported_reason(device)
+        if reason is None and self.cfg.mlp == "int8" and device.type != "cpu":
+            return f"backend {self.cfg.name!r}: the int8 MLP (torch.ao int8 Linear) runs on CPU only; set backend.mlp=fp32"
+        return reason
+
+    def table_dtypes(self, model: nn.Module) -> dict[str, str]:
+        for name, dtype in self.cfg.per_table.items():
+            check_dtype(dtype, f"backend.per_table.{name}")
+        dims = table_dims(model)
+        inverse = {b: d for d, b in BITS.items()}
+        per_table_bits = {name: BITS[d] for name, d in self.cfg.per_table.items()}
+        bits = resolve_table_bits(dims, BITS[self.weight_dtype], per_table_bits, "backend.per_table")
+        return {name: inverse[b] for name, b in bits.items()}
+
+    def prepare(self, model: nn.Module, calibration_batches: Sequence[Batch], device: torch.device) -> nn.Module:
+        check_choice(self.cfg.mlp, MLP_CHOICES, "backend.mlp")
+        check_choice(self.cfg.mlp_mode, MODES, "backend.mlp_mode")
+        reason = self.unsupported_reason(device)
+        if reason is not None:
+            raise UserError(reason)
+        model = copy.deepcopy(model).eval()
+        require_embedding_bag_collections(model, self.cfg.name)
+        dtypes = self.table_dtypes(model)
+        model.to(device)
+        quantize_tables(model, dtypes, device)
+        if self.cfg.mlp == "int8":
+            quantize_int8(model, self.cfg.mlp_mode, calibration_batches, device)
+        return model
+
+    def emulation(self) -> dict | None:
+        """The `fake_quant` config that emulates this backend with fp32 kernels (None: nothing quantized)."""
+        per_table = {name: BITS[d] for name, d in self.cfg.per_table.items()}
+        if BITS[self.weight_dtype] == 32 and all(b == 32 for b in per_table.values()) and self.cfg.mlp == "fp32":
+            return None
+        return {
+            "name": "fake_quant",
+            "bits": BITS[self.weight_dtype],
+            "per_table": per_table,
+            "mlp": self.cfg.mlp,
+            "activations": self.cfg.mlp_mode,
+        }

@@ -1,0 +1,22 @@
+"""`uint4`: INT4 (quint4x2) embedding rows on FBGEMM's TBE kernels with an int8 MLP, the AMD Quark DLRM-v2 recipe.
+
+`backend.per_table={table_name: int8}` keeps a sensitive table at a wider type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.backends.tbe import TbeBackend, TbeConfig
+from bench.registry import register
+
+
+@dataclass
+class Uint4Config(TbeConfig):
+    name: str = "uint4"
+    mlp: str = "int8"
+
+
+@register("backend", "uint4", config=Uint4Config)
+class Uint4Backend(TbeBackend):
+    weight_dtype = "int4"

@@ -1,0 +1,48 @@
+"""Find the parts a backend rewrites in any TorchRec-style model, by walking its modules."""
+
+from __future__ import annotations
+
+from torch import nn
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.quant.embedding_modules import EmbeddingBagCollection as QuantEmbeddingBagCollection
+
+from bench.errors import UserError
+
+EMBEDDING_TYPES = (EmbeddingBagCollection, QuantEmbeddingBagCollection)
+
+
+def embedding_bag_collections(model: nn.Module) -> list[tuple[str, EmbeddingBagCollection]]:
+    """Every eager (fp32) EmbeddingBagCollection, with its qualified name."""
+    return [(name, m) for name, m in model.named_modules() if type(m) is EmbeddingBagCollection]
+
+
+def require_embedding_bag_collections(model: nn.Module, backend: str) -> list[tuple[str, EmbeddingBagCollection]]:
+    found = embedding_bag_collections(model)
+    if not found:
+        raise UserError(
+            f"backend {backend!r} found no torchrec EmbeddingBagCollection in {type(model).__name__}: "
+            "it quantizes the embedding tables of TorchRec-style models"
+        )
+    return found
+
+
+def table_dims(model: nn.Module) -> dict[str, int]:
+    """Table name -> embedding dim, over every eager EmbeddingBagCollection."""
+    return {cfg.name: cfg.embedding_dim for _, ebc in embedding_bag_collections(model) for cfg in ebc.embedding_bag_configs()}
+
+
+def child_slots(model: nn.Module, kinds: tuple[type[nn.Module], ...]) -> list[tuple[nn.Module, str]]:
+    """(parent, attribute) of every submodule whose exact type is one of `kinds` (not searched inside), outside embedding modules."""
+    slots = []
+
+    def visit(module: nn.Module) -> None:
+        for name, child in module.named_children():
+            if isinstance(child, EMBEDDING_TYPES):
+                continue
+            if type(child) in kinds:
+                slots.append((module, name))
+            else:
+                visit(child)
+
+    visit(model)
+    return slots

@@ -1,0 +1,84 @@
+"""Embedding storage, read from a prepared module's real buffers and parameters.
+
+Works on the eager EmbeddingBagCollection (fp32 or fp16 parameters) and on torchrec's quantized
+EmbeddingBagCollection, whose tables live in FBGEMM table-batched-embedding (TBE) buffers. For the
+quantized one, the dtype is the one the TBE kernel was built with (its embedding specs), and the row
+bytes are the width of the stored rows: weights plus, for INT8/INT4/INT2, the fp16 scale and bias of the
+row, plus any row-alignment padding (none at CPU row alignment 1).
+
+`embedding_bytes` sums rows x row bytes over every table: the table payload. The TBE allocation also
+rounds each table up to a 128-byte boundary; that padding (< 128 bytes per table) is not counted.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+from torch import nn
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.quant.embedding_modules import EmbeddingBagCollection as QuantEmbeddingBagCollection
+from torchrec.tensor_types import UIntXTensor
+
+FLOAT_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+def _bytes_per_row(t: torch.Tensor) -> int:
+    if isinstance(t, UIntXTensor):  # packed INT4/INT2: its shape counts elements, not bytes
+        t = t.view(torch.uint8)
+    return int(t.shape[1]) * t.element_size()
+
+
+def _eager_tables(ebc: EmbeddingBagCollection) -> Iterator[tuple[str, dict]]:
+    for cfg in ebc.embedding_bag_configs():
+        w = ebc.embedding_bags[cfg.name].weight
+        dtype = FLOAT_DTYPES.get(w.dtype, str(w.dtype).removeprefix("torch."))
+        yield cfg.name, {"dtype": dtype, "rows": int(w.shape[0]), "row_bytes": _bytes_per_row(w)}
+
+
+def _kernel_dtypes(qebc: QuantEmbeddingBagCollection) -> dict[str, str]:
+    """Table -> weight type, as the FBGEMM TBE kernels were built (their embedding specs)."""
+    kernels = getattr(qebc, "_emb_modules", None) or list(getattr(qebc, "tbes", []))
+    dtypes = {}
+    for kernel in kernels:
+        for spec in kernel.embedding_specs:  # (name, rows, dim, SparseType, location)
+            dtypes[spec[0]] = spec[3].value
+    if not dtypes:  # a torchrec without these attributes: fall back to the configs it was built from
+        dtypes = {cfg.name: cfg.data_type.value.lower() for cfg in qebc.embedding_bag_configs()}
+    return dtypes
+
+
+def _quantized_tables(qebc: QuantEmbeddingBagCollection) -> Iterator[tuple[str, dict]]:
+    dtypes = _kernel_dtypes(qebc)
+    for cfg in qebc.embedding_bag_configs():
+        holder = qebc.embedding_bags[cfg.name]
+        w = holder.weight  # full stored rows, or weights only when scale/bias are split out
+        row_bytes = _bytes_per_row(w)
+        for extra in ("weight_qscale", "weight_qbias"):
+            if hasattr(holder, extra):
+                row_bytes += _bytes_per_row(getattr(holder, extra))
+        yield cfg.name, {"dtype": dtypes[cfg.name], "rows": int(w.shape[0]), "row_bytes": row_bytes}
+
+
+def table_storage(module: nn.Module) -> dict[str, dict]:
+    """Table name -> {"dtype", "rows", "row_bytes"} for every embedding table in `module`.
+
+    dtype is one of fp32, fp16, int8, int4, int2 (also fp8, bf16 where used). A table name used by two
+    collections is qualified with the collection's module path.
+    """
+    out: dict[str, dict] = {}
+    for path, m in module.named_modules():
+        if isinstance(m, QuantEmbeddingBagCollection):
+            tables = _quantized_tables(m)
+        elif isinstance(m, EmbeddingBagCollection):
+            tables = _eager_tables(m)
+        else:
+            continue
+        for name, info in tables:
+            out[f"{path}.{name}" if name in out else name] = info
+    return out
+
+
+def embedding_bytes(module: nn.Module) -> int:
+    """Bytes of every embedding table in `module` (rows x stored row bytes, summed)."""
+    return sum(t["rows"] * t["row_bytes"] for t in table_storage(module).values())

@@ -1,0 +1,104 @@
+"""One contract, every registered backend: on a tiny DLRM, `prepare` keeps the forward signature,
+scores every sample with finite logits, is deterministic, and leaves the input model alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from bench import registry
+from bench.config import register_configs
+from bench.models.dlrm import build_dlrm
+from bench.testing import random_batch, tiny_model_config, tiny_tables
+
+BACKENDS = registry.names("backend")
+CPU = torch.device("cpu")
+CONF = Path(__file__).resolve().parents[1] / "conf"
+INTEGER_BACKENDS = ("int8_tbe", "uint4", "int2_tbe")
+
+
+@pytest.fixture(scope="module")
+def setup():
+    torch.manual_seed(0)
+    tables = tiny_tables(pooling=2)
+    model = build_dlrm(tiny_model_config(8), tables, num_dense=13).eval()
+    calibration = [random_batch(tables, 64, seed=s) for s in (1, 2)]
+    return tables, model, calibration
+
+
+def make(name: str, **overrides):
+    entry = registry.get("backend", name)
+    cfg = entry.config()
+    for key, value in overrides.items():
+        setattr(cfg, key, value)
+    return entry.factory(cfg)
+
+
+def snapshot(model: torch.nn.Module):
+    return [(n, type(m)) for n, m in model.named_modules()], {k: v.clone() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_contract(name, setup):
+    tables, model, calibration = setup
+    modules_before, state_before = snapshot(model)
+    backend = make(name)
+    assert "cpu" in backend.devices and backend.unsupported_reason(CPU) is None
+    prepared = backend.prepare(model, calibration, CPU)
+    assert prepared is not model
+    for batch_size in (1, 37):  # odd sizes: every sample is scored, none dropped
+        batch = random_batch(tables, batch_size, seed=batch_size)
+        out = prepared(batch.dense, batch.sparse)
+        assert out.shape == (batch_size, 1)
+        assert torch.isfinite(out).all()
+        again = prepared(batch.dense, batch.sparse)
+        assert torch.equal(out, again), "repeated calls must give the same logits"
+    modules_after, state_after = snapshot(model)
+    assert modules_after == modules_before, "prepare replaced modules of the input model"
+    assert state_after.keys() == state_before.keys()
+    assert all(torch.equal(state_after[k], state_before[k]) for k in state_before), "prepare changed input weights"
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_yaml_composes(name):
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        cfg = compose(overrides=[f"+backend={name}"]).backend
+    assert cfg.name == name
+    assert OmegaConf.to_object(cfg) == registry.get("backend", name).config()
+
+
+def test_per_table_override_from_the_command_line():
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        cfg = compose(overrides=["+backend=uint4", "+backend.per_table={t_cat_3: int8}", "backend.mlp_mode=static"]).backend
+    backend = registry.get("backend", "uint4").factory(OmegaConf.to_object(cfg))
+    assert backend.cfg.per_table == {"t_cat_3": "int8"} and backend.cfg.mlp_mode == "static"
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_emulation_names_a_valid_fake_quant_config(name):
+    backend = make(name)
+    emulation = backend.emulation() if hasattr(backend, "emulation") else None
+    if name in INTEGER_BACKENDS:
+        assert emulation is not None, f"{name} must name its fake_quant twin"
+    if emulation is None:
+        return
+    entry = registry.get("backend", emulation["name"])
+    merged = OmegaConf.merge(OmegaConf.structured(entry.config), emulation)  # typos or wrong types raise
+    assert merged.name == "fake_quant"
+
+
+@pytest.mark.parametrize("name", ["int8_tbe", "uint4", "int2_tbe", "fake_quant"])
+def test_devices(name):
+    backend = make(name)
+    assert backend.unsupported_reason(torch.device("cuda")) is None or "CPU only" in backend.unsupported_reason(
+        torch.device("cuda")
+    )
+    if name != "fake_quant":
+        assert "CPU only" in backend.unsupported_reason(torch.device("cuda"))  # int8 MLP by default
+        assert make(name, mlp="fp32").unsupported_reason(torch.device("cuda")) is None  # TBE kernels run on CUDA

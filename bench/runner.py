@@ -271,13 +271,14 @@ def _scores_of(cfg, backend_cfg, model, model_key, workload, device):
     return _scores(cfg, backend_cfg, module, model_key, workload, device)
 
 
-def _backend_config(name: str, **overrides: Any) -> DictConfig:
-    schema = registry.get("backend", name).config
+def _backend_config(overrides: dict[str, Any]) -> DictConfig:
+    """A backend's config from its schema and overrides that name it (`{"name": "fp32", ...}`)."""
+    schema = registry.get("backend", overrides["name"]).config
     return OmegaConf.merge(OmegaConf.structured(schema), overrides)
 
 
 def _delta_against_fp32(cfg, model, model_key, workload, device, labels, logits) -> dict[str, Any]:
-    _, base_logits = _scores_of(cfg, _backend_config("fp32"), model, model_key, workload, device)
+    _, base_logits = _scores_of(cfg, _backend_config({"name": "fp32"}), model, model_key, workload, device)
     delta = paired_auc_delta(labels, base_logits, logits)
     return {"auc_fp32": delta.auc_base, **delta.as_metrics()}
 
@@ -287,8 +288,10 @@ def _fidelity(cfg, backend: Backend, model, model_key, workload, device, labels,
     emulation = getattr(backend, "emulation", lambda: None)()
     if not emulation:
         return {}
-    twin_cfg = _backend_config(emulation["name"], **emulation)
-    _, twin_logits = _scores_of(cfg, twin_cfg, model, model_key, workload, device)
+    try:
+        _, twin_logits = _scores_of(cfg, _backend_config(emulation), model, model_key, workload, device)
+    except Exception as exc:  # noqa: BLE001 - the twin is extra: keep what this job measured
+        return {"fidelity_twin": emulation, "fidelity_error": f"{type(exc).__name__}: {exc}"}
     gap = paired_auc_delta(labels, twin_logits, logits)
     return {"fidelity_gap": gap.delta, "fidelity_gap_lo": gap.lo, "fidelity_gap_hi": gap.hi, "fidelity_twin": emulation}
 

@@ -1,0 +1,63 @@
+"""Does the runner's timing loop cost throughput? Runner vs a bare loop on the same module.
+
+The runner times each model call on its own (per-call clock reads, raw samples kept). A bare loop
+calls the same prepared module on the same prepared batches with one clock read around the whole
+trial. Both are interleaved round by round so that machine noise hits them alike; the script
+prints the median throughput of each and their ratio (goal: runner / bare >= 0.97).
+
+    python benchmarks/runner_overhead.py [--rounds 15] [--backend fp32] [--batch-size 2048]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from bench import runner
+from bench.config import register_configs
+from bench.measure.timing import time_module
+from hydra import compose, initialize_config_dir
+
+
+def bare_loop(module, inputs, batch_size: int, batches: int) -> float:
+    with torch.inference_mode():
+        start = time.perf_counter()
+        for j in range(batches):
+            module(*inputs[j % len(inputs)])
+        return batch_size * batches / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--backend", default="fp32")
+    parser.add_argument("--batch-size", type=int, default=2048)
+    args = parser.parse_args()
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(runner.Path(__file__).resolve().parents[1] / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[f"backend={args.backend}", f"batch_size={args.batch_size}"])
+    record = runner.run_one(cfg)  # trains or loads the model, prepares the backend, fills the caches
+    assert record.status == "ok", record.error
+    module = next(iter(runner._prepared_cache.values()))
+    inputs = next(iter(runner._timing_cache.values()))
+    t = cfg.timing
+    device = torch.device("cpu")
+
+    runner_tp, bare_tp = [], []
+    for _ in range(args.rounds):
+        timing = time_module(module, inputs, cfg.batch_size, device, warmup_batches=t.warmup_batches, trials=1, batches_per_trial=t.batches_per_trial)
+        runner_tp.append(timing.throughput)
+        bare_tp.append(bare_loop(module, inputs, cfg.batch_size, t.batches_per_trial))
+    r, b = statistics.median(runner_tp), statistics.median(bare_tp)
+    print(f"backend {args.backend}, batch {cfg.batch_size}, {t.batches_per_trial} batches per trial, {args.rounds} interleaved rounds, {torch.get_num_threads()} threads")
+    print(f"runner (per-call timing)  median {r:,.0f} samples/s")
+    print(f"bare loop                 median {b:,.0f} samples/s")
+    print(f"ratio runner / bare       {r / b:.3f}  (goal >= 0.97)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,346 @@
+"""Vectorized reader for Criteo click logs in text form (raw TSV and the CSV variants in the wild).
+
+One parser covers: Kaggle `train.txt` / `test.txt`, the 1TB `day_N` files, plain or `.gz`, and
+the CSV files people derived from them: a header row (`Label,I1,..` or `Id,Label,..`), a Kaggle
+`Id` column, integers written by pandas as `1382.0`, comma or tab separators, no label (39 fields).
+
+Parsing is column-wise numpy over chunks of bytes: field boundaries come from the positions of
+separators and newlines, digits are gathered into small matrices and combined with vectorized
+arithmetic. No Python code runs per row, which is what makes it >10x faster than torchrec's
+`BinaryCriteoUtils.tsv_to_npys` (a `csv.reader` + per-row `int()` loop).
+
+Malformed lines (wrong field count, label not 0/1, a dense value that is not an integer, a
+categorical id that is not 1-8 hex digits) are skipped, counted by reason, and reported with
+their 1-based line numbers and up to `max_examples` examples. Nothing is dropped silently.
+Quoted CSV fields are not supported; a quoted field is reported as malformed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+import numpy as np
+
+from bench.errors import UserError
+
+NUM_DENSE = 13
+NUM_SPARSE = 26
+DENSE_NAMES = [f"i{j}" for j in range(1, NUM_DENSE + 1)]
+SPARSE_NAMES = [f"c{j}" for j in range(1, NUM_SPARSE + 1)]
+MAX_INT_DIGITS = 18  # fits int64
+MAX_HEX_DIGITS = 8  # Criteo ids are 32-bit
+
+_HEX_LUT = np.full(256, 255, dtype=np.uint8)
+for _i, _c in enumerate(b"0123456789abcdef"):
+    _HEX_LUT[_c] = _i
+for _i, _c in enumerate(b"ABCDEF"):
+    _HEX_LUT[_c] = 10 + _i
+
+
+@dataclass(frozen=True)
+class TextFormat:
+    """What the first line of a file says about its layout."""
+
+    sep: bytes  # b"\t" or b","
+    has_header: bool
+    has_id: bool  # a leading Kaggle `Id` column (ignored)
+    has_label: bool
+
+    @property
+    def num_fields(self) -> int:
+        return int(self.has_id) + int(self.has_label) + NUM_DENSE + NUM_SPARSE
+
+    @property
+    def label_col(self) -> int | None:
+        return int(self.has_id) if self.has_label else None
+
+    @property
+    def dense_col(self) -> int:
+        return int(self.has_id) + int(self.has_label)
+
+    @property
+    def sparse_col(self) -> int:
+        return self.dense_col + NUM_DENSE
+
+
+@dataclass
+class Chunk:
+    """Parsed rows of one chunk. `labels` is int8, -1 where the file has no label column."""
+
+    dense: np.ndarray  # (n, 13) int64 raw integers, missing -> 0
+    sparse: np.ndarray  # (n, 26) uint32 raw hex ids, missing -> 0
+    labels: np.ndarray  # (n,) int8
+    lines: int  # lines consumed (good + malformed + header)
+    end_offset: int  # uncompressed byte offset just after the last consumed line
+
+
+@dataclass
+class Malformed:
+    """Counts by reason and the first examples (line number, reason, text)."""
+
+    max_examples: int = 10
+    count: int = 0
+    by_reason: dict[str, int] = field(default_factory=dict)
+    examples: list[dict] = field(default_factory=list)
+
+    def add(self, line_no: int, reason: str, text: bytes) -> None:
+        self.count += 1
+        self.by_reason[reason] = self.by_reason.get(reason, 0) + 1
+        if len(self.examples) < self.max_examples:
+            shown = text[:200].decode("utf-8", "replace") + ("..." if len(text) > 200 else "")
+            self.examples.append({"line": line_no, "reason": reason, "text": shown})
+
+    def to_dict(self) -> dict:
+        return {"count": self.count, "by_reason": dict(self.by_reason), "examples": list(self.examples)}
+
+    @classmethod
+    def from_dict(cls, data: dict, max_examples: int) -> "Malformed":
+        return cls(max_examples, data["count"], dict(data["by_reason"]), list(data["examples"]))
+
+    def summary(self, name: str) -> str:
+        if not self.count:
+            return f"{name}: no malformed lines"
+        reasons = ", ".join(f"{r}: {n}" for r, n in sorted(self.by_reason.items()))
+        lines = [f"{name}: {self.count} malformed lines skipped ({reasons})"]
+        lines += [f"  line {e['line']}: {e['reason']}: {e['text']}" for e in self.examples]
+        return "\n".join(lines)
+
+
+def open_binary(path: Path) -> BinaryIO:
+    path = Path(path)
+    if path.suffix == ".gz":
+        return gzip.open(path, "rb")
+    return open(path, "rb", buffering=0)
+
+
+def _is_number(text: bytes) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def sniff(first_line: bytes, path: Path | str = "<input>") -> TextFormat:
+    """Separator, header, Id and label columns from the first line of a file."""
+    line = first_line.rstrip(b"\r\n")
+    sep = b"\t" if b"\t" in line else b","
+    fields = line.split(sep)
+    n = len(fields)
+    header = not _is_number(fields[0].strip()) and fields[0].strip() != b""
+    if header:
+        names = [f.strip().strip(b'"').decode("utf-8", "replace").lower() for f in fields]
+        has_id = names[0] == "id"
+        has_label = "label" in names or "clicked" in names
+    else:
+        has_id = n == 41
+        has_label = n in (40, 41)
+    fmt = TextFormat(sep=sep, has_header=header, has_id=has_id, has_label=has_label)
+    if n != fmt.num_fields:
+        raise UserError(
+            f"{path}: first line has {n} fields; a Criteo text file has 39 (no label), 40 (label) or 41 (Id, label): "
+            "is it a Criteo file?"
+        )
+    return fmt
+
+
+def _gather(arr: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
+    idx = starts[:, None].astype(np.int64) + np.arange(width, dtype=np.int64)[None, :]
+    np.clip(idx, 0, arr.shape[0] - 1, out=idx)
+    return arr[idx]
+
+
+def parse_ints(arr: np.ndarray, fs: np.ndarray, fe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Signed decimal integers in arr[fs:fe] (empty -> 0; a trailing `.0` as pandas writes is accepted).
+
+    Returns (values int64, ok bool)."""
+    fe = fe.copy()
+    fs = fs.copy()
+    length = fe - fs
+    # "1382.0" -> "1382" (pandas writes integer columns holding NaN as floats)
+    dot0 = (length >= 3) & (arr[np.maximum(fe - 2, 0)] == ord(".")) & (arr[np.maximum(fe - 1, 0)] == ord("0"))
+    fe[dot0] -= 2
+    neg = (fe > fs) & (arr[np.minimum(fs, arr.shape[0] - 1)] == ord("-"))
+    fs[neg] += 1
+    length = fe - fs
+    ok = (length <= MAX_INT_DIGITS) & ~(neg & (length == 0)) & ~(dot0 & (length == 0))
+    width = int(min(max(int(length.max(initial=0)), 1), MAX_INT_DIGITS))
+    digits = _gather(arr, fs, width).astype(np.int64) - ord("0")
+    inside = np.arange(width)[None, :] < length[:, None]
+    ok &= ~np.any(inside & ((digits < 0) | (digits > 9)), axis=1)
+    values = np.zeros(fs.shape[0], dtype=np.int64)
+    for k in range(width):
+        m = inside[:, k]
+        values = np.where(m, values * 10 + digits[:, k], values)
+    values = np.where(neg, -values, values)
+    values[~ok] = 0
+    return values, ok
+
+
+def parse_hex(arr: np.ndarray, fs: np.ndarray, fe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """1-8 hex digits in arr[fs:fe] (empty -> 0). Returns (values uint32, ok bool)."""
+    length = fe - fs
+    ok = length <= MAX_HEX_DIGITS
+    width = int(min(max(int(length.max(initial=0)), 1), MAX_HEX_DIGITS))
+    digits = _HEX_LUT[_gather(arr, fs, width)]
+    inside = np.arange(width)[None, :] < length[:, None]
+    ok &= ~np.any(inside & (digits == 255), axis=1)
+    values = np.zeros(fs.shape[0], dtype=np.uint64)
+    d64 = digits.astype(np.uint64)
+    for k in range(width):
+        values = np.where(inside[:, k], values * np.uint64(16) + d64[:, k], values)
+    values[~ok] = 0
+    return values.astype(np.uint32), ok
+
+
+def parse_block(buf: bytes, fmt: TextFormat, first_line_no: int, malformed: Malformed):
+    """Parse complete lines (buf ends with b"\\n"). Returns (dense, sparse, labels, n_lines)."""
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    nl = np.flatnonzero(arr == 10)
+    n_lines = nl.shape[0]
+    starts = np.empty(n_lines, dtype=np.int64)
+    starts[0:1] = 0
+    starts[1:] = nl[:-1] + 1
+    ends = nl.astype(np.int64)
+    cr = (ends > starts) & (arr[np.maximum(ends - 1, 0)] == 13)
+    ends[cr] -= 1
+    seps = np.flatnonzero(arr == fmt.sep[0])
+    first_sep = np.searchsorted(seps, starts)
+    counts = np.searchsorted(seps, ends) - first_sep
+    nf = fmt.num_fields
+    good = counts == nf - 1
+    bad_reason: dict[int, str] = {}
+    for i in np.flatnonzero(~good):
+        bad_reason[int(i)] = f"wrong field count ({int(counts[i]) + 1}, expected {nf})"
+
+    rows = np.flatnonzero(good)
+    sep_idx = first_sep[rows][:, None] + np.arange(nf - 1)[None, :]
+    sep_pos = seps[sep_idx] if rows.size else np.zeros((0, nf - 1), dtype=np.int64)
+    fstart = np.empty((rows.size, nf), dtype=np.int64)
+    fend = np.empty((rows.size, nf), dtype=np.int64)
+    fstart[:, 0] = starts[rows]
+    fstart[:, 1:] = sep_pos + 1
+    fend[:, :-1] = sep_pos
+    fend[:, -1] = ends[rows]
+
+    ok = np.ones(rows.size, dtype=bool)
+    reason = np.full(rows.size, -1, dtype=np.int16)  # first failing column
+    if fmt.label_col is not None:
+        lab, lok = parse_ints(arr, fstart[:, fmt.label_col], fend[:, fmt.label_col])
+        lok &= ((lab == 0) | (lab == 1)) & (fend[:, fmt.label_col] > fstart[:, fmt.label_col])
+        labels = lab.astype(np.int8)
+        reason[~lok & ok] = 0
+        ok &= lok
+    else:
+        labels = np.full(rows.size, -1, dtype=np.int8)
+    dense = np.empty((rows.size, NUM_DENSE), dtype=np.int64)
+    for j in range(NUM_DENSE):
+        c = fmt.dense_col + j
+        dense[:, j], dok = parse_ints(arr, fstart[:, c], fend[:, c])
+        reason[~dok & ok] = 1 + j
+        ok &= dok
+    sparse = np.empty((rows.size, NUM_SPARSE), dtype=np.uint32)
+    for j in range(NUM_SPARSE):
+        c = fmt.sparse_col + j
+        sparse[:, j], sok = parse_hex(arr, fstart[:, c], fend[:, c])
+        reason[~sok & ok] = 1 + NUM_DENSE + j
+        ok &= sok
+    for i in np.flatnonzero(~ok):
+        r = int(reason[i])
+        if r == 0:
+            text = "label is not 0 or 1"
+        elif r <= NUM_DENSE:
+            text = f"non-integer dense value (I{r})"
+        else:
+            text = f"non-hex categorical id (C{r - NUM_DENSE})"
+        bad_reason[int(rows[i])] = text
+    for i in sorted(bad_reason):
+        malformed.add(first_line_no + i, bad_reason[i], bytes(arr[starts[i] : ends[i]]))
+    return dense[ok], sparse[ok], labels[ok], n_lines
+
+
+def read_chunks(
+    path: Path,
+    malformed: Malformed,
+    chunk_bytes: int = 16 << 20,
+    start_offset: int = 0,
+    start_line: int = 0,
+    fmt: TextFormat | None = None,
+) -> Iterator[Chunk]:
+    """Stream a text file as parsed chunks, resuming at (start_offset, start_line) if given.
+
+    `start_line` is the number of lines already consumed (header included); line numbers in the
+    malformed report are 1-based file lines."""
+    path = Path(path)
+    with open_binary(path) as f:
+        if fmt is None:
+            fmt = sniff_file(path)
+        if start_offset:
+            _skip(f, start_offset)
+        offset, line_no = start_offset, start_line
+        if start_offset == 0 and fmt.has_header:
+            header = f.readline()
+            offset += len(header)
+            line_no += 1
+        tail = b""
+        while True:
+            data = f.read(chunk_bytes)
+            eof = not data
+            buf = tail + data
+            if eof:
+                if not buf:
+                    return
+                if not buf.endswith(b"\n"):
+                    buf += b"\n"
+                    offset -= 1  # the added newline is not in the file
+                tail = b""
+            else:
+                cut = buf.rfind(b"\n")
+                if cut < 0:
+                    tail = buf
+                    continue
+                buf, tail = buf[: cut + 1], buf[cut + 1 :]
+            dense, sparse, labels, n = parse_block(buf, fmt, line_no + 1, malformed)
+            offset += len(buf)
+            line_no += n
+            yield Chunk(dense, sparse, labels, line_no, offset)
+            if eof:
+                return
+
+
+def _skip(f: BinaryIO, n: int) -> None:
+    if isinstance(f, gzip.GzipFile):
+        while n > 0:
+            got = len(f.read(min(n, 64 << 20)))
+            if not got:
+                break
+            n -= got
+    else:
+        f.seek(n, io.SEEK_SET)
+
+
+def sniff_file(path: Path) -> TextFormat:
+    with open_binary(path) as f:
+        first = f.readline()
+    if not first.strip():
+        raise UserError(f"{path}: empty first line; not a Criteo text file")
+    return sniff(first, path)
+
+
+def read_all(path: Path, max_examples: int = 10) -> tuple[np.ndarray, np.ndarray, np.ndarray, Malformed]:
+    """Parse a whole (small) file into memory: (dense int64, sparse uint32, labels int8, malformed)."""
+    malformed = Malformed(max_examples)
+    parts = list(read_chunks(path, malformed))
+    if not parts:
+        empty = np.zeros((0, NUM_DENSE), np.int64), np.zeros((0, NUM_SPARSE), np.uint32), np.zeros(0, np.int8)
+        return (*empty, malformed)
+    return (
+        np.concatenate([c.dense for c in parts]),
+        np.concatenate([c.sparse for c in parts]),
+        np.concatenate([c.labels for c in parts]),
+        malformed,
+    )

@@ -31,7 +31,7 @@ NUM_DENSE = 13
 NUM_SPARSE = 26
 DENSE_NAMES = [f"i{j}" for j in range(1, NUM_DENSE + 1)]
 SPARSE_NAMES = [f"c{j}" for j in range(1, NUM_SPARSE + 1)]
-MAX_INT_DIGITS = 18  # fits int64
+MAX_INT_DIGITS = 18  # fits int64 (and PAD)
 MAX_HEX_DIGITS = 8  # Criteo ids are 32-bit
 
 _HEX_LUT = np.full(256, 255, dtype=np.uint8)
@@ -148,62 +148,112 @@ def sniff(first_line: bytes, path: Path | str = "<input>") -> TextFormat:
     return fmt
 
 
-def _gather(arr: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
-    idx = starts[:, None].astype(np.int64) + np.arange(width, dtype=np.int64)[None, :]
-    np.clip(idx, 0, arr.shape[0] - 1, out=idx)
-    return arr[idx]
+PAD = 24  # bytes in front of every parsed block, so that right-aligned reads never start before it
 
 
-def parse_ints(arr: np.ndarray, fs: np.ndarray, fe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+class Buffer:
+    """A block of text as bytes (`arr`) and as overlapping little-endian 8-byte words (`words`),
+    so a field's last 8 bytes are gathered with one index instead of eight."""
+
+    def __init__(self, data: bytes) -> None:
+        padded = b"\0" * PAD + data + b"\0" * 8
+        self.arr = np.frombuffer(padded, dtype=np.uint8)
+        self.words = np.ndarray(shape=(len(padded) - 7,), dtype="<u8", buffer=padded, strides=(1,))
+
+    def right(self, fe: np.ndarray, width: int) -> np.ndarray:
+        """(n, width) uint8: the `width` bytes ending at each `fe` (width <= PAD)."""
+        nw = -(-width // 8)
+        w = np.stack([self.words[fe - 8 * (nw - i)] for i in range(nw)], axis=1)
+        return w.view(np.uint8).reshape(fe.shape[0], nw * 8)[:, nw * 8 - width :]
+
+
+_POW10 = 10 ** np.arange(MAX_INT_DIGITS - 1, -1, -1, dtype=np.int64)
+
+
+def parse_ints(buf: Buffer, fs: np.ndarray, fe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Signed decimal integers in arr[fs:fe] (empty -> 0; a trailing `.0` as pandas writes is accepted).
 
     Returns (values int64, ok bool)."""
-    fe = fe.copy()
-    fs = fs.copy()
+    arr = buf.arr
+    last = arr.shape[0] - 1
     length = fe - fs
     # "1382.0" -> "1382" (pandas writes integer columns holding NaN as floats)
     dot0 = (length >= 3) & (arr[np.maximum(fe - 2, 0)] == ord(".")) & (arr[np.maximum(fe - 1, 0)] == ord("0"))
-    fe[dot0] -= 2
-    neg = (fe > fs) & (arr[np.minimum(fs, arr.shape[0] - 1)] == ord("-"))
-    fs[neg] += 1
-    length = fe - fs
-    ok = (length <= MAX_INT_DIGITS) & ~(neg & (length == 0)) & ~(dot0 & (length == 0))
+    fe = np.where(dot0, fe - 2, fe)
+    neg = (fe > fs) & (arr[np.minimum(fs, last)] == ord("-"))
+    length = fe - fs - neg
+    ok = (length <= MAX_INT_DIGITS) & ~((neg | dot0) & (length <= 0))
     width = int(min(max(int(length.max(initial=0)), 1), MAX_INT_DIGITS))
-    digits = _gather(arr, fs, width).astype(np.int64) - ord("0")
-    inside = np.arange(width)[None, :] < length[:, None]
+    if width <= 8:
+        values, dok = _swar_decimal(buf, fe, np.maximum(length, 0))
+        ok &= dok
+        values = np.where(neg, -values, values)
+        values[~ok] = 0
+        return values, ok
+    digits = buf.right(fe, width).astype(np.int64) - ord("0")
+    inside = np.arange(width - 1, -1, -1)[None, :] < length[:, None]
     ok &= ~np.any(inside & ((digits < 0) | (digits > 9)), axis=1)
-    values = np.zeros(fs.shape[0], dtype=np.int64)
-    for k in range(width):
-        m = inside[:, k]
-        values = np.where(m, values * 10 + digits[:, k], values)
+    digits[~inside] = 0
+    values = digits @ _POW10[MAX_INT_DIGITS - width :]
     values = np.where(neg, -values, values)
     values[~ok] = 0
     return values, ok
 
 
-def parse_hex(arr: np.ndarray, fs: np.ndarray, fe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """1-8 hex digits in arr[fs:fe] (empty -> 0). Returns (values uint32, ok bool)."""
+_LOW_NIBBLES = np.uint64(0x0F0F0F0F0F0F0F0F)
+_LOW_BITS = np.uint64(0x0101010101010101)
+
+
+def _field_mask(length: np.ndarray) -> np.ndarray:
+    """uint64 masks keeping the last min(length, 8) bytes of a right-aligned word (its high bytes)."""
+    keep = np.minimum(length, 8).astype(np.uint64) * np.uint64(8)
+    return np.where(keep == 0, np.uint64(0), ~np.uint64(0) << (np.uint64(64) - np.maximum(keep, np.uint64(8))))
+
+
+def _swar_decimal(buf: Buffer, fe: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Up to 8 decimal digits ending at fe: (values int64, all digits valid)."""
+    w = buf.words[fe - 8]
+    b = w.view(np.uint8).reshape(-1, 8)
+    mask = _field_mask(length)
+    valid = ((b - np.uint8(0x30)) < 10).view(np.uint64).reshape(-1)
+    ok = (~valid & mask & _LOW_BITS) == 0
+    x = w & mask & _LOW_NIBBLES  # digits in memory order, leading bytes zero
+    x = ((x * np.uint64(10)) + (x >> np.uint64(8))) & np.uint64(0x00FF00FF00FF00FF)
+    x = ((x * np.uint64(100)) + (x >> np.uint64(16))) & np.uint64(0x0000FFFF0000FFFF)
+    x = (x * np.uint64(10000)) + (x >> np.uint64(32))
+    return (x & np.uint64(0xFFFFFFFF)).astype(np.int64), ok
+
+
+def parse_hex(buf: Buffer, fs: np.ndarray, fe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """1-8 hex digits in arr[fs:fe] (empty -> 0). Returns (values uint32, ok bool).
+
+    SWAR on the field's last 8 bytes as one uint64: nibble = (b & 15) + 9 * bit 6 of b, then the
+    bytes outside the field are masked off and the nibbles packed into 32 bits."""
     length = fe - fs
     ok = length <= MAX_HEX_DIGITS
-    width = int(min(max(int(length.max(initial=0)), 1), MAX_HEX_DIGITS))
-    digits = _HEX_LUT[_gather(arr, fs, width)]
-    inside = np.arange(width)[None, :] < length[:, None]
-    ok &= ~np.any(inside & (digits == 255), axis=1)
-    values = np.zeros(fs.shape[0], dtype=np.uint64)
-    d64 = digits.astype(np.uint64)
-    for k in range(width):
-        values = np.where(inside[:, k], values * np.uint64(16) + d64[:, k], values)
+    w = buf.words[fe - 8]
+    b = w.view(np.uint8).reshape(-1, 8)
+    valid = ((b - np.uint8(0x30)) < 10) | (((b | np.uint8(0x20)) - np.uint8(0x61)) < 6)
+    mask = _field_mask(length)
+    ok &= (~valid.view(np.uint64).reshape(-1) & mask & _LOW_BITS) == 0
+    nib = (w & _LOW_NIBBLES) + ((w >> np.uint64(6)) & _LOW_BITS) * np.uint64(9)
+    x = (nib & mask).byteswap()  # first character in the highest byte
+    x = (x | (x >> np.uint64(4))) & np.uint64(0x00FF00FF00FF00FF)
+    x = (x | (x >> np.uint64(8))) & np.uint64(0x0000FFFF0000FFFF)
+    x = (x | (x >> np.uint64(16))) & np.uint64(0x00000000FFFFFFFF)
+    values = x.astype(np.uint32)
     values[~ok] = 0
-    return values.astype(np.uint32), ok
+    return values, ok
 
 
 def parse_block(buf: bytes, fmt: TextFormat, first_line_no: int, malformed: Malformed):
     """Parse complete lines (buf ends with b"\\n"). Returns (dense, sparse, labels, n_lines)."""
-    arr = np.frombuffer(buf, dtype=np.uint8)
+    text = Buffer(buf)
+    arr = text.arr
     nl = np.flatnonzero(arr == 10)
     n_lines = nl.shape[0]
     starts = np.empty(n_lines, dtype=np.int64)
-    starts[0:1] = 0
+    starts[0:1] = PAD
     starts[1:] = nl[:-1] + 1
     ends = nl.astype(np.int64)
     cr = (ends > starts) & (arr[np.maximum(ends - 1, 0)] == 13)
@@ -218,20 +268,20 @@ def parse_block(buf: bytes, fmt: TextFormat, first_line_no: int, malformed: Malf
         bad_reason[int(i)] = f"wrong field count ({int(counts[i]) + 1}, expected {nf})"
 
     rows = np.flatnonzero(good)
-    sep_idx = first_sep[rows][:, None] + np.arange(nf - 1)[None, :]
-    sep_pos = seps[sep_idx] if rows.size else np.zeros((0, nf - 1), dtype=np.int64)
-    fstart = np.empty((rows.size, nf), dtype=np.int64)
-    fend = np.empty((rows.size, nf), dtype=np.int64)
-    fstart[:, 0] = starts[rows]
-    fstart[:, 1:] = sep_pos + 1
-    fend[:, :-1] = sep_pos
-    fend[:, -1] = ends[rows]
+    # field boundaries, one contiguous row per field: fstart[c], fend[c] are (n,) arrays
+    sep_pos = seps[first_sep[rows][None, :] + np.arange(nf - 1)[:, None]]
+    fstart = np.empty((nf, rows.size), dtype=np.int64)
+    fend = np.empty((nf, rows.size), dtype=np.int64)
+    fstart[0] = starts[rows]
+    fstart[1:] = sep_pos + 1
+    fend[:-1] = sep_pos
+    fend[-1] = ends[rows]
 
     ok = np.ones(rows.size, dtype=bool)
     reason = np.full(rows.size, -1, dtype=np.int16)  # first failing column
     if fmt.label_col is not None:
-        lab, lok = parse_ints(arr, fstart[:, fmt.label_col], fend[:, fmt.label_col])
-        lok &= ((lab == 0) | (lab == 1)) & (fend[:, fmt.label_col] > fstart[:, fmt.label_col])
+        lab, lok = parse_ints(text, fstart[fmt.label_col], fend[fmt.label_col])
+        lok &= ((lab == 0) | (lab == 1)) & (fend[fmt.label_col] > fstart[fmt.label_col])
         labels = lab.astype(np.int8)
         reason[~lok & ok] = 0
         ok &= lok
@@ -240,13 +290,13 @@ def parse_block(buf: bytes, fmt: TextFormat, first_line_no: int, malformed: Malf
     dense = np.empty((rows.size, NUM_DENSE), dtype=np.int64)
     for j in range(NUM_DENSE):
         c = fmt.dense_col + j
-        dense[:, j], dok = parse_ints(arr, fstart[:, c], fend[:, c])
+        dense[:, j], dok = parse_ints(text, fstart[c], fend[c])
         reason[~dok & ok] = 1 + j
         ok &= dok
     sparse = np.empty((rows.size, NUM_SPARSE), dtype=np.uint32)
     for j in range(NUM_SPARSE):
         c = fmt.sparse_col + j
-        sparse[:, j], sok = parse_hex(arr, fstart[:, c], fend[:, c])
+        sparse[:, j], sok = parse_hex(text, fstart[c], fend[c])
         reason[~sok & ok] = 1 + NUM_DENSE + j
         ok &= sok
     for i in np.flatnonzero(~ok):

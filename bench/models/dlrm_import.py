@@ -86,7 +86,7 @@ def convert_fb_dlrm_state_dict(sd: dict, model: nn.Module) -> dict:
         for p, v in layer.items():
             out[f"dense_arch.model._mlp.{j}._linear.{p}"] = v
     for j, layer in enumerate(top):
-        prefix = f"over_arch.model.1." if j == len(top) - 1 else f"over_arch.model.0._mlp.{j}._linear."
+        prefix = "over_arch.model.1." if j == len(top) - 1 else f"over_arch.model.0._mlp.{j}._linear."
         for p, v in layer.items():
             out[prefix + p] = v
 

@@ -64,9 +64,9 @@ def test_interrupted_run_resumes_to_the_same_output(day_files, tmp_path, categor
 
     for _ in range(2):
         with pytest.raises(KeyboardInterrupt):
-            preprocess(day_files, tmp_path / "resumed", opts, chunk_bytes=64 << 10, on_chunk=kill_after_a_few)
+            preprocess(day_files, tmp_path / "resumed", opts, chunk_bytes=64 << 10, checkpoint_bytes=1, on_chunk=kill_after_a_few)
         assert (tmp_path / "resumed" / "progress.json").exists() and not (tmp_path / "resumed" / "meta.json").exists()
-    meta = preprocess(day_files, tmp_path / "resumed", opts, chunk_bytes=64 << 10, on_chunk=kill_after_a_few)
+    meta = preprocess(day_files, tmp_path / "resumed", opts, chunk_bytes=64 << 10, checkpoint_bytes=1, on_chunk=kill_after_a_few)
     assert [p["rows"] for p in meta["parts"]] == [3000, 2000]
     for name in ("day_0", "day_1"):
         for a, b in zip(_arrays(tmp_path / "clean", name), _arrays(tmp_path / "resumed", name)):

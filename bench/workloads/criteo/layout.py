@@ -70,9 +70,11 @@ class GrowingNpy:
         self.rows += array.shape[0]
 
     def commit(self) -> None:
-        """Make the appended rows durable and visible in the header."""
+        """Make the appended rows durable and visible in the header (one fsync).
+
+        The header may reach the disk before the data; a resumed run trusts `progress.json`
+        (written after this returns), truncates to its row count and rewrites the header."""
         self.f.flush()
-        os.fsync(self.f.fileno())
         self._write_header()
         self.f.flush()
         os.fsync(self.f.fileno())

@@ -44,6 +44,7 @@ from bench.workloads.criteo import layout
 from bench.workloads.criteo.text import NUM_DENSE, NUM_SPARSE, Malformed, read_chunks, sniff_file
 
 CATEGORICAL_MODES = ("hash", "frequency")
+CHECKPOINT_BYTES = 64 << 20  # text parsed between two durable checkpoints
 REMAP_ROWS = 1 << 19
 
 
@@ -110,10 +111,14 @@ def preprocess(
     options: PreprocessOptions = PreprocessOptions(),
     chunk_bytes: int = 16 << 20,
     force: bool = False,
+    checkpoint_bytes: int = CHECKPOINT_BYTES,
     log: Callable[[str], None] = lambda msg: None,
     on_chunk: Callable[[str, int], None] | None = None,
 ) -> dict:
-    """Preprocess `sources` into `out`; resume an interrupted run; return the folder's meta."""
+    """Preprocess `sources` into `out`; resume an interrupted run; return the folder's meta.
+
+    A durable checkpoint is taken every `checkpoint_bytes` of text (and `on_chunk(part, rows)` is
+    called after each one); an interrupted run redoes at most that much."""
     options.validate()
     sources = [Path(s) for s in sources]
     for s in sources:
@@ -138,7 +143,7 @@ def preprocess(
     names = part_names(sources)
 
     for src, name in zip(sources, names):
-        _parse_source(src, name, out, options, chunk_bytes, state, progress_path, log, on_chunk)
+        _parse_source(src, name, out, options, chunk_bytes, checkpoint_bytes, state, progress_path, log, on_chunk)
     if options.categorical == "frequency":
         vocab = _build_vocab(out, names, options, state, progress_path, log)
         for name in names:
@@ -179,7 +184,7 @@ def _capped(n: int, cap: int) -> int:
     return min(n, cap) if cap > 0 else n
 
 
-def _parse_source(src, name, out, options, chunk_bytes, state, progress_path, log, on_chunk) -> None:
+def _parse_source(src, name, out, options, chunk_bytes, checkpoint_bytes, state, progress_path, log, on_chunk) -> None:
     p = state["parts"].get(name)
     if p is not None and p["parsed"]:
         return
@@ -202,6 +207,8 @@ def _parse_source(src, name, out, options, chunk_bytes, state, progress_path, lo
     if rows or p["offset"]:
         log(f"{src}: resuming at line {p['lines'] + 1} ({rows} rows already written)")
     chunks = read_chunks(src, malformed, chunk_bytes, start_offset=p["offset"], start_line=p["lines"], fmt=fmt)
+    committed = p["offset"]
+    chunk = None
     for chunk in chunks:
         dense = np.log1p(np.maximum(chunk.dense, 0).astype(np.float64)).astype(np.float32)
         if options.categorical == "hash":
@@ -210,6 +217,9 @@ def _parse_source(src, name, out, options, chunk_bytes, state, progress_path, lo
             sparse = chunk.sparse
         for w, a in zip(writers, (dense, sparse, chunk.labels)):
             w.append(a)
+        if chunk.end_offset - committed < checkpoint_bytes:
+            continue
+        committed = chunk.end_offset
         for w in writers:
             w.commit()
         p.update(rows=writers[0].rows, lines=chunk.lines, offset=chunk.end_offset, malformed=malformed.to_dict())
@@ -218,7 +228,7 @@ def _parse_source(src, name, out, options, chunk_bytes, state, progress_path, lo
             on_chunk(name, p["rows"])
     for w in writers:
         w.close()
-    p["parsed"] = True
+    p.update(rows=writers[0].rows, lines=(p["lines"] if chunk is None else chunk.lines), malformed=malformed.to_dict(), parsed=True)
     layout.write_json_atomic(progress_path, state)
     log(malformed.summary(str(src)))
     log(f"{src}: {p['rows']} rows from {p['lines']} lines")

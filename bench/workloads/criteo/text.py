@@ -156,7 +156,7 @@ class Buffer:
     so a field's last 8 bytes are gathered with one index instead of eight."""
 
     def __init__(self, data: bytes) -> None:
-        padded = b"\0" * PAD + data + b"\0" * 8
+        padded = b"".join((bytes(PAD), data, bytes(8)))
         self.arr = np.frombuffer(padded, dtype=np.uint8)
         self.words = np.ndarray(shape=(len(padded) - 7,), dtype="<u8", buffer=padded, strides=(1,))
 
@@ -267,50 +267,48 @@ def parse_block(buf: bytes, fmt: TextFormat, first_line_no: int, malformed: Malf
     for i in np.flatnonzero(~good):
         bad_reason[int(i)] = f"wrong field count ({int(counts[i]) + 1}, expected {nf})"
 
-    rows = np.flatnonzero(good)
-    # field boundaries, one contiguous row per field: fstart[c], fend[c] are (n,) arrays
-    sep_pos = seps[first_sep[rows][None, :] + np.arange(nf - 1)[:, None]]
-    fstart = np.empty((nf, rows.size), dtype=np.int64)
-    fend = np.empty((nf, rows.size), dtype=np.int64)
-    fstart[0] = starts[rows]
-    fstart[1:] = sep_pos + 1
-    fend[:-1] = sep_pos
-    fend[-1] = ends[rows]
+    rows = np.flatnonzero(good) if bad_reason else None
+    sel = slice(None) if rows is None else rows
+    n = n_lines if rows is None else rows.size
+    # separator positions, one contiguous row per separator: field c spans (sep[c-1], sep[c])
+    sep_pos = seps[first_sep[sel][None, :] + np.arange(nf - 1)[:, None]]
+    line_start, line_end = starts[sel] - 1, ends[sel]
 
-    ok = np.ones(rows.size, dtype=bool)
-    reason = np.full(rows.size, -1, dtype=np.int16)  # first failing column
+    def bounds(c: int) -> tuple[np.ndarray, np.ndarray]:
+        fs = (line_start if c == 0 else sep_pos[c - 1]) + 1
+        fe = line_end if c == nf - 1 else sep_pos[c]
+        return fs, fe
+
+    col_ok = np.empty((1 + NUM_DENSE + NUM_SPARSE, n), dtype=bool)
     if fmt.label_col is not None:
-        lab, lok = parse_ints(text, fstart[fmt.label_col], fend[fmt.label_col])
-        lok &= ((lab == 0) | (lab == 1)) & (fend[fmt.label_col] > fstart[fmt.label_col])
+        fs, fe = bounds(fmt.label_col)
+        lab, lok = parse_ints(text, fs, fe)
+        col_ok[0] = lok & ((lab == 0) | (lab == 1)) & (fe > fs)
         labels = lab.astype(np.int8)
-        reason[~lok & ok] = 0
-        ok &= lok
     else:
-        labels = np.full(rows.size, -1, dtype=np.int8)
-    dense = np.empty((rows.size, NUM_DENSE), dtype=np.int64)
+        col_ok[0] = True
+        labels = np.full(n, -1, dtype=np.int8)
+    dense = np.empty((NUM_DENSE, n), dtype=np.int64)
     for j in range(NUM_DENSE):
-        c = fmt.dense_col + j
-        dense[:, j], dok = parse_ints(text, fstart[c], fend[c])
-        reason[~dok & ok] = 1 + j
-        ok &= dok
-    sparse = np.empty((rows.size, NUM_SPARSE), dtype=np.uint32)
+        dense[j], col_ok[1 + j] = parse_ints(text, *bounds(fmt.dense_col + j))
+    sparse = np.empty((NUM_SPARSE, n), dtype=np.uint32)
     for j in range(NUM_SPARSE):
-        c = fmt.sparse_col + j
-        sparse[:, j], sok = parse_hex(text, fstart[c], fend[c])
-        reason[~sok & ok] = 1 + NUM_DENSE + j
-        ok &= sok
+        sparse[j], col_ok[1 + NUM_DENSE + j] = parse_hex(text, *bounds(fmt.sparse_col + j))
+    ok = col_ok.all(axis=0)
     for i in np.flatnonzero(~ok):
-        r = int(reason[i])
+        r = int(np.argmin(col_ok[:, i]))  # first failing column
         if r == 0:
-            text = "label is not 0 or 1"
+            reason = "label is not 0 or 1"
         elif r <= NUM_DENSE:
-            text = f"non-integer dense value (I{r})"
+            reason = f"non-integer dense value (I{r})"
         else:
-            text = f"non-hex categorical id (C{r - NUM_DENSE})"
-        bad_reason[int(rows[i])] = text
+            reason = f"non-hex categorical id (C{r - NUM_DENSE})"
+        bad_reason[int(i if rows is None else rows[i])] = reason
     for i in sorted(bad_reason):
         malformed.add(first_line_no + i, bad_reason[i], bytes(arr[starts[i] : ends[i]]))
-    return dense[ok], sparse[ok], labels[ok], n_lines
+    if len(bad_reason):
+        return dense.T[ok].copy(), sparse.T[ok].copy(), labels[ok], n_lines
+    return np.ascontiguousarray(dense.T), np.ascontiguousarray(sparse.T), labels, n_lines
 
 
 def read_chunks(

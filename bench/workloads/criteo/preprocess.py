@@ -1,0 +1,316 @@
+"""Streaming preprocessing of Criteo text files into the memory-mapped layout of `layout.py`.
+
+Memory stays bounded by the chunk size (16 MB of text at a time; about 0.3 GB peak RSS), whatever
+the input size, except for the `frequency` vocabulary, which grows with the number of distinct ids
+(Kaggle: 33.8M distinct ids, about 0.5 GB while counting; the 1TB logs have about 0.9 billion and
+need `hash`).
+
+Transforms (documented choices, as in facebookresearch/dlrm):
+
+- dense: `log(max(x, 0) + 1)`, missing -> 0. Negative values (I2 holds -1, -2, -3) are clamped
+  to 0 first, as DLRM does (`X_int[X_int < 0] = 0`), so every value is finite and the transform
+  does not depend on the minimum of the data. torchrec's `tsv_to_npys` instead shifts by the
+  minimum of the whole file (`log(x - min + 2)`, i.e. `log(x + 3)` on Criteo): that keeps the
+  sign information of I2 but makes the transform depend on the file it was fitted on.
+- categorical, `hash`: `id = int(hex, 16) % max_ind_range`, every table `max_ind_range` rows (the
+  MLPerf / torchrec `hashes` convention). Missing ids are 0 before hashing, as in torchrec.
+- categorical, `frequency`: per column, the raw ids seen at least `frequency_threshold` times
+  across ALL sources (sorted by value) get ids 1..K; rarer ids map to 0, the shared
+  "rare" row (torchrec's `sparse_to_contiguous` uses 1 for that and starts at 2). With
+  `max_ind_range > 0` the contiguous ids are then taken modulo it (DLRM's `--max-ind-range`).
+  Table j has `min(K_j + 1, max_ind_range)` rows.
+
+Resuming: after every chunk the three arrays are fsynced and their headers rewritten, then
+`progress.json` records the input offset, the line number and the malformed-line report. A rerun
+with the same sources and options truncates the arrays to the committed rows and goes on from
+there (`.gz` inputs are decompressed again up to the offset). `meta.json` is written last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from bench.errors import UserError
+from bench.workloads.criteo import layout
+from bench.workloads.criteo.text import NUM_DENSE, NUM_SPARSE, Malformed, read_chunks, sniff_file
+
+CATEGORICAL_MODES = ("hash", "frequency")
+CHECKPOINT_BYTES = 64 << 20  # text parsed between two durable checkpoints
+REMAP_ROWS = 1 << 19
+
+
+@dataclass(frozen=True)
+class PreprocessOptions:
+    categorical: str = "hash"  # hash | frequency
+    max_ind_range: int = 40_000_000  # hash: the modulus; frequency: optional cap on contiguous ids (0 = none)
+    frequency_threshold: int = 1  # frequency: ids seen fewer times share id 0
+    max_examples: int = 10  # malformed-line examples kept per source
+
+    def validate(self) -> None:
+        if self.categorical not in CATEGORICAL_MODES:
+            raise UserError(f"categorical={self.categorical!r}: choose one of {', '.join(CATEGORICAL_MODES)}")
+        if self.categorical == "hash" and not 0 < self.max_ind_range < 2**31:
+            raise UserError(f"max_ind_range={self.max_ind_range}: hashing needs 0 < max_ind_range < 2**31")
+        if self.categorical == "frequency" and not 0 <= self.max_ind_range < 2**31:
+            raise UserError(f"max_ind_range={self.max_ind_range}: give 0 (no cap) or a cap below 2**31")
+        if self.frequency_threshold < 1:
+            raise UserError(f"frequency_threshold={self.frequency_threshold}: give 1 (keep every id) or more")
+
+    def key(self) -> dict:
+        """What changes the output (max_examples only changes the report)."""
+        data = asdict(self)
+        data.pop("max_examples")
+        if self.categorical == "hash":
+            data.pop("frequency_threshold")
+        return data
+
+
+def source_identity(path: Path) -> dict:
+    st = Path(path).stat()
+    return {"path": str(Path(path).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def cache_key(sources: Sequence[Path], options: PreprocessOptions) -> str:
+    """Hash of the sources' identity (path, size, mtime) and the output-changing options."""
+    payload = json.dumps({"sources": [source_identity(s) for s in sources], "options": options.key()}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def part_names(sources: Sequence[Path]) -> list[str]:
+    names: list[str] = []
+    for src in sources:
+        name = Path(src).name
+        name = re.sub(r"\.gz$", "", name)
+        name = re.sub(r"\.(txt|tsv|csv)$", "", name)
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "part"
+        base, k = name, 1
+        while name in names:
+            k += 1
+            name = f"{base}_{k}"
+        names.append(name)
+    return names
+
+
+def day_of(name: str) -> int | None:
+    m = re.fullmatch(r"day_(\d+)", name)
+    return int(m.group(1)) if m else None
+
+
+def preprocess(
+    sources: Sequence[Path | str],
+    out: Path | str,
+    options: PreprocessOptions = PreprocessOptions(),
+    chunk_bytes: int = 16 << 20,
+    force: bool = False,
+    checkpoint_bytes: int = CHECKPOINT_BYTES,
+    log: Callable[[str], None] = lambda msg: None,
+    on_chunk: Callable[[str, int], None] | None = None,
+) -> dict:
+    """Preprocess `sources` into `out`; resume an interrupted run; return the folder's meta.
+
+    A durable checkpoint is taken every `checkpoint_bytes` of text (and `on_chunk(part, rows)` is
+    called after each one); an interrupted run redoes at most that much."""
+    options.validate()
+    sources = [Path(s) for s in sources]
+    for s in sources:
+        if not s.is_file():
+            raise UserError(f"{s}: no such file")
+    out = Path(out)
+    identity = {"options": options.key(), "sources": [source_identity(s) for s in sources]}
+    if force and out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = layout.read_meta(out)
+    if meta is not None:
+        if meta["identity"] == identity:
+            return meta
+        raise UserError(f"{out} holds data preprocessed from other sources or options: choose another --out or pass --force")
+    progress_path = out / "progress.json"
+    state = json.loads(progress_path.read_text()) if progress_path.exists() else None
+    if state is not None and state["identity"] != identity:
+        raise UserError(f"{out} holds an unfinished run with other sources or options: choose another --out or pass --force")
+    if state is None:
+        state = {"identity": identity, "parts": {}, "vocab_done": False}
+    names = part_names(sources)
+
+    for src, name in zip(sources, names):
+        _parse_source(src, name, out, options, chunk_bytes, checkpoint_bytes, state, progress_path, log, on_chunk)
+    if options.categorical == "frequency":
+        vocab = _build_vocab(out, names, options, state, progress_path, log)
+        for name in names:
+            _remap_part(out, name, vocab, options, state, progress_path, on_chunk)
+        num_embeddings = [_capped(len(v) + 1, options.max_ind_range) for v in vocab]
+    else:
+        num_embeddings = [options.max_ind_range] * NUM_SPARSE
+
+    parts = []
+    for name in names:
+        p = state["parts"][name]
+        parts.append(
+            {
+                "name": name,
+                "day": day_of(name),
+                "source": p["source"],
+                "rows": p["rows"],
+                "lines": p["lines"],
+                "labeled": p["labeled"],
+                "malformed": p["malformed"],
+            }
+        )
+    meta = {
+        "format": layout.LAYOUT_FORMAT,
+        "version": layout.LAYOUT_VERSION,
+        "identity": identity,
+        "options": asdict(options),
+        "dense_transform": "log(max(x,0)+1)",
+        "num_embeddings": num_embeddings,
+        "parts": parts,
+    }
+    layout.write_json_atomic(out / "meta.json", meta)
+    progress_path.unlink(missing_ok=True)
+    return meta
+
+
+def _capped(n: int, cap: int) -> int:
+    return min(n, cap) if cap > 0 else n
+
+
+def _parse_source(src, name, out, options, chunk_bytes, checkpoint_bytes, state, progress_path, log, on_chunk) -> None:
+    p = state["parts"].get(name)
+    if p is not None and p["parsed"]:
+        return
+    fmt = sniff_file(src)
+    if p is None:
+        p = {"source": str(src), "rows": 0, "lines": 0, "offset": 0, "parsed": False, "remapped_rows": 0}
+        p["labeled"] = fmt.has_label
+        p["malformed"] = Malformed(options.max_examples).to_dict()
+        state["parts"][name] = p
+    malformed = Malformed.from_dict(p["malformed"], options.max_examples)
+    paths = layout.part_paths(out, name)
+    sparse_path = paths["sparse"] if options.categorical == "hash" else out / f"{name}.sparse_raw.npy"
+    sparse_dtype = np.int32 if options.categorical == "hash" else np.uint32
+    rows = p["rows"]
+    writers = [
+        layout.GrowingNpy(paths["dense"], np.float32, (NUM_DENSE,), rows),
+        layout.GrowingNpy(sparse_path, sparse_dtype, (NUM_SPARSE,), rows),
+        layout.GrowingNpy(paths["labels"], np.int8, (), rows),
+    ]
+    if rows or p["offset"]:
+        log(f"{src}: resuming at line {p['lines'] + 1} ({rows} rows already written)")
+    chunks = read_chunks(src, malformed, chunk_bytes, start_offset=p["offset"], start_line=p["lines"], fmt=fmt)
+    committed = p["offset"]
+    chunk = None
+    for chunk in chunks:
+        dense = np.log1p(np.maximum(chunk.dense, 0).astype(np.float64)).astype(np.float32)
+        if options.categorical == "hash":
+            sparse = (chunk.sparse % np.uint32(options.max_ind_range)).astype(np.int32)
+        else:
+            sparse = chunk.sparse
+        for w, a in zip(writers, (dense, sparse, chunk.labels)):
+            w.append(a)
+        if chunk.end_offset - committed < checkpoint_bytes:
+            continue
+        committed = chunk.end_offset
+        for w in writers:
+            w.commit()
+        p.update(rows=writers[0].rows, lines=chunk.lines, offset=chunk.end_offset, malformed=malformed.to_dict())
+        layout.write_json_atomic(progress_path, state)
+        if on_chunk is not None:
+            on_chunk(name, p["rows"])
+    for w in writers:
+        w.close()
+    p.update(rows=writers[0].rows, lines=(p["lines"] if chunk is None else chunk.lines), malformed=malformed.to_dict(), parsed=True)
+    layout.write_json_atomic(progress_path, state)
+    log(malformed.summary(str(src)))
+    log(f"{src}: {p['rows']} rows from {p['lines']} lines")
+
+
+def _merge_counts(pieces: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    ids = np.concatenate([u for u, _ in pieces])
+    counts = np.concatenate([c for _, c in pieces])
+    order = np.argsort(ids, kind="stable")
+    ids, counts = ids[order], counts[order]
+    if ids.size == 0:
+        return ids, counts
+    starts = np.flatnonzero(np.concatenate([[True], ids[1:] != ids[:-1]]))
+    return ids[starts], np.add.reduceat(counts, starts)
+
+
+def _build_vocab(out, names, options, state, progress_path, log) -> list[np.ndarray]:
+    vocab_dir = out / "vocab"
+    files = [vocab_dir / f"c{j + 1}.npy" for j in range(NUM_SPARSE)]
+    if state["vocab_done"]:
+        return [np.load(f) for f in files]
+    acc: list[tuple[np.ndarray, np.ndarray]] = [(np.zeros(0, np.uint32), np.zeros(0, np.int64))] * NUM_SPARSE
+    pending: list[list] = [[] for _ in range(NUM_SPARSE)]
+    pending_size = [0] * NUM_SPARSE
+    for name in names:
+        raw = np.load(out / f"{name}.sparse_raw.npy", mmap_mode="r")
+        for start in range(0, raw.shape[0], REMAP_ROWS):
+            block = np.asarray(raw[start : start + REMAP_ROWS])
+            for j in range(NUM_SPARSE):
+                u, c = np.unique(block[:, j], return_counts=True)
+                pending[j].append((u, c.astype(np.int64)))
+                pending_size[j] += u.size
+                if pending_size[j] > max(1 << 22, acc[j][0].size):
+                    acc[j] = _merge_counts([acc[j], *pending[j]])
+                    pending[j], pending_size[j] = [], 0
+    vocab_dir.mkdir(exist_ok=True)
+    vocab = []
+    for j in range(NUM_SPARSE):
+        ids, counts = _merge_counts([acc[j], *pending[j]])
+        kept = ids[counts >= options.frequency_threshold]
+        np.save(files[j], kept)
+        vocab.append(kept)
+    state["vocab_done"] = True
+    layout.write_json_atomic(progress_path, state)
+    log("vocabulary sizes (ids kept per table): " + ",".join(str(v.size) for v in vocab))
+    return vocab
+
+
+def remap_ids(raw: np.ndarray, vocab: list[np.ndarray], cap: int) -> np.ndarray:
+    """Raw hex ids (n, 26) -> contiguous ids: position in the sorted vocabulary + 1, 0 if rare."""
+    out = np.empty(raw.shape, dtype=np.int32)
+    for j in range(raw.shape[1]):
+        v = vocab[j]
+        col = raw[:, j]
+        if v.size == 0:
+            out[:, j] = 0
+            continue
+        idx = np.searchsorted(v, col)
+        found = v[np.minimum(idx, v.size - 1)] == col
+        ids = np.where(found, idx + 1, 0)
+        if cap > 0:
+            ids %= cap
+        out[:, j] = ids
+    return out
+
+
+def _remap_part(out, name, vocab, options, state, progress_path, on_chunk) -> None:
+    p = state["parts"][name]
+    raw_path = out / f"{name}.sparse_raw.npy"
+    if p.get("remapped", False):
+        return
+    raw = np.load(raw_path, mmap_mode="r")
+    writer = layout.GrowingNpy(layout.part_paths(out, name)["sparse"], np.int32, (NUM_SPARSE,), p["remapped_rows"])
+    for start in range(writer.rows, raw.shape[0], REMAP_ROWS):
+        writer.append(remap_ids(np.asarray(raw[start : start + REMAP_ROWS]), vocab, options.max_ind_range))
+        writer.commit()
+        p["remapped_rows"] = writer.rows
+        layout.write_json_atomic(progress_path, state)
+        if on_chunk is not None:
+            on_chunk(name, writer.rows)
+    writer.close()
+    del raw
+    p["remapped"] = True
+    layout.write_json_atomic(progress_path, state)
+    os.unlink(raw_path)

@@ -1,0 +1,139 @@
+"""The criteo_* workloads: real Kaggle rows end to end, split conventions, binary layouts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bench import registry
+from bench.errors import UserError
+from bench.workloads.criteo import generate
+from bench.workloads.criteo.testdata import checksums, criteo_data_dir, sha256
+from bench.workloads.criteo_binary import CriteoBinary, CriteoBinaryConfig
+from bench.workloads.criteo_kaggle import CriteoKaggle, CriteoKaggleConfig
+from bench.workloads.criteo_multihot import MLPERF_MULTI_HOT_SIZES, CriteoMultihot, CriteoMultihotConfig
+from bench.workloads.criteo_terabyte import CriteoTerabyte, CriteoTerabyteConfig
+
+DATA = criteo_data_dir()
+SUMS = checksums(DATA)
+HEAD = "criteo_kaggle_train_head10k.tsv"
+
+
+def count(workload, split, batch_size):
+    n, labels = 0, []
+    for b in workload.batches(split, batch_size):
+        assert b.dense.shape == (len(b), 13) and b.dense.dtype == torch.float32
+        assert b.sparse.keys() == [t.feature for t in workload.tables]
+        assert b.sparse.stride() == len(b)
+        for t in workload.tables:
+            jt = b.sparse[t.feature]
+            assert jt.lengths().tolist() == [t.pooling] * len(b)
+            assert int(jt.values().max()) < t.num_embeddings and int(jt.values().min()) >= 0
+        n += len(b)
+        labels.append(b.labels)
+    return n, torch.cat(labels)
+
+
+def test_registered():
+    assert {"criteo_kaggle", "criteo_terabyte", "criteo_binary", "criteo_multihot"} <= set(registry.names("workload"))
+
+
+@pytest.mark.skipif(HEAD not in SUMS, reason=f"real Criteo samples not found at {DATA}")
+def test_kaggle_head10k_end_to_end(tmp_path):
+    path = DATA / HEAD
+    assert sha256(path) == SUMS[HEAD]
+    w = CriteoKaggle(CriteoKaggleConfig(path=str(path)), seed=0, cache_dir=tmp_path)
+    assert [t.name for t in w.tables] == [f"t_cat_{j}" for j in range(26)]
+    held = 10000 // 7
+    sizes = {s: w.num_samples(s) for s in ("train", "calibration", "eval")}
+    assert sizes == {"train": 10000 - held, "calibration": 10000 - held, "eval": held - held // 2}
+    seen = 0
+    for split in ("train", "eval"):
+        n, labels = count(w, split, 1000)  # 8572 and 714: the last batch is short
+        assert n == sizes[split]
+        seen += n
+    # every row once: train + both held-out halves
+    val = CriteoKaggle(CriteoKaggleConfig(path=str(path), eval_split="val"), seed=0, cache_dir=tmp_path)
+    seen += count(val, "eval", 333)[0]
+    assert seen == 10000
+    # the file is preprocessed once into the cache and reused
+    assert len(list((tmp_path / "criteo").glob("criteo_kaggle-*/meta.json"))) == 1
+    w2 = CriteoKaggle(CriteoKaggleConfig(path=str(path)), seed=0, cache_dir=tmp_path)
+    assert w2.describe()["layout"] == w.describe()["layout"]
+    # positive rate of the head file (README: 0.2182)
+    all_labels = torch.cat([count(w, "train", 4096)[1], count(w, "eval", 4096)[1], count(val, "eval", 4096)[1]])
+    assert abs(float(all_labels.mean()) - 0.2182) < 1e-4
+
+
+def test_terabyte_trains_on_earlier_days_and_halves_the_last(tmp_path):
+    for day, rows in ((0, 300), (1, 200), (23, 101)):
+        generate.write_text(tmp_path / f"day_{day}{'.gz' if day == 1 else ''}", rows, seed=day)
+    cfg = CriteoTerabyteConfig(path=str(tmp_path), max_ind_range=1000, calibration_samples=50)
+    w = CriteoTerabyte(cfg, seed=0, cache_dir=tmp_path / "cache")
+    assert w.num_samples("train") == 500 and w.num_samples("eval") == 51 and w.num_samples("calibration") == 50
+    assert count(w, "train", 64)[0] == 500 and count(w, "eval", 64)[0] == 51
+    val = CriteoTerabyte(CriteoTerabyteConfig(path=str(tmp_path), max_ind_range=1000, eval_split="val"), 0, tmp_path / "cache")
+    assert val.num_samples("eval") == 50
+    assert all(t.num_embeddings == 1000 for t in w.tables)
+
+
+def test_batches_straddle_parts_and_keep_order(tmp_path):
+    labels, dense, ids = generate.generated_arrays(90, seed=4)
+    generate.write_dlrm_npz(tmp_path / "day_0_reordered.npz", labels[:40], dense[:40], ids[:40])
+    generate.write_dlrm_npz(tmp_path / "day_1_reordered.npz", labels[40:], dense[40:], ids[40:], compressed=True)
+    w = CriteoBinary(CriteoBinaryConfig(path=str(tmp_path), max_ind_range=0), 0, tmp_path / "cache")
+    got = list(w.batches("train", 7))
+    assert [len(b) for b in got] == [7] * 5 + [5]
+    d = torch.cat([b.dense for b in got]).numpy()
+    assert np.allclose(d, np.log1p(dense[:40].astype(np.float64)).astype(np.float32))
+    first_table = torch.cat([b.sparse["cat_0"].values() for b in got]).numpy()
+    assert np.array_equal(first_table, ids[:40, 0])
+    assert w.num_samples("eval") == 25 and [t.num_embeddings for t in w.tables] == [int(m) + 1 for m in ids.max(0)]
+
+
+def test_dlrm_bin_files_as_named(tmp_path):
+    for split, n in (("train", 64), ("test", 20), ("val", 21)):
+        generate.write_dlrm_bin(tmp_path / f"terabyte_processed_{split}.bin", *generate.generated_arrays(n, seed=n))
+    w = CriteoBinary(CriteoBinaryConfig(path=str(tmp_path), max_ind_range=100), 0, tmp_path / "cache")
+    assert (w.num_samples("train"), w.num_samples("eval")) == (64, 20)
+    assert all(t.num_embeddings == 100 for t in w.tables)
+    assert count(w, "eval", 8)[0] == 20
+
+
+def test_torchrec_npy_written_by_torchrec_itself(tmp_path):
+    from torchrec.datasets.criteo import BinaryCriteoUtils
+
+    src = generate.write_text(tmp_path / "day_0.tsv", 301, seed=5)
+    out = tmp_path / "npy"
+    out.mkdir()
+    BinaryCriteoUtils.tsv_to_npys(str(src), *(str(out / f"day_0_{k}.npy") for k in ("dense", "sparse", "labels")))
+    w = CriteoBinary(CriteoBinaryConfig(path=str(out), num_embeddings_per_feature=[97] * 26), 0, tmp_path / "cache")
+    assert w.num_samples("eval") == 151 and w.num_samples("train") == 0
+    n, labels = count(w, "eval", 50)
+    assert n == 151 and np.array_equal(labels.numpy(), np.load(out / "day_0_labels.npy")[:151, 0].astype(np.float32))
+
+
+def test_mlperf_multihot(tmp_path):
+    sizes = [50 + j for j in range(26)]
+    generate.write_mlperf_multihot(tmp_path, 23, 33, sizes, MLPERF_MULTI_HOT_SIZES)
+    w = CriteoMultihot(CriteoMultihotConfig(path=str(tmp_path), num_embeddings_per_feature=sizes), 0, tmp_path / "c")
+    assert [t.pooling for t in w.tables] == MLPERF_MULTI_HOT_SIZES
+    assert w.num_samples("eval") == 17 and w.num_samples("calibration") == 16  # day 23 only: the other half
+    assert count(w, "eval", 5)[0] == 17
+    b = next(w.batches("eval", 4))
+    members = np.load(tmp_path / "day_23_sparse_multi_hot.npz")
+    assert np.array_equal(b.sparse["cat_20"].values().numpy(), members["20"][:4].reshape(-1))
+
+
+def test_errors_are_one_line(tmp_path):
+    with pytest.raises(UserError, match="no such file"):
+        CriteoKaggle(CriteoKaggleConfig(path=str(tmp_path / "nope.tsv")), 0, tmp_path).tables
+    with pytest.raises(UserError, match="test or val"):
+        CriteoKaggle(CriteoKaggleConfig(path="x", eval_split="dev"), 0, tmp_path)
+    generate.write_text(tmp_path / "day_5", 20, seed=0)
+    w = CriteoTerabyte(CriteoTerabyteConfig(path=str(tmp_path / "day_5"), max_ind_range=10), 0, tmp_path / "c")
+    with pytest.raises(UserError, match="train split .* is empty"):
+        next(w.batches("train", 4))

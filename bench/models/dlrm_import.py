@@ -18,7 +18,6 @@ agree.
 
 from __future__ import annotations
 
-import pickle
 import re
 from pathlib import Path
 
@@ -120,16 +119,11 @@ def convert_fb_dlrm_state_dict(sd: dict, model: nn.Module) -> dict:
 
 
 def load_dlrm_checkpoint(path: str | Path, model: nn.Module) -> nn.Module:
-    """Load a facebookresearch/dlrm checkpoint (`{"state_dict": ...}` or a bare state dict) into `model`."""
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise UserError(f"model.checkpoint={str(path)!r}: no such file") from None
-    except (pickle.UnpicklingError, RuntimeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"model.checkpoint={str(path)!r}: cannot load with weights_only=True ({first})") from None
-    sd = obj.get("state_dict", obj) if isinstance(obj, dict) else None
-    if not isinstance(sd, dict):
-        raise UserError(f"model.checkpoint={str(path)!r}: not a state dict")
-    model.load_state_dict(convert_fb_dlrm_state_dict(sd, model), strict=True)
+    """Load a facebookresearch/dlrm checkpoint (`{"state_dict": ...}` or a bare state dict) into `model`.
+
+    The same loader as `model.checkpoint=PATH` (weights_only, one-line errors), which maps this
+    format whenever it sees `emb_l.N.weight` keys."""
+    from bench.models.checkpoint import load_checkpoint
+
+    load_checkpoint(model, path)
     return model

@@ -27,11 +27,11 @@ from bench.workloads.base import Workload
 log = logging.getLogger(__name__)
 
 
-def model_cache_key(workload_cfg, model_cfg, seed: int) -> str:
+def model_cache_key(workload_cfg, model_cfg, seed: int, data: dict | None = None) -> str:
     model = dict(model_cfg)
     model.pop("checkpoint", None)
     model.get("train", {}).pop("progress", None)  # display only
-    return config_hash({"workload": dict(workload_cfg), "model": model, "seed": seed})
+    return config_hash({"workload": dict(workload_cfg), "data": data or {}, "model": model, "seed": seed})
 
 
 def trained_model(model_cfg, workload: Workload, seed: int, cache_dir: Path) -> tuple[nn.Module, dict]:
@@ -47,7 +47,7 @@ def trained_model(model_cfg, workload: Workload, seed: int, cache_dir: Path) -> 
         return model.eval(), {"source": "checkpoint", "path": str(model_cfg.checkpoint)}
 
     as_dict = lambda c: OmegaConf.to_container(c, resolve=True) if OmegaConf.is_config(c) else _asdict(c)  # noqa: E731
-    key = model_cache_key(as_dict(workload.cfg), as_dict(model_cfg), seed)
+    key = model_cache_key(as_dict(workload.cfg), as_dict(model_cfg), seed, workload.data_identity())
     path = Path(cache_dir) / "models" / f"{key}.pt"
     if path.exists():
         model.load_state_dict(torch.load(path, weights_only=True))

@@ -42,6 +42,15 @@ class Workload:
         """Every sample of `split` exactly once, in order; the last batch may be short."""
         raise NotImplementedError
 
+    def data_identity(self) -> dict:
+        """What identifies the data read (e.g. file path, size, mtime): part of the model cache key,
+        so a changed file retrains. Generated workloads are identified by their config alone."""
+        return {}
+
+    def describe(self) -> dict:
+        """What was read and how it was split, for run records."""
+        return {}
+
     def oracle_auc(self) -> float | None:
         """AUC of the true probabilities on the eval split, where the workload knows them."""
         return None

@@ -20,7 +20,7 @@ from bench.config import WorkloadConfig
 from bench.errors import UserError
 from bench.workloads.base import SPLITS, TableSpec, Workload
 from bench.workloads.criteo import layout
-from bench.workloads.criteo.preprocess import PreprocessOptions, cache_key, preprocess
+from bench.workloads.criteo.preprocess import PreprocessOptions, cache_key, preprocess, source_identity
 from bench.workloads.criteo.source import FEATURES, NUM_SPARSE, TABLES, Part, Split, iter_batches
 
 EVAL_SPLITS = ("test", "val")
@@ -125,6 +125,10 @@ class CriteoWorkload(Workload):
         if s.rows == 0:
             raise UserError(f"workload {self.cfg.name}: the {split} split of {self.cfg.path} is empty ({self._load()['note']})")
         return iter_batches(s, batch_size)
+
+    def data_identity(self) -> dict:
+        path = Path(self.cfg.path).expanduser()
+        return source_identity(path) if path.exists() else {"path": str(path)}
 
     def describe(self) -> dict:
         """What was read and how it was split (for run records and logs)."""

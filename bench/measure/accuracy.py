@@ -12,6 +12,7 @@ from torch import nn
 
 from bench.batch import Batch
 from bench.errors import UserError
+from bench.progress import progress
 
 
 class CountMismatch(RuntimeError):
@@ -25,13 +26,14 @@ def score(module: nn.Module, batches: Iterable[Batch], device: torch.device, exp
     the last sample of every batch) fails here instead of skewing the AUC.
     """
     labels, logits = [], []
-    with torch.inference_mode():
+    with torch.inference_mode(), progress(total=expected, desc="eval", unit="sample") as bar:
         for batch in batches:
             out = module(*batch.to(device).model_inputs()).reshape(-1)
             if out.numel() != len(batch):
                 raise CountMismatch(f"model returned {out.numel()} scores for a batch of {len(batch)} samples")
             logits.append(out.float().cpu().numpy())
             labels.append(batch.labels.numpy())
+            bar.update(len(batch))
     n = sum(len(x) for x in labels)
     if n != expected:
         raise CountMismatch(f"scored {n} eval samples, expected {expected}: samples were dropped or repeated")

@@ -1,0 +1,99 @@
+"""The accuracy gate as pytest tests, for teams that gate with pytest (one test per backend).
+
+A small sweep goes through the one code path, `bench.runner.run_one`, for fp32 (the baseline every
+rule is read against) and each backend of `--gate-backends` (default: every registered backend) at
+one batch size; `bench.report.results_table` builds the table, and `bench.gate.evaluate_gate` judges
+it with `conf/gate/default.yaml` (`bench.gate.config.load_gate_config`). Each backend's test fails
+when any of its verdicts fails, and the message names the failing rows, rules, values and thresholds.
+
+    pytest suites/test_accuracy_gate.py                                   # all backends, ~1-2 min
+    pytest suites/test_accuracy_gate.py --gate-backends=int8_tbe,uint4
+    pytest suites/test_accuracy_gate.py --gate-overrides="gate.rules.uint4.max_auc_drop=0.0005 batch_size=2048"
+
+`--gate-overrides` are Hydra overrides of the runs (workload size, model, batch size, cache_dir ...);
+the `gate.*` ones also reach the gate config. The trained fp32 model is cached in the config's
+cache_dir (`.cache/bench` by default), so a second run skips training. Quick mode
+(`--suites-quick`) runs fp32 and int8_tbe on the unit tests' tiny config in a temporary cache.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from bench import registry
+from bench.gate import FAIL, evaluate_gate, load_gate_config
+from bench.report import results_table
+from bench.runner import run_one
+
+# Big enough that the AUC intervals mean something, small enough to train in well under a minute.
+DEFAULT = [
+    "workload.train_samples=131072",
+    "workload.eval_samples=65536",
+    "workload.calibration_samples=4096",
+    "model.train.samples=262144",
+    "model.train.progress=false",
+    "eval_batch_size=8192",
+    "calibration_batch_size=1024",
+    "batch_size=1024",
+    "timing.warmup_batches=2",
+    "timing.trials=3",
+    "timing.batches_per_trial=5",
+]
+# The unit tests' tiny config (tests/conftest.py TINY): seconds.
+QUICK = [
+    "workload.train_samples=16384",
+    "workload.eval_samples=8192",
+    "workload.calibration_samples=2048",
+    "model.train.samples=16384",
+    "model.train.progress=false",
+    "eval_batch_size=4096",
+    "calibration_batch_size=1024",
+    "batch_size=512",
+    "timing.warmup_batches=1",
+    "timing.trials=2",
+    "timing.batches_per_trial=2",
+]
+QUICK_BACKENDS = ["fp32", "int8_tbe"]
+
+
+def gate_backends(config: pytest.Config) -> list[str]:
+    text = config.getoption("--gate-backends").strip()
+    if text:
+        chosen = [b.strip() for b in text.split(",") if b.strip()]
+    else:
+        chosen = QUICK_BACKENDS if config.getoption("--suites-quick") else registry.names("backend")
+    for name in chosen:
+        registry.get("backend", name)  # an unknown name is a one-line error naming the known ones
+    return chosen
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "gate_backend" in metafunc.fixturenames:
+        metafunc.parametrize("gate_backend", gate_backends(metafunc.config))
+
+
+@pytest.fixture(scope="module")
+def gate(pytestconfig, compose_config, is_quick, tmp_path_factory):
+    """Run the sweep once: fp32 first, then every gated backend; evaluate the gate over all rows."""
+    user = shlex.split(pytestconfig.getoption("--gate-overrides"))
+    base = list(QUICK if is_quick else DEFAULT)
+    if is_quick:
+        base.append(f"cache_dir={tmp_path_factory.mktemp('gate-cache')}")
+    base.append(f"reports_dir={tmp_path_factory.mktemp('gate-reports')}")
+    backends = ["fp32", *(b for b in gate_backends(pytestconfig) if b != "fp32")]
+    records = [run_one(compose_config([*base, *user, f"backend={name}"])) for name in backends]
+    gate_cfg = load_gate_config("default", [o for o in user if o.startswith("gate.")])
+    result = evaluate_gate(results_table(records), gate_cfg)
+    return {"records": {r.backend: r for r in records}, "result": result}
+
+
+def test_gate(gate, gate_backend):
+    verdicts = [v for v in gate["result"].verdicts if v.backend == gate_backend]
+    if not verdicts:
+        pytest.fail(f"no gate verdicts for {gate_backend}: its run left no row in the results table", pytrace=False)
+    failing = [v for v in verdicts if v.verdict == FAIL]
+    if failing:
+        rows = "\n".join(f"  {v.where} [{v.rule}]: {v.reason}" for v in failing)
+        pytest.fail(f"accuracy gate failed for {gate_backend} ({len(failing)} of {len(verdicts)} checks):\n{rows}", pytrace=False)

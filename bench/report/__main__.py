@@ -1,5 +1,8 @@
 """`python -m bench.report DIR [DIR...] [--baseline DIR] [--out DIR]`: re-render from stored records.
 
+`python -m bench.report F.json [--out DIR]` renders a pytest-benchmark JSON file (`pytest suites/
+--benchmark-json=F.json`) into benchmarks.md next to F (`bench.report.benchmark_json`).
+
 Each DIR holds a records.jsonl (or `latest/records.jsonl`), or is such a file. Without --out a
 single DIR is re-rendered in place (its records.jsonl left as it is). With --baseline the
 sweep is compared row by row with the baseline sweep: compare.md in the output folder and a
@@ -14,6 +17,7 @@ import sys
 from pathlib import Path
 
 from bench.errors import UserError
+from bench.report import benchmark_json
 from bench.report.compare import AUC_THRESHOLD, summary, write_compare
 from bench.report.load import load_many, load_records, records_file
 from bench.report.publish import write_report
@@ -23,7 +27,7 @@ PROG = "python -m bench.report"
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    p.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="sweep folder or records.jsonl file")
+    p.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="sweep folder or records.jsonl file (or one pytest-benchmark .json)")
     p.add_argument("--baseline", type=Path, metavar="DIR", help="sweep to compare against, row by row")
     p.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: the single DIR)")
     p.add_argument("--title", default=None, help="report title")
@@ -41,6 +45,9 @@ def _default_out(dirs: list[Path]) -> Path:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
+        if any(benchmark_json.is_benchmark_json(d) for d in args.dirs):
+            print(f"benchmarks: {benchmark_json.render_cli(args.dirs, args.out, args.title, args.baseline)}")
+            return 0
         records = load_many(args.dirs)
         baseline = load_records(args.baseline) if args.baseline is not None else None
         out = args.out if args.out is not None else _default_out(args.dirs)

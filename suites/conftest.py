@@ -23,7 +23,6 @@ expensive setup of the others.
 from __future__ import annotations
 
 import os
-import shlex
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -72,11 +71,14 @@ def quick(config: pytest.Config) -> bool:
     return bool(config.getoption("--suites-quick"))
 
 
-def overrides(config: pytest.Config, option: str) -> list[str]:
-    return shlex.split(config.getoption(option))
-
-
 def pytest_configure(config: pytest.Config) -> None:
+    text = config.getoption("--suites-device")
+    try:
+        dev = torch.device(text)
+    except RuntimeError:
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        raise pytest.UsageError(f"--suites-device {text!r} is not cpu or cuda[:i]")
     set_threads(config.getoption("--suites-threads"))
 
 
@@ -123,8 +125,6 @@ def device(pytestconfig: pytest.Config) -> torch.device:
     dev = _device(pytestconfig)
     if dev.type == "cuda" and not torch.cuda.is_available():
         pytest.skip("no CUDA device on this machine (--suites-device)")
-    if dev.type not in ("cpu", "cuda"):
-        raise pytest.UsageError(f"--suites-device {dev} is not cpu or cuda[:i]")
     return dev
 
 

@@ -6,7 +6,7 @@ one batch size; `bench.report.results_table` builds the table, and `bench.gate.e
 it with `conf/gate/default.yaml` (`bench.gate.config.load_gate_config`). Each backend's test fails
 when any of its verdicts fails, and the message names the failing rows, rules, values and thresholds.
 
-    pytest suites/test_accuracy_gate.py                                   # all backends, ~1-2 min
+    pytest suites/test_accuracy_gate.py                                   # all backends, as +sweep=nightly
     pytest suites/test_accuracy_gate.py --gate-backends=int8_tbe,uint4
     pytest suites/test_accuracy_gate.py --gate-overrides="gate.rules.uint4.max_auc_drop=0.0005 batch_size=2048"
 
@@ -27,20 +27,9 @@ from bench.gate import FAIL, evaluate_gate, load_gate_config
 from bench.report import results_table
 from bench.runner import run_one
 
-# Big enough that the AUC intervals mean something, small enough to train in well under a minute.
-DEFAULT = [
-    "workload.train_samples=131072",
-    "workload.eval_samples=65536",
-    "workload.calibration_samples=4096",
-    "model.train.samples=262144",
-    "model.train.progress=false",
-    "eval_batch_size=8192",
-    "calibration_batch_size=1024",
-    "batch_size=1024",
-    "timing.warmup_batches=2",
-    "timing.trials=3",
-    "timing.batches_per_trial=5",
-]
+# The nightly sweep's configuration (`+sweep=nightly`: the default workload and model, batch 1024),
+# so the pytest gate and the nightly gate judge the same numbers and share the trained checkpoint.
+DEFAULT = ["batch_size=1024", "model.train.progress=false"]
 # The unit tests' tiny config (tests/conftest.py TINY): seconds.
 QUICK = [
     "workload.train_samples=16384",

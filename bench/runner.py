@@ -345,6 +345,8 @@ def _scores(cfg, backend_cfg, prepared: nn.Module | None, model_key: str, worklo
         if prepared is None:
             return None
         result = score(prepared, _eval_batches(cfg, workload), device, expected=workload.num_samples("eval"))
+        if not np.all(np.isfinite(result[1])):
+            return result  # a failure (accuracy_metrics says so): never cached, so a retry scores again
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{key}.{os.getpid()}.tmp.npz")  # per process: parallel jobs may share the cache
         try:
@@ -359,12 +361,16 @@ def _scores(cfg, backend_cfg, prepared: nn.Module | None, model_key: str, worklo
 def _read_scores(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
     """Cached scores, or None (a miss) when the file is truncated, foreign or inconsistent."""
     try:
-        with np.load(path, allow_pickle=False) as data:
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise ValueError("not an .npz archive")
+        with data:
             labels, logits = data["labels"], data["logits"]
         if labels.ndim == 1 and labels.shape == logits.shape:
             return labels, logits
+        raise ValueError("labels and logits do not match")
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-        log.warning("scores cache %s is unreadable (%s): scoring again", path, type(exc).__name__)
+        log.warning("scores cache %s is unreadable (%s: %s): scoring again", path, type(exc).__name__, exc)
     return None
 
 

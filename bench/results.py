@@ -180,7 +180,7 @@ def _read_locked(path: Path) -> str:
 def read_jsonl(path: Path) -> list[RunRecord]:
     """Read every record; a torn final line (a kill mid-write elsewhere) is an error, not a skip."""
     records = []
-    for lineno, line in enumerate(_read_locked(Path(path)).splitlines(), 1):
+    for lineno, line in enumerate(_read_locked(Path(path)).split("\n"), 1):
         if not line.strip():
             continue
         try:
@@ -232,7 +232,9 @@ class StoreIndex:
             f.seek(self._offset)
             chunk = f.read()
         end = chunk.rfind(b"\n") + 1  # whole lines only
-        for line in chunk[:end].splitlines():
+        for line in chunk[:end].split(b"\n"):
+            if not line.strip():
+                continue
             try:
                 record = RunRecord.from_dict(json.loads(line))
             except (ValueError, TypeError, KeyError):

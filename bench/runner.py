@@ -45,7 +45,7 @@ from bench.errors import UserError
 from bench.hashing import config_hash
 from bench.measure.accuracy import accuracy_metrics, score
 from bench.measure.env import environment
-from bench.measure.memory import ROW_BYTES, PeakMemory, estimate_job, memory_skip_reason, model_bytes
+from bench.measure.memory import ROW_BYTES, MemoryEstimate, PeakMemory, estimate_job, memory_skip_reason, model_bytes
 from bench.measure.stats import paired_auc_delta
 from bench.measure.tables import embedding_bytes
 from bench.measure.timing import time_module
@@ -96,7 +96,7 @@ def run_job(cfg: DictConfig) -> tuple[RunRecord, Exception | None]:
             prior = _stored_record(cfg, record.config_hash, environment(device)["fingerprint"])
             if prior is not None:
                 return _resumed(prior, record), None
-        if skip is None and cfg.get("memory_fraction"):
+        if skip is None and cfg.get("memory_fraction") is not None:
             skip = memory_skip_reason(_memory_estimate(cfg, backend, device), device, cfg.memory_fraction)
         if skip is not None:
             record.status, record.error = "skipped", skip
@@ -141,13 +141,17 @@ def _resumed(prior: RunRecord, record: RunRecord) -> RunRecord:
 # ------------------------------------------------------------------------------ the resource guard
 
 
-def _memory_estimate(cfg: DictConfig, backend: Backend, device: torch.device):
+def _memory_estimate(cfg: DictConfig, backend: Backend, device: torch.device) -> MemoryEstimate:
+    """The job's memory at its peak, from the workload's table sizes and the model config (nothing built)."""
     workload = _workload(cfg)
     dim = int(cfg.model.embedding_dim)
     tables = {t.name: (int(t.num_embeddings), dim) for t in workload.tables}
-    weight = getattr(backend, "weight_dtype", None)  # TBE backends store their own tables
-    per_table = {k: str(v) for k, v in (getattr(backend.cfg, "per_table", None) or {}).items() if str(v) in ROW_BYTES}  # bad names: prepare says
-    dtypes = None if weight is None else {name: per_table.get(name, weight) for name in tables}
+    weight = getattr(backend, "weight_dtype", None)  # TBE backends store tables of their own; others copy fp32 ones
+    dtypes = None
+    if weight is not None:
+        # a per-table weight type that is not one leaves the default here; prepare() then names the mistake
+        per_table = {k: str(v) for k, v in (getattr(backend.cfg, "per_table", None) or {}).items() if str(v) in ROW_BYTES}
+        dtypes = {name: per_table.get(name, weight) for name in tables}
     resident = _model_ident(cfg) in _model_cache
     alignment = 1 if device.type == "cpu" else 16
     return estimate_job(tables, _dense_bytes(cfg, workload), dtypes, resident, alignment)
@@ -186,6 +190,9 @@ def _validate(cfg: DictConfig) -> None:
         value = cfg[key]
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise UserError(f"{key} must be a positive integer, got {value!r} ({key}=N)")
+    fraction = cfg.get("memory_fraction")
+    if fraction is not None and not (isinstance(fraction, (int, float)) and fraction > 0):
+        raise UserError(f"memory_fraction must be a positive number (or null to turn the memory check off), got {fraction!r}")
     for key in ("warmup_batches", "trials", "batches_per_trial"):
         if cfg.timing[key] < (0 if key == "warmup_batches" else 1):
             raise UserError(f"timing.{key} must be positive, got {cfg.timing[key]}")

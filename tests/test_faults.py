@@ -213,6 +213,9 @@ def test_the_guard_uses_the_safety_fraction_and_can_be_turned_off(fast_cfg, monk
     meminfo(monkeypatch, tmp_path, 1)
     assert run_job(fast_cfg("backend=uint4", "memory_fraction=null"))[0].status == "ok"
     assert run_one_hash(fast_cfg("memory_fraction=null")) == run_one_hash(fast_cfg())  # not part of the job's identity
+    for bad in ("0", "-0.5"):
+        record = run_job(fast_cfg(f"memory_fraction={bad}"))[0]
+        assert record.status == "error" and "memory_fraction must be a positive number" in record.error
 
 
 def run_one_hash(cfg):

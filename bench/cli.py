@@ -4,6 +4,11 @@ Names are checked before Hydra composes anything, so an unknown backend or a bad
 one line and exit code 2, with no traceback. Inside a sweep, a failing job becomes a record with
 status `error` and the sweep goes on; a single run exits 2 for bad input and 1 for other errors,
 after writing its record.
+
+A record is written whole or not at all: a Ctrl-C stops the run before its record is saved (exit
+130), and re-running the same command with `resume=true` measures only the jobs that have no ok
+or skipped record yet. A resumed job's record goes to its job folder but not again to
+`records.jsonl`, which keeps one line per measurement.
 """
 
 from __future__ import annotations
@@ -79,11 +84,13 @@ def summary(record: RunRecord) -> str:
 def task(cfg: DictConfig) -> str:
     record, exc = run_job(cfg)
     hydra_cfg = HydraConfig.get()
-    save_record(record, Path(hydra_cfg.runtime.output_dir), Path(cfg.reports_dir))
+    save_record(record, Path(hydra_cfg.runtime.output_dir), Path(cfg.reports_dir), store=record.resumed_from is None)
     if hydra_cfg.mode == RunMode.MULTIRUN:
         log.info(summary(record).splitlines()[0])
         return record.status
     print(summary(record))
+    if record.resumed_from:
+        print(f"resumed: the stored record {record.resumed_from} of this job on this machine (resume=true); nothing was measured")
     print(f"record: {Path(hydra_cfg.runtime.output_dir) / 'record.json'} (also appended to {Path(cfg.reports_dir) / 'records.jsonl'})")
     if record.status == "error":
         print(f"error: {record.error}", file=sys.stderr)
@@ -98,4 +105,8 @@ def main() -> None:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
-    hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(task)()
+    try:
+        hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(task)()
+    except KeyboardInterrupt:
+        print("interrupted: the running job left no record; re-run the same command with resume=true to finish", file=sys.stderr)
+        sys.exit(130)

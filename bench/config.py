@@ -88,6 +88,12 @@ class Config:
     sweep_name: Optional[str] = None
     run_gate: bool = False
     gate: GateConfig = field(default_factory=GateConfig)
+    # Reuse the ok/skipped record of a job already in <reports_dir>/records.jsonl (same config hash,
+    # same machine fingerprint) instead of measuring it again: re-run an interrupted sweep with it.
+    resume: bool = False
+    # Skip a job (status `skipped`) whose estimated memory exceeds this fraction of what is available
+    # (MemAvailable; free GPU memory on CUDA). null turns the check off.
+    memory_fraction: Optional[float] = 0.8
 
 
 def register_configs() -> None:

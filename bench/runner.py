@@ -8,15 +8,27 @@ Work is shared between the jobs of one process (a sweep runs its jobs in-process
 and its eval batches are built once, the fp32 model is trained or loaded once, and a backend's
 prepared model and eval scores are computed once per (model, backend, device) and reused across
 batch sizes. Eval scores are also cached on disk, keyed by config hashes and a digest of the
-harness's code, so a warm re-run skips evaluation but never reuses scores from other code.
+harness's code, so a warm re-run skips evaluation but never reuses scores from other code; a cache
+file that cannot be read (truncated by a kill) is a miss and is written anew.
+
+Fault tolerance: an exception, a NaN or inf score, or running out of memory fails the job, not
+the sweep (after an out-of-memory the shared work is dropped so the next job starts clean). Before
+the fp32 model and the backend are built, their memory is estimated and a job that would not fit
+is `skipped` with the reason (`memory_fraction`). With `resume=true`, a job whose ok or skipped
+record is already in `<reports_dir>/records.jsonl` for the same config hash and machine
+fingerprint is not measured again: that record is re-emitted with `resumed_from` set to its id.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import hashlib
+import json
 import logging
+import os
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -33,18 +45,20 @@ from bench.errors import UserError
 from bench.hashing import config_hash
 from bench.measure.accuracy import accuracy_metrics, score
 from bench.measure.env import environment
-from bench.measure.memory import PeakMemory, model_bytes
+from bench.measure.memory import ROW_BYTES, MemoryEstimate, PeakMemory, estimate_job, memory_skip_reason, model_bytes
 from bench.measure.stats import paired_auc_delta
 from bench.measure.tables import embedding_bytes
 from bench.measure.timing import time_module
+from bench.models.dlrm import build_dlrm
 from bench.models.train import trained_model
-from bench.results import RunRecord
+from bench.results import RunRecord, StoreIndex
 from bench.workloads.base import Workload
 
 log = logging.getLogger(__name__)
 
 # Keys that change where output goes or how it is shown, never what is measured.
-NON_SEMANTIC_KEYS = ("reports_dir", "cache_dir", "sweep_name", "gate", "resume")
+NON_SEMANTIC_KEYS = ("reports_dir", "cache_dir", "sweep_name", "gate", "resume", "memory_fraction")
+OUT_OF_MEMORY = (MemoryError, torch.OutOfMemoryError)
 
 
 def job_hash(resolved: dict[str, Any]) -> str:
@@ -77,18 +91,98 @@ def run_job(cfg: DictConfig) -> tuple[RunRecord, Exception | None]:
             backend = registry.get("backend", cfg.backend.name).factory(cfg.backend)
             skip = backend.unsupported_reason(device)
         if skip is not None:
-            record.status, record.error = "skipped", skip
             device = None  # not usable here: describe the machine without it
+        if cfg.get("resume"):
+            prior = _stored_record(cfg, record.config_hash, environment(device)["fingerprint"])
+            if prior is not None:
+                return _resumed(prior, record), None
+        if skip is None and cfg.get("memory_fraction") is not None:
+            skip = memory_skip_reason(_memory_estimate(cfg, backend, device), device, cfg.memory_fraction)
+        if skip is not None:
+            record.status, record.error = "skipped", skip
         else:
             record.metrics = _measure(cfg, backend, device)
         return record, None
     except Exception as exc:  # noqa: BLE001 - every failure becomes a record
         record.status = "error"
-        record.error = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, OUT_OF_MEMORY):
+            clear_caches()  # the next job starts without this one's leftovers
+            record.error = f"out of memory ({type(exc).__name__}: {exc}); the shared caches were dropped"
+        else:
+            record.error = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
         log.debug("job failed", exc_info=True)
         return record, exc
     finally:
-        record.env = environment(device)
+        if not record.resumed_from:
+            record.env = environment(device)
+
+
+# ------------------------------------------------------------------------------------------ resume
+
+_stores: dict[str, StoreIndex] = {}
+
+
+def _stored_record(cfg: DictConfig, config_hash_: str, fingerprint: str) -> RunRecord | None:
+    path = os.path.abspath(Path(cfg.reports_dir) / "records.jsonl")
+    if path not in _stores:
+        _stores[path] = StoreIndex(Path(path))
+    return _stores[path].latest(config_hash_, fingerprint)
+
+
+def _resumed(prior: RunRecord, record: RunRecord) -> RunRecord:
+    """The stored measurement, re-emitted for this run: its results and environment, this run's config."""
+    record.status, record.error = prior.status, prior.error
+    record.metrics, record.env = prior.metrics, prior.env
+    record.resumed_from = prior.record_id
+    log.info("resume: %s %s bs=%s already measured (record %s)", record.backend, record.device, record.batch_size, prior.record_id)
+    return record
+
+
+# ------------------------------------------------------------------------------ the resource guard
+
+
+def _memory_estimate(cfg: DictConfig, backend: Backend, device: torch.device) -> MemoryEstimate:
+    """The job's memory at its peak, from the workload's table sizes and the model config (nothing built)."""
+    workload = _workload(cfg)
+    dim = int(cfg.model.embedding_dim)
+    tables = {t.name: (int(t.num_embeddings), dim) for t in workload.tables}
+    weight = getattr(backend, "weight_dtype", None)  # TBE backends store tables of their own; others copy fp32 ones
+    dtypes = None
+    if weight is not None:
+        # a per-table weight type that is not one leaves the default here; prepare() then names the mistake
+        per_table = {k: str(v) for k, v in (getattr(backend.cfg, "per_table", None) or {}).items() if str(v) in ROW_BYTES}
+        dtypes = {name: per_table.get(name, weight) for name in tables}
+    resident = _model_ident(cfg) in _model_cache
+    alignment = 1 if device.type == "cpu" else 16
+    return estimate_job(tables, _dense_bytes(cfg, workload), dtypes, resident, alignment)
+
+
+@functools.lru_cache(maxsize=8)
+def _dense_bytes_cached(model_json: str, tables: tuple, num_dense: int) -> int:
+    """Bytes of the model's non-embedding parameters and buffers, from a build on the meta device with one-row tables."""
+    from bench.workloads.base import TableSpec
+
+    specs = [TableSpec(name, feature, 1) for name, feature in tables]
+    with torch.device("meta"):
+        model = build_dlrm(OmegaConf.create(model_json), specs, num_dense)
+    tensors = [*model.named_parameters(), *model.named_buffers()]
+    return sum(t.numel() * t.element_size() for n, t in tensors if "embedding_bags" not in n)
+
+
+def _dense_bytes(cfg: DictConfig, workload: Workload) -> int:
+    tables = tuple((t.name, t.feature) for t in workload.tables)
+    return _dense_bytes_cached(json.dumps(_plain(cfg.model), sort_keys=True), tables, workload.num_dense)
+
+
+def clear_caches() -> None:
+    """Drop the work shared between jobs of this process (models, prepared variants, scores)."""
+    for cache in (_model_cache, _eval_cache, _calibration_cache, _prepared_cache, _score_cache, _timing_cache, _stores):
+        cache.clear()
+    for fn in (_workload_cached, _oracle_cached, _dense_bytes_cached):
+        fn.cache_clear()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _validate(cfg: DictConfig) -> None:
@@ -96,6 +190,9 @@ def _validate(cfg: DictConfig) -> None:
         value = cfg[key]
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise UserError(f"{key} must be a positive integer, got {value!r} ({key}=N)")
+    fraction = cfg.get("memory_fraction")
+    if fraction is not None and not (isinstance(fraction, (int, float)) and fraction > 0):
+        raise UserError(f"memory_fraction must be a positive number (or null to turn the memory check off), got {fraction!r}")
     for key in ("warmup_batches", "trials", "batches_per_trial"):
         if cfg.timing[key] < (0 if key == "warmup_batches" else 1):
             raise UserError(f"timing.{key} must be positive, got {cfg.timing[key]}")
@@ -161,8 +258,12 @@ def _workload(cfg: DictConfig) -> Workload:
 _model_cache: dict[str, tuple[nn.Module, str, dict]] = {}
 
 
+def _model_ident(cfg: DictConfig) -> str:
+    return config_hash({"w": _plain(cfg.workload), "m": _plain(cfg.model), "seed": cfg.seed})
+
+
 def _model(cfg: DictConfig, workload: Workload) -> tuple[nn.Module, str, dict]:
-    ident = config_hash({"w": _plain(cfg.workload), "m": _plain(cfg.model), "seed": cfg.seed})
+    ident = _model_ident(cfg)
     if ident not in _model_cache:
         torch.manual_seed(cfg.seed)
         model, info = trained_model(cfg.model, workload, cfg.seed, Path(cfg.cache_dir))
@@ -246,19 +347,38 @@ def _scores(cfg, backend_cfg, prepared: nn.Module | None, model_key: str, worklo
     if key in _score_cache:
         return _score_cache[key]
     path = Path(cfg.cache_dir) / "scores" / f"{key}.npz"
-    if path.exists():
-        with np.load(path) as data:
-            result = (data["labels"], data["logits"])
-    else:
+    result = _read_scores(path) if path.exists() else None
+    if result is None:
         if prepared is None:
             return None
         result = score(prepared, _eval_batches(cfg, workload), device, expected=workload.num_samples("eval"))
+        if not np.all(np.isfinite(result[1])):
+            return result  # a failure (accuracy_metrics says so): never cached, so a retry scores again
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp.npz")
-        np.savez(tmp, labels=result[0], logits=result[1])
-        tmp.replace(path)
+        tmp = path.with_name(f".{key}.{os.getpid()}.tmp.npz")  # per process: parallel jobs may share the cache
+        try:
+            np.savez(tmp, labels=result[0], logits=result[1])
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
     _score_cache[key] = result
     return result
+
+
+def _read_scores(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
+    """Cached scores, or None (a miss) when the file is truncated, foreign or inconsistent."""
+    try:
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise ValueError("not an .npz archive")
+        with data:
+            labels, logits = data["labels"], data["logits"]
+        if labels.ndim == 1 and labels.shape == logits.shape:
+            return labels, logits
+        raise ValueError("labels and logits do not match")
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        log.warning("scores cache %s is unreadable (%s: %s): scoring again", path, type(exc).__name__, exc)
+    return None
 
 
 def _scores_of(cfg, backend_cfg, model, model_key, workload, device):

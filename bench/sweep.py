@@ -1,5 +1,7 @@
 """Sweep-level work that Hydra's launcher does not do: a progress bar over the jobs, the report
-when the sweep ends, and the gate for sweeps that ask for it (`run_gate: true`).
+when the sweep ends, and the gate for sweeps that ask for it (`run_gate: true`). A job that failed
+is a record with status `error`: the sweep goes on, the report lists it and the gate fails on it.
+With `resume=true` a re-run of an interrupted sweep still has one record per job (see bench.runner).
 
 Installed as a Hydra callback by the sweep configs (`conf/sweep/*.yaml`). The report reads only
 the records the jobs wrote; nothing is measured here.
@@ -58,7 +60,13 @@ class SweepCallback(Callback):
         name = config.get("sweep_name") or "sweep"
         report_dir = publish_report(records, Path(config.reports_dir), name)
         counts = {s: sum(r.status == s for r in records) for s in ("ok", "error", "skipped")}
-        print(f"sweep {name}: {len(records)} jobs ({counts['ok']} ok, {counts['error']} error, {counts['skipped']} skipped)")
+        resumed = sum(bool(r.resumed_from) for r in records)
+        note = f"; {resumed} resumed from stored records" if resumed else ""
+        print(f"sweep {name}: {len(records)} jobs ({counts['ok']} ok, {counts['error']} error, {counts['skipped']} skipped{note})")
+        for r in records:
+            if r.status == "error":
+                reason = next(iter((r.error or "").strip().splitlines()), "no reason recorded")
+                print(f"  error: {r.backend} {r.device} bs={r.batch_size}: {reason}")
         print(f"report: {report_dir / 'report.md'}")
         if config.get("run_gate"):
             from bench.gate import run_gate

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from bench.results import SCHEMA_VERSION
 from tests.conftest import TINY, run_bench
 
 
@@ -45,4 +46,4 @@ def test_end_to_end_run_writes_records_and_reuses_the_checkpoint(tmp_path):
     assert r1["metrics"]["model_source"] == "trained" and r2["metrics"]["model_source"] == "cache"
     assert r1["metrics"]["auc"] == r2["metrics"]["auc"]
     lines = (tmp_path / "reports" / "records.jsonl").read_text().splitlines()
-    assert len(lines) == 2 and all(json.loads(line)["schema_version"] == 1 for line in lines)
+    assert len(lines) == 2 and all(json.loads(line)["schema_version"] == SCHEMA_VERSION for line in lines)

@@ -13,7 +13,7 @@ import pytest
 
 from bench.report import COLUMNS, publish_report, results_table, write_report
 from bench.report import fmt
-from bench.results import RunRecord, read_jsonl
+from bench.results import SCHEMA_VERSION, RunRecord, read_jsonl
 
 FIXTURES = Path(__file__).parent / "fixtures" / "records"
 REQUIRED = ["workload", "device", "backend", "batch_size", "status", "auc", "auc_delta", "auc_delta_lo",
@@ -226,4 +226,4 @@ def test_publish_report_timestamps_and_latest_link(sweep_a, tmp_path):
 
 def test_records_written_are_valid_json_lines(report_dir):
     for line in (report_dir / "records.jsonl").read_text().splitlines():
-        assert json.loads(line)["schema_version"] == 1
+        assert json.loads(line)["schema_version"] == SCHEMA_VERSION  # v1 fixtures are written back migrated

@@ -1,9 +1,12 @@
-"""Memory: bytes held by a module, and the peak resident memory of a measured step."""
+"""Memory: bytes held by a module, the peak resident memory of a measured step, and an estimate of
+what a job will need, checked against what the machine has before a backend is built."""
 
 from __future__ import annotations
 
 import resource
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 import torch
 from torch import nn
@@ -81,3 +84,96 @@ def _vm_hwm_bytes() -> int:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
+
+
+# ------------------------------------------------------------------------------- the resource guard
+
+# Bytes of one stored row of dim D per weight type, as FBGEMM's TBE lays it out at row alignment 1
+# (INT8/INT4/INT2 carry an fp16 scale and bias per row).
+ROW_BYTES = {
+    "fp32": lambda d: 4 * d,
+    "fp16": lambda d: 2 * d,
+    "bf16": lambda d: 2 * d,
+    "fp8": lambda d: d,
+    "int8": lambda d: d + 4,
+    "int4": lambda d: d // 2 + 4,
+    "int2": lambda d: d // 4 + 4,
+}
+MEMINFO = Path("/proc/meminfo")
+
+
+def row_bytes(dtype: str, dim: int, alignment: int = 1) -> int:
+    """Stored bytes of one row (rounded up to `alignment`: 1 on CPU, 16 on CUDA)."""
+    raw = ROW_BYTES[dtype](dim)
+    return -(-raw // alignment) * alignment
+
+
+def tables_bytes(tables: Mapping[str, tuple[int, int]], dtypes: Mapping[str, str] | None = None, alignment: int = 1) -> int:
+    """Bytes of tables `{name: (rows, dim)}` stored as `dtypes` (name -> weight type; fp32 if absent)."""
+    dtypes = dtypes or {}
+    return sum(rows * row_bytes(dtypes.get(name, "fp32"), dim, alignment) for name, (rows, dim) in tables.items())
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """What a job holds at its peak: the fp32 model (unless already resident), the backend's copy of
+    it, and the backend's own tables (quantized TBE tables live beside the copy while it converts)."""
+
+    fp32_model_bytes: int
+    backend_tables_bytes: int
+    model_resident: bool
+
+    @property
+    def host_bytes(self) -> int:
+        return (0 if self.model_resident else self.fp32_model_bytes) + self.fp32_model_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        return self.host_bytes + self.backend_tables_bytes
+
+    def describe(self) -> str:
+        parts = [] if self.model_resident else [f"fp32 model {_gb(self.fp32_model_bytes)}"]
+        parts.append(f"backend copy {_gb(self.fp32_model_bytes)}")
+        if self.backend_tables_bytes:
+            parts.append(f"backend tables {_gb(self.backend_tables_bytes)}")
+        return f"{_gb(self.total_bytes)} ({' + '.join(parts)})"
+
+
+def estimate_job(
+    tables: Mapping[str, tuple[int, int]], dense_bytes: int, dtypes: Mapping[str, str] | None, model_resident: bool, alignment: int = 1
+) -> MemoryEstimate:
+    """`dtypes` None: the backend keeps fp32 tables in its copy (fp32, fake_quant); else its TBE weight types."""
+    fp32 = tables_bytes(tables) + int(dense_bytes)
+    backend = tables_bytes(tables, dtypes, alignment) if dtypes is not None else 0
+    return MemoryEstimate(fp32, backend, model_resident)
+
+
+def mem_available_bytes() -> int | None:
+    """The kernel's estimate of memory available without swapping (MemAvailable), or None."""
+    try:
+        for line in MEMINFO.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def memory_skip_reason(estimate: MemoryEstimate, device: torch.device, fraction: float) -> str | None:
+    """A `skipped` reason when the estimate exceeds `fraction` of what is available, else None."""
+    checks = [("host", estimate.host_bytes + (estimate.backend_tables_bytes if device.type == "cpu" else 0), mem_available_bytes(), "MemAvailable")]
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        checks.append(("GPU", estimate.fp32_model_bytes + estimate.backend_tables_bytes, int(free), "free GPU memory"))
+    for where, need, available, source in checks:
+        if available is not None and need > fraction * available:
+            return (
+                f"not enough {where} memory: the job needs about {_gb(need)} by estimate ({estimate.describe()}), "
+                f"more than {fraction:g} x {source} {_gb(available)}; free memory, use a smaller workload, "
+                f"or raise memory_fraction (null turns the check off)"
+            )
+    return None
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e7 else f"{n / 1e6:.2f} MB"

@@ -1,0 +1,103 @@
+"""Bad input ends as a clear message (an error record inside a job, a one-line error at the edges),
+never as a crash or a silently wrong number.
+
+Covered elsewhere, not repeated here: a truncated or foreign checkpoint, a pickle carrying code, a
+state dict that does not match the model (tests/test_models.py); the single-class check at unit
+level (tests/test_measure.py); batch size 0, negative or not a number (tests/test_cli.py); a batch
+size larger than the eval split (tests/test_runner.py); empty-line, torn, alien and newer-schema
+record files for the reporter (tests/test_report_cli.py, tests/test_results.py).
+"""
+
+import sys
+
+import numpy as np
+import pytest
+from hydra.core.global_hydra import GlobalHydra
+
+from bench import runner
+from bench.errors import UserError
+from bench.report.__main__ import main as report_main
+from bench.report.load import load_records
+from bench.results import StoreIndex, read_jsonl
+from bench.runner import run_job
+from tests.test_faults import fast_cfg, fast_models  # noqa: F401 (fixtures)
+
+
+def test_empty_checkpoint_file_is_an_error_record(fast_cfg, tmp_path):
+    empty = tmp_path / "empty.pt"
+    empty.write_bytes(b"")
+    record, exc = run_job(fast_cfg(f"model.checkpoint={empty}"))
+    assert record.status == "error" and isinstance(exc, UserError)
+    assert f"checkpoint {empty} is not a readable torch file" in record.error and "re-save it" in record.error
+
+
+def test_empty_records_file_for_the_reporter(tmp_path, capsys):
+    path = tmp_path / "records.jsonl"
+    path.write_bytes(b"")
+    assert read_jsonl(path) == [] and StoreIndex(path).latest("abc", "m") is None
+    with pytest.raises(UserError, match="holds no records"):
+        load_records(tmp_path)
+    assert report_main([str(tmp_path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds no records" in err
+
+
+def test_resume_against_an_empty_store_measures(fast_cfg, tmp_path):
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "records.jsonl").write_bytes(b"")
+    record = run_job(fast_cfg("resume=true"))[0]
+    assert record.status == "ok" and record.resumed_from is None
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "pickle", "plain npy", "wrong arrays"])
+def test_a_damaged_scores_cache_is_a_miss_and_is_rewritten(fast_cfg, damage):
+    cfg = fast_cfg()
+    first = run_job(cfg)[0]
+    [path] = (runner.Path(cfg.cache_dir) / "scores").glob("*.npz")
+    good = path.read_bytes()
+    if damage == "truncated":
+        path.write_bytes(good[: len(good) // 2])
+    elif damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "pickle":
+        with open(path, "wb") as f:
+            np.save(f, np.array([{"not": "scores"}], dtype=object), allow_pickle=True)  # refused, never unpickled
+    elif damage == "plain npy":
+        with open(path, "wb") as f:
+            np.save(f, np.zeros(2048))
+    else:
+        np.savez(path, labels=np.zeros(3), logits=np.zeros(4))
+    runner.clear_caches()  # a new process: only the disk cache is left
+    second = run_job(cfg)[0]
+    assert second.status == "ok" and second.metrics["auc"] == first.metrics["auc"]
+    with np.load(path) as data:
+        assert data["logits"].shape == (2048,)
+    assert not list(path.parent.glob(".*tmp*"))
+
+
+def test_an_eval_split_without_positives_is_an_error_record_end_to_end(fast_cfg):
+    record, exc = run_job(fast_cfg("workload.positive_rate=1e-9"))
+    assert record.status == "error" and isinstance(exc, UserError)
+    assert "the eval split has a single class (all labels 0): AUC is undefined" in record.error
+
+
+def cli(monkeypatch, *argv):
+    from bench import cli as bench_cli
+
+    monkeypatch.setattr(sys, "argv", ["bench", *argv])
+    GlobalHydra.instance().clear()
+    try:
+        bench_cli.main()
+    except SystemExit as exc:
+        return exc.code
+    finally:
+        GlobalHydra.instance().clear()
+    return 0
+
+
+@pytest.mark.parametrize("key", ["batch_sise=5", "timing.trails=3", "workload.eval_sample=10"])
+def test_a_mistyped_config_key_exits_non_zero_naming_it(monkeypatch, capsys, tmp_path, key):
+    code = cli(monkeypatch, key, f"reports_dir={tmp_path}", f"hydra.run.dir={tmp_path / 'run'}")
+    err = capsys.readouterr().err
+    assert code not in (0, None) and key.split("=")[0] in err
+    assert not (tmp_path / "records.jsonl").exists()  # nothing ran

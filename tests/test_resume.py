@@ -1,0 +1,164 @@
+"""resume=true: an interrupted sweep, re-run, measures only what is missing and ends with exactly
+one record per job. In-process for the rules (what is reused, what runs again), and with real
+processes interrupted by Ctrl-C (SIGINT) and by SIGKILL mid-job."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from bench import runner
+from bench.backends.fake_quant import FakeQuantBackend
+from bench.results import append_jsonl, read_jsonl, save_record
+from bench.runner import job_hash, run_job
+from tests.test_faults import FAST, fast_cfg, fast_models, poison  # noqa: F401 (fixtures)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def store(tmp_path):
+    return tmp_path / "reports" / "records.jsonl"
+
+
+def measured(cfg):
+    record, _ = run_job(cfg)
+    save_record(record, None, cfg.reports_dir)
+    return record
+
+
+def no_measuring(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("resume measured a job that was already stored")
+
+    monkeypatch.setattr(runner, "_measure", refuse)
+
+
+def test_resume_reuses_the_stored_record_without_measuring(fast_cfg, monkeypatch, tmp_path):
+    first = measured(fast_cfg())
+    no_measuring(monkeypatch)
+    again, exc = run_job(fast_cfg("resume=true"))
+    assert exc is None and again.status == "ok" and again.resumed_from == first.record_id
+    assert again.record_id != first.record_id and again.config_hash == first.config_hash
+    assert again.metrics == first.metrics and again.env == first.env
+    assert again.config["resume"] is True  # this run's config; the hash ignores resume
+    # without resume=true the store is not consulted: it measures (and here _measure refuses)
+    assert "already stored" in run_job(fast_cfg())[0].error
+
+
+def test_resume_does_not_count_as_part_of_the_job_s_identity(fast_cfg):
+    plain, resumed = (OmegaConf.to_container(fast_cfg(*o), resolve=True) for o in ([], ["resume=true"]))
+    assert job_hash(plain) == job_hash(resumed)
+
+
+def test_error_records_run_again(fast_cfg, monkeypatch, tmp_path):
+    with monkeypatch.context() as m:
+        m.setattr(FakeQuantBackend, "prepare", poison(float("nan")))
+        failed = measured(fast_cfg("backend=fake_quant"))
+    assert failed.status == "error"
+    runner.clear_caches()  # a new process, as a resumed sweep is
+    assert not list((tmp_path / "cache" / "scores").glob("*.npz"))  # non-finite scores are never cached
+    again = measured(fast_cfg("backend=fake_quant", "resume=true"))
+    assert again.status == "ok" and again.resumed_from is None
+    no_measuring(monkeypatch)
+    third = run_job(fast_cfg("backend=fake_quant", "resume=true"))[0]
+    assert third.resumed_from == again.record_id  # the ok record now stands for the job
+    assert [r.status for r in read_jsonl(store(tmp_path))] == ["error", "ok"]
+
+
+def test_another_machine_s_record_is_not_reused(fast_cfg, monkeypatch, tmp_path):
+    first = measured(fast_cfg())
+    data = first.to_dict()
+    store(tmp_path).unlink()
+    append_jsonl(store(tmp_path), [{**data, "env": {**data["env"], "fingerprint": "another-box"}}])
+    again = run_job(fast_cfg("resume=true"))[0]
+    assert again.status == "ok" and again.resumed_from is None
+
+
+def test_other_configs_are_not_reused(fast_cfg, monkeypatch):
+    measured(fast_cfg())
+    record = run_job(fast_cfg("resume=true", "batch_size=128"))[0]
+    assert record.status == "ok" and record.resumed_from is None
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_skipped_records_are_reused(fast_cfg, monkeypatch):
+    first = measured(fast_cfg("device=cuda"))
+    assert first.status == "skipped"
+    again = run_job(fast_cfg("device=cuda", "resume=true"))[0]
+    assert again.status == "skipped" and again.resumed_from == first.record_id and again.error == first.error
+
+
+# ------------------------------------------------------------------------- real interruptions
+
+JOBS = {(b, bs) for b in ("fp32", "fake_quant") for bs in (128, 256)}
+SWEEP = [
+    "+sweep=quant", "device=cpu", "backend=fp32,fake_quant", "batch_size=128,256",
+    *[o for o in FAST if not o.startswith("batch_size=")],
+    "timing.trials=20", "timing.batches_per_trial=8",  # each job times for a while: kills land mid-job
+]  # fmt: skip
+
+
+def start(tmp_path, run, *extra):
+    args = [*SWEEP, f"reports_dir={tmp_path / 'reports'}", f"cache_dir={tmp_path / 'cache'}", f"hydra.sweep.dir={tmp_path / run}", *extra]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def interrupt_when_started(proc, job_dir: Path, sig, timeout=180):
+    """Send `sig` as soon as Hydra has set up `job_dir` (the job is running, its record not written)."""
+    deadline = time.monotonic() + timeout
+    while not (job_dir / ".hydra").exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the job never started"
+        time.sleep(0.02)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, out, err
+
+
+def records_in(sweep_dir: Path) -> dict[int, dict]:
+    return {int(p.parent.name): json.loads(p.read_text()) for p in sweep_dir.glob("*/record.json")}
+
+
+def test_a_sweep_stopped_by_ctrl_c_then_killed_resumes_to_one_record_per_job(tmp_path, fast_models):
+    shutil.copytree(fast_models, tmp_path / "cache" / "models")
+    stored = lambda: read_jsonl(tmp_path / "reports" / "records.jsonl")  # noqa: E731
+
+    # 1. Ctrl-C while job 1 runs: job 0's record is kept, job 1 leaves nothing behind.
+    code, _, err = interrupt_when_started(start(tmp_path, "run1"), tmp_path / "run1" / "1", signal.SIGINT)
+    assert code == 130 and "interrupted" in err and "resume=true" in err
+    assert list(records_in(tmp_path / "run1")) == [0] and len(stored()) == 1
+
+    # 2. Resumed, then SIGKILL while job 2 runs: job 0 re-emitted, job 1 measured, job 2 nothing.
+    code, _, _ = interrupt_when_started(start(tmp_path, "run2", "resume=true"), tmp_path / "run2" / "2", signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    run2 = records_in(tmp_path / "run2")
+    assert sorted(run2) == [0, 1] and len(stored()) == 2
+    assert run2[0]["resumed_from"] == stored()[0].record_id and run2[1]["resumed_from"] is None
+
+    # 3. Resumed to the end.
+    proc = start(tmp_path, "run3", "resume=true")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "4 jobs (4 ok, 0 error, 0 skipped; 2 resumed from stored records)" in out
+
+    final = stored()  # nothing lost, nothing duplicated: one measurement per job
+    assert len(final) == 4 and {(r.backend, r.batch_size) for r in final} == JOBS
+    assert len({r.config_hash for r in final}) == 4 and all(r.status == "ok" for r in final)
+    run3 = records_in(tmp_path / "run3")
+    assert sorted(run3) == [0, 1, 2, 3] and {(r["backend"], r["batch_size"]) for r in run3.values()} == JOBS
+    by_hash = {r.config_hash: r for r in final}
+    assert sorted(r["resumed_from"] for r in run3.values() if r["resumed_from"]) == sorted(r.record_id for r in final[:2])
+    for r in run3.values():
+        assert r["metrics"] == by_hash[r["config_hash"]].metrics
+    latest = tmp_path / "reports" / "quant" / "latest"
+    assert len(read_jsonl(latest / "records.jsonl")) == 4  # the sweep's report: one row per job
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp") or ".tmp." in p.name]

@@ -105,3 +105,13 @@ def test_missing_truncated_and_foreign_checkpoints(tmp_path):
     torch.save([torch.zeros(1)], listy)
     with pytest.raises(UserError, match="does not hold a state dict"):
         load_checkpoint(model, listy)
+
+
+def test_damaged_cached_checkpoint_is_a_miss_and_retrains(tmp_path):
+    w = small_workload()
+    _, info = trained_model(small_model_cfg(), w, 0, tmp_path)
+    cached = tmp_path / "models" / f"{info['key']}.pt"
+    cached.write_bytes(cached.read_bytes()[:100])
+    model, again = trained_model(small_model_cfg(), w, 0, tmp_path)
+    assert again["source"] == "trained" and again["key"] == info["key"]
+    assert trained_model(small_model_cfg(), w, 0, tmp_path)[1]["source"] == "cache"

@@ -50,9 +50,12 @@ def trained_model(model_cfg, workload: Workload, seed: int, cache_dir: Path) -> 
     key = model_cache_key(as_dict(workload.cfg), as_dict(model_cfg), seed, workload.data_identity())
     path = Path(cache_dir) / "models" / f"{key}.pt"
     if path.exists():
-        model.load_state_dict(torch.load(path, weights_only=True))
-        meta = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
-        return model.eval(), {"source": "cache", "key": key, **meta}
+        try:
+            model.load_state_dict(torch.load(path, weights_only=True))
+            meta = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
+            return model.eval(), {"source": "cache", "key": key, **meta}
+        except Exception as exc:  # noqa: BLE001 - a damaged cache entry is a miss: train again
+            log.warning("cached checkpoint %s is unreadable (%s); training again", path, type(exc).__name__)
 
     torch.manual_seed(seed)
     model = build_dlrm(model_cfg, workload.tables, workload.num_dense)  # re-init under the seed

@@ -273,7 +273,7 @@ def update_history(results_df: pd.DataFrame, gate_cfg: Any, reports_dir: Path, *
                    git_sha=git_sha if git_sha is not None else current_git_sha())
     md = render_history(load_history(path), runs=cfg.history_runs, auc_tolerance=cfg.history_auc_tolerance,
                         throughput_tolerance=cfg.history_throughput_tolerance)
-    from bench.gate.writers import write_text_atomic
+    from bench.results import write_text_atomic
 
     write_text_atomic(path.parent / "history.md", md)
     return path.parent / "history.md"

@@ -115,19 +115,18 @@ def _umask() -> int:
     return mask
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+def write_text_atomic(path: Path, data: str | bytes) -> None:
     """Temp file in the same folder + fsync + rename: readers see the old file or the new one.
 
     The file gets the permissions `open()` would give it (mkstemp's are 0600).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(data, indent=2, sort_keys=True, allow_nan=False, default=str) + "\n"
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb") as f:
             os.fchmod(f.fileno(), 0o666 & ~_umask())
-            f.write(text)
+            f.write(data.encode() if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -135,6 +134,10 @@ def write_json_atomic(path: Path, data: Any) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False, default=str) + "\n")
 
 
 def _cut_torn_tail(fd: int) -> None:

@@ -227,6 +227,7 @@ def _measure(cfg: DictConfig, backend: Backend, device: torch.device) -> dict[st
         cuda_peak_bytes=peak.cuda_peak_bytes,
         threads=torch.get_num_threads(),
         model_source=model_info.get("source"),
+        workload_info=workload.describe(),
         sample="one row (user-item pair) of the workload",
     )
     return metrics

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from bench.gate.evaluate import GateResult, Verdict
 from bench.gate.rules import FAIL, INCONCLUSIVE, PASS, RULES, SKIPPED
+from bench.results import write_text_atomic
 
 _MD_REASON_CHARS = 300
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -92,21 +93,6 @@ def render_junit(result: GateResult) -> bytes:
         suite.set("time", "0")
     ET.indent(root)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
-
-
-def write_text_atomic(path: Path, data: bytes | str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def write_outputs(result: GateResult, out_dir: Path) -> tuple[Path, Path]:

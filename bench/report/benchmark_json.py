@@ -160,13 +160,13 @@ def render_benchmarks_markdown(data: dict[str, Any], title: str = "Benchmarks") 
 
 def write_benchmarks_md(path: Path, out_dir: Path | None = None, title: str | None = None) -> Path:
     """Render `path` (a pytest-benchmark JSON) into `out_dir/benchmarks.md` (default: next to `path`)."""
-    from bench.report.publish import _write_text_atomic
+    from bench.results import write_text_atomic
 
     data = load_benchmark_json(path)
     out = Path(out_dir) if out_dir is not None else Path(path).parent
     out.mkdir(parents=True, exist_ok=True)
     target = out / OUTPUT
-    _write_text_atomic(target, render_benchmarks_markdown(data, title or f"Benchmarks: {Path(path).name}"))
+    write_text_atomic(target, render_benchmarks_markdown(data, title or f"Benchmarks: {Path(path).name}"))
     return target
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
@@ -12,33 +11,12 @@ from typing import Any, Iterable
 from bench.report.markdown import render_report
 from bench.report.plots import write_plots
 from bench.report.table import as_records, results_table
-from bench.results import RunRecord
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; reports are for reading
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+from bench.results import RunRecord, write_text_atomic
 
 
 def write_records(records: Iterable[RunRecord], path: Path) -> None:
     text = "".join(json.dumps(r.to_dict(), sort_keys=True, allow_nan=False, default=str) + "\n" for r in records)
-    _write_text_atomic(Path(path), text)
+    write_text_atomic(Path(path), text)
 
 
 def write_report(
@@ -57,11 +35,11 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     df = results_table(records)
     plots = write_plots(df, out_dir)
-    _write_text_atomic(out_dir / "results.csv", df.to_csv(index=False))
+    write_text_atomic(out_dir / "results.csv", df.to_csv(index=False))
     if write_records_file:
         write_records(records, out_dir / "records.jsonl")
     report = out_dir / "report.md"
-    _write_text_atomic(report, render_report(df, records, title, plots, out_dir))
+    write_text_atomic(report, render_report(df, records, title, plots, out_dir))
     return report
 
 

@@ -149,16 +149,22 @@ def sniff(first_line: bytes, path: Path | str = "<input>") -> TextFormat:
 
 
 PAD = 24  # bytes in front of every parsed block, so that right-aligned reads never start before it
+SLAB_BYTES = 1 << 20  # text parsed per vectorized pass: its (rows, 40) temporaries stay in cache
 
 
 class Buffer:
     """A block of text as bytes (`arr`) and as overlapping little-endian 8-byte words (`words`),
-    so a field's last 8 bytes are gathered with one index instead of eight."""
+    so a field's last 8 bytes are gathered with one index instead of eight.
 
-    def __init__(self, data: bytes) -> None:
-        padded = b"".join((bytes(PAD), data, bytes(8)))
-        self.arr = np.frombuffer(padded, dtype=np.uint8)
-        self.words = np.ndarray(shape=(len(padded) - 7,), dtype="<u8", buffer=padded, strides=(1,))
+    Built from `bytes` (copied behind PAD zero bytes) or from a uint8 array that already has PAD
+    zero bytes in front of the text and 8 bytes of room after it."""
+
+    def __init__(self, data: bytes | np.ndarray) -> None:
+        if isinstance(data, np.ndarray):
+            self.arr = data
+        else:
+            self.arr = np.frombuffer(b"".join((bytes(PAD), data, bytes(8))), dtype=np.uint8)
+        self.words = np.ndarray(shape=(self.arr.shape[0] - 7,), dtype="<u8", buffer=self.arr, strides=(1,))
 
     def right(self, fe: np.ndarray, width: int) -> np.ndarray:
         """(n, width) uint8: the `width` bytes ending at each `fe` (width <= PAD)."""
@@ -224,91 +230,198 @@ def _swar_decimal(buf: Buffer, fe: np.ndarray, length: np.ndarray) -> tuple[np.n
     return (x & np.uint64(0xFFFFFFFF)).astype(np.int64), ok
 
 
-def parse_hex(buf: Buffer, fs: np.ndarray, fe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """1-8 hex digits in arr[fs:fe] (empty -> 0). Returns (values uint32, ok bool).
+_MASKS = np.array([0] + [(2**64 - 1) << (64 - 8 * k) & (2**64 - 1) for k in range(1, 9)], dtype=np.uint64)
+_U8 = {k: np.uint64(k) for k in (4, 6, 8, 16, 32)}
+_BYTE_LANES = np.uint64(0x00FF00FF00FF00FF)
+_SHORT_LANES = np.uint64(0x0000FFFF0000FFFF)
+_LOW_WORD = np.uint64(0xFFFFFFFF)
 
-    SWAR on the field's last 8 bytes as one uint64: nibble = (b & 15) + 9 * bit 6 of b, then the
-    bytes outside the field are masked off and the nibbles packed into 32 bits."""
-    length = fe - fs
-    ok = length <= MAX_HEX_DIGITS
-    w = buf.words[fe - 8]
-    b = w.view(np.uint8).reshape(-1, 8)
+
+def _invalid_bytes(valid: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Per-byte validity (n, k, 8) bool -> (n, k) bool: some byte inside the field is invalid."""
+    return (~valid.view(np.uint64)[..., 0] & mask & _LOW_BITS) != 0
+
+
+def _hex_fields(w: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Hex ids from the last 8 bytes `w` (uint64 words) of fields of `length` bytes.
+
+    Returns (values uint32, ok bool); empty -> 0; over 8 digits or a non-hex byte -> not ok.
+    SWAR: nibble = (b & 15) + 9 * bit 6 of b, bytes outside the field masked off, then pairs of
+    nibbles, bytes and shorts are packed (first character most significant)."""
+    mask = _MASKS[np.minimum(length, 8)]
+    b = w.view(np.uint8).reshape(*w.shape, 8)
     valid = ((b - np.uint8(0x30)) < 10) | (((b | np.uint8(0x20)) - np.uint8(0x61)) < 6)
-    mask = _field_mask(length)
-    ok &= (~valid.view(np.uint64).reshape(-1) & mask & _LOW_BITS) == 0
-    nib = (w & _LOW_NIBBLES) + ((w >> np.uint64(6)) & _LOW_BITS) * np.uint64(9)
-    x = (nib & mask).byteswap()  # first character in the highest byte
-    x = (x | (x >> np.uint64(4))) & np.uint64(0x00FF00FF00FF00FF)
-    x = (x | (x >> np.uint64(8))) & np.uint64(0x0000FFFF0000FFFF)
-    x = (x | (x >> np.uint64(16))) & np.uint64(0x00000000FFFFFFFF)
-    values = x.astype(np.uint32)
-    values[~ok] = 0
-    return values, ok
+    ok = (length <= MAX_HEX_DIGITS) & ~_invalid_bytes(valid, mask)
+    x = ((w >> _U8[6]) & _LOW_BITS) * np.uint64(9)
+    x += w & _LOW_NIBBLES
+    x &= mask
+    x = ((x << _U8[4]) | (x >> _U8[8])) & _BYTE_LANES
+    x = ((x << _U8[8]) | (x >> _U8[16])) & _SHORT_LANES
+    x = ((x << _U8[16]) | (x >> _U8[32])) & _LOW_WORD
+    return x.astype(np.uint32), ok
+
+
+def _decimal_fields(w: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Unsigned decimals of 0-8 digits from the last 8 bytes `w` of fields of `length` bytes.
+
+    Returns (values int64, fast bool); where `fast` is False (a sign, `.0`, over 8 digits, junk)
+    the value is left for `parse_ints`."""
+    mask = _MASKS[np.minimum(length, 8)]
+    b = w.view(np.uint8).reshape(*w.shape, 8)
+    fast = (length <= 8) & ~_invalid_bytes((b - np.uint8(0x30)) < 10, mask)
+    x = w & mask
+    x &= _LOW_NIBBLES
+    x = ((x * np.uint64(10)) + (x >> _U8[8])) & _BYTE_LANES
+    x = ((x * np.uint64(100)) + (x >> _U8[16])) & _SHORT_LANES
+    x = ((x * np.uint64(10000)) + (x >> _U8[32])) & _LOW_WORD
+    return x.view(np.int64), fast
+
+
+@dataclass
+class _Parsed:
+    dense: np.ndarray
+    sparse: np.ndarray
+    labels: np.ndarray
+    n_lines: int
+    bad: list  # (line index in the block, reason, start, end) of skipped lines, in line order
+
+
+def _parse_lines(text: Buffer, lo: int, hi: int, fmt: TextFormat) -> _Parsed:
+    """Parse the complete lines in text.arr[lo:hi] (the last byte is a newline): one vectorized
+    pass over a (lines, fields) matrix of field boundaries, no Python loop over fields."""
+    arr = text.arr
+    seg = arr[lo:hi]
+    sep = fmt.sep[0]
+    if sep < 10:  # tab: one comparison finds separators and newlines (drop the rare bytes 0-8)
+        b = np.flatnonzero(seg <= 10)
+        v = seg[b]
+        if sep == 9 and not (v >= 9).all():
+            keep = v >= 9
+            b, v = b[keep], v[keep]
+    else:
+        b = np.flatnonzero((seg == sep) | (seg == 10))
+        v = seg[b]
+    b += lo
+    isnl = v == 10
+    nf = fmt.num_fields
+    n_lines = int(np.count_nonzero(isnl))
+    bad: list = []
+    if b.size == n_lines * nf and isnl[nf - 1 :: nf].all():  # every line has nf fields
+        fe = b.reshape(n_lines, nf)
+        fs = np.empty_like(fe)
+        fs[1:, 0] = fe[:-1, -1]
+        fs[0, 0] = lo - 1
+        fs[:, 1:] = fe[:, :-1]
+        fs += 1
+        rows = None
+    else:
+        nl_idx = np.flatnonzero(isnl)
+        counts = np.diff(nl_idx, prepend=-1)
+        good = counts == nf
+        rows = np.flatnonzero(good)
+        ends = b[nl_idx]
+        starts = np.empty_like(ends)
+        starts[:1] = lo
+        starts[1:] = ends[:-1] + 1
+        for i in np.flatnonzero(~good):
+            bad.append((int(i), f"wrong field count ({int(counts[i])}, expected {nf})", int(starts[i]), int(ends[i])))
+        fe = b[nl_idx[rows][:, None] + np.arange(1 - nf, 1)]
+        fs = np.empty_like(fe)
+        fs[:, 0] = starts[rows]
+        fs[:, 1:] = fe[:, :-1] + 1
+    last = fe[:, -1]
+    cr = (last > fs[:, -1]) & (arr[last - 1] == 13)
+    if cr.any():
+        last -= cr
+
+    n = fe.shape[0]
+    i0, h0 = fmt.dense_col - int(fmt.has_label), fmt.sparse_col  # integer columns (label, I1..13), hex columns
+    length = fe[:, i0:] - fs[:, i0:]
+    w = text.words[fe[:, i0:] - 8]
+    ints, ok_int = _decimal_fields(w[:, : h0 - i0], length[:, : h0 - i0])
+    slow = ~ok_int
+    if slow.any():
+        r, c = np.nonzero(slow)
+        ints[r, c], ok_int[r, c] = parse_ints(text, fs[r, c + i0], fe[r, c + i0])
+    sparse, ok_hex = _hex_fields(w[:, h0 - i0 :], length[:, h0 - i0 :])
+    if fmt.has_label:
+        labels = ints[:, 0]
+        ok_int[:, 0] &= (labels >= 0) & (labels <= 1) & (length[:, 0] > 0)
+        labels = labels.astype(np.int8)
+        dense = ints[:, 1:]
+    else:
+        labels = np.full(n, -1, dtype=np.int8)
+        dense = ints
+    ok = ok_int.all(axis=1) & ok_hex.all(axis=1)
+    if not ok.all():
+        for i in np.flatnonzero(~ok):
+            col_ok = np.concatenate([[True] if not fmt.has_label else [], ok_int[i], ok_hex[i]]).astype(bool)
+            k = int(np.argmin(col_ok))  # first failing column
+            if k == 0:
+                reason = "label is not 0 or 1"
+            elif k <= NUM_DENSE:
+                reason = f"non-integer dense value (I{k})"
+            else:
+                reason = f"non-hex categorical id (C{k - NUM_DENSE})"
+            line = int(i) if rows is None else int(rows[i])
+            bad.append((line, reason, int(fs[i, 0]), int(last[i] + cr[i])))  # the line up to its newline
+        bad.sort()
+        dense, sparse, labels = dense[ok], sparse[ok], labels[ok]
+    else:
+        dense = np.ascontiguousarray(dense)
+    return _Parsed(dense, sparse, labels, n_lines, bad)
+
+
+def _report(text: Buffer, parsed: _Parsed, first_line_no: int, malformed: Malformed) -> None:
+    for i, reason, start, end in parsed.bad:
+        if end > start and text.arr[end - 1] == 13:
+            end -= 1  # the report shows the line without its CR
+        malformed.add(first_line_no + i, reason, bytes(text.arr[start:end]))
+
+
+def _next_newline(arr: np.ndarray, pos: int, hi: int) -> int:
+    """Position of the first newline in arr[pos:hi] (there is one at hi - 1)."""
+    step = 4096
+    while True:
+        window = arr[pos : min(hi, pos + step)]
+        k = int(np.argmax(window == 10))
+        if window[k] == 10:
+            return pos + k
+        pos += step
+        step *= 2
+
+
+def _parse_region(text: Buffer, lo: int, hi: int, fmt: TextFormat, first_line_no: int, malformed: Malformed, slab_bytes: int = SLAB_BYTES):
+    """Parse text.arr[lo:hi] (complete lines) slab by slab. Returns (dense, sparse, labels, n_lines)."""
+    data = text.arr
+    parts = []
+    n_lines = 0
+    while lo < hi:
+        cut = hi
+        if hi - lo > slab_bytes:
+            cut = _next_newline(data, lo + slab_bytes - 1, hi) + 1
+        parsed = _parse_lines(text, lo, cut, fmt)
+        _report(text, parsed, first_line_no + n_lines, malformed)
+        n_lines += parsed.n_lines
+        parts.append(parsed)
+        lo = cut
+    if len(parts) == 1:
+        p = parts[0]
+        return p.dense, p.sparse, p.labels, n_lines
+    if not parts:
+        return np.zeros((0, NUM_DENSE), np.int64), np.zeros((0, NUM_SPARSE), np.uint32), np.zeros(0, np.int8), 0
+    return (
+        np.concatenate([p.dense for p in parts]),
+        np.concatenate([p.sparse for p in parts]),
+        np.concatenate([p.labels for p in parts]),
+        n_lines,
+    )
 
 
 def parse_block(buf: bytes, fmt: TextFormat, first_line_no: int, malformed: Malformed):
     """Parse complete lines (buf ends with b"\\n"). Returns (dense, sparse, labels, n_lines)."""
     text = Buffer(buf)
-    arr = text.arr
-    nl = np.flatnonzero(arr == 10)
-    n_lines = nl.shape[0]
-    starts = np.empty(n_lines, dtype=np.int64)
-    starts[0:1] = PAD
-    starts[1:] = nl[:-1] + 1
-    ends = nl.astype(np.int64)
-    cr = (ends > starts) & (arr[np.maximum(ends - 1, 0)] == 13)
-    ends[cr] -= 1
-    seps = np.flatnonzero(arr == fmt.sep[0])
-    first_sep = np.searchsorted(seps, starts)
-    counts = np.searchsorted(seps, ends) - first_sep
-    nf = fmt.num_fields
-    good = counts == nf - 1
-    bad_reason: dict[int, str] = {}
-    for i in np.flatnonzero(~good):
-        bad_reason[int(i)] = f"wrong field count ({int(counts[i]) + 1}, expected {nf})"
-
-    rows = np.flatnonzero(good) if bad_reason else None
-    sel = slice(None) if rows is None else rows
-    n = n_lines if rows is None else rows.size
-    # separator positions, one contiguous row per separator: field c spans (sep[c-1], sep[c])
-    sep_pos = seps[first_sep[sel][None, :] + np.arange(nf - 1)[:, None]]
-    line_start, line_end = starts[sel] - 1, ends[sel]
-
-    def bounds(c: int) -> tuple[np.ndarray, np.ndarray]:
-        fs = (line_start if c == 0 else sep_pos[c - 1]) + 1
-        fe = line_end if c == nf - 1 else sep_pos[c]
-        return fs, fe
-
-    col_ok = np.empty((1 + NUM_DENSE + NUM_SPARSE, n), dtype=bool)
-    if fmt.label_col is not None:
-        fs, fe = bounds(fmt.label_col)
-        lab, lok = parse_ints(text, fs, fe)
-        col_ok[0] = lok & ((lab == 0) | (lab == 1)) & (fe > fs)
-        labels = lab.astype(np.int8)
-    else:
-        col_ok[0] = True
-        labels = np.full(n, -1, dtype=np.int8)
-    dense = np.empty((NUM_DENSE, n), dtype=np.int64)
-    for j in range(NUM_DENSE):
-        dense[j], col_ok[1 + j] = parse_ints(text, *bounds(fmt.dense_col + j))
-    sparse = np.empty((NUM_SPARSE, n), dtype=np.uint32)
-    for j in range(NUM_SPARSE):
-        sparse[j], col_ok[1 + NUM_DENSE + j] = parse_hex(text, *bounds(fmt.sparse_col + j))
-    ok = col_ok.all(axis=0)
-    for i in np.flatnonzero(~ok):
-        r = int(np.argmin(col_ok[:, i]))  # first failing column
-        if r == 0:
-            reason = "label is not 0 or 1"
-        elif r <= NUM_DENSE:
-            reason = f"non-integer dense value (I{r})"
-        else:
-            reason = f"non-hex categorical id (C{r - NUM_DENSE})"
-        bad_reason[int(i if rows is None else rows[i])] = reason
-    for i in sorted(bad_reason):
-        malformed.add(first_line_no + i, bad_reason[i], bytes(arr[starts[i] : ends[i]]))
-    if len(bad_reason):
-        return dense.T[ok].copy(), sparse.T[ok].copy(), labels[ok], n_lines
-    return np.ascontiguousarray(dense.T), np.ascontiguousarray(sparse.T), labels, n_lines
+    return _parse_region(text, PAD, PAD + len(buf), fmt, first_line_no, malformed)
 
 
 def read_chunks(
@@ -322,7 +435,7 @@ def read_chunks(
     """Stream a text file as parsed chunks, resuming at (start_offset, start_line) if given.
 
     `start_line` is the number of lines already consumed (header included); line numbers in the
-    malformed report are 1-based file lines."""
+    malformed report are 1-based file lines. Text is read into one reused buffer (no copies)."""
     path = Path(path)
     with open_binary(path) as f:
         if fmt is None:
@@ -334,30 +447,39 @@ def read_chunks(
             header = f.readline()
             offset += len(header)
             line_no += 1
-        tail = b""
+        raw = bytearray(PAD + chunk_bytes + 8)
+        tail = 0  # bytes of an unfinished line kept at the front of the buffer
         while True:
-            data = f.read(chunk_bytes)
-            eof = not data
-            buf = tail + data
+            if len(raw) < PAD + tail + chunk_bytes + 8:  # a line longer than a chunk
+                raw.extend(bytes(PAD + tail + chunk_bytes + 8 - len(raw)))
+            view = memoryview(raw)
+            got = f.readinto(view[PAD + tail : PAD + tail + chunk_bytes])
+            view.release()
+            eof = not got
+            end = PAD + tail + (got or 0)
             if eof:
-                if not buf:
+                if end == PAD:
                     return
-                if not buf.endswith(b"\n"):
-                    buf += b"\n"
+                if raw[end - 1] != 10:
+                    raw[end] = 10
+                    end += 1
                     offset -= 1  # the added newline is not in the file
-                tail = b""
+                cut = end
             else:
-                cut = buf.rfind(b"\n")
-                if cut < 0:
-                    tail = buf
+                cut = raw.rfind(b"\n", PAD, end) + 1
+                if cut == 0:
+                    tail = end - PAD
                     continue
-                buf, tail = buf[: cut + 1], buf[cut + 1 :]
-            dense, sparse, labels, n = parse_block(buf, fmt, line_no + 1, malformed)
-            offset += len(buf)
+            text = Buffer(np.frombuffer(raw, dtype=np.uint8))
+            dense, sparse, labels, n = _parse_region(text, PAD, cut, fmt, line_no + 1, malformed)
+            del text
+            offset += cut - PAD
             line_no += n
             yield Chunk(dense, sparse, labels, line_no, offset)
             if eof:
                 return
+            tail = end - cut
+            raw[PAD : PAD + tail] = raw[cut:end]
 
 
 def _skip(f: BinaryIO, n: int) -> None:

@@ -307,12 +307,15 @@ def _parse_lines(text: Buffer, lo: int, hi: int, fmt: TextFormat) -> _Parsed:
     n_lines = int(np.count_nonzero(isnl))
     bad: list = []
     if b.size == n_lines * nf and isnl[nf - 1 :: nf].all():  # every line has nf fields
-        fe = b.reshape(n_lines, nf)
-        fs = np.empty_like(fe)
-        fs[1:, 0] = fe[:-1, -1]
-        fs[0, 0] = lo - 1
-        fs[:, 1:] = fe[:, :-1]
-        fs += 1
+        # a field starts just after the previous boundary (the previous line's newline for the first)
+        length = np.diff(b, prepend=lo - 1)
+        length -= 1
+        last, last_len = b[nf - 1 :: nf], length[nf - 1 :: nf]
+        cr = (last_len > 0) & (arr[last - 1] == 13)
+        if cr.any():
+            last -= cr
+            last_len -= cr
+        fe, length = b.reshape(n_lines, nf), length.reshape(n_lines, nf)
         rows = None
     else:
         nl_idx = np.flatnonzero(isnl)
@@ -329,31 +332,33 @@ def _parse_lines(text: Buffer, lo: int, hi: int, fmt: TextFormat) -> _Parsed:
         fs = np.empty_like(fe)
         fs[:, 0] = starts[rows]
         fs[:, 1:] = fe[:, :-1] + 1
-    last = fe[:, -1]
-    cr = (last > fs[:, -1]) & (arr[last - 1] == 13)
-    if cr.any():
-        last -= cr
+        last = fe[:, -1]
+        cr = (last > fs[:, -1]) & (arr[last - 1] == 13)
+        if cr.any():
+            last -= cr
+        length = fe - fs
 
     n = fe.shape[0]
     i0, h0 = fmt.dense_col - int(fmt.has_label), fmt.sparse_col  # integer columns (label, I1..13), hex columns
-    length = fe[:, i0:] - fs[:, i0:]
+    line_len0, length = length[:, 0], length[:, i0:]
     w = text.words[fe[:, i0:] - 8]
     ints, ok_int = _decimal_fields(w[:, : h0 - i0], length[:, : h0 - i0])
     slow = ~ok_int
     if slow.any():
         r, c = np.nonzero(slow)
-        ints[r, c], ok_int[r, c] = parse_ints(text, fs[r, c + i0], fe[r, c + i0])
+        fe_slow = fe[r, c + i0]
+        ints[r, c], ok_int[r, c] = parse_ints(text, fe_slow - length[r, c], fe_slow)
     sparse, ok_hex = _hex_fields(w[:, h0 - i0 :], length[:, h0 - i0 :])
     if fmt.has_label:
         labels = ints[:, 0]
-        ok_int[:, 0] &= (labels >= 0) & (labels <= 1) & (length[:, 0] > 0)
+        ok_int[:, 0] &= (labels >= 0) & (labels <= 1) & (length[:, 0] == 1)  # exactly "0" or "1"
         labels = labels.astype(np.int8)
         dense = ints[:, 1:]
     else:
         labels = np.full(n, -1, dtype=np.int8)
         dense = ints
-    ok = ok_int.all(axis=1) & ok_hex.all(axis=1)
-    if not ok.all():
+    if not (ok_int.all() and ok_hex.all()):
+        ok = ok_int.all(axis=1) & ok_hex.all(axis=1)
         for i in np.flatnonzero(~ok):
             col_ok = np.concatenate([[True] if not fmt.has_label else [], ok_int[i], ok_hex[i]]).astype(bool)
             k = int(np.argmin(col_ok))  # first failing column
@@ -364,7 +369,7 @@ def _parse_lines(text: Buffer, lo: int, hi: int, fmt: TextFormat) -> _Parsed:
             else:
                 reason = f"non-hex categorical id (C{k - NUM_DENSE})"
             line = int(i) if rows is None else int(rows[i])
-            bad.append((line, reason, int(fs[i, 0]), int(last[i] + cr[i])))  # the line up to its newline
+            bad.append((line, reason, int(fe[i, 0] - line_len0[i]), int(fe[i, -1] + cr[i])))  # the line up to its newline
         bad.sort()
         dense, sparse, labels = dense[ok], sparse[ok], labels[ok]
     else:

@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 import numpy as np
 
@@ -94,6 +97,14 @@ class Malformed:
             shown = text[:200].decode("utf-8", "replace") + ("..." if len(text) > 200 else "")
             self.examples.append({"line": line_no, "reason": reason, "text": shown})
 
+    def merge(self, other: "Malformed", line_offset: int) -> None:
+        """Add the report of a later block whose line numbers start at 1 (`line_offset` lines before it)."""
+        self.count += other.count
+        for reason, n in other.by_reason.items():
+            self.by_reason[reason] = self.by_reason.get(reason, 0) + n
+        for e in other.examples[: max(0, self.max_examples - len(self.examples))]:
+            self.examples.append({**e, "line": e["line"] + line_offset})
+
     def to_dict(self) -> dict:
         return {"count": self.count, "by_reason": dict(self.by_reason), "examples": list(self.examples)}
 
@@ -149,7 +160,7 @@ def sniff(first_line: bytes, path: Path | str = "<input>") -> TextFormat:
 
 
 PAD = 24  # bytes in front of every parsed block, so that right-aligned reads never start before it
-SLAB_BYTES = 1 << 20  # text parsed per vectorized pass: its (rows, 40) temporaries stay in cache
+SLAB_BYTES = 1 << 19  # text parsed per vectorized pass: its (rows, 40) temporaries stay in cache
 
 
 class Buffer:
@@ -429,18 +440,53 @@ def parse_block(buf: bytes, fmt: TextFormat, first_line_no: int, malformed: Malf
     return _parse_region(text, PAD, PAD + len(buf), fmt, first_line_no, malformed)
 
 
+def default_workers() -> int:
+    """Parsing threads: one per CPU this process may run on, at most 8."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, 8))
+
+
+def _parse_task(buf: bytearray, cut: int, fmt: TextFormat, max_examples: int, transform: Callable | None):
+    """Parse buf[PAD:cut] (complete lines); line numbers in the returned report start at 1."""
+    text = Buffer(np.frombuffer(buf, dtype=np.uint8))
+    local = Malformed(max_examples)
+    dense, sparse, labels, n = _parse_region(text, PAD, cut, fmt, 1, local)
+    del text
+    if transform is not None:
+        dense, sparse, labels = transform(dense, sparse, labels)
+    return dense, sparse, labels, n, local
+
+
+class _Done:
+    """A finished `Future` look-alike, for parsing in the calling thread."""
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def result(self):
+        return self.value
+
+
 def read_chunks(
     path: Path,
     malformed: Malformed,
-    chunk_bytes: int = 16 << 20,
+    chunk_bytes: int = 8 << 20,
     start_offset: int = 0,
     start_line: int = 0,
     fmt: TextFormat | None = None,
+    workers: int = 1,
+    transform: Callable | None = None,
 ) -> Iterator[Chunk]:
-    """Stream a text file as parsed chunks, resuming at (start_offset, start_line) if given.
+    """Stream a text file as parsed chunks, in file order, resuming at (start_offset, start_line).
 
     `start_line` is the number of lines already consumed (header included); line numbers in the
-    malformed report are 1-based file lines. Text is read into one reused buffer (no copies)."""
+    malformed report are 1-based file lines. With `workers` > 1, chunks are parsed by that many
+    threads (numpy releases the GIL inside its loops) while this thread reads ahead; at most
+    `workers + 1` chunks are in flight, so memory stays bounded. `transform(dense, sparse, labels)`
+    runs in the parsing thread and its three arrays replace the chunk's."""
     path = Path(path)
     with open_binary(path) as f:
         if fmt is None:
@@ -452,39 +498,64 @@ def read_chunks(
             header = f.readline()
             offset += len(header)
             line_no += 1
-        raw = bytearray(PAD + chunk_bytes + 8)
-        tail = 0  # bytes of an unfinished line kept at the front of the buffer
-        while True:
-            if len(raw) < PAD + tail + chunk_bytes + 8:  # a line longer than a chunk
-                raw.extend(bytes(PAD + tail + chunk_bytes + 8 - len(raw)))
-            view = memoryview(raw)
-            got = f.readinto(view[PAD + tail : PAD + tail + chunk_bytes])
-            view.release()
-            eof = not got
-            end = PAD + tail + (got or 0)
-            if eof:
-                if end == PAD:
+        pool = ThreadPoolExecutor(workers, thread_name_prefix="criteo-parse") if workers > 1 else None
+        pending: deque = deque()  # (future, buffer, text bytes consumed)
+        spare: list[bytearray] = []  # buffers of finished chunks, reused
+        carry = b""  # an unfinished line, to go in front of the next chunk
+        eof = False
+        try:
+            while True:
+                while not eof and len(pending) < (workers + 1 if pool else 1):
+                    buf = spare.pop() if spare else bytearray(PAD + chunk_bytes + 8)
+                    buf, cut, carry, eof, added = _fill(f, buf, carry, chunk_bytes)
+                    if cut == PAD:  # nothing left
+                        break
+                    if pool is None:
+                        fut = _Done(_parse_task(buf, cut, fmt, malformed.max_examples, transform))
+                    else:
+                        fut = pool.submit(_parse_task, buf, cut, fmt, malformed.max_examples, transform)
+                    pending.append((fut, buf, cut - PAD - added))  # an added final newline is not in the file
+                if not pending:
                     return
-                if raw[end - 1] != 10:
-                    raw[end] = 10
-                    end += 1
-                    offset -= 1  # the added newline is not in the file
-                cut = end
-            else:
-                cut = raw.rfind(b"\n", PAD, end) + 1
-                if cut == 0:
-                    tail = end - PAD
-                    continue
-            text = Buffer(np.frombuffer(raw, dtype=np.uint8))
-            dense, sparse, labels, n = _parse_region(text, PAD, cut, fmt, line_no + 1, malformed)
-            del text
-            offset += cut - PAD
-            line_no += n
-            yield Chunk(dense, sparse, labels, line_no, offset)
-            if eof:
-                return
-            tail = end - cut
-            raw[PAD : PAD + tail] = raw[cut:end]
+                fut, buf, consumed = pending.popleft()
+                dense, sparse, labels, n, local = fut.result()
+                spare.append(buf)
+                malformed.merge(local, line_no)
+                offset += consumed
+                line_no += n
+                yield Chunk(dense, sparse, labels, line_no, offset)
+        finally:
+            if pool is not None:
+                for fut, _, _ in pending:
+                    fut.cancel()
+                pool.shutdown(wait=True)
+
+
+def _fill(f: BinaryIO, buf: bytearray, carry: bytes, chunk_bytes: int) -> tuple[bytearray, int, bytes, bool, bool]:
+    """Read the next complete lines into buf[PAD:cut], `carry` (an unfinished line) first.
+
+    Returns (buf, possibly a bigger new one; cut; the next carry; eof; whether a final newline
+    missing from the file was added). cut == PAD: nothing left."""
+    if len(buf) < PAD + len(carry) + chunk_bytes + 8:
+        buf = bytearray(PAD + len(carry) + chunk_bytes + 8)
+    end = PAD + len(carry)
+    buf[PAD:end] = carry
+    while True:
+        with memoryview(buf) as view:
+            got = f.readinto(view[end : end + chunk_bytes]) or 0
+        if not got:
+            if end > PAD and buf[end - 1] != 10:
+                buf[end] = 10
+                return buf, end + 1, b"", True, True
+            return buf, end, b"", True, False
+        end += got
+        cut = buf.rfind(b"\n", PAD, end) + 1
+        if cut:
+            return buf, cut, bytes(buf[cut:end]), False, False
+        if len(buf) < end + chunk_bytes + 8:  # a line longer than a chunk: read on
+            grown = bytearray(end + chunk_bytes + 8)
+            grown[:end] = buf[:end]
+            buf = grown
 
 
 def _skip(f: BinaryIO, n: int) -> None:

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import gzip
 import io
+import multiprocessing
 import os
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
@@ -460,6 +461,85 @@ def _parse_task(buf: bytearray, cut: int, fmt: TextFormat, max_examples: int, tr
     return dense, sparse, labels, n, local
 
 
+_FDS: dict[str, int] = {}  # per worker process: open file descriptors by path
+
+
+def _parse_range_task(path: str, pos: int, end: int, fmt: TextFormat, max_examples: int, transform: Callable | None):
+    """In a worker process: read and parse the complete lines in bytes [pos, end) of a plain file
+    (the last chunk may lack its final newline: one is added)."""
+    fd = _FDS.get(path)
+    if fd is None:
+        fd = _FDS[path] = os.open(path, os.O_RDONLY)
+    n = end - pos
+    buf = bytearray(PAD + n + 9)
+    with memoryview(buf) as view:
+        done = 0
+        while done < n:
+            got = os.preadv(fd, [view[PAD + done : PAD + n]], pos + done)
+            if not got:
+                raise UserError(f"{path}: file shrank while it was being read")
+            done += got
+    cut = PAD + n
+    if buf[cut - 1] != 10:
+        buf[cut] = 10
+        cut += 1
+    return _parse_task(buf, cut, fmt, max_examples, transform)
+
+
+def _chunk_ends(fd: int, pos: int, size: int, chunk_bytes: int) -> Iterator[tuple[int, int]]:
+    """Line-aligned ranges [pos, end) of a plain file, cut where the reading thread cuts: at the last
+    newline of the next `chunk_bytes` (more while a line is longer than that), or at the end."""
+    read_end = pos
+    while pos < size:
+        read_end = min(size, max(read_end, pos) + chunk_bytes)
+        lo = read_end
+        cut = -1
+        while lo > pos and cut < 0:  # the last newline before read_end, looking back in windows
+            lo = max(pos, lo - (1 << 16))
+            cut = os.pread(fd, read_end - lo if read_end - lo <= 1 << 16 else 1 << 16, lo).rfind(b"\n")
+            if cut >= 0:
+                cut += lo
+        if cut < 0:
+            if read_end >= size:  # a last line without a newline
+                yield pos, size
+                return
+            continue  # no newline yet: read another chunk
+        yield pos, cut + 1
+        pos = cut + 1
+
+
+def _read_chunks_processes(path: Path, malformed: Malformed, chunk_bytes: int, offset: int, line_no: int, fmt: TextFormat, workers: int, transform):
+    """read_chunks for a plain file with worker processes: each reads and parses its own byte range
+    (no text crosses a pipe); the parsed arrays come back in file order."""
+    ctx = multiprocessing.get_context("fork")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        ranges = _chunk_ends(fd, offset, size, chunk_bytes)
+        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+            pending: deque = deque()
+            try:
+                while True:
+                    while len(pending) < workers + 1:
+                        r = next(ranges, None)
+                        if r is None:
+                            break
+                        pending.append((pool.submit(_parse_range_task, str(path), r[0], r[1], fmt, malformed.max_examples, transform), r[1] - r[0]))
+                    if not pending:
+                        return
+                    fut, consumed = pending.popleft()
+                    dense, sparse, labels, n, local = fut.result()
+                    malformed.merge(local, line_no)
+                    offset += consumed
+                    line_no += n
+                    yield Chunk(dense, sparse, labels, line_no, offset)
+            finally:
+                for fut, _ in pending:
+                    fut.cancel()
+    finally:
+        os.close(fd)
+
+
 class _Done:
     """A finished `Future` look-alike, for parsing in the calling thread."""
 
@@ -479,14 +559,17 @@ def read_chunks(
     fmt: TextFormat | None = None,
     workers: int = 1,
     transform: Callable | None = None,
+    processes: bool = True,
 ) -> Iterator[Chunk]:
     """Stream a text file as parsed chunks, in file order, resuming at (start_offset, start_line).
 
     `start_line` is the number of lines already consumed (header included); line numbers in the
-    malformed report are 1-based file lines. With `workers` > 1, chunks are parsed by that many
-    threads (numpy releases the GIL inside its loops) while this thread reads ahead; at most
-    `workers + 1` chunks are in flight, so memory stays bounded. `transform(dense, sparse, labels)`
-    runs in the parsing thread and its three arrays replace the chunk's."""
+    malformed report are 1-based file lines. With `workers` > 1, chunks are parsed in parallel,
+    at most `workers + 1` in flight (memory stays bounded), and yielded in file order: by forked
+    worker processes that each read their own byte range of a plain file (`processes`, where fork
+    exists), else (`.gz`) by threads while this thread decompresses ahead (numpy releases the GIL
+    inside its loops). Chunk boundaries do not depend on the mode. `transform(dense, sparse,
+    labels)` runs where the chunk is parsed and its three arrays replace the chunk's."""
     path = Path(path)
     with open_binary(path) as f:
         if fmt is None:
@@ -498,6 +581,9 @@ def read_chunks(
             header = f.readline()
             offset += len(header)
             line_no += 1
+        if workers > 1 and processes and not isinstance(f, gzip.GzipFile) and "fork" in multiprocessing.get_all_start_methods():
+            yield from _read_chunks_processes(path, malformed, chunk_bytes, offset, line_no, fmt, workers, transform)
+            return
         pool = ThreadPoolExecutor(workers, thread_name_prefix="criteo-parse") if workers > 1 else None
         pending: deque = deque()  # (future, buffer, text bytes consumed)
         spare: list[bytearray] = []  # buffers of finished chunks, reused

@@ -17,6 +17,7 @@ Quoted CSV fields are not supported; a quoted field is reported as malformed.
 
 from __future__ import annotations
 
+import ctypes
 import gzip
 import io
 import multiprocessing
@@ -462,6 +463,18 @@ def _parse_task(buf: bytearray, cut: int, fmt: TextFormat, max_examples: int, tr
 
 
 _FDS: dict[str, int] = {}  # per worker process: open file descriptors by path
+_BUF: list[bytearray] = []  # per worker process: the text buffer, reused
+
+
+def _worker_init() -> None:
+    """Keep freed memory in the worker's heap: numpy's temporaries of every slab are then reused
+    instead of being mapped and page-faulted afresh (glibc only; a worker process is ours)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 64 << 20)  # M_MMAP_THRESHOLD: heap up to 64 MB blocks
+        libc.mallopt(-1, 256 << 20)  # M_TRIM_THRESHOLD: do not give back the top 256 MB
+    except (OSError, AttributeError):
+        pass
 
 
 def _parse_range_task(path: str, pos: int, end: int, fmt: TextFormat, max_examples: int, transform: Callable | None):
@@ -471,7 +484,9 @@ def _parse_range_task(path: str, pos: int, end: int, fmt: TextFormat, max_exampl
     if fd is None:
         fd = _FDS[path] = os.open(path, os.O_RDONLY)
     n = end - pos
-    buf = bytearray(PAD + n + 9)
+    buf = _BUF.pop() if _BUF else bytearray()
+    if len(buf) < PAD + n + 9:
+        buf = bytearray(PAD + n + 9)
     with memoryview(buf) as view:
         done = 0
         while done < n:
@@ -483,7 +498,10 @@ def _parse_range_task(path: str, pos: int, end: int, fmt: TextFormat, max_exampl
     if buf[cut - 1] != 10:
         buf[cut] = 10
         cut += 1
-    return _parse_task(buf, cut, fmt, max_examples, transform)
+    try:
+        return _parse_task(buf, cut, fmt, max_examples, transform)
+    finally:
+        _BUF.append(buf)
 
 
 def _chunk_ends(fd: int, pos: int, size: int, chunk_bytes: int) -> Iterator[tuple[int, int]]:
@@ -516,7 +534,7 @@ def _read_chunks_processes(path: Path, malformed: Malformed, chunk_bytes: int, o
     try:
         size = os.fstat(fd).st_size
         ranges = _chunk_ends(fd, offset, size, chunk_bytes)
-        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init) as pool:
             pending: deque = deque()
             try:
                 while True:
@@ -581,7 +599,10 @@ def read_chunks(
             header = f.readline()
             offset += len(header)
             line_no += 1
-        if workers > 1 and processes and not isinstance(f, gzip.GzipFile) and "fork" in multiprocessing.get_all_start_methods():
+        parallel = workers > 1 and (isinstance(f, gzip.GzipFile) or os.fstat(f.fileno()).st_size - offset > chunk_bytes)
+        if not parallel:
+            workers = 1  # one chunk: no pool
+        elif processes and not isinstance(f, gzip.GzipFile) and "fork" in multiprocessing.get_all_start_methods():
             yield from _read_chunks_processes(path, malformed, chunk_bytes, offset, line_no, fmt, workers, transform)
             return
         pool = ThreadPoolExecutor(workers, thread_name_prefix="criteo-parse") if workers > 1 else None

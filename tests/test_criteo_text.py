@@ -4,6 +4,8 @@ generated edge cases: malformed lines, .gz, CRLF, CSV variants."""
 from __future__ import annotations
 
 import gzip
+import random
+import re
 
 import numpy as np
 import pytest
@@ -137,3 +139,118 @@ def test_csv_variants_pandas_floats_header_and_id(tmp_path):
 def test_not_a_criteo_file_is_one_line_error():
     with pytest.raises(UserError, match="first line has 3 fields"):
         sniff(b"a,b,c\n")
+
+
+def _reference_rows(lines: list[bytes], first_line_no: int = 1):
+    """A plain Python parse with the reader's rules: (rows, {reason: count}, [(line, reason)])."""
+    rows, reasons, bad = [], {}, []
+    dec = re.compile(rb"-?\d{1,18}(\.0)?")
+    for i, line in enumerate(lines):
+        line = line[:-1] if line.endswith(b"\r") else line
+        f = line.split(b"\t")
+        reason = None
+        if len(f) != 40:
+            reason = f"wrong field count ({len(f)}, expected 40)"
+        elif f[0] not in (b"0", b"1"):
+            reason = "label is not 0 or 1"
+        else:
+            for j, d in enumerate(f[1:14]):
+                if d and not dec.fullmatch(d):
+                    reason = f"non-integer dense value (I{j + 1})"
+                    break
+            else:
+                for j, c in enumerate(f[14:]):
+                    if c and not re.fullmatch(rb"[0-9a-fA-F]{1,8}", c):
+                        reason = f"non-hex categorical id (C{j + 1})"
+                        break
+        if reason:
+            reasons[reason] = reasons.get(reason, 0) + 1
+            bad.append((first_line_no + i, reason))
+            continue
+        rows.append((int(f[0]), [int(d.removesuffix(b".0")) if d else 0 for d in f[1:14]], [int(c, 16) if c else 0 for c in f[14:]]))
+    return rows, reasons, bad
+
+
+def _torture_lines(n: int, seed: int) -> list[bytes]:
+    """Generated rows with every kind of damage and oddity the reader handles."""
+    rng = random.Random(seed)
+    junk = [b"", b"1.5", b"zz", b"-", b"-0", b"00", b"01", b"1.0", b"123456789012", b"1234567890123456789", b"-12345678901", b"ABCDEF", b"aBcD",
+            b"123456789", b"0x1", b" 1", b"+3", b".0", b"-.0", b"9.0", b"\xff", b"\r", b"12345678.0", b"123456789.0", b"\x05", b"\x00"]
+    out = []
+    for line in _lines(n, seed=seed):
+        f = line.split(b"\t")
+        r = rng.random()
+        if r < 0.05:
+            f[rng.randrange(40)] = rng.choice(junk)
+        elif r < 0.06:
+            del f[rng.randrange(40)]
+        elif r < 0.07:
+            f.insert(rng.randrange(41), rng.choice(junk))
+        elif r < 0.08:
+            out.append(bytes(rng.randrange(1, 256) for _ in range(rng.randrange(0, 80))).replace(b"\n", b""))
+            continue
+        elif r < 0.10:
+            k = rng.randrange(1, 14)
+            f[k] = f[k] + b".0" if f[k] else f[k]
+        elif r < 0.12:
+            f[rng.randrange(1, 14)] = str(rng.randrange(-(10**17), 10**18)).encode()
+        elif r < 0.13:
+            k = rng.randrange(14, 40)
+            f[k] = f[k].upper()
+        elif r < 0.14:
+            k = rng.randrange(14, 40)
+            f[k] = f[k][: rng.randrange(0, 9)]
+        out.append(b"\t".join(f) + (b"\r" if rng.random() < 0.05 else b""))
+    return out
+
+
+@pytest.mark.parametrize("workers,processes", [(1, True), (3, False), (2, True)])
+def test_damaged_file_matches_a_python_parse_in_every_mode(tmp_path, workers, processes):
+    lines = _torture_lines(3000, seed=5)
+    path = tmp_path / "torture.tsv"
+    path.write_bytes(b"\n".join(lines))  # no final newline
+    rows, reasons, bad = _reference_rows(lines)
+    assert len(bad) > 150 and len(rows) > 2000
+    m = Malformed(max_examples=len(lines))
+    chunks = list(read_chunks(path, m, chunk_bytes=20_000, workers=workers, processes=processes))
+    dense = np.concatenate([c.dense for c in chunks])
+    sparse = np.concatenate([c.sparse for c in chunks])
+    labels = np.concatenate([c.labels for c in chunks])
+    got = [(int(l), d.tolist(), s.tolist()) for l, d, s in zip(labels, dense, sparse)]
+    assert got == rows
+    assert m.by_reason == reasons and m.count == len(bad)
+    assert [(e["line"], e["reason"]) for e in m.examples] == bad
+    assert chunks[-1].lines == len(lines) and chunks[-1].end_offset == path.stat().st_size
+    offsets = [c.end_offset for c in chunks]
+    assert offsets == sorted(offsets) and len(chunks) > 10
+
+
+def test_chunks_do_not_depend_on_the_mode(tmp_path):
+    lines = _torture_lines(2000, seed=6)
+    path = tmp_path / "t.tsv"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    runs = []
+    for workers, processes in [(1, True), (2, False), (2, True)]:
+        m = Malformed(3)
+        chunks = list(read_chunks(path, m, chunk_bytes=7_000, workers=workers, processes=processes))
+        runs.append(([(c.dense.tobytes(), c.sparse.tobytes(), c.labels.tobytes(), c.lines, c.end_offset) for c in chunks], m.to_dict()))
+    assert runs[0] == runs[1] == runs[2]
+
+
+def test_label_must_be_exactly_0_or_1(tmp_path):
+    good = _lines(4)
+    path = tmp_path / "labels.tsv"
+    path.write_bytes(b"\n".join([good[0], b"00" + good[1][1:], b"1.0" + good[2][1:], b"-0" + good[3][1:]]) + b"\n")
+    _, _, labels, m = read_all(path)
+    assert labels.size == 1 and m.by_reason == {"label is not 0 or 1": 3}
+
+
+def test_malformed_merge_keeps_file_line_numbers_and_the_first_examples():
+    a, b = Malformed(3), Malformed(3)
+    a.add(2, "x", b"l2")
+    b.add(1, "y", b"l1")
+    b.add(5, "x", b"l5")
+    b.add(6, "x", b"l6")
+    a.merge(b, line_offset=10)
+    assert a.count == 4 and a.by_reason == {"x": 3, "y": 1}
+    assert [e["line"] for e in a.examples] == [2, 11, 15]

@@ -94,3 +94,24 @@ def test_cli_reports_malformed_lines(tmp_path, capsys):
     meta = json.loads((tmp_path / "out" / "meta.json").read_text())
     assert meta["parts"][0]["malformed"]["examples"][0]["line"] == 101
     assert main([str(tmp_path / "missing.txt"), "--out", str(tmp_path / "x")]) == 2
+
+
+@pytest.mark.parametrize("categorical", ["hash", "frequency"])
+def test_output_does_not_depend_on_workers_or_chunk_size(day_files, tmp_path, categorical):
+    opts = PreprocessOptions(categorical=categorical, max_ind_range=5000)
+    runs = {}
+    for workers, chunk in ((1, 1 << 20), (2, 50_000), (3, 20_000)):
+        out = tmp_path / f"w{workers}"
+        meta = preprocess(day_files, out, opts, chunk_bytes=chunk, workers=workers)
+        runs[workers] = ({p.name: p.read_bytes() for p in sorted(out.glob("*.npy"))}, meta["parts"], meta["num_embeddings"])
+    assert runs[1] == runs[2] == runs[3]
+
+
+def test_hash_mode_matches_a_plain_numpy_transform_of_read_all(tmp_path):
+    src = write_text(tmp_path / "day_3", 4000, seed=4)
+    preprocess([src], tmp_path / "out", PreprocessOptions(max_ind_range=40_000_000), chunk_bytes=100_000, workers=2)
+    raw_dense, raw_sparse, raw_labels, _ = read_all(src)
+    dense, sparse, labels = _arrays(tmp_path / "out", "day_3")
+    assert dense.tobytes() == np.log1p(np.maximum(raw_dense, 0).astype(np.float64)).astype(np.float32).tobytes()
+    assert sparse.tobytes() == (raw_sparse % np.uint32(40_000_000)).astype(np.int32).tobytes()
+    assert labels.tobytes() == raw_labels.tobytes()

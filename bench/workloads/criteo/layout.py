@@ -66,7 +66,7 @@ class GrowingNpy:
     def append(self, array: np.ndarray) -> None:
         array = np.ascontiguousarray(array, dtype=self.dtype)
         assert array.shape[1:] == self.row_shape, (array.shape, self.row_shape)
-        self.f.write(array.tobytes())
+        self.f.write(memoryview(array.reshape(-1)).cast("B"))  # no copy
         self.rows += array.shape[0]
 
     def commit(self) -> None:

@@ -17,11 +17,16 @@ Quoted CSV fields are not supported; a quoted field is reported as malformed.
 
 from __future__ import annotations
 
+import ctypes
 import gzip
 import io
+import multiprocessing
+import os
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 import numpy as np
 
@@ -94,6 +99,14 @@ class Malformed:
             shown = text[:200].decode("utf-8", "replace") + ("..." if len(text) > 200 else "")
             self.examples.append({"line": line_no, "reason": reason, "text": shown})
 
+    def merge(self, other: "Malformed", line_offset: int) -> None:
+        """Add the report of a later block whose line numbers start at 1 (`line_offset` lines before it)."""
+        self.count += other.count
+        for reason, n in other.by_reason.items():
+            self.by_reason[reason] = self.by_reason.get(reason, 0) + n
+        for e in other.examples[: max(0, self.max_examples - len(self.examples))]:
+            self.examples.append({**e, "line": e["line"] + line_offset})
+
     def to_dict(self) -> dict:
         return {"count": self.count, "by_reason": dict(self.by_reason), "examples": list(self.examples)}
 
@@ -149,16 +162,22 @@ def sniff(first_line: bytes, path: Path | str = "<input>") -> TextFormat:
 
 
 PAD = 24  # bytes in front of every parsed block, so that right-aligned reads never start before it
+SLAB_BYTES = 1 << 19  # text parsed per vectorized pass: its (rows, 40) temporaries stay in cache
 
 
 class Buffer:
     """A block of text as bytes (`arr`) and as overlapping little-endian 8-byte words (`words`),
-    so a field's last 8 bytes are gathered with one index instead of eight."""
+    so a field's last 8 bytes are gathered with one index instead of eight.
 
-    def __init__(self, data: bytes) -> None:
-        padded = b"".join((bytes(PAD), data, bytes(8)))
-        self.arr = np.frombuffer(padded, dtype=np.uint8)
-        self.words = np.ndarray(shape=(len(padded) - 7,), dtype="<u8", buffer=padded, strides=(1,))
+    Built from `bytes` (copied behind PAD zero bytes) or from a uint8 array that already has PAD
+    zero bytes in front of the text and 8 bytes of room after it."""
+
+    def __init__(self, data: bytes | np.ndarray) -> None:
+        if isinstance(data, np.ndarray):
+            self.arr = data
+        else:
+            self.arr = np.frombuffer(b"".join((bytes(PAD), data, bytes(8))), dtype=np.uint8)
+        self.words = np.ndarray(shape=(self.arr.shape[0] - 7,), dtype="<u8", buffer=self.arr, strides=(1,))
 
     def right(self, fe: np.ndarray, width: int) -> np.ndarray:
         """(n, width) uint8: the `width` bytes ending at each `fe` (width <= PAD)."""
@@ -224,105 +243,351 @@ def _swar_decimal(buf: Buffer, fe: np.ndarray, length: np.ndarray) -> tuple[np.n
     return (x & np.uint64(0xFFFFFFFF)).astype(np.int64), ok
 
 
-def parse_hex(buf: Buffer, fs: np.ndarray, fe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """1-8 hex digits in arr[fs:fe] (empty -> 0). Returns (values uint32, ok bool).
+_MASKS = np.array([0] + [(2**64 - 1) << (64 - 8 * k) & (2**64 - 1) for k in range(1, 9)], dtype=np.uint64)
+_U8 = {k: np.uint64(k) for k in (4, 6, 8, 16, 32)}
+_BYTE_LANES = np.uint64(0x00FF00FF00FF00FF)
+_SHORT_LANES = np.uint64(0x0000FFFF0000FFFF)
+_LOW_WORD = np.uint64(0xFFFFFFFF)
 
-    SWAR on the field's last 8 bytes as one uint64: nibble = (b & 15) + 9 * bit 6 of b, then the
-    bytes outside the field are masked off and the nibbles packed into 32 bits."""
-    length = fe - fs
-    ok = length <= MAX_HEX_DIGITS
-    w = buf.words[fe - 8]
-    b = w.view(np.uint8).reshape(-1, 8)
+
+def _invalid_bytes(valid: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Per-byte validity (n, k, 8) bool -> (n, k) bool: some byte inside the field is invalid."""
+    return (~valid.view(np.uint64)[..., 0] & mask & _LOW_BITS) != 0
+
+
+def _hex_fields(w: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Hex ids from the last 8 bytes `w` (uint64 words) of fields of `length` bytes.
+
+    Returns (values uint32, ok bool); empty -> 0; over 8 digits or a non-hex byte -> not ok.
+    SWAR: nibble = (b & 15) + 9 * bit 6 of b, bytes outside the field masked off, then pairs of
+    nibbles, bytes and shorts are packed (first character most significant)."""
+    mask = _MASKS[np.minimum(length, 8)]
+    b = w.view(np.uint8).reshape(*w.shape, 8)
     valid = ((b - np.uint8(0x30)) < 10) | (((b | np.uint8(0x20)) - np.uint8(0x61)) < 6)
-    mask = _field_mask(length)
-    ok &= (~valid.view(np.uint64).reshape(-1) & mask & _LOW_BITS) == 0
-    nib = (w & _LOW_NIBBLES) + ((w >> np.uint64(6)) & _LOW_BITS) * np.uint64(9)
-    x = (nib & mask).byteswap()  # first character in the highest byte
-    x = (x | (x >> np.uint64(4))) & np.uint64(0x00FF00FF00FF00FF)
-    x = (x | (x >> np.uint64(8))) & np.uint64(0x0000FFFF0000FFFF)
-    x = (x | (x >> np.uint64(16))) & np.uint64(0x00000000FFFFFFFF)
-    values = x.astype(np.uint32)
-    values[~ok] = 0
-    return values, ok
+    ok = (length <= MAX_HEX_DIGITS) & ~_invalid_bytes(valid, mask)
+    x = ((w >> _U8[6]) & _LOW_BITS) * np.uint64(9)
+    x += w & _LOW_NIBBLES
+    x &= mask
+    x = ((x << _U8[4]) | (x >> _U8[8])) & _BYTE_LANES
+    x = ((x << _U8[8]) | (x >> _U8[16])) & _SHORT_LANES
+    x = ((x << _U8[16]) | (x >> _U8[32])) & _LOW_WORD
+    return x.astype(np.uint32), ok
+
+
+def _decimal_fields(w: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Unsigned decimals of 0-8 digits from the last 8 bytes `w` of fields of `length` bytes.
+
+    Returns (values int64, fast bool); where `fast` is False (a sign, `.0`, over 8 digits, junk)
+    the value is left for `parse_ints`."""
+    mask = _MASKS[np.minimum(length, 8)]
+    b = w.view(np.uint8).reshape(*w.shape, 8)
+    fast = (length <= 8) & ~_invalid_bytes((b - np.uint8(0x30)) < 10, mask)
+    x = w & mask
+    x &= _LOW_NIBBLES
+    x = ((x * np.uint64(10)) + (x >> _U8[8])) & _BYTE_LANES
+    x = ((x * np.uint64(100)) + (x >> _U8[16])) & _SHORT_LANES
+    x = ((x * np.uint64(10000)) + (x >> _U8[32])) & _LOW_WORD
+    return x.view(np.int64), fast
+
+
+@dataclass
+class _Parsed:
+    dense: np.ndarray
+    sparse: np.ndarray
+    labels: np.ndarray
+    n_lines: int
+    bad: list  # (line index in the block, reason, start, end) of skipped lines, in line order
+
+
+def _parse_lines(text: Buffer, lo: int, hi: int, fmt: TextFormat) -> _Parsed:
+    """Parse the complete lines in text.arr[lo:hi] (the last byte is a newline): one vectorized
+    pass over a (lines, fields) matrix of field boundaries, no Python loop over fields."""
+    arr = text.arr
+    seg = arr[lo:hi]
+    sep = fmt.sep[0]
+    if sep < 10:  # tab: one comparison finds separators and newlines (drop the rare bytes 0-8)
+        b = np.flatnonzero(seg <= 10)
+        v = seg[b]
+        if sep == 9 and not (v >= 9).all():
+            keep = v >= 9
+            b, v = b[keep], v[keep]
+    else:
+        b = np.flatnonzero((seg == sep) | (seg == 10))
+        v = seg[b]
+    b += lo
+    isnl = v == 10
+    nf = fmt.num_fields
+    n_lines = int(np.count_nonzero(isnl))
+    bad: list = []
+    if b.size == n_lines * nf and isnl[nf - 1 :: nf].all():  # every line has nf fields
+        # a field starts just after the previous boundary (the previous line's newline for the first)
+        length = np.diff(b, prepend=lo - 1)
+        length -= 1
+        last, last_len = b[nf - 1 :: nf], length[nf - 1 :: nf]
+        cr = (last_len > 0) & (arr[last - 1] == 13)
+        if cr.any():
+            last -= cr
+            last_len -= cr
+        fe, length = b.reshape(n_lines, nf), length.reshape(n_lines, nf)
+        rows = None
+    else:
+        nl_idx = np.flatnonzero(isnl)
+        counts = np.diff(nl_idx, prepend=-1)
+        good = counts == nf
+        rows = np.flatnonzero(good)
+        ends = b[nl_idx]
+        starts = np.empty_like(ends)
+        starts[:1] = lo
+        starts[1:] = ends[:-1] + 1
+        for i in np.flatnonzero(~good):
+            bad.append((int(i), f"wrong field count ({int(counts[i])}, expected {nf})", int(starts[i]), int(ends[i])))
+        fe = b[nl_idx[rows][:, None] + np.arange(1 - nf, 1)]
+        fs = np.empty_like(fe)
+        fs[:, 0] = starts[rows]
+        fs[:, 1:] = fe[:, :-1] + 1
+        last = fe[:, -1]
+        cr = (last > fs[:, -1]) & (arr[last - 1] == 13)
+        if cr.any():
+            last -= cr
+        length = fe - fs
+
+    n = fe.shape[0]
+    i0, h0 = fmt.dense_col - int(fmt.has_label), fmt.sparse_col  # integer columns (label, I1..13), hex columns
+    line_len0, length = length[:, 0], length[:, i0:]
+    w = text.words[fe[:, i0:] - 8]
+    ints, ok_int = _decimal_fields(w[:, : h0 - i0], length[:, : h0 - i0])
+    slow = ~ok_int
+    if slow.any():
+        r, c = np.nonzero(slow)
+        fe_slow = fe[r, c + i0]
+        ints[r, c], ok_int[r, c] = parse_ints(text, fe_slow - length[r, c], fe_slow)
+    sparse, ok_hex = _hex_fields(w[:, h0 - i0 :], length[:, h0 - i0 :])
+    if fmt.has_label:
+        labels = ints[:, 0]
+        ok_int[:, 0] &= (labels >= 0) & (labels <= 1) & (length[:, 0] == 1)  # exactly "0" or "1"
+        labels = labels.astype(np.int8)
+        dense = ints[:, 1:]
+    else:
+        labels = np.full(n, -1, dtype=np.int8)
+        dense = ints
+    if not (ok_int.all() and ok_hex.all()):
+        ok = ok_int.all(axis=1) & ok_hex.all(axis=1)
+        for i in np.flatnonzero(~ok):
+            col_ok = np.concatenate([[True] if not fmt.has_label else [], ok_int[i], ok_hex[i]]).astype(bool)
+            k = int(np.argmin(col_ok))  # first failing column
+            if k == 0:
+                reason = "label is not 0 or 1"
+            elif k <= NUM_DENSE:
+                reason = f"non-integer dense value (I{k})"
+            else:
+                reason = f"non-hex categorical id (C{k - NUM_DENSE})"
+            line = int(i) if rows is None else int(rows[i])
+            bad.append((line, reason, int(fe[i, 0] - line_len0[i]), int(fe[i, -1] + cr[i])))  # the line up to its newline
+        bad.sort()
+        dense, sparse, labels = dense[ok], sparse[ok], labels[ok]
+    else:
+        dense = np.ascontiguousarray(dense)
+    return _Parsed(dense, sparse, labels, n_lines, bad)
+
+
+def _report(text: Buffer, parsed: _Parsed, first_line_no: int, malformed: Malformed) -> None:
+    for i, reason, start, end in parsed.bad:
+        if end > start and text.arr[end - 1] == 13:
+            end -= 1  # the report shows the line without its CR
+        malformed.add(first_line_no + i, reason, bytes(text.arr[start:end]))
+
+
+def _next_newline(arr: np.ndarray, pos: int, hi: int) -> int:
+    """Position of the first newline in arr[pos:hi] (there is one at hi - 1)."""
+    step = 4096
+    while True:
+        window = arr[pos : min(hi, pos + step)]
+        k = int(np.argmax(window == 10))
+        if window[k] == 10:
+            return pos + k
+        pos += step
+        step *= 2
+
+
+def _parse_region(text: Buffer, lo: int, hi: int, fmt: TextFormat, first_line_no: int, malformed: Malformed, slab_bytes: int = SLAB_BYTES):
+    """Parse text.arr[lo:hi] (complete lines) slab by slab. Returns (dense, sparse, labels, n_lines)."""
+    data = text.arr
+    parts = []
+    n_lines = 0
+    while lo < hi:
+        cut = hi
+        if hi - lo > slab_bytes:
+            cut = _next_newline(data, lo + slab_bytes - 1, hi) + 1
+        parsed = _parse_lines(text, lo, cut, fmt)
+        _report(text, parsed, first_line_no + n_lines, malformed)
+        n_lines += parsed.n_lines
+        parts.append(parsed)
+        lo = cut
+    if len(parts) == 1:
+        p = parts[0]
+        return p.dense, p.sparse, p.labels, n_lines
+    if not parts:
+        return np.zeros((0, NUM_DENSE), np.int64), np.zeros((0, NUM_SPARSE), np.uint32), np.zeros(0, np.int8), 0
+    return (
+        np.concatenate([p.dense for p in parts]),
+        np.concatenate([p.sparse for p in parts]),
+        np.concatenate([p.labels for p in parts]),
+        n_lines,
+    )
 
 
 def parse_block(buf: bytes, fmt: TextFormat, first_line_no: int, malformed: Malformed):
     """Parse complete lines (buf ends with b"\\n"). Returns (dense, sparse, labels, n_lines)."""
     text = Buffer(buf)
-    arr = text.arr
-    nl = np.flatnonzero(arr == 10)
-    n_lines = nl.shape[0]
-    starts = np.empty(n_lines, dtype=np.int64)
-    starts[0:1] = PAD
-    starts[1:] = nl[:-1] + 1
-    ends = nl.astype(np.int64)
-    cr = (ends > starts) & (arr[np.maximum(ends - 1, 0)] == 13)
-    ends[cr] -= 1
-    seps = np.flatnonzero(arr == fmt.sep[0])
-    first_sep = np.searchsorted(seps, starts)
-    counts = np.searchsorted(seps, ends) - first_sep
-    nf = fmt.num_fields
-    good = counts == nf - 1
-    bad_reason: dict[int, str] = {}
-    for i in np.flatnonzero(~good):
-        bad_reason[int(i)] = f"wrong field count ({int(counts[i]) + 1}, expected {nf})"
+    return _parse_region(text, PAD, PAD + len(buf), fmt, first_line_no, malformed)
 
-    rows = np.flatnonzero(good) if bad_reason else None
-    sel = slice(None) if rows is None else rows
-    n = n_lines if rows is None else rows.size
-    # separator positions, one contiguous row per separator: field c spans (sep[c-1], sep[c])
-    sep_pos = seps[first_sep[sel][None, :] + np.arange(nf - 1)[:, None]]
-    line_start, line_end = starts[sel] - 1, ends[sel]
 
-    def bounds(c: int) -> tuple[np.ndarray, np.ndarray]:
-        fs = (line_start if c == 0 else sep_pos[c - 1]) + 1
-        fe = line_end if c == nf - 1 else sep_pos[c]
-        return fs, fe
+def default_workers() -> int:
+    """Parsing threads: one per CPU this process may run on, at most 8."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, 8))
 
-    col_ok = np.empty((1 + NUM_DENSE + NUM_SPARSE, n), dtype=bool)
-    if fmt.label_col is not None:
-        fs, fe = bounds(fmt.label_col)
-        lab, lok = parse_ints(text, fs, fe)
-        col_ok[0] = lok & ((lab == 0) | (lab == 1)) & (fe > fs)
-        labels = lab.astype(np.int8)
-    else:
-        col_ok[0] = True
-        labels = np.full(n, -1, dtype=np.int8)
-    dense = np.empty((NUM_DENSE, n), dtype=np.int64)
-    for j in range(NUM_DENSE):
-        dense[j], col_ok[1 + j] = parse_ints(text, *bounds(fmt.dense_col + j))
-    sparse = np.empty((NUM_SPARSE, n), dtype=np.uint32)
-    for j in range(NUM_SPARSE):
-        sparse[j], col_ok[1 + NUM_DENSE + j] = parse_hex(text, *bounds(fmt.sparse_col + j))
-    ok = col_ok.all(axis=0)
-    for i in np.flatnonzero(~ok):
-        r = int(np.argmin(col_ok[:, i]))  # first failing column
-        if r == 0:
-            reason = "label is not 0 or 1"
-        elif r <= NUM_DENSE:
-            reason = f"non-integer dense value (I{r})"
-        else:
-            reason = f"non-hex categorical id (C{r - NUM_DENSE})"
-        bad_reason[int(i if rows is None else rows[i])] = reason
-    for i in sorted(bad_reason):
-        malformed.add(first_line_no + i, bad_reason[i], bytes(arr[starts[i] : ends[i]]))
-    if len(bad_reason):
-        return dense.T[ok].copy(), sparse.T[ok].copy(), labels[ok], n_lines
-    return np.ascontiguousarray(dense.T), np.ascontiguousarray(sparse.T), labels, n_lines
+
+def _parse_task(buf: bytearray, cut: int, fmt: TextFormat, max_examples: int, transform: Callable | None):
+    """Parse buf[PAD:cut] (complete lines); line numbers in the returned report start at 1."""
+    text = Buffer(np.frombuffer(buf, dtype=np.uint8))
+    local = Malformed(max_examples)
+    dense, sparse, labels, n = _parse_region(text, PAD, cut, fmt, 1, local)
+    del text
+    if transform is not None:
+        dense, sparse, labels = transform(dense, sparse, labels)
+    return dense, sparse, labels, n, local
+
+
+_FDS: dict[str, int] = {}  # per worker process: open file descriptors by path
+_BUF: list[bytearray] = []  # per worker process: the text buffer, reused
+
+
+def _worker_init() -> None:
+    """Keep freed memory in the worker's heap: numpy's temporaries of every slab are then reused
+    instead of being mapped and page-faulted afresh (glibc only; a worker process is ours)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 64 << 20)  # M_MMAP_THRESHOLD: heap up to 64 MB blocks
+        libc.mallopt(-1, 256 << 20)  # M_TRIM_THRESHOLD: do not give back the top 256 MB
+    except (OSError, AttributeError):
+        pass
+
+
+def _parse_range_task(path: str, pos: int, end: int, fmt: TextFormat, max_examples: int, transform: Callable | None):
+    """In a worker process: read and parse the complete lines in bytes [pos, end) of a plain file
+    (the last chunk may lack its final newline: one is added)."""
+    fd = _FDS.get(path)
+    if fd is None:
+        fd = _FDS[path] = os.open(path, os.O_RDONLY)
+    n = end - pos
+    buf = _BUF.pop() if _BUF else bytearray()
+    if len(buf) < PAD + n + 9:
+        buf = bytearray(PAD + n + 9)
+    with memoryview(buf) as view:
+        done = 0
+        while done < n:
+            got = os.preadv(fd, [view[PAD + done : PAD + n]], pos + done)
+            if not got:
+                raise UserError(f"{path}: file shrank while it was being read")
+            done += got
+    cut = PAD + n
+    if buf[cut - 1] != 10:
+        buf[cut] = 10
+        cut += 1
+    try:
+        return _parse_task(buf, cut, fmt, max_examples, transform)
+    finally:
+        _BUF.append(buf)
+
+
+def _chunk_ends(fd: int, pos: int, size: int, chunk_bytes: int) -> Iterator[tuple[int, int]]:
+    """Line-aligned ranges [pos, end) of a plain file, cut where the reading thread cuts: at the last
+    newline of the next `chunk_bytes` (more while a line is longer than that), or at the end."""
+    read_end = pos
+    while pos < size:
+        read_end = min(size, max(read_end, pos) + chunk_bytes)
+        lo = read_end
+        cut = -1
+        while lo > pos and cut < 0:  # the last newline before read_end, looking back in windows
+            lo = max(pos, lo - (1 << 16))
+            cut = os.pread(fd, read_end - lo if read_end - lo <= 1 << 16 else 1 << 16, lo).rfind(b"\n")
+            if cut >= 0:
+                cut += lo
+        if cut < 0:
+            if read_end >= size:  # a last line without a newline
+                yield pos, size
+                return
+            continue  # no newline yet: read another chunk
+        yield pos, cut + 1
+        pos = cut + 1
+
+
+def _read_chunks_processes(path: Path, malformed: Malformed, chunk_bytes: int, offset: int, line_no: int, fmt: TextFormat, workers: int, transform):
+    """read_chunks for a plain file with worker processes: each reads and parses its own byte range
+    (no text crosses a pipe); the parsed arrays come back in file order."""
+    ctx = multiprocessing.get_context("fork")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        ranges = _chunk_ends(fd, offset, size, chunk_bytes)
+        with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init) as pool:
+            pending: deque = deque()
+            try:
+                while True:
+                    while len(pending) < workers + 1:
+                        r = next(ranges, None)
+                        if r is None:
+                            break
+                        pending.append((pool.submit(_parse_range_task, str(path), r[0], r[1], fmt, malformed.max_examples, transform), r[1] - r[0]))
+                    if not pending:
+                        return
+                    fut, consumed = pending.popleft()
+                    dense, sparse, labels, n, local = fut.result()
+                    malformed.merge(local, line_no)
+                    offset += consumed
+                    line_no += n
+                    yield Chunk(dense, sparse, labels, line_no, offset)
+            finally:
+                for fut, _ in pending:
+                    fut.cancel()
+    finally:
+        os.close(fd)
+
+
+class _Done:
+    """A finished `Future` look-alike, for parsing in the calling thread."""
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def result(self):
+        return self.value
 
 
 def read_chunks(
     path: Path,
     malformed: Malformed,
-    chunk_bytes: int = 16 << 20,
+    chunk_bytes: int = 8 << 20,
     start_offset: int = 0,
     start_line: int = 0,
     fmt: TextFormat | None = None,
+    workers: int = 1,
+    transform: Callable | None = None,
+    processes: bool = True,
 ) -> Iterator[Chunk]:
-    """Stream a text file as parsed chunks, resuming at (start_offset, start_line) if given.
+    """Stream a text file as parsed chunks, in file order, resuming at (start_offset, start_line).
 
     `start_line` is the number of lines already consumed (header included); line numbers in the
-    malformed report are 1-based file lines."""
+    malformed report are 1-based file lines. With `workers` > 1, chunks are parsed in parallel,
+    at most `workers + 1` in flight (memory stays bounded), and yielded in file order: by forked
+    worker processes that each read their own byte range of a plain file (`processes`, where fork
+    exists), else (`.gz`) by threads while this thread decompresses ahead (numpy releases the GIL
+    inside its loops). Chunk boundaries do not depend on the mode. `transform(dense, sparse,
+    labels)` runs where the chunk is parsed and its three arrays replace the chunk's."""
     path = Path(path)
     with open_binary(path) as f:
         if fmt is None:
@@ -334,30 +599,70 @@ def read_chunks(
             header = f.readline()
             offset += len(header)
             line_no += 1
-        tail = b""
-        while True:
-            data = f.read(chunk_bytes)
-            eof = not data
-            buf = tail + data
-            if eof:
-                if not buf:
+        parallel = workers > 1 and (isinstance(f, gzip.GzipFile) or os.fstat(f.fileno()).st_size - offset > chunk_bytes)
+        if not parallel:
+            workers = 1  # one chunk: no pool
+        elif processes and not isinstance(f, gzip.GzipFile) and "fork" in multiprocessing.get_all_start_methods():
+            yield from _read_chunks_processes(path, malformed, chunk_bytes, offset, line_no, fmt, workers, transform)
+            return
+        pool = ThreadPoolExecutor(workers, thread_name_prefix="criteo-parse") if workers > 1 else None
+        pending: deque = deque()  # (future, buffer, text bytes consumed)
+        spare: list[bytearray] = []  # buffers of finished chunks, reused
+        carry = b""  # an unfinished line, to go in front of the next chunk
+        eof = False
+        try:
+            while True:
+                while not eof and len(pending) < (workers + 1 if pool else 1):
+                    buf = spare.pop() if spare else bytearray(PAD + chunk_bytes + 8)
+                    buf, cut, carry, eof, added = _fill(f, buf, carry, chunk_bytes)
+                    if cut == PAD:  # nothing left
+                        break
+                    if pool is None:
+                        fut = _Done(_parse_task(buf, cut, fmt, malformed.max_examples, transform))
+                    else:
+                        fut = pool.submit(_parse_task, buf, cut, fmt, malformed.max_examples, transform)
+                    pending.append((fut, buf, cut - PAD - added))  # an added final newline is not in the file
+                if not pending:
                     return
-                if not buf.endswith(b"\n"):
-                    buf += b"\n"
-                    offset -= 1  # the added newline is not in the file
-                tail = b""
-            else:
-                cut = buf.rfind(b"\n")
-                if cut < 0:
-                    tail = buf
-                    continue
-                buf, tail = buf[: cut + 1], buf[cut + 1 :]
-            dense, sparse, labels, n = parse_block(buf, fmt, line_no + 1, malformed)
-            offset += len(buf)
-            line_no += n
-            yield Chunk(dense, sparse, labels, line_no, offset)
-            if eof:
-                return
+                fut, buf, consumed = pending.popleft()
+                dense, sparse, labels, n, local = fut.result()
+                spare.append(buf)
+                malformed.merge(local, line_no)
+                offset += consumed
+                line_no += n
+                yield Chunk(dense, sparse, labels, line_no, offset)
+        finally:
+            if pool is not None:
+                for fut, _, _ in pending:
+                    fut.cancel()
+                pool.shutdown(wait=True)
+
+
+def _fill(f: BinaryIO, buf: bytearray, carry: bytes, chunk_bytes: int) -> tuple[bytearray, int, bytes, bool, bool]:
+    """Read the next complete lines into buf[PAD:cut], `carry` (an unfinished line) first.
+
+    Returns (buf, possibly a bigger new one; cut; the next carry; eof; whether a final newline
+    missing from the file was added). cut == PAD: nothing left."""
+    if len(buf) < PAD + len(carry) + chunk_bytes + 8:
+        buf = bytearray(PAD + len(carry) + chunk_bytes + 8)
+    end = PAD + len(carry)
+    buf[PAD:end] = carry
+    while True:
+        with memoryview(buf) as view:
+            got = f.readinto(view[end : end + chunk_bytes]) or 0
+        if not got:
+            if end > PAD and buf[end - 1] != 10:
+                buf[end] = 10
+                return buf, end + 1, b"", True, True
+            return buf, end, b"", True, False
+        end += got
+        cut = buf.rfind(b"\n", PAD, end) + 1
+        if cut:
+            return buf, cut, bytes(buf[cut:end]), False, False
+        if len(buf) < end + chunk_bytes + 8:  # a line longer than a chunk: read on
+            grown = bytearray(end + chunk_bytes + 8)
+            grown[:end] = buf[:end]
+            buf = grown
 
 
 def _skip(f: BinaryIO, n: int) -> None:

@@ -75,7 +75,9 @@ class CriteoWorkload(Workload):
         with open(root / f"{out.name}.lock", "w") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
             if layout.read_meta(out) is None:
-                preprocess(sources, out, options)
+                # One process: forking workers from a process that already runs torch's thread
+                # pools risks the deadlocks DataLoader warns about; the CLI parallelises instead.
+                preprocess(sources, out, options, workers=1)
         return out
 
     # --- the Workload contract ------------------------------------------------------------

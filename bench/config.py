@@ -59,13 +59,19 @@ class BackendConfig:
 class DeviceConfig:
     type: str = "cpu"  # cpu | cuda
     index: int = 0
+    # Fix glibc's mmap/trim thresholds before measuring: with glibc's moving threshold, large-batch
+    # timings flip between two modes depending on what the process allocated before.
+    pin_malloc: bool = True
 
 
 @dataclass
 class TimingConfig:
     warmup_batches: int = 5
     trials: int = 5
-    batches_per_trial: int = 10
+    batches_per_trial: int = 10  # at least; more when needed to fill min_trial_seconds
+    # A trial of a few milliseconds is at the mercy of one preemption; small batches get more
+    # calls per trial so every trial lasts about this long.
+    min_trial_seconds: float = 0.25
 
 
 @dataclass

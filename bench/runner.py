@@ -40,7 +40,7 @@ from torch import nn
 from bench import registry
 from bench.backends.base import Backend
 from bench.batch import Batch
-from bench.device import resolve, set_threads
+from bench.device import prepare_process, resolve
 from bench.errors import UserError
 from bench.hashing import config_hash
 from bench.measure.accuracy import accuracy_metrics, score
@@ -85,7 +85,7 @@ def run_job(cfg: DictConfig) -> tuple[RunRecord, Exception | None]:
     device = None
     try:
         _validate(cfg)
-        set_threads(cfg.threads)
+        prepare_process(cfg.device, cfg.threads)
         device, skip = resolve(cfg.device)
         if skip is None:
             backend = registry.get("backend", cfg.backend.name).factory(cfg.backend)

@@ -49,11 +49,11 @@ def main() -> None:
 
     runner_tp, bare_tp = [], []
     for _ in range(args.rounds):
-        timing = time_module(module, inputs, cfg.batch_size, device, warmup_batches=t.warmup_batches, trials=1, batches_per_trial=t.batches_per_trial)
+        timing = time_module(module, inputs, cfg.batch_size, device, **{**t, "trials": 1})
         runner_tp.append(timing.throughput)
-        bare_tp.append(bare_loop(module, inputs, cfg.batch_size, t.batches_per_trial))
+        bare_tp.append(bare_loop(module, inputs, cfg.batch_size, len(timing.latency_ms[0])))  # the same number of calls
     r, b = statistics.median(runner_tp), statistics.median(bare_tp)
-    print(f"backend {args.backend}, batch {cfg.batch_size}, {t.batches_per_trial} batches per trial, {args.rounds} interleaved rounds, {torch.get_num_threads()} threads")
+    print(f"backend {args.backend}, batch {cfg.batch_size}, trials of >= {t.min_trial_seconds} s, {args.rounds} interleaved rounds, {torch.get_num_threads()} threads")
     print(f"runner (per-call timing)  median {r:,.0f} samples/s")
     print(f"bare loop                 median {b:,.0f} samples/s")
     print(f"ratio runner / bare       {r / b:.3f}  (goal >= 0.97)")

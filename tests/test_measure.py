@@ -112,3 +112,27 @@ def test_devices_and_threads():
         torch.set_num_threads(before)
     with pytest.raises(UserError):
         set_threads(0)
+
+
+def test_pinned_malloc_is_recorded_in_the_environment():
+    from bench.device import malloc_settings, pin_malloc
+
+    settings = pin_malloc()
+    if settings is None:
+        pytest.skip("not glibc")
+    assert settings["mmap_threshold"] == 32 << 20 and malloc_settings() == settings
+    assert environment()["malloc"] == settings
+
+
+class Sleeps(nn.Module):
+    def forward(self, dense, sparse):
+        import time
+
+        time.sleep(0.002)
+        return dense[:, :1]
+
+
+def test_short_calls_get_longer_trials():
+    batch = random_batch(tiny_tables(), 8)
+    timing = time_module(Sleeps(), [batch.model_inputs()], 8, torch.device("cpu"), warmup_batches=1, trials=2, batches_per_trial=3, min_trial_seconds=0.05)
+    assert all(10 <= len(t) <= 26 for t in timing.latency_ms)  # ~0.05 s / 2 ms, never under batches_per_trial

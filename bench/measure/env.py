@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from bench.device import malloc_settings
 from bench.hashing import config_hash
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,6 +21,7 @@ def environment(device: torch.device | None = None) -> dict:
     info = dict(_static())
     info["threads"] = torch.get_num_threads()
     info["gpu"] = torch.cuda.get_device_name(device) if device is not None and device.type == "cuda" else None
+    info["malloc"] = malloc_settings()  # None: the C library's defaults
     # Compare like with like: results from different hardware or thread counts are not joined.
     info["fingerprint"] = config_hash({"cpu": info["cpu"], "gpu": info["gpu"], "threads": info["threads"]}, length=12)
     return info

@@ -7,6 +7,7 @@ recompute any statistic. On CUDA, CUDA events bracket each call and the trial sy
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Sequence
@@ -43,17 +44,21 @@ def time_module(
     warmup_batches: int,
     trials: int,
     batches_per_trial: int,
+    min_trial_seconds: float = 0.0,
 ) -> Timing:
-    """Call `module(*inputs[i])` in rounds; `inputs` already live on `device`."""
+    """Call `module(*inputs[i])` in rounds; `inputs` already live on `device`.
+
+    Each trial makes at least `batches_per_trial` calls, and more when the warm-up says that
+    many would take less than `min_trial_seconds`, cycling over `inputs`.
+    """
     if not inputs:
         raise ValueError("no timing batches")
     clock = _cuda_clock if device.type == "cuda" else _cpu_clock
     with torch.inference_mode():
-        for i in range(warmup_batches):
-            module(*inputs[i % len(inputs)])
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        latency = [clock(module, [inputs[j % len(inputs)] for j in range(batches_per_trial)], device) for _ in range(trials)]
+        warm = clock(module, [inputs[i % len(inputs)] for i in range(max(1, warmup_batches))], device)
+        per_call_s = float(np.median(warm)) / 1e3
+        calls = max(batches_per_trial, math.ceil(min_trial_seconds / per_call_s) if per_call_s > 0 else 0)
+        latency = [clock(module, [inputs[j % len(inputs)] for j in range(calls)], device) for _ in range(trials)]
     return Timing(batch_size=batch_size, latency_ms=latency)
 
 

@@ -176,7 +176,7 @@ def _dense_bytes(cfg: DictConfig, workload: Workload) -> int:
 
 def clear_caches() -> None:
     """Drop the work shared between jobs of this process (models, prepared variants, scores)."""
-    for cache in (_model_cache, _eval_cache, _calibration_cache, _prepared_cache, _score_cache, _timing_cache, _stores):
+    for cache in (_model_cache, _split_cache, _prepared_cache, _score_cache, _timing_cache, _stores):
         cache.clear()
     for fn in (_workload_cached, _oracle_cached, _dense_bytes_cached):
         fn.cache_clear()
@@ -291,26 +291,21 @@ def _code_digest() -> str:
     return h.hexdigest()[:16]
 
 
-_eval_cache: dict[str, list[Batch]] = {}
+_split_cache: dict[str, tuple[str, list[Batch]]] = {}
 
 
-def _eval_batches(cfg: DictConfig, workload: Workload) -> list[Batch]:
-    key = config_hash({"w": _plain(cfg.workload), "seed": cfg.seed, "bs": cfg.eval_batch_size})
-    if key not in _eval_cache:
-        _eval_cache.clear()
-        _eval_cache[key] = list(workload.batches("eval", cfg.eval_batch_size))
-    return _eval_cache[key]
-
-
-_calibration_cache: dict[str, list[Batch]] = {}
+def _split_batches(cfg: DictConfig, workload: Workload, split: str) -> list[Batch]:
+    """The eval or calibration split, batched once per process (one entry per split kept)."""
+    batch_size = cfg.eval_batch_size if split == "eval" else cfg.calibration_batch_size
+    key = config_hash({"w": _plain(cfg.workload), "seed": cfg.seed, "bs": batch_size})
+    if _split_cache.get(split, ("",))[0] != key:
+        _split_cache.pop(split, None)  # free the old batches before building the new ones
+        _split_cache[split] = (key, list(workload.batches(split, batch_size)))
+    return _split_cache[split][1]
 
 
 def _calibration(cfg: DictConfig, workload: Workload) -> list[Batch]:
-    key = config_hash({"w": _plain(cfg.workload), "seed": cfg.seed, "bs": cfg.calibration_batch_size})
-    if key not in _calibration_cache:
-        _calibration_cache.clear()
-        _calibration_cache[key] = list(workload.batches("calibration", cfg.calibration_batch_size))
-    return _calibration_cache[key]
+    return _split_batches(cfg, workload, "calibration")
 
 
 _prepared_cache: dict[str, nn.Module] = {}
@@ -352,7 +347,7 @@ def _scores(cfg, backend_cfg, prepared: nn.Module | None, model_key: str, worklo
     if result is None:
         if prepared is None:
             return None
-        result = score(prepared, _eval_batches(cfg, workload), device, expected=workload.num_samples("eval"))
+        result = score(prepared, _split_batches(cfg, workload, "eval"), device, expected=workload.num_samples("eval"))
         if not np.all(np.isfinite(result[1])):
             return result  # a failure (accuracy_metrics says so): never cached, so a retry scores again
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,24 @@ from bench.config import ModelConfig
 from bench.workloads.base import TableSpec
 
 
+# Hydra overrides for a workload and training budget small enough to run end to end in seconds
+# on 2 cores: the unit tests' and the suites' quick mode's configuration.
+TINY_OVERRIDES = [
+    "workload.train_samples=16384",
+    "workload.eval_samples=8192",
+    "workload.calibration_samples=2048",
+    "model.train.samples=16384",
+    "model.train.progress=false",
+    "eval_batch_size=4096",
+    "calibration_batch_size=1024",
+    "batch_size=512",
+    "timing.warmup_batches=1",
+    "timing.trials=2",
+    "timing.batches_per_trial=2",
+    "timing.min_trial_seconds=0",
+]
+
+
 def tiny_tables(num_tables: int = 4, rows: int = 100, pooling: int = 1) -> list[TableSpec]:
     return [TableSpec(name=f"t_cat_{i}", feature=f"cat_{i}", num_embeddings=rows + 7 * i, pooling=pooling) for i in range(num_tables)]
 

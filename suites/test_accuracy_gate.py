@@ -26,24 +26,13 @@ from bench import registry
 from bench.gate import FAIL, evaluate_gate, load_gate_config
 from bench.report import results_table
 from bench.runner import run_one
+from bench.testing import TINY_OVERRIDES
 
 # The nightly sweep's configuration (`+sweep=nightly`: the default workload and model, batch 1024),
 # so the pytest gate and the nightly gate judge the same numbers and share the trained checkpoint.
 DEFAULT = ["batch_size=1024", "model.train.progress=false"]
-# The unit tests' tiny config (tests/conftest.py TINY): seconds.
-QUICK = [
-    "workload.train_samples=16384",
-    "workload.eval_samples=8192",
-    "workload.calibration_samples=2048",
-    "model.train.samples=16384",
-    "model.train.progress=false",
-    "eval_batch_size=4096",
-    "calibration_batch_size=1024",
-    "batch_size=512",
-    "timing.warmup_batches=1",
-    "timing.trials=2",
-    "timing.batches_per_trial=2",
-]
+# The unit tests' tiny config: seconds.
+QUICK = TINY_OVERRIDES
 QUICK_BACKENDS = ["fp32", "int8_tbe"]
 
 

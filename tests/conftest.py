@@ -7,24 +7,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from bench.config import register_configs
+from bench.testing import TINY_OVERRIDES as TINY
 
 REPO = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO / "conf"
-
-# A workload and training budget small enough for an end-to-end run in seconds on 2 cores.
-TINY = [
-    "workload.train_samples=16384",
-    "workload.eval_samples=8192",
-    "workload.calibration_samples=2048",
-    "model.train.samples=16384",
-    "model.train.progress=false",
-    "eval_batch_size=4096",
-    "calibration_batch_size=1024",
-    "batch_size=512",
-    "timing.warmup_batches=1",
-    "timing.trials=2",
-    "timing.batches_per_trial=2",
-]
 
 
 def compose_config(overrides=()):

@@ -32,7 +32,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from bench.config import register_configs
-from bench.device import set_threads
+from bench.device import pin_malloc, set_threads
 from bench.measure.env import environment
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -80,6 +80,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if dev is None or dev.type not in ("cpu", "cuda"):
         raise pytest.UsageError(f"--suites-device {text!r} is not cpu or cuda[:i]")
     set_threads(config.getoption("--suites-threads"))
+    pin_malloc()  # as the runner does before measuring (bench.device.pin_malloc says why)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

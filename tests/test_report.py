@@ -227,3 +227,23 @@ def test_publish_report_timestamps_and_latest_link(sweep_a, tmp_path):
 def test_records_written_are_valid_json_lines(report_dir):
     for line in (report_dir / "records.jsonl").read_text().splitlines():
         assert json.loads(line)["schema_version"] == SCHEMA_VERSION  # v1 fixtures are written back migrated
+
+
+def _tput_record(trials, backend="int8_tbe"):
+    return {
+        "schema_version": 2, "status": "ok", "workload": "synthetic", "backend": backend, "device": "cpu",
+        "batch_size": 1024, "config": {}, "config_hash": "h", "env": {"fingerprint": "m"}, "record_id": "r",
+        "metrics": {"auc": 0.8, "auc_delta": 0.0, "auc_delta_lo": 0.0, "auc_delta_hi": 0.0,
+                    "throughput": sorted(trials)[len(trials) // 2], "throughput_trials": trials},
+    }  # fmt: skip
+
+
+def test_small_steady_throughput_change_is_within_the_tolerance():
+    from bench.report.compare import compare_table
+
+    base = [_tput_record([100.0, 100.5, 99.5, 100.2, 99.8])]
+    new = [_tput_record([97.0, 97.4, 96.6, 97.2, 96.8])]  # 3% slower, tight trials
+    assert compare_table(new, base).verdict.tolist() == ["same"]
+    assert compare_table(new, base, throughput_tolerance=0.0).verdict.tolist() == ["slower"]
+    slower = [_tput_record([80.0, 80.5, 79.5, 80.2, 79.8])]
+    assert compare_table(slower, base).verdict.tolist() == ["slower"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bench.errors import UserError
 from bench.report import benchmark_json
-from bench.report.compare import AUC_THRESHOLD, summary, write_compare
+from bench.report.compare import AUC_THRESHOLD, THROUGHPUT_TOLERANCE, summary, write_compare
 from bench.report.load import load_many, load_records, records_file
 from bench.report.publish import write_report
 
@@ -33,6 +33,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--title", default=None, help="report title")
     p.add_argument("--auc-threshold", type=float, default=AUC_THRESHOLD,
                    help=f"flag AUC moves larger than this (default {AUC_THRESHOLD})")  # fmt: skip
+    p.add_argument("--throughput-tolerance", type=float, default=THROUGHPUT_TOLERANCE,
+                   help=f"flag throughput only when it moved by more than this fraction too (default {THROUGHPUT_TOLERANCE})")  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -60,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             df, path = write_compare(
                 records, baseline, out, current_name=", ".join(map(str, args.dirs)),
                 baseline_name=str(args.baseline), auc_threshold=args.auc_threshold,
+                throughput_tolerance=args.throughput_tolerance,
             )  # fmt: skip
             print(f"compare: {summary(df)}")
             print(f"compare: {path}")

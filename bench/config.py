@@ -32,7 +32,7 @@ class TrainConfig:
     samples: int = 1_000_000  # budget: samples seen in training (wraps over the train split)
     batch_size: int = 2048
     dense_lr: float = 3e-3  # Adam on the dense and over arch
-    sparse_lr: float = 0.2  # row-wise Adagrad on embeddings, as DLRM trains them
+    sparse_lr: float = 0.2  # Adagrad on the embedding tables, as DLRM trains them
     progress: bool = True
 
 

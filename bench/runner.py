@@ -21,7 +21,6 @@ fingerprint is not measured again: that record is re-emitted with `resumed_from`
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import gc
 import hashlib
@@ -39,13 +38,15 @@ from torch import nn
 
 from bench import registry
 from bench.backends.base import Backend
+from bench.backends.tbe import WEIGHT_DTYPES
 from bench.batch import Batch
 from bench.device import prepare_process, resolve
 from bench.errors import UserError
 from bench.hashing import config_hash
+from bench.hashing import plain as _plain
 from bench.measure.accuracy import accuracy_metrics, score
 from bench.measure.env import environment
-from bench.measure.memory import ROW_BYTES, MemoryEstimate, PeakMemory, estimate_job, memory_skip_reason, model_bytes
+from bench.measure.memory import MemoryEstimate, PeakMemory, estimate_job, memory_skip_reason, model_bytes
 from bench.measure.stats import paired_auc_delta
 from bench.measure.tables import embedding_bytes
 from bench.measure.timing import time_module
@@ -150,7 +151,7 @@ def _memory_estimate(cfg: DictConfig, backend: Backend, device: torch.device) ->
     dtypes = None
     if weight is not None:
         # a per-table weight type that is not one leaves the default here; prepare() then names the mistake
-        per_table = {k: str(v) for k, v in (getattr(backend.cfg, "per_table", None) or {}).items() if str(v) in ROW_BYTES}
+        per_table = {k: str(v) for k, v in (getattr(backend.cfg, "per_table", None) or {}).items() if str(v) in WEIGHT_DTYPES}
         dtypes = {name: per_table.get(name, weight) for name in tables}
     resident = _model_ident(cfg) in _model_cache
     alignment = 1 if device.type == "cpu" else 16
@@ -178,7 +179,7 @@ def clear_caches() -> None:
     """Drop the work shared between jobs of this process (models, prepared variants, scores)."""
     for cache in (_model_cache, _split_cache, _prepared_cache, _score_cache, _timing_cache, _stores):
         cache.clear()
-    for fn in (_workload_cached, _oracle_cached, _dense_bytes_cached):
+    for fn in (_workload_cached, _dense_bytes_cached):
         fn.cache_clear()
     gc.collect()
     if torch.cuda.is_available():
@@ -200,10 +201,10 @@ def _validate(cfg: DictConfig) -> None:
 
 def _measure(cfg: DictConfig, backend: Backend, device: torch.device) -> dict[str, Any]:
     workload = _workload(cfg)
-    model, model_key, model_info = _model(cfg, workload)
     n_eval = workload.num_samples("eval")
-    if cfg.batch_size > n_eval:
+    if cfg.batch_size > n_eval:  # checked before the model is trained or loaded
         raise UserError(f"batch_size {cfg.batch_size} is larger than the eval split ({n_eval} samples): lower batch_size")
+    model, model_key, model_info = _model(cfg, workload)
 
     with PeakMemory(device) as peak:
         prepared = _prepared(cfg, backend, model, model_key, workload, device)
@@ -212,7 +213,7 @@ def _measure(cfg: DictConfig, backend: Backend, device: torch.device) -> dict[st
         timing = time_module(prepared, inputs, cfg.batch_size, device, **OmegaConf.to_container(cfg.timing))
 
     metrics: dict[str, Any] = accuracy_metrics(labels, logits)
-    metrics["oracle_auc"] = _oracle_auc(cfg, workload)
+    metrics["oracle_auc"] = workload.oracle_auc()
     metrics.update(_delta_against_fp32(cfg, model, model_key, workload, device, labels, logits))
     metrics.update(_fidelity(cfg, backend, model, model_key, workload, device, labels, logits))
     metrics.update(
@@ -236,14 +237,6 @@ def _measure(cfg: DictConfig, backend: Backend, device: torch.device) -> dict[st
 # ---------------------------------------------------------------- shared work, cached per process
 
 
-def _plain(cfg: Any) -> Any:
-    if OmegaConf.is_config(cfg):
-        return OmegaConf.to_container(cfg, resolve=True)
-    if dataclasses.is_dataclass(cfg):
-        return dataclasses.asdict(cfg)
-    return cfg
-
-
 @functools.lru_cache(maxsize=2)
 def _workload_cached(name: str, cfg_json: str, seed: int, cache_dir: str) -> Workload:
     entry = registry.get("workload", name)
@@ -251,8 +244,6 @@ def _workload_cached(name: str, cfg_json: str, seed: int, cache_dir: str) -> Wor
 
 
 def _workload(cfg: DictConfig) -> Workload:
-    import json
-
     return _workload_cached(cfg.workload.name, json.dumps(_plain(cfg.workload), sort_keys=True), cfg.seed, str(cfg.cache_dir))
 
 
@@ -266,7 +257,6 @@ def _model_ident(cfg: DictConfig) -> str:
 def _model(cfg: DictConfig, workload: Workload) -> tuple[nn.Module, str, dict]:
     ident = _model_ident(cfg)
     if ident not in _model_cache:
-        torch.manual_seed(cfg.seed)
         model, info = trained_model(cfg.model, workload, cfg.seed, Path(cfg.cache_dir))
         key = info.get("key") or _file_key(info["path"])
         _model_cache.clear()  # one model per process at a time: they can be large
@@ -410,17 +400,6 @@ def _fidelity(cfg, backend: Backend, model, model_key, workload, device, labels,
         return {"fidelity_twin": emulation, "fidelity_error": f"{type(exc).__name__}: {exc}"}
     gap = paired_auc_delta(labels, twin_logits, logits)
     return {"fidelity_gap": gap.delta, "fidelity_gap_lo": gap.lo, "fidelity_gap_hi": gap.hi, "fidelity_twin": emulation}
-
-
-@functools.lru_cache(maxsize=4)
-def _oracle_cached(cfg_json: str, seed: int, name: str, cache_dir: str) -> float | None:
-    return _workload_cached(name, cfg_json, seed, cache_dir).oracle_auc()
-
-
-def _oracle_auc(cfg, workload: Workload) -> float | None:
-    import json
-
-    return _oracle_cached(json.dumps(_plain(cfg.workload), sort_keys=True), cfg.seed, cfg.workload.name, str(cfg.cache_dir))
 
 
 _timing_cache: dict[str, list[tuple]] = {}

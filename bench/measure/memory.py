@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Mapping
 
 import torch
+from fbgemm_gpu.split_embedding_configs import SparseType
+from fbgemm_gpu.split_table_batched_embeddings_ops_inference import rounded_row_size_in_bytes
 from torch import nn
 
 
@@ -88,24 +90,13 @@ def _vm_hwm_bytes() -> int:
 
 # ------------------------------------------------------------------------------- the resource guard
 
-# Bytes of one stored row of dim D per weight type, as FBGEMM's TBE lays it out at row alignment 1
-# (INT8/INT4/INT2 carry an fp16 scale and bias per row).
-ROW_BYTES = {
-    "fp32": lambda d: 4 * d,
-    "fp16": lambda d: 2 * d,
-    "bf16": lambda d: 2 * d,
-    "fp8": lambda d: d,
-    "int8": lambda d: d + 4,
-    "int4": lambda d: d // 2 + 4,
-    "int2": lambda d: d // 4 + 4,
-}
 MEMINFO = Path("/proc/meminfo")
 
 
 def row_bytes(dtype: str, dim: int, alignment: int = 1) -> int:
-    """Stored bytes of one row (rounded up to `alignment`: 1 on CPU, 16 on CUDA)."""
-    raw = ROW_BYTES[dtype](dim)
-    return -(-raw // alignment) * alignment
+    """Stored bytes of one row of weight type `dtype` (fp32, fp16, fp8, int8, int4, int2), as FBGEMM's
+    TBE lays it out, rounded up to `alignment` (1 on CPU, 16 on CUDA)."""
+    return rounded_row_size_in_bytes(dim, SparseType(dtype), alignment)
 
 
 def tables_bytes(tables: Mapping[str, tuple[int, int]], dtypes: Mapping[str, str] | None = None, alignment: int = 1) -> int:

@@ -7,21 +7,21 @@ same config loads the stored state dict instead of training.
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import logging
-import os
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from bench.hashing import config_hash
+from bench.hashing import config_hash, plain
 from bench.models.checkpoint import load_checkpoint
 from bench.models.dlrm import build_dlrm
 from bench.progress import progress
+from bench.results import write_json_atomic, write_text_atomic
 from bench.workloads.base import Workload
 
 log = logging.getLogger(__name__)
@@ -39,15 +39,13 @@ def trained_model(model_cfg, workload: Workload, seed: int, cache_dir: Path) -> 
 
     Returns the model (CPU, eval mode) and facts about where it came from.
     """
-    from omegaconf import OmegaConf
-
+    torch.manual_seed(seed)  # the initial weights, when this model is trained now
     model = build_dlrm(model_cfg, workload.tables, workload.num_dense)
     if model_cfg.checkpoint:
         load_checkpoint(model, model_cfg.checkpoint)
         return model.eval(), {"source": "checkpoint", "path": str(model_cfg.checkpoint)}
 
-    as_dict = lambda c: OmegaConf.to_container(c, resolve=True) if OmegaConf.is_config(c) else _asdict(c)  # noqa: E731
-    key = model_cache_key(as_dict(workload.cfg), as_dict(model_cfg), seed, workload.data_identity())
+    key = model_cache_key(plain(workload.cfg), plain(model_cfg), seed, workload.data_identity())
     path = Path(cache_dir) / "models" / f"{key}.pt"
     if path.exists():
         try:
@@ -56,17 +54,19 @@ def trained_model(model_cfg, workload: Workload, seed: int, cache_dir: Path) -> 
             return model.eval(), {"source": "cache", "key": key, **meta}
         except Exception as exc:  # noqa: BLE001 - a damaged cache entry is a miss: train again
             log.warning("cached checkpoint %s is unreadable (%s); training again", path, type(exc).__name__)
+            torch.manual_seed(seed)  # the load may have touched the weights: start from the seed again
+            model = build_dlrm(model_cfg, workload.tables, workload.num_dense)
 
-    torch.manual_seed(seed)
-    model = build_dlrm(model_cfg, workload.tables, workload.num_dense)  # re-init under the seed
     meta = train(model, workload, model_cfg.train)
-    _save_atomic(model.state_dict(), path)
-    path.with_suffix(".json").write_text(json.dumps(meta, indent=2))
+    buffer = io.BytesIO()
+    torch.save(model.state_dict(), buffer)
+    write_text_atomic(path, buffer.getvalue())
+    write_json_atomic(path.with_suffix(".json"), meta)
     return model.eval(), {"source": "trained", "key": key, **meta}
 
 
 def train(model: nn.Module, workload: Workload, cfg) -> dict:
-    """Minimise log loss: row-wise-style Adagrad on embedding tables (as DLRM), Adam on the MLPs."""
+    """Minimise log loss: Adagrad on the embedding tables (as DLRM trains them), Adam on the MLPs."""
     sparse_params = [p for n, p in model.named_parameters() if "embedding_bags" in n]
     dense_params = [p for n, p in model.named_parameters() if "embedding_bags" not in n]
     optimizers = [
@@ -100,21 +100,3 @@ def train(model: nn.Module, workload: Workload, cfg) -> dict:
         "train_seconds": round(time.perf_counter() - start, 2),
         "final_train_loss": sum(tail) / len(tail),
     }
-
-
-def _asdict(cfg) -> dict:
-    import dataclasses
-
-    return dataclasses.asdict(cfg)
-
-
-def _save_atomic(state_dict: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(state_dict, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)

@@ -91,7 +91,8 @@ def task(cfg: DictConfig) -> str:
     print(summary(record))
     if record.resumed_from:
         print(f"resumed: the stored record {record.resumed_from} of this job on this machine (resume=true); nothing was measured")
-    print(f"record: {Path(hydra_cfg.runtime.output_dir) / 'record.json'} (also appended to {Path(cfg.reports_dir) / 'records.jsonl'})")
+    stored = "already in" if record.resumed_from else "also appended to"
+    print(f"record: {Path(hydra_cfg.runtime.output_dir) / 'record.json'} ({stored} {Path(cfg.reports_dir) / 'records.jsonl'})")
     if record.status == "error":
         print(f"error: {record.error}", file=sys.stderr)
         sys.exit(UserError.exit_code if isinstance(exc, UserError) else 1)

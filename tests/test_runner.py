@@ -3,7 +3,6 @@
 import math
 
 import pytest
-
 import torch
 
 from bench.runner import run_job, run_one

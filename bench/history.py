@@ -28,9 +28,9 @@ from typing import Any, Optional
 import pandas as pd
 
 from bench.errors import UserError
+from bench.report.table import KEY
 
 HISTORY_VERSION = 1
-KEY = ["workload", "device", "backend", "batch_size"]
 _NUMERIC = ["auc", "auc_delta", "auc_delta_lo", "auc_delta_hi", "throughput", "throughput_lo", "throughput_hi",
             "speedup", "speedup_lo", "speedup_hi", "latency_p50_ms", "latency_p99_ms", "embedding_bytes"]
 _OPTIONAL_TEXT = ["config_hash", "machine"]  # copied when the results table has them

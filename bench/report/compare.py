@@ -26,7 +26,7 @@ import pandas as pd
 from bench.measure.stats import interval_contains, ratio_interval
 from bench.report import fmt
 from bench.report.table import KEY, backend_rank, latest_records, trials
-from bench.results import RunRecord
+from bench.results import RunRecord, write_text_atomic
 
 AUC_THRESHOLD = 0.001
 THROUGHPUT_TOLERANCE = 0.05
@@ -191,8 +191,7 @@ def write_compare(
     """Write compare.md (and compare.csv) into out_dir; returns the table and compare.md's path."""
     df = compare_table(records, baseline, auc_threshold=auc_threshold, throughput_tolerance=throughput_tolerance)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "compare.md"
-    path.write_text(render_compare(df, "Sweep comparison", current_name, baseline_name, auc_threshold, throughput_tolerance))
-    df.to_csv(out_dir / "compare.csv", index=False)
+    write_text_atomic(path, render_compare(df, "Sweep comparison", current_name, baseline_name, auc_threshold, throughput_tolerance))
+    write_text_atomic(out_dir / "compare.csv", df.to_csv(index=False))
     return df, path

@@ -5,9 +5,8 @@ A row whose machine fingerprint differs is marked "machine differs" and not judg
 
 - throughput is flagged when the bootstrap interval of median(new) / median(baseline) over the
   two runs' trials excludes 1 and the ratio moved by more than `throughput_tolerance`
-  (`slower` / `faster`). The trials only see the noise inside one process; two identical sweeps
-  in separate processes on a shared 2-core machine differed by a median 3.5% (up to 12%), which
-  a trial interval alone flags as a change;
+  (`slower` / `faster`). The trials only see the noise inside one process; separate runs of the
+  same sweep differ by more than that, so the trial interval alone flags unchanged rows;
 - AUC is flagged when it moved by more than `auc_threshold`, or when the baseline's ΔAUC vs fp32
   lies outside the new run's ΔAUC confidence interval (`auc changed`).
 

@@ -28,9 +28,11 @@ from typing import Any, Optional
 import pandas as pd
 
 from bench.errors import UserError
+from bench.gate.config import as_gate_config
+from bench.report.table import KEY
+from bench.results import write_text_atomic
 
 HISTORY_VERSION = 1
-KEY = ["workload", "device", "backend", "batch_size"]
 _NUMERIC = ["auc", "auc_delta", "auc_delta_lo", "auc_delta_hi", "throughput", "throughput_lo", "throughput_hi",
             "speedup", "speedup_lo", "speedup_hi", "latency_p50_ms", "latency_p99_ms", "embedding_bytes"]
 _OPTIONAL_TEXT = ["config_hash", "machine"]  # copied when the results table has them
@@ -265,16 +267,12 @@ def current_git_sha() -> Optional[str]:
 def update_history(results_df: pd.DataFrame, gate_cfg: Any, reports_dir: Path, *, run_id: Optional[str] = None,
                    git_sha: Optional[str] = None, timestamp: Optional[str] = None) -> Path:
     """Append this run to the history file and rewrite `history.md` beside it; returns its path."""
-    from bench.gate.config import as_gate_config
-
     cfg = as_gate_config(gate_cfg)
     path = Path(cfg.history_file) if cfg.history_file else Path(reports_dir) / "history.jsonl"
     append_history(results_df, path, run_id=run_id or default_run_id(), timestamp=timestamp,
                    git_sha=git_sha if git_sha is not None else current_git_sha())
     md = render_history(load_history(path), runs=cfg.history_runs, auc_tolerance=cfg.history_auc_tolerance,
                         throughput_tolerance=cfg.history_throughput_tolerance)
-    from bench.results import write_text_atomic
-
     write_text_atomic(path.parent / "history.md", md)
     return path.parent / "history.md"
 

@@ -8,9 +8,10 @@ Hydra (the `python -m bench.gate` CLI), `load_gate_config` reads the same YAML a
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -46,14 +47,26 @@ class GateConfig:
 
 def as_gate_config(cfg: Any) -> GateConfig:
     """A GateConfig from a GateConfig, a (Hydra) DictConfig or a plain dict; validated."""
-    if not isinstance(cfg, GateConfig):
-        try:
-            merged = OmegaConf.merge(OmegaConf.structured(GateConfig), cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg))
-            cfg = OmegaConf.to_object(merged)
-        except OmegaConfBaseException as exc:
-            raise UserError(f"bad gate config: {_one_line(exc)}") from None
+    if isinstance(cfg, GateConfig):
+        validate(cfg)
+        return cfg
+    with _config_errors("bad gate config"):
+        return _merged(cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg))
+
+
+def _merged(*layers: Any) -> GateConfig:
+    """The schema with `layers` (dicts or OmegaConf nodes) merged over it, in order; validated."""
+    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(GateConfig), *layers))
     validate(cfg)
     return cfg
+
+
+@contextmanager
+def _config_errors(what: str) -> Iterator[None]:
+    try:
+        yield
+    except OmegaConfBaseException as exc:
+        raise UserError(f"{what}: {' '.join(str(exc).split())}") from None
 
 
 def validate(cfg: GateConfig) -> None:
@@ -80,20 +93,10 @@ def load_gate_config(source: str | Path = "default", overrides: Iterable[str] = 
         path = CONF_DIR / f"{source}.yaml"
     if not path.is_file():
         raise UserError(f"no gate config {str(path)!r}: name one in {CONF_DIR} or give a YAML path")
-    try:
+    with _config_errors("bad gate config or override"):
         node = OmegaConf.load(path)
-        defaults = node.pop("defaults", [])
-        extra = [d for d in defaults if d not in ("base_gate", "_self_")]
+        extra = [d for d in node.pop("defaults", []) if d not in ("base_gate", "_self_")]
         if extra:
             raise UserError(f"{path}: defaults {extra} need Hydra composition; load it through `python -m bench`")
         dotlist = [o[len("gate."):] if o.startswith("gate.") else o for o in overrides]
-        merged = OmegaConf.merge(OmegaConf.structured(GateConfig), node, OmegaConf.from_dotlist(dotlist))
-        cfg = OmegaConf.to_object(merged)
-    except OmegaConfBaseException as exc:
-        raise UserError(f"bad gate config or override: {_one_line(exc)}") from None
-    validate(cfg)
-    return cfg
-
-
-def _one_line(exc: Exception) -> str:
-    return " ".join(str(exc).split())
+        return _merged(node, OmegaConf.from_dotlist(dotlist))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 import pandas as pd
@@ -10,9 +10,9 @@ import pandas as pd
 from bench.errors import UserError
 from bench.gate.config import GateConfig, RuleSet, as_gate_config
 from bench.gate.rules import FAIL, INCONCLUSIVE, PASS, RULES, SKIPPED, VERDICTS, judge
+from bench.report.table import KEY
 
-KEY = ("workload", "device", "backend", "batch_size")
-REQUIRED = KEY + ("status",)
+REQUIRED = (*KEY, "status")
 JOB = "job"  # the pseudo-rule that carries a row's status (error, skipped, no rules)
 
 
@@ -38,10 +38,10 @@ class Verdict:
 class GateResult:
     verdicts: list[Verdict]
     inconclusive_fails: bool = False
-    counts: dict[str, int] = field(init=False)
 
-    def __post_init__(self) -> None:
-        self.counts = {v: sum(1 for x in self.verdicts if x.verdict == v) for v in VERDICTS}
+    @property
+    def counts(self) -> dict[str, int]:
+        return {v: sum(1 for x in self.verdicts if x.verdict == v) for v in VERDICTS}
 
     @property
     def failures(self) -> list[Verdict]:

@@ -69,11 +69,8 @@ def _interval(row: Row, lo: str, hi: str) -> Optional[tuple[float, float]]:
 
 
 def fmt_auc(v: float) -> str:
+    """Five decimals, for AUC drops and AUC ratios alike."""
     return f"{round(v, 5) + 0.0:.5f}"  # + 0.0: no "-0.00000"
-
-
-def fmt_ratio(v: float) -> str:
-    return f"{round(v, 5) + 0.0:.5f}"
 
 
 def fmt_speedup(v: float) -> str:
@@ -99,7 +96,7 @@ def auc_drop(row: Row) -> Measure:
     return Measure(-delta + 0.0, None if ci is None else (-ci[1] + 0.0, -ci[0] + 0.0))
 
 
-@rule("min_auc_ratio", "min", "AUC / fp32 AUC", fmt_ratio)
+@rule("min_auc_ratio", "min", "AUC / fp32 AUC", fmt_auc)
 def auc_ratio(row: Row) -> Measure:
     # The paired CI is of the delta; the fp32 AUC is taken as fixed, as the threshold is a
     # fraction of it.
@@ -132,7 +129,7 @@ def embedding_bytes(row: Row) -> Measure:
 def judge(r: Rule, threshold: float, m: Measure, inconclusive_fails: bool) -> tuple[str, str]:
     """(verdict, reason) for one rule over one row."""
     if m.value is None:
-        return _inconclusive(f"{m.missing}", inconclusive_fails)
+        return _inconclusive(m.missing, inconclusive_fails)
     t = float(threshold)
     allowed = "<=" if r.bound == "max" else ">="
     crosses = m.value > t if r.bound == "max" else m.value < t

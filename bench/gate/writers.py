@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
-from bench.gate.evaluate import GateResult, Verdict
+from bench.gate.evaluate import JOB, GateResult, Verdict
 from bench.gate.rules import FAIL, INCONCLUSIVE, PASS, RULES, SKIPPED
 from bench.results import write_text_atomic
 
@@ -22,8 +22,8 @@ def verdict_line(result: GateResult) -> str:
     tally = f"{c[FAIL]} failed, {c[INCONCLUSIVE]} inconclusive, {c[SKIPPED]} skipped, {c[PASS]} passed of {len(result.verdicts)} checks"
     if result.passed:
         return f"**Gate: PASS** ({tally})"
-    failing = Counter(f"{v.where}: {v.rule}" for v in result.failures)
-    named = "; ".join(list(failing)[:10]) + ("; ..." if len(failing) > 10 else "")
+    failing = list(dict.fromkeys(f"{v.where}: {v.rule}" for v in result.failures))  # distinct, in order
+    named = "; ".join(failing[:10]) + ("; ..." if len(failing) > 10 else "")
     return f"**Gate: FAIL** ({tally}). Failing: {named}"
 
 
@@ -75,7 +75,7 @@ def render_junit(result: GateResult) -> bytes:
                              name=v.rule, time="0")
         message = _xml_text(v.reason)
         if v.verdict == FAIL:
-            kind = "job-error" if v.rule == "job" else "threshold"
+            kind = "job-error" if v.rule == JOB else "threshold"
             ET.SubElement(case, "failure", message=message, type=kind).text = _xml_text(f"{v.where}: {v.reason}")
         elif v.verdict == SKIPPED:
             ET.SubElement(case, "skipped", message=message)

@@ -72,15 +72,20 @@ def interval_contains(lo: float, hi: float, value: float) -> bool:
 # --------------------------------------------------------------------------------------- AUC
 
 
+def _tie_groups(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(order, starts): the stable sort order of x and where each run of equal values begins in it."""
+    order = np.argsort(x, kind="mergesort")
+    xs = x[order]
+    new_group = np.empty(xs.size, dtype=bool)
+    new_group[:1] = True
+    np.not_equal(xs[1:], xs[:-1], out=new_group[1:])
+    return order, np.flatnonzero(new_group)
+
+
 def _midrank(x: np.ndarray) -> np.ndarray:
     """1-based ranks of x, tied values sharing the mean of their ranks (O(n log n))."""
     n = x.shape[0]
-    order = np.argsort(x, kind="mergesort")
-    xs = x[order]
-    new_group = np.empty(n, dtype=bool)
-    new_group[:1] = True
-    np.not_equal(xs[1:], xs[:-1], out=new_group[1:])
-    starts = np.flatnonzero(new_group)
+    order, starts = _tie_groups(x)
     ends = np.append(starts[1:], n)
     ranks = np.empty(n, dtype=np.float64)
     ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
@@ -158,12 +163,7 @@ class _WeightedAuc:
     """AUC of one model under many bootstrap weightings of the same samples."""
 
     def __init__(self, y: np.ndarray, s: np.ndarray) -> None:
-        self.order = np.argsort(s, kind="mergesort")
-        ss = s[self.order]
-        new_group = np.empty(ss.size, dtype=bool)
-        new_group[:1] = True
-        np.not_equal(ss[1:], ss[:-1], out=new_group[1:])
-        self.starts = np.flatnonzero(new_group)  # tie groups in score order
+        self.order, self.starts = _tie_groups(s)  # tie groups in score order
         self.pos = y[self.order]
 
     def __call__(self, w: np.ndarray) -> np.ndarray:

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable
 
 from bench.errors import UserError
 from bench.report.fmt import DASH, count, markdown_table, megabytes, missing
+from bench.results import write_text_atomic
 
 OUTPUT = "benchmarks.md"
 
@@ -160,12 +161,8 @@ def render_benchmarks_markdown(data: dict[str, Any], title: str = "Benchmarks") 
 
 def write_benchmarks_md(path: Path, out_dir: Path | None = None, title: str | None = None) -> Path:
     """Render `path` (a pytest-benchmark JSON) into `out_dir/benchmarks.md` (default: next to `path`)."""
-    from bench.results import write_text_atomic
-
     data = load_benchmark_json(path)
-    out = Path(out_dir) if out_dir is not None else Path(path).parent
-    out.mkdir(parents=True, exist_ok=True)
-    target = out / OUTPUT
+    target = (Path(out_dir) if out_dir is not None else Path(path).parent) / OUTPUT
     write_text_atomic(target, render_benchmarks_markdown(data, title or f"Benchmarks: {Path(path).name}"))
     return target
 

@@ -5,9 +5,8 @@ A row whose machine fingerprint differs is marked "machine differs" and not judg
 
 - throughput is flagged when the bootstrap interval of median(new) / median(baseline) over the
   two runs' trials excludes 1 and the ratio moved by more than `throughput_tolerance`
-  (`slower` / `faster`). The trials only see the noise inside one process; two identical sweeps
-  in separate processes on a shared 2-core machine differed by a median 3.5% (up to 12%), which
-  a trial interval alone flags as a change;
+  (`slower` / `faster`). The trials only see the noise inside one process; separate runs of the
+  same sweep differ by more than that, so the trial interval alone flags unchanged rows;
 - AUC is flagged when it moved by more than `auc_threshold`, or when the baseline's ΔAUC vs fp32
   lies outside the new run's ΔAUC confidence interval (`auc changed`).
 
@@ -26,7 +25,7 @@ import pandas as pd
 from bench.measure.stats import interval_contains, ratio_interval
 from bench.report import fmt
 from bench.report.table import KEY, backend_rank, latest_records, trials
-from bench.results import RunRecord
+from bench.results import RunRecord, write_text_atomic
 
 AUC_THRESHOLD = 0.001
 THROUGHPUT_TOLERANCE = 0.05
@@ -191,8 +190,7 @@ def write_compare(
     """Write compare.md (and compare.csv) into out_dir; returns the table and compare.md's path."""
     df = compare_table(records, baseline, auc_threshold=auc_threshold, throughput_tolerance=throughput_tolerance)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "compare.md"
-    path.write_text(render_compare(df, "Sweep comparison", current_name, baseline_name, auc_threshold, throughput_tolerance))
-    df.to_csv(out_dir / "compare.csv", index=False)
+    write_text_atomic(path, render_compare(df, "Sweep comparison", current_name, baseline_name, auc_threshold, throughput_tolerance))
+    write_text_atomic(out_dir / "compare.csv", df.to_csv(index=False))
     return df, path

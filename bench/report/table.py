@@ -95,8 +95,8 @@ def trials(record: RunRecord | None) -> list[float]:
     """Per-trial throughputs of an ok record, or [] when there are none."""
     if record is None or record.status != "ok":
         return []
-    values = record.metrics.get("throughput_trials") or []
-    return [float(v) for v in values if v is not None and math.isfinite(float(v)) and float(v) > 0]
+    values = (float(v) for v in record.metrics.get("throughput_trials") or [] if v is not None)
+    return [v for v in values if math.isfinite(v) and v > 0]
 
 
 def _num(value: Any) -> float:
@@ -143,7 +143,7 @@ def _relative_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord]) -> pd.Da
     speed = {"speedup": [], "speedup_lo": [], "speedup_hi": []}
     compression = []
     fp32_bytes = {}
-    for k, r in latest.items():  # embedding bytes do not depend on the batch size
+    for r in latest.values():  # embedding bytes do not depend on the batch size
         if r.backend == BASELINE and r.status == "ok" and r.metrics.get("embedding_bytes"):
             fp32_bytes.setdefault((r.workload, r.device), float(r.metrics["embedding_bytes"]))
     for row in df.itertuples(index=False):
@@ -156,8 +156,7 @@ def _relative_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord]) -> pd.Da
             speed[name].append(value)
         fb = fp32_bytes.get((row.workload, row.device), math.nan)
         compression.append(fb / row.embedding_bytes if row.embedding_bytes and row.embedding_bytes > 0 else math.nan)
-    df = df.assign(**speed, compression=compression)
-    return df
+    return df.assign(**speed, compression=compression)
 
 
 def results_table(records: Iterable[RunRecord | dict[str, Any]]) -> pd.DataFrame:

@@ -85,16 +85,6 @@ class GrowingNpy:
         self.f.close()
 
 
-def write_json_atomic(path: Path, data) -> None:
-    tmp = Path(str(path) + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def part_paths(folder: Path, part: str) -> dict[str, Path]:
     return {kind: Path(folder) / f"{part}.{kind}.npy" for kind in ARRAYS}
 
@@ -109,16 +99,5 @@ def read_meta(folder: Path) -> dict | None:
     if meta.get("version", 0) > LAYOUT_VERSION:
         raise UserError(f"{path}: layout version {meta['version']} is newer than this harness reads ({LAYOUT_VERSION})")
     return meta
-
-
-def npy_shape(path: Path) -> tuple[int, ...]:
-    """Shape from an `.npy` header without reading the data."""
-    with open(path, "rb") as f:
-        version = np.lib.format.read_magic(f)
-        if version == (1, 0):
-            shape, _, _ = np.lib.format.read_array_header_1_0(f)
-        else:
-            shape, _, _ = np.lib.format.read_array_header_2_0(f)
-    return tuple(shape)
 
 

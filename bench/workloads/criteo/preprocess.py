@@ -28,7 +28,6 @@ there (`.gz` inputs are decompressed again up to the offset). `meta.json` is wri
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -41,6 +40,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from bench.errors import UserError
+from bench.hashing import config_hash
+from bench.results import write_json_atomic
 from bench.workloads.criteo import layout
 from bench.workloads.criteo.text import NUM_DENSE, NUM_SPARSE, Malformed, default_workers, read_chunks, sniff_file
 
@@ -80,10 +81,15 @@ def source_identity(path: Path) -> dict:
     return {"path": str(Path(path).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
+def identity(sources: Sequence[Path], options: PreprocessOptions) -> dict:
+    """The sources' identity (path, size, mtime) and the output-changing options: what a finished
+    or unfinished output folder must match to be reused."""
+    return {"options": options.key(), "sources": [source_identity(s) for s in sources]}
+
+
 def cache_key(sources: Sequence[Path], options: PreprocessOptions) -> str:
-    """Hash of the sources' identity (path, size, mtime) and the output-changing options."""
-    payload = json.dumps({"sources": [source_identity(s) for s in sources], "options": options.key()}, sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+    """Hash of `identity(sources, options)`."""
+    return config_hash(identity(sources, options))
 
 
 def part_names(sources: Sequence[Path]) -> list[str]:
@@ -130,21 +136,21 @@ def preprocess(
         if not s.is_file():
             raise UserError(f"{s}: no such file")
     out = Path(out)
-    identity = {"options": options.key(), "sources": [source_identity(s) for s in sources]}
+    ident = identity(sources, options)
     if force and out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     meta = layout.read_meta(out)
     if meta is not None:
-        if meta["identity"] == identity:
+        if meta["identity"] == ident:
             return meta
         raise UserError(f"{out} holds data preprocessed from other sources or options: choose another --out or pass --force")
     progress_path = out / "progress.json"
     state = json.loads(progress_path.read_text()) if progress_path.exists() else None
-    if state is not None and state["identity"] != identity:
+    if state is not None and state["identity"] != ident:
         raise UserError(f"{out} holds an unfinished run with other sources or options: choose another --out or pass --force")
     if state is None:
-        state = {"identity": identity, "parts": {}, "vocab_done": False}
+        state = {"identity": ident, "parts": {}, "vocab_done": False}
     names = part_names(sources)
 
     for src, name in zip(sources, names):
@@ -174,13 +180,13 @@ def preprocess(
     meta = {
         "format": layout.LAYOUT_FORMAT,
         "version": layout.LAYOUT_VERSION,
-        "identity": identity,
+        "identity": ident,
         "options": asdict(options),
         "dense_transform": "log(max(x,0)+1)",
         "num_embeddings": num_embeddings,
         "parts": parts,
     }
-    layout.write_json_atomic(out / "meta.json", meta)
+    write_json_atomic(out / "meta.json", meta)
     progress_path.unlink(missing_ok=True)
     return meta
 
@@ -238,13 +244,13 @@ def _parse_source(src, name, out, options, chunk_bytes, checkpoint_bytes, state,
         for w in writers:
             w.commit()
         p.update(rows=writers[0].rows, lines=chunk.lines, offset=chunk.end_offset, malformed=malformed.to_dict())
-        layout.write_json_atomic(progress_path, state)
+        write_json_atomic(progress_path, state)
         if on_chunk is not None:
             on_chunk(name, p["rows"])
     for w in writers:
         w.close()
     p.update(rows=writers[0].rows, lines=(p["lines"] if chunk is None else chunk.lines), malformed=malformed.to_dict(), parsed=True)
-    layout.write_json_atomic(progress_path, state)
+    write_json_atomic(progress_path, state)
     log(malformed.summary(str(src)))
     log(f"{src}: {p['rows']} rows from {p['lines']} lines")
 
@@ -287,7 +293,7 @@ def _build_vocab(out, names, options, state, progress_path, log) -> list[np.ndar
         np.save(files[j], kept)
         vocab.append(kept)
     state["vocab_done"] = True
-    layout.write_json_atomic(progress_path, state)
+    write_json_atomic(progress_path, state)
     log("vocabulary sizes (ids kept per table): " + ",".join(str(v.size) for v in vocab))
     return vocab
 
@@ -321,11 +327,11 @@ def _remap_part(out, name, vocab, options, state, progress_path, on_chunk) -> No
         writer.append(remap_ids(np.asarray(raw[start : start + REMAP_ROWS]), vocab, options.max_ind_range))
         writer.commit()
         p["remapped_rows"] = writer.rows
-        layout.write_json_atomic(progress_path, state)
+        write_json_atomic(progress_path, state)
         if on_chunk is not None:
             on_chunk(name, writer.rows)
     writer.close()
     del raw
     p["remapped"] = True
-    layout.write_json_atomic(progress_path, state)
+    write_json_atomic(progress_path, state)
     os.unlink(raw_path)

@@ -17,9 +17,8 @@ import torch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from bench.batch import Batch
+from bench.workloads.criteo.text import NUM_SPARSE
 
-NUM_DENSE = 13
-NUM_SPARSE = 26
 FEATURES = [f"cat_{j}" for j in range(NUM_SPARSE)]
 TABLES = [f"t_cat_{j}" for j in range(NUM_SPARSE)]
 

@@ -23,6 +23,7 @@ from bench.hashing import config_hash
 from bench.registry import register
 from bench.results import write_json_atomic
 from bench.workloads.criteo.binary import column_max, detect_binary
+from bench.workloads.criteo.layout import capped
 from bench.workloads.criteo.preprocess import source_identity
 from bench.workloads.criteo.source import NUM_SPARSE, Segment, Split, day_split, row_order_split
 from bench.workloads.criteo.workload import CriteoConfig, CriteoWorkload
@@ -48,8 +49,7 @@ class CriteoBinary(CriteoWorkload):
         else:
             cap = self.cfg.max_ind_range
             largest = self._column_max(path, parts)
-            sizes = [min(m + 1, cap) if cap > 0 else m + 1 for m in largest]
-            sizes = [max(s, 1) for s in sizes]
+            sizes = [max(capped(m + 1, cap), 1) for m in largest]
             modulo = [cap] * NUM_SPARSE if cap > 0 else None
         for p in parts:
             p.modulo = modulo

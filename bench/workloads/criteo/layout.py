@@ -85,6 +85,17 @@ class GrowingNpy:
         self.f.close()
 
 
+def log_dense(raw: np.ndarray) -> np.ndarray:
+    """Raw dense integers -> the stored features: log(max(x, 0) + 1), computed in float64 and
+    rounded to float32 (the one definition: preprocessing and raw binary layouts read at run time)."""
+    return np.log1p(np.maximum(raw, 0), dtype=np.float64).astype(np.float32)
+
+
+def capped(n: int, cap: int) -> int:
+    """A table size `n` capped by `max_ind_range` (0: no cap)."""
+    return min(n, cap) if cap > 0 else n
+
+
 def part_paths(folder: Path, part: str) -> dict[str, Path]:
     return {kind: Path(folder) / f"{part}.{kind}.npy" for kind in ARRAYS}
 

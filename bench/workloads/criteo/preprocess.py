@@ -160,24 +160,12 @@ def preprocess(
         vocab = _build_vocab(out, names, options, state, progress_path, log)
         for name in names:
             _remap_part(out, name, vocab, options, state, progress_path, on_chunk)
-        num_embeddings = [_capped(len(v) + 1, options.max_ind_range) for v in vocab]
+        num_embeddings = [layout.capped(len(v) + 1, options.max_ind_range) for v in vocab]
     else:
         num_embeddings = [options.max_ind_range] * NUM_SPARSE
 
-    parts = []
-    for name in names:
-        p = state["parts"][name]
-        parts.append(
-            {
-                "name": name,
-                "day": day_of(name),
-                "source": p["source"],
-                "rows": p["rows"],
-                "lines": p["lines"],
-                "labeled": p["labeled"],
-                "malformed": p["malformed"],
-            }
-        )
+    kept = ("source", "rows", "lines", "labeled", "malformed")
+    parts = [{"name": name, "day": day_of(name), **{k: state["parts"][name][k] for k in kept}} for name in names]
     meta = {
         "format": layout.LAYOUT_FORMAT,
         "version": layout.LAYOUT_VERSION,
@@ -192,16 +180,11 @@ def preprocess(
     return meta
 
 
-def _capped(n: int, cap: int) -> int:
-    return min(n, cap) if cap > 0 else n
-
-
 def transform(dense: np.ndarray, sparse: np.ndarray, labels: np.ndarray, modulus: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Raw parsed values -> stored arrays: dense log(max(x, 0) + 1) as float32 (computed in float64,
-    then rounded), sparse `% modulus` as int32 (hash mode) or raw uint32 ids (modulus None).
-    Runs in the parsing threads; works in place on the parser's own arrays."""
-    np.maximum(dense, 0, out=dense)
-    out = np.log1p(dense, dtype=np.float64).astype(np.float32)
+    """Raw parsed values -> stored arrays: dense through `layout.log_dense`, sparse `% modulus` as
+    int32 (hash mode, in place on the parser's array) or raw uint32 ids (modulus None).
+    Runs where the chunk is parsed (a worker process or thread)."""
+    out = layout.log_dense(dense)
     if modulus is not None:
         np.remainder(sparse, np.uint32(modulus), out=sparse)
         sparse = sparse.view(np.int32)  # values < modulus < 2**31

@@ -49,14 +49,14 @@ def bag_lengths(offsets: torch.Tensor, num_ids: int, batch_size: int, include_la
         raise UserError(f"lS_o[{table}] has {offsets.numel()} offsets for a batch of {batch_size}; expected {expected}{hint}")
     if batch_size and int(offsets[0]) != 0:
         raise UserError(f"lS_o[{table}] starts at {int(offsets[0])}, not 0: ids before the first bag would be dropped")
+    if include_last_offset and int(offsets[-1]) != num_ids:
+        raise UserError(f"lS_o[{table}] ends at {int(offsets[-1])} but lS_i[{table}] has {num_ids} ids")
+    if batch_size and int(offsets[-1]) > num_ids:  # checked before the differences, which it would make negative
+        raise UserError(f"lS_o[{table}] points past the {num_ids} ids of lS_i[{table}]")
     ends = offsets if include_last_offset else torch.cat([offsets, torch.tensor([num_ids])])
-    if include_last_offset and int(ends[-1]) != num_ids:
-        raise UserError(f"lS_o[{table}] ends at {int(ends[-1])} but lS_i[{table}] has {num_ids} ids")
     lengths = ends[1:] - ends[:-1]
     if batch_size and (lengths < 0).any():
         raise UserError(f"lS_o[{table}] decreases: offsets must be non-decreasing")
-    if batch_size and int(offsets[-1]) > num_ids:
-        raise UserError(f"lS_o[{table}] points past the {num_ids} ids of lS_i[{table}]")
     return lengths
 
 

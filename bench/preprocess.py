@@ -26,7 +26,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-ind-range", type=int, default=40_000_000, help="hash modulus, or cap on frequency ids (0: none)")
     p.add_argument("--frequency-threshold", type=int, default=1, help="frequency: ids seen fewer times share id 0")
     p.add_argument("--max-examples", type=int, default=10, help="malformed-line examples reported per file")
-    p.add_argument("--chunk-mb", type=int, default=4, help="text read per chunk and parsing thread (bounds memory)")
+    p.add_argument("--chunk-mb", type=int, default=4, help="MB of text read per chunk and parsing worker (bounds memory)")
     p.add_argument("--workers", type=int, default=None, help="parsing worker processes (default: one per CPU, at most 8; 1: parse in this process)")
     p.add_argument("--force", action="store_true", help="discard what --out holds and start over")
     return p.parse_args(argv)

@@ -57,17 +57,16 @@ def convert_fb_dlrm_state_dict(sd: dict, model: nn.Module) -> dict:
         raise UserError("facebookresearch/dlrm v1 checkpoints map onto model.arch=dlrm (dot interaction) only")
     tables = _table_names(model)
     out: dict[str, torch.Tensor] = {}
-    emb = {int(m.group(1)): v for k, v in sd.items() if (m := _EMB.fullmatch(k))}
+    emb: dict[int, torch.Tensor] = {}
     layers: dict[str, dict[int, dict[str, torch.Tensor]]] = {"bot_l": {}, "top_l": {}}
     unknown = []
     for k, v in sd.items():
-        if _EMB.fullmatch(k):
-            continue
-        m = _MLP.fullmatch(k)
-        if m is None:
+        if m := _EMB.fullmatch(k):
+            emb[int(m.group(1))] = v
+        elif m := _MLP.fullmatch(k):
+            layers[m.group(1)].setdefault(int(m.group(2)), {})[m.group(3)] = v
+        else:
             unknown.append(k)
-            continue
-        layers[m.group(1)].setdefault(int(m.group(2)), {})[m.group(3)] = v
     if unknown:
         raise UserError(f"checkpoint has keys this importer does not know: {', '.join(sorted(unknown)[:5])} (QR/MD embeddings are not supported)")
     if sorted(emb) != list(range(len(tables))):

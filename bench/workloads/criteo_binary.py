@@ -14,14 +14,16 @@ not given, from the largest id per table (one streaming pass, cached), capped by
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from typing import Optional
 
 from bench.errors import UserError
+from bench.hashing import config_hash
 from bench.registry import register
+from bench.results import write_json_atomic
 from bench.workloads.criteo.binary import column_max, detect_binary
+from bench.workloads.criteo.layout import capped
 from bench.workloads.criteo.preprocess import source_identity
 from bench.workloads.criteo.source import NUM_SPARSE, Segment, Split, day_split, row_order_split
 from bench.workloads.criteo.workload import CriteoConfig, CriteoWorkload
@@ -47,8 +49,7 @@ class CriteoBinary(CriteoWorkload):
         else:
             cap = self.cfg.max_ind_range
             largest = self._column_max(path, parts)
-            sizes = [min(m + 1, cap) if cap > 0 else m + 1 for m in largest]
-            sizes = [max(s, 1) for s in sizes]
+            sizes = [max(capped(m + 1, cap), 1) for m in largest]
             modulo = [cap] * NUM_SPARSE if cap > 0 else None
         for p in parts:
             p.modulo = modulo
@@ -56,13 +57,12 @@ class CriteoBinary(CriteoWorkload):
 
     def _column_max(self, path, parts) -> list[int]:
         files = [path] if path.is_file() else sorted(f for f in path.iterdir() if f.is_file())
-        key = hashlib.sha256(json.dumps([source_identity(f) for f in files]).encode()).hexdigest()[:16]
+        key = config_hash([source_identity(f) for f in files])
         cache = self.cache_dir / "criteo" / f"column_max-{key}.json"
         if cache.exists():
             return json.loads(cache.read_text())
         largest = column_max(parts)
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(json.dumps(largest))
+        write_json_atomic(cache, largest)  # parallel runs may read it while another writes it
         return largest
 
     def _split(self, parts):

@@ -105,7 +105,7 @@ def read_dlrm_bin(path: Path) -> Part:
     record = DLRM_BIN_FIELDS * 4
     if size % record:
         raise UserError(f"{path}: {size} bytes is not a whole number of {DLRM_BIN_FIELDS}-field int32 records")
-    data = np.memmap(path, dtype=np.int32, mode="r", shape=(size // record, DLRM_BIN_FIELDS)) if size else np.zeros((0, 40), np.int32)
+    data = np.memmap(path, dtype=np.int32, mode="r", shape=(size // record, DLRM_BIN_FIELDS)) if size else np.zeros((0, DLRM_BIN_FIELDS), np.int32)
     return Part(
         name=path.stem,
         day=_day(path.stem),
@@ -161,9 +161,9 @@ def detect_binary(path: Path) -> tuple[str, list[Part]]:
         raise UserError(f"{path}: not a binary Criteo file (.bin or .npz)")
     if not path.is_dir():
         raise UserError(f"{path}: no such file or folder")
-    if list(path.glob("day_*_sparse_multi_hot.npz")):
+    if any(path.glob("day_*_sparse_multi_hot.npz")):
         return "mlperf_multihot", read_mlperf_multihot(path)
-    if list(path.glob("*_dense.npy")):
+    if any(path.glob("*_dense.npy")):
         return "torchrec_npy", read_torchrec_npy(path)
     bins = sorted(path.glob("*.bin"))
     if bins:

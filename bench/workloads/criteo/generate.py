@@ -16,7 +16,6 @@ import numpy as np
 from bench.workloads.criteo.text import NUM_DENSE, NUM_SPARSE
 
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
-_DIGITS = np.frombuffer(b"0123456789", dtype=np.uint8)
 
 
 def random_rows(rng: np.random.Generator, n: int, vocab: int = 50_000) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -85,14 +85,15 @@ class GrowingNpy:
         self.f.close()
 
 
-def write_json_atomic(path: Path, data) -> None:
-    tmp = Path(str(path) + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def log_dense(raw: np.ndarray) -> np.ndarray:
+    """Raw dense integers -> the stored features: log(max(x, 0) + 1), computed in float64 and
+    rounded to float32 (the one definition: preprocessing and raw binary layouts read at run time)."""
+    return np.log1p(np.maximum(raw, 0), dtype=np.float64).astype(np.float32)
+
+
+def capped(n: int, cap: int) -> int:
+    """A table size `n` capped by `max_ind_range` (0: no cap)."""
+    return min(n, cap) if cap > 0 else n
 
 
 def part_paths(folder: Path, part: str) -> dict[str, Path]:
@@ -109,16 +110,5 @@ def read_meta(folder: Path) -> dict | None:
     if meta.get("version", 0) > LAYOUT_VERSION:
         raise UserError(f"{path}: layout version {meta['version']} is newer than this harness reads ({LAYOUT_VERSION})")
     return meta
-
-
-def npy_shape(path: Path) -> tuple[int, ...]:
-    """Shape from an `.npy` header without reading the data."""
-    with open(path, "rb") as f:
-        version = np.lib.format.read_magic(f)
-        if version == (1, 0):
-            shape, _, _ = np.lib.format.read_array_header_1_0(f)
-        else:
-            shape, _, _ = np.lib.format.read_array_header_2_0(f)
-    return tuple(shape)
 
 

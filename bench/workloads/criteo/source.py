@@ -17,9 +17,9 @@ import torch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from bench.batch import Batch
+from bench.workloads.criteo.layout import log_dense
+from bench.workloads.criteo.text import NUM_SPARSE
 
-NUM_DENSE = 13
-NUM_SPARSE = 26
 FEATURES = [f"cat_{j}" for j in range(NUM_SPARSE)]
 TABLES = [f"t_cat_{j}" for j in range(NUM_SPARSE)]
 
@@ -49,7 +49,7 @@ class Part:
     def read_dense(self, a: int, b: int) -> np.ndarray:
         x = np.asarray(self.dense[a:b])
         if self.dense_is_raw:
-            return np.log1p(np.maximum(x, 0).astype(np.float64)).astype(np.float32)
+            return log_dense(x)
         return np.array(x, dtype=np.float32)  # a copy: torch wants writable memory
 
     def read_labels(self, a: int, b: int) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import fcntl
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator
 
 from omegaconf import MISSING
 
@@ -140,7 +140,3 @@ class CriteoWorkload(Workload):
             "split": state["note"],
             "rows": {k: v.rows for k, v in state["splits"].items()},
         }
-
-
-def optional_list(values: Optional[list[int]]) -> Optional[list[int]]:
-    return None if values is None else [int(v) for v in values]

@@ -30,12 +30,12 @@ import pandas as pd
 from bench.errors import UserError
 from bench.gate.config import as_gate_config
 from bench.report.table import KEY
-from bench.results import write_text_atomic
+from bench.results import cut_torn_tail, write_text_atomic
 
 HISTORY_VERSION = 1
 _NUMERIC = ["auc", "auc_delta", "auc_delta_lo", "auc_delta_hi", "throughput", "throughput_lo", "throughput_hi",
             "speedup", "speedup_lo", "speedup_hi", "latency_p50_ms", "latency_p99_ms", "embedding_bytes"]
-_OPTIONAL_TEXT = ["config_hash", "machine"]  # copied when the results table has them
+_OPTIONAL_TEXT = ["config_hash", "fingerprint"]  # copied when the results table has them
 
 
 def _num(value: Any) -> Optional[float]:
@@ -89,6 +89,7 @@ def append_history(results_df: pd.DataFrame, path: Path, *, run_id: str, timesta
     with open(path, "a+", encoding="utf-8") as f:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX)
         try:
+            cut_torn_tail(f.fileno())  # a writer killed mid-line: the next line must not glue onto it
             f.seek(0)
             if any(_line_run_id(line) == run_id for line in f):
                 return 0

@@ -140,7 +140,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False, default=str) + "\n")
 
 
-def _cut_torn_tail(fd: int) -> None:
+def cut_torn_tail(fd: int) -> None:
     """Truncate a last line without its newline: the record of a writer killed mid-write."""
     size = os.fstat(fd).st_size
     if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
@@ -165,7 +165,7 @@ def append_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> None:
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        _cut_torn_tail(fd)
+        cut_torn_tail(fd)
         view = memoryview(payload)
         while view:
             view = view[os.write(fd, view) :]

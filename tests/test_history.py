@@ -179,3 +179,21 @@ def test_gate_cli_history_flag(tmp_path, monkeypatch):
     assert gate_main([str(report), "--history", "--run-id", "b"]) == 0
     assert load_history(report / "history.jsonl")["run_id"].tolist().count("b") == len(healthy())
     assert (report / "history.md").is_file()
+
+
+def test_machine_change_is_not_compared(tmp_path):
+    a = frame(row("int8_tbe", fingerprint="m1"))
+    b = frame(row("int8_tbe", fingerprint="m2", throughput=1.0))
+    changes = history_changes(_history(tmp_path, a, b), **TOL)
+    by = {(r["backend"], r["metric"]): r for r in changes.to_dict("records")}
+    assert "fingerprint changed" in by[("int8_tbe", "config")]["note"]
+    assert ("int8_tbe", "throughput") not in by
+
+
+def test_append_cuts_a_torn_tail_left_by_a_killed_writer(tmp_path):
+    path = tmp_path / "history.jsonl"
+    append_history(frame(row("uint4")), path, run_id="r1")
+    with open(path, "a") as f:
+        f.write('{"history_version": 1, "run_id": "r2", "wor')  # killed mid-line
+    append_history(frame(row("uint4")), path, run_id="r3")
+    assert list(load_history(path)["run_id"]) == ["r1", "r3"]

@@ -58,7 +58,7 @@ def setup(pytestconfig, compose_config, is_quick, tmp_path_factory):
         "workload": workload,
         "model": model,
         "calibration": list(workload.batches("calibration", cfg.calibration_batch_size)),
-        "prepared": {},  # (backend, device) -> (cfg, module or None, skip reason): one held at a time
+        "prepared": {},  # (backend, device) -> (cfg, module or None, skip reason, sizes): one held at a time
     }
 
 
@@ -70,16 +70,17 @@ def _prepared(setup: dict, compose_config, name: str, device: torch.device):
         cfg = compose_config([*setup["overrides"], f"backend={name}"])
         backend = registry.get("backend", cfg.backend.name).factory(cfg.backend)
         reason = backend.unsupported_reason(device)
-        module = None
+        module, sizes = None, {}
         if reason is None:
             torch.manual_seed(cfg.seed)
             module = backend.prepare(setup["model"], setup["calibration"], device)
-        setup["prepared"][key] = (cfg, module, reason)
+            sizes = {"embedding_bytes": embedding_bytes(module), "model_bytes": model_bytes(module)}  # once per backend
+        setup["prepared"][key] = (cfg, module, reason, sizes)
     return setup["prepared"][key]
 
 
 def test_forward(benchmark, timed, device, setup, compose_config, backend_name, batch_size):
-    cfg, prepared, reason = _prepared(setup, compose_config, backend_name, device)
+    cfg, prepared, reason, sizes = _prepared(setup, compose_config, backend_name, device)
     if reason is not None:
         pytest.skip(reason)
     batch = next(iter(setup["workload"].batches("eval", batch_size)))
@@ -95,8 +96,7 @@ def test_forward(benchmark, timed, device, setup, compose_config, backend_name, 
         batch_size=batch_size,
         workload=cfg.workload.name,
         model=cfg.model.name,
-        embedding_bytes=embedding_bytes(prepared),
-        model_bytes=model_bytes(prepared),
+        **sizes,
         threads=torch.get_num_threads(),
         sample="one row (user-item pair) of the workload",
     )

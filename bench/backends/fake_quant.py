@@ -21,13 +21,13 @@ import torch
 
 from bench.backends.base import Backend
 from bench.backends.mlp import MLP_CHOICES, MODES, check_choice, fake_quantize
-from bench.backends.tbe import resolve_table_bits
+from bench.backends.tbe import BITS, resolve_table_bits
 from bench.backends.walk import embedding_bag_collections, require_embedding_bag_collections, table_dims
 from bench.config import BackendConfig
 from bench.errors import UserError
 from bench.registry import register
 
-ROW_BITS = (2, 4, 8, 16, 32)
+ROW_BITS = sorted(BITS.values())  # 2, 4, 8, 16, 32
 
 
 @dataclass
@@ -52,8 +52,6 @@ def qdq_rows(weight: torch.Tensor, bits: int) -> torch.Tensor:
 
 @register("backend", "fake_quant", config=FakeQuantConfig)
 class FakeQuantBackend(Backend):
-    devices = ("cpu", "cuda")
-
     def prepare(self, model, calibration_batches, device):
         cfg = self.cfg
         check_choice(cfg.mlp, MLP_CHOICES, "backend.mlp")

@@ -2,8 +2,9 @@
 
 Linear layers are found by walking the model (any TorchRec-style model), never by DLRM attribute
 names. A Linear that a ReLU follows is fused with it, as the Intel recipe fuses Linear+ReLU: inside an
-`nn.Sequential` (Linear, ReLU) and inside torchrec's `Perceptron` (Linear, then relu). The fused
-module is torch.ao's `LinearReLU`; the old ReLU becomes an Identity, so it is not applied twice.
+`nn.Sequential` (Linear, ReLU; torch.ao's `fuse_modules`) and inside torchrec's `Perceptron` (Linear,
+then relu). The fused module is torch.ao's `LinearReLU`; the old ReLU becomes an Identity, so it is
+not applied twice.
 
 Int8 modes (CPU: torch.ao's quantized Linear runs FBGEMM int8 kernels):
 - dynamic: weights int8 per-channel symmetric; each call quantizes its input per tensor from that
@@ -88,10 +89,10 @@ def fuse_linear_relu(model: nn.Module) -> list[tuple[nn.Module, str]]:
         if isinstance(parent, nn.Sequential) and not isinstance(parent, nni._FusedModule):
             items = list(parent._modules.items())
             for (name, first), (next_name, second) in zip(items, items[1:]):
-                if type(first) is nn.Linear and isinstance(second, nn.ReLU):
-                    parent._modules[name] = nni.LinearReLU(first, nn.ReLU())
-                    parent._modules[next_name] = nn.Identity()
+                if type(first) is nn.Linear and type(second) is nn.ReLU:
+                    tq.fuse_modules(parent, [name, next_name], inplace=True)  # LinearReLU, then Identity
         elif isinstance(parent, Perceptron) and type(parent._linear) is nn.Linear and _is_relu(parent._activation_fn):
+            # by hand: the activation is a function by default (torch.relu), which fuse_modules cannot take
             parent._linear = nni.LinearReLU(parent._linear, nn.ReLU())
             parent._activation_fn = nn.Identity()
     return child_slots(model, (nn.Linear, nni.LinearReLU))

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Sequence
 
 import torch
+from fbgemm_gpu.split_embedding_configs import SparseType
 from torch import nn
 from torchrec.inference.modules import quantize_inference_model
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
@@ -38,7 +39,7 @@ from bench.config import BackendConfig
 from bench.errors import UserError
 from bench.measure.tables import table_storage
 
-# Table weight types: the names used in configs and in `table_storage`.
+# Table weight types: the names used in configs, FBGEMM's SparseType values (as `table_storage` reports them).
 WEIGHT_DTYPES = {
     "fp32": torch.float32,
     "fp16": torch.float16,
@@ -46,7 +47,7 @@ WEIGHT_DTYPES = {
     "int4": torch.quint4x2,
     "int2": torch.quint2x4,
 }
-BITS = {"fp32": 32, "fp16": 16, "int8": 8, "int4": 4, "int2": 2}
+BITS = {name: SparseType(name).bit_rate() for name in WEIGHT_DTYPES}
 
 
 @dataclass
@@ -78,7 +79,8 @@ def resolve_table_bits(dims: dict[str, int], default_bits: int, per_table: dict[
 def check_tables(module: nn.Module, expected: dict[str, str]) -> None:
     """Raise if any table's stored dtype is not the expected one (e.g. silently left in fp32)."""
     stored = table_storage(module)
-    wrong = {name: stored.get(name, {}).get("dtype", "missing") for name in expected if stored.get(name, {}).get("dtype") != expected[name]}
+    got = {name: stored.get(name, {}).get("dtype", "missing") for name in expected}
+    wrong = {name: dtype for name, dtype in got.items() if dtype != expected[name]}
     if wrong:
         raise RuntimeError(f"embedding tables not stored as asked: {wrong} (expected {expected})")
 
@@ -104,7 +106,6 @@ class TbeBackend(Backend):
     """TBE embeddings of `weight_dtype` (per-table overrides), MLP in fp32 or int8."""
 
     weight_dtype: ClassVar[str]
-    devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
 
     def unsupported_reason(self, device: torch.device) -> str | None:
         reason = super().unsupported_reason(device)

@@ -38,14 +38,9 @@ def _eager_tables(ebc: EmbeddingBagCollection) -> Iterator[tuple[str, dict]]:
 
 def _kernel_dtypes(qebc: QuantEmbeddingBagCollection) -> dict[str, str]:
     """Table -> weight type, as the FBGEMM TBE kernels were built (their embedding specs)."""
-    kernels = getattr(qebc, "_emb_modules", None) or list(getattr(qebc, "tbes", []))
-    dtypes = {}
-    for kernel in kernels:
-        for spec in kernel.embedding_specs:  # (name, rows, dim, SparseType, location)
-            dtypes[spec[0]] = spec[3].value
-    if not dtypes:  # a torchrec without these attributes: fall back to the configs it was built from
-        dtypes = {cfg.name: cfg.data_type.value.lower() for cfg in qebc.embedding_bag_configs()}
-    return dtypes
+    # spec: (name, rows, dim, SparseType, location); `_emb_modules` holds the kernels whether or not
+    # they are also registered as `tbes`
+    return {spec[0]: spec[3].value for kernel in qebc._emb_modules for spec in kernel.embedding_specs}
 
 
 def _quantized_tables(qebc: QuantEmbeddingBagCollection) -> Iterator[tuple[str, dict]]:

@@ -38,7 +38,7 @@ from torch import nn
 
 from bench import registry
 from bench.backends.base import Backend
-from bench.backends.tbe import WEIGHT_DTYPES
+from bench.backends.tbe import WEIGHT_DTYPES, row_alignment
 from bench.batch import Batch
 from bench.device import prepare_process, resolve
 from bench.errors import UserError
@@ -154,8 +154,7 @@ def _memory_estimate(cfg: DictConfig, backend: Backend, device: torch.device) ->
         per_table = {k: str(v) for k, v in (getattr(backend.cfg, "per_table", None) or {}).items() if str(v) in WEIGHT_DTYPES}
         dtypes = {name: per_table.get(name, weight) for name in tables}
     resident = _model_ident(cfg) in _model_cache
-    alignment = 1 if device.type == "cpu" else 16
-    return estimate_job(tables, _dense_bytes(cfg, workload), dtypes, resident, alignment)
+    return estimate_job(tables, _dense_bytes(cfg, workload), dtypes, resident, row_alignment(device))
 
 
 @functools.lru_cache(maxsize=8)

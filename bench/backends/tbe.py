@@ -85,9 +85,14 @@ def check_tables(module: nn.Module, expected: dict[str, str]) -> None:
         raise RuntimeError(f"embedding tables not stored as asked: {wrong} (expected {expected})")
 
 
+def row_alignment(device: torch.device) -> int:
+    """Bytes each stored row is padded to: 1 on CPU (FBGEMM's CPU default), 16 on CUDA."""
+    return 1 if device.type == "cpu" else 16
+
+
 def quantize_tables(model: nn.Module, dtypes: dict[str, str], device: torch.device) -> None:
     """Swap every EmbeddingBagCollection of `model` (already on `device`) for TBE tables, in place."""
-    quant_prep_customize_row_alignment(model, [EmbeddingBagCollection], 1 if device.type == "cpu" else 16)
+    quant_prep_customize_row_alignment(model, [EmbeddingBagCollection], row_alignment(device))
     with torch_ao_calls():
         quantize_inference_model(
             model,

@@ -8,7 +8,7 @@ Parsing is column-wise numpy over chunks of bytes: field boundaries come from th
 separators and newlines, digits are gathered into small matrices and combined with vectorized
 arithmetic. No Python code runs per row, unlike torchrec's `BinaryCriteoUtils.tsv_to_npys` (a
 `csv.reader` + per-row `int()` loop): `benchmarks/preprocess_bench.py` measured the whole
-preprocessing 11.8x faster than it in one process and 16.3x with 2 workers.
+preprocessing 11.4x faster than it in one process and 14.6x with 2 workers.
 
 Malformed lines (wrong field count, label not 0/1, a dense value that is not an integer, a
 categorical id that is not 1-8 hex digits) are skipped, counted by reason, and reported with

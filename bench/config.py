@@ -15,7 +15,6 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from bench import registry
-from bench.gate.config import GateConfig
 
 
 @dataclass
@@ -72,6 +71,30 @@ class TimingConfig:
     # A trial of a few milliseconds is at the mercy of one preemption; small batches get more
     # calls per trial so every trial lasts about this long.
     min_trial_seconds: float = 0.25
+
+
+@dataclass
+class RuleSet:
+    """Thresholds for one backend; None switches a rule off. Field names are rule names (`RULES`)."""
+
+    max_auc_drop: Optional[float] = None  # fp32 AUC - AUC, absolute
+    min_auc_ratio: Optional[float] = None  # AUC / fp32 AUC (MLPerf: 0.99, high accuracy 0.999)
+    min_speedup: Optional[float] = None  # throughput / fp32 throughput, same workload/device/batch
+    max_embedding_bytes: Optional[int] = None
+
+
+@dataclass
+class GateConfig:
+    rules: dict[str, RuleSet] = field(default_factory=dict)  # backend name -> thresholds
+    # A confidence interval that straddles a threshold reads "inconclusive"; by default that
+    # passes (only a point estimate past the threshold fails); true makes it fail.
+    inconclusive_fails: bool = False
+    history_file: Optional[str] = None  # None: <reports_dir>/history.jsonl
+    history_runs: int = 14  # runs shown in history.md
+    # A change against the previous run is flagged when it exceeds the noise: the AUC CI
+    # half-width / the throughput trial spread, and at least these tolerances.
+    history_auc_tolerance: float = 0.0005  # absolute AUC
+    history_throughput_tolerance: float = 0.05  # relative
 
 
 @dataclass

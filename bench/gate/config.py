@@ -9,40 +9,16 @@ Hydra (the `python -m bench.gate` CLI), `load_gate_config` reads the same YAML a
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from bench.config import GateConfig, RuleSet
 from bench.errors import UserError
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf" / "gate"
-
-
-@dataclass
-class RuleSet:
-    """Thresholds for one backend; None switches a rule off. Field names are rule names (`RULES`)."""
-
-    max_auc_drop: Optional[float] = None  # fp32 AUC - AUC, absolute
-    min_auc_ratio: Optional[float] = None  # AUC / fp32 AUC (MLPerf: 0.99, high accuracy 0.999)
-    min_speedup: Optional[float] = None  # throughput / fp32 throughput, same workload/device/batch
-    max_embedding_bytes: Optional[int] = None
-
-
-@dataclass
-class GateConfig:
-    rules: dict[str, RuleSet] = field(default_factory=dict)  # backend name -> thresholds
-    # A confidence interval that straddles a threshold reads "inconclusive"; by default that
-    # passes (only a point estimate past the threshold fails); true makes it fail.
-    inconclusive_fails: bool = False
-    history_file: Optional[str] = None  # None: <reports_dir>/history.jsonl
-    history_runs: int = 14  # runs shown in history.md
-    # A change against the previous run is flagged when it exceeds the noise: the AUC CI
-    # half-width / the throughput trial spread, and at least these tolerances.
-    history_auc_tolerance: float = 0.0005  # absolute AUC
-    history_throughput_tolerance: float = 0.05  # relative
 
 
 def as_gate_config(cfg: Any) -> GateConfig:

@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 
 from bench.config import register_configs
 from bench.errors import UserError
-from bench.results import RunRecord, save_record
+from bench.record import RunRecord, save_record
 from bench.runner import run_job
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"

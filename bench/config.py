@@ -3,7 +3,7 @@
 YAML files under `conf/` inherit these schemas (`defaults: [base_<name>]`), so a typo in a key or a
 wrong type is rejected by Hydra at composition time. Plug-in schemas (backends, workloads) live in
 their own modules and reach the ConfigStore through the registry, in one loop.
-Configs only describe: hardware probing and environment changes belong to `bench.device`.
+Configs only describe: hardware probing and environment changes belong to `bench.hardware`.
 """
 
 from __future__ import annotations

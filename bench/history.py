@@ -29,8 +29,8 @@ import pandas as pd
 
 from bench.errors import UserError
 from bench.gate.config import as_gate_config
+from bench.io import cut_torn_tail, write_text_atomic
 from bench.report.table import KEY
-from bench.results import cut_torn_tail, write_text_atomic
 
 HISTORY_VERSION = 1
 _NUMERIC = ["auc", "auc_delta", "auc_delta_lo", "auc_delta_hi", "throughput", "throughput_lo", "throughput_hi",

@@ -40,19 +40,25 @@ from bench import registry
 from bench.backends.base import Backend
 from bench.backends.tbe import WEIGHT_DTYPES, row_alignment
 from bench.batch import Batch
-from bench.device import prepare_process, resolve
 from bench.errors import UserError
+from bench.hardware import prepare_process, resolve
 from bench.hashing import config_hash
 from bench.hashing import plain as _plain
 from bench.measure.accuracy import accuracy_metrics, score
 from bench.measure.env import environment
-from bench.measure.memory import MemoryEstimate, PeakMemory, estimate_job, memory_skip_reason, model_bytes
-from bench.measure.stats import paired_auc_delta
+from bench.measure.memory import (
+    MemoryEstimate,
+    PeakMemory,
+    estimate_job,
+    memory_skip_reason,
+    model_bytes,
+)
 from bench.measure.tables import embedding_bytes
 from bench.measure.timing import time_module
 from bench.models.dlrm import build_dlrm
 from bench.models.train import trained_model
-from bench.results import RunRecord, StoreIndex
+from bench.record import RunRecord, StoreIndex
+from bench.stats import paired_auc_delta
 from bench.workloads.base import Workload
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from bench.progress import progress
-from bench.results import RunRecord
+from bench.record import RunRecord
 
 log = logging.getLogger("bench.sweep")
 

@@ -10,7 +10,6 @@ from bench.batch import Batch
 from bench.config import ModelConfig
 from bench.workloads.base import TableSpec
 
-
 # Hydra overrides for a workload and training budget small enough to run end to end in seconds
 # on 2 cores: the unit tests' and the suites' quick mode's configuration.
 TINY_OVERRIDES = [

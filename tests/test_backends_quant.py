@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from bench import registry
-from bench.backends import ao_notice, mlp
+from bench.backends import ao_notice, linear
 from bench.backends.fake_quant import qdq_rows
 from bench.errors import UserError
 from bench.measure.tables import table_storage
@@ -90,8 +90,8 @@ def test_static_twin_has_the_int8_scales(model, data):
     calibration, _ = data
     int8 = make("int8_tbe", mlp_mode="static").prepare(model, calibration, CPU)
     twin = make("fake_quant", activations="static").prepare(model, calibration, CPU)
-    units = [m for m in int8.modules() if isinstance(m, mlp.StaticInt8Unit)]
-    fakes = [m for m in twin.modules() if isinstance(m, mlp.FakeQuantUnit)]
+    units = [m for m in int8.modules() if isinstance(m, linear.StaticInt8Unit)]
+    fakes = [m for m in twin.modules() if isinstance(m, linear.FakeQuantUnit)]
     assert len(units) == len(fakes) > 0
     for unit, fake in zip(units, fakes):
         in_scale, in_zp = fake.input_fq.calculate_qparams()
@@ -152,12 +152,12 @@ def test_linear_relu_fusion_in_sequential_and_perceptron(model):
     import torch.ao.nn.intrinsic as nni
 
     seq = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    slots = mlp.fuse_linear_relu(seq)
+    slots = linear.fuse_linear_relu(seq)
     assert [type(getattr(p, n)) for p, n in slots] == [nni.LinearReLU, nn.Linear]
     assert isinstance(seq[1], nn.Identity)  # the ReLU is not applied twice
     dlrm = copy.deepcopy(model)
     linears = sum(type(m) is nn.Linear for m in dlrm.modules())
-    slots = mlp.fuse_linear_relu(dlrm)
+    slots = linear.fuse_linear_relu(dlrm)
     fused = sum(isinstance(getattr(p, n), nni.LinearReLU) for p, n in slots)
     assert len(slots) == linears and fused == linears - 1  # every Linear but the logit layer has a ReLU
 

@@ -16,9 +16,9 @@ from hydra.core.global_hydra import GlobalHydra
 
 from bench import runner
 from bench.errors import UserError
+from bench.record import StoreIndex, read_jsonl
 from bench.report.__main__ import main as report_main
 from bench.report.load import load_records
-from bench.results import StoreIndex, read_jsonl
 from bench.runner import run_job
 from tests.test_faults import fast_cfg, fast_models  # noqa: F401 (fixtures)
 

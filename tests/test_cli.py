@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from bench.results import SCHEMA_VERSION
+from bench.record import SCHEMA_VERSION
 from tests.conftest import TINY, run_bench
 
 

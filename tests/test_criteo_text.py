@@ -11,9 +11,15 @@ import numpy as np
 import pytest
 
 from bench.errors import UserError
-from bench.workloads.criteo.generate import format_rows, random_rows
-from bench.workloads.criteo.testdata import checksums, criteo_data_dir, sha256
-from bench.workloads.criteo.text import Malformed, read_all, read_chunks, sniff, sniff_file
+from bench.workloads.criteo.text import (
+    Malformed,
+    read_all,
+    read_chunks,
+    sniff,
+    sniff_file,
+)
+from tests.support.criteo_files import checksums, criteo_data_dir, sha256
+from tests.support.criteo_rows import format_rows, random_rows
 
 DATA = criteo_data_dir()
 SUMS = checksums(DATA)

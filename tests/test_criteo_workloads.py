@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
 from bench import registry
 from bench.errors import UserError
-from bench.workloads.criteo import generate
-from bench.workloads.criteo.testdata import checksums, criteo_data_dir, sha256
 from bench.workloads.criteo_binary import CriteoBinary, CriteoBinaryConfig
 from bench.workloads.criteo_kaggle import CriteoKaggle, CriteoKaggleConfig
-from bench.workloads.criteo_multihot import MLPERF_MULTI_HOT_SIZES, CriteoMultihot, CriteoMultihotConfig
+from bench.workloads.criteo_multihot import (
+    MLPERF_MULTI_HOT_SIZES,
+    CriteoMultihot,
+    CriteoMultihotConfig,
+)
 from bench.workloads.criteo_terabyte import CriteoTerabyte, CriteoTerabyteConfig
+from tests.support import criteo_rows as generate
+from tests.support.criteo_files import checksums, criteo_data_dir, sha256
 
 DATA = criteo_data_dir()
 SUMS = checksums(DATA)

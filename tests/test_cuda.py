@@ -5,8 +5,8 @@ import torch
 
 from bench.measure.memory import PeakMemory
 from bench.measure.timing import time_module
-from bench.testing import random_batch, tiny_model_config, tiny_tables
 from bench.models.dlrm import build_dlrm
+from bench.testing import random_batch, tiny_model_config, tiny_tables
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.results import read_jsonl
+from bench.record import read_jsonl
 from tests.test_faults import FAST
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,7 +9,11 @@ from torch import nn
 from bench.adapters import batch_to_dlrm_tuple
 from bench.errors import UserError
 from bench.models.dlrm import build_dlrm
-from bench.models.dlrm_import import convert_fb_dlrm_state_dict, is_fb_dlrm_state_dict, load_dlrm_checkpoint
+from bench.models.dlrm_import import (
+    convert_fb_dlrm_state_dict,
+    is_fb_dlrm_state_dict,
+    load_dlrm_checkpoint,
+)
 from bench.testing import random_batch, tiny_model_config, tiny_tables
 
 D = 8

@@ -16,13 +16,13 @@ import torch
 from hydra.core.global_hydra import GlobalHydra
 from torch import nn
 
-from bench import runner
+from bench import hardware, runner
 from bench.backends.fake_quant import FakeQuantBackend
 from bench.backends.fp32 import Fp32Backend
 from bench.backends.int8_tbe import Int8TbeBackend
 from bench.measure import memory
 from bench.measure.tables import embedding_bytes
-from bench.results import read_jsonl
+from bench.record import read_jsonl
 from bench.runner import run_job
 from tests.conftest import TINY, compose_config
 
@@ -161,7 +161,7 @@ def test_a_sweep_goes_on_past_nan_and_oom_and_the_gate_fails_on_them(fast_cfg, m
 def meminfo(monkeypatch, tmp_path, available_kb):
     path = tmp_path / "meminfo"
     path.write_text(f"MemTotal:       16000000 kB\nMemFree:          100000 kB\nMemAvailable:   {available_kb:>8} kB\n")
-    monkeypatch.setattr(memory, "MEMINFO", path)
+    monkeypatch.setattr(hardware, "MEMINFO", path)
 
 
 def test_row_bytes_are_fbgemm_s():
@@ -225,7 +225,7 @@ def run_one_hash(cfg):
 
 
 def test_no_meminfo_means_no_guard(monkeypatch, tmp_path):
-    monkeypatch.setattr(memory, "MEMINFO", tmp_path / "absent")
-    assert memory.mem_available_bytes() is None
+    monkeypatch.setattr(hardware, "MEMINFO", tmp_path / "absent")
+    assert hardware.mem_available_bytes() is None
     est = memory.estimate_job({"t": (10**9, 128)}, 0, None, model_resident=False)
     assert memory.memory_skip_reason(est, torch.device("cpu"), 0.8) is None

@@ -14,8 +14,19 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from bench.errors import UserError
-from bench.gate import (FAIL, INCONCLUSIVE, JOB, PASS, RULES, SKIPPED, GateConfig, RuleSet, evaluate_gate,
-                        load_gate_config, run_gate)
+from bench.gate import (
+    FAIL,
+    INCONCLUSIVE,
+    JOB,
+    PASS,
+    RULES,
+    SKIPPED,
+    GateConfig,
+    RuleSet,
+    evaluate_gate,
+    load_gate_config,
+    run_gate,
+)
 from bench.gate.__main__ import main as cli_main
 from bench.gate.config import CONF_DIR
 

@@ -13,8 +13,14 @@ import pytest
 from bench.errors import UserError
 from bench.gate import GateConfig
 from bench.gate.__main__ import main as gate_main
-from bench.history import (HISTORY_VERSION, append_history, history_changes, load_history, render_history,
-                           update_history)
+from bench.history import (
+    HISTORY_VERSION,
+    append_history,
+    history_changes,
+    load_history,
+    render_history,
+    update_history,
+)
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "gate"))
 from gate_frames import frame, healthy, row  # noqa: E402

@@ -3,9 +3,9 @@ import pytest
 import torch
 from torch import nn
 
-from bench.device import resolve, set_threads
 from bench.config import DeviceConfig
 from bench.errors import UserError
+from bench.hardware import resolve, set_threads
 from bench.measure.accuracy import CountMismatch, accuracy_metrics, score
 from bench.measure.env import environment
 from bench.measure.memory import PeakMemory, model_bytes
@@ -115,7 +115,7 @@ def test_devices_and_threads():
 
 
 def test_pinned_malloc_is_recorded_in_the_environment():
-    from bench.device import malloc_settings, pin_malloc
+    from bench.hardware import malloc_settings, pin_malloc
 
     settings = pin_malloc()
     if settings is None:

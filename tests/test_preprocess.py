@@ -9,9 +9,9 @@ import pytest
 
 from bench.errors import UserError
 from bench.preprocess import main
-from bench.workloads.criteo.generate import write_text
 from bench.workloads.criteo.preprocess import PreprocessOptions, cache_key, preprocess
 from bench.workloads.criteo.text import read_all
+from tests.support.criteo_rows import write_text
 
 
 @pytest.fixture(scope="module")

@@ -13,17 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from bench.results import (
+from bench.io import append_jsonl, write_json_atomic
+from bench.record import (
     MIGRATIONS,
     SCHEMA_VERSION,
     RunRecord,
     SchemaError,
     StoreIndex,
-    append_jsonl,
     migrate,
     read_jsonl,
     save_record,
-    write_json_atomic,
 )
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -133,7 +132,8 @@ def test_an_append_cuts_off_a_torn_tail_first(tmp_path):
 
 WRITER = """
 import sys
-from bench.results import RunRecord, append_jsonl
+from bench.io import append_jsonl
+from bench.record import RunRecord
 pad = "x" * 300_000  # records of several pages: one write(2) each, the kill can land inside one
 i = 0
 while True:

@@ -11,9 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.report import COLUMNS, publish_report, results_table, write_report
-from bench.report import fmt
-from bench.results import SCHEMA_VERSION, RunRecord, read_jsonl
+from bench.record import SCHEMA_VERSION, RunRecord, read_jsonl
+from bench.report import COLUMNS, fmt, publish_report, results_table, write_report
 
 FIXTURES = Path(__file__).parent / "fixtures" / "records"
 REQUIRED = ["workload", "device", "backend", "batch_size", "status", "auc", "auc_delta", "auc_delta_lo",

@@ -13,9 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from bench.record import read_jsonl
 from bench.report import compare_table, publish_report
 from bench.report.__main__ import main
-from bench.results import read_jsonl
 
 FIXTURES = Path(__file__).parent / "fixtures" / "records"
 SWEEP_A, SWEEP_B = FIXTURES / "sweep_a", FIXTURES / "sweep_b"

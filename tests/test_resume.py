@@ -17,7 +17,8 @@ from omegaconf import OmegaConf
 
 from bench import runner
 from bench.backends.fake_quant import FakeQuantBackend
-from bench.results import append_jsonl, read_jsonl, save_record
+from bench.io import append_jsonl
+from bench.record import read_jsonl, save_record
 from bench.runner import job_hash, run_job
 from tests.test_faults import FAST, fast_cfg, fast_models, poison  # noqa: F401 (fixtures)
 

@@ -1,4 +1,4 @@
-"""Unit tests for bench.measure.stats: AUC, paired AUC deltas (DeLong, bootstrap), ratios."""
+"""Unit tests for bench.stats: AUC, paired AUC deltas (DeLong, bootstrap), ratios."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
 
-from bench.measure.stats import (
+from bench.stats import (
     auc,
     indistinguishable_from_zero,
     interval_contains,

@@ -2,7 +2,7 @@
 derived rates, `python -m bench.report F.json` renders it, and `--benchmark-compare-fail` works against
 a saved run; the suites' compare hook refuses a run from another stack.
 
-Each suite run is a `pytest suites/ ...` subprocess, as a user runs it, with this tree's `bench` first
+Each suite run is a `pytest benchmarks/suites/ ...` subprocess, as a user runs it, with this tree's `bench` first
 on PYTHONPATH. Quick mode: tiny grids and the tiny gate config; timings are not asserted.
 """
 
@@ -21,10 +21,14 @@ import pytest
 from bench import registry
 from bench.errors import UserError
 from bench.report.__main__ import main as report_main
-from bench.report.benchmark_json import benchmark_rows, load_benchmark_json, render_benchmarks_markdown
+from bench.report.benchmark_json import (
+    benchmark_rows,
+    load_benchmark_json,
+    render_benchmarks_markdown,
+)
 
 REPO = Path(__file__).resolve().parents[1]
-SUITES = REPO / "suites"
+SUITES = REPO / "benchmarks" / "suites"
 QUIET = ["-p", "no:cacheprovider", "-q", "-W", "ignore::DeprecationWarning", "-W", "ignore::UserWarning"]
 ONE_ROUND = ["--benchmark-min-rounds=1", "--benchmark-max-time=0", "--benchmark-warmup=off"]
 # FBGEMM row bytes at dim 16 (the quick grid's): FP32 4D, FP16 2D, INT8 D+4, INT4 D/2+4, INT2 D/4+4.
@@ -111,7 +115,7 @@ def test_report_renders_benchmark_json(quick_run, capsys):
 
 def _fake(median: float = 0.002, **extra) -> dict:
     bench = {
-        "group": "g", "name": "test_x[a1]", "fullname": "suites/t.py::test_x[a1]", "params": {"a": 1},
+        "group": "g", "name": "test_x[a1]", "fullname": "benchmarks/suites/t.py::test_x[a1]", "params": {"a": 1},
         "extra_info": extra, "stats": {"median": median, "iqr": 0.0001, "ops": 480.0, "rounds": 7},
     }  # fmt: skip
     return {"machine_info": {"torch": "2.13.0"}, "commit_info": {"id": "abc", "dirty": True}, "benchmarks": [bench], "version": "5.3.1"}

@@ -8,7 +8,9 @@ import copy
 import pytest
 import torch
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
-from torchrec.quant.embedding_modules import EmbeddingBagCollection as QuantEmbeddingBagCollection
+from torchrec.quant.embedding_modules import (
+    EmbeddingBagCollection as QuantEmbeddingBagCollection,
+)
 
 from bench import registry
 from bench.backends import tbe

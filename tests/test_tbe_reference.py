@@ -16,7 +16,9 @@ import torch
 from torch import nn
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
-from torchrec.quant.embedding_modules import EmbeddingBagCollection as QuantEmbeddingBagCollection
+from torchrec.quant.embedding_modules import (
+    EmbeddingBagCollection as QuantEmbeddingBagCollection,
+)
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from bench.backends.tbe import quantize_tables

@@ -7,7 +7,7 @@ fp16 round trip, 32 leaves a table alone) with `backend.per_table` overrides in 
 each Linear (fused with the ReLU that follows it) is wrapped in torch.ao's fused observer/fake-quant
 modules: int8 per-channel symmetric weights, per-tensor activations, either calibrated on the
 calibration batches (`activations=static`) or taken per batch (`activations=dynamic`), the schemes of
-the int8 backends' `mlp_mode` (see `bench.backends.mlp`). An integer backend's `emulation()` names the
+the int8 backends' `mlp_mode` (see `bench.backends.linear`). An integer backend's `emulation()` names the
 overrides that make this its twin.
 """
 
@@ -20,9 +20,13 @@ import fbgemm_gpu  # noqa: F401  (registers torch.ops.fbgemm)
 import torch
 
 from bench.backends.base import Backend
-from bench.backends.mlp import MLP_CHOICES, MODES, check_choice, fake_quantize
+from bench.backends.linear import MLP_CHOICES, MODES, check_choice, fake_quantize
+from bench.backends.modules import (
+    embedding_bag_collections,
+    require_embedding_bag_collections,
+    table_dims,
+)
 from bench.backends.tbe import BITS, resolve_table_bits
-from bench.backends.walk import embedding_bag_collections, require_embedding_bag_collections, table_dims
 from bench.config import BackendConfig
 from bench.errors import UserError
 from bench.registry import register

@@ -4,7 +4,7 @@ Every eager EmbeddingBagCollection becomes torchrec's quantized EmbeddingBagColl
 run on FBGEMM's `IntNBitTableBatchedEmbeddingBagsCodegen` kernels, through torchrec's own inference
 path (`quantize_inference_model`: register the TBEs, cache the feature order, `quantize_dynamic` with a
 `QuantConfig` per table). Rows are aligned to 1 byte on CPU (FBGEMM's CPU default; torchrec's own
-default is 16) and 16 on CUDA. The MLP then runs in fp32 or int8 (`bench.backends.mlp`).
+default is 16) and 16 on CUDA. The MLP then runs in fp32 or int8 (`bench.backends.linear`).
 
 After quantizing, every table's dtype is read back from the module (`bench.measure.tables`) and
 compared with the one asked for: a table left in fp32 (e.g. `quantize_dynamic` without a qconfig spec
@@ -32,8 +32,12 @@ from torchrec.quant.embedding_modules import quant_prep_customize_row_alignment
 
 from bench.backends.ao_notice import torch_ao_calls
 from bench.backends.base import Backend
-from bench.backends.mlp import MLP_CHOICES, MODES, check_choice, quantize_int8
-from bench.backends.walk import embedding_bag_collections, require_embedding_bag_collections, table_dims
+from bench.backends.linear import MLP_CHOICES, MODES, check_choice, quantize_int8
+from bench.backends.modules import (
+    embedding_bag_collections,
+    require_embedding_bag_collections,
+    table_dims,
+)
 from bench.batch import Batch
 from bench.config import BackendConfig
 from bench.errors import UserError

@@ -13,7 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-from bench.gate.config import GateConfig, RuleSet, as_gate_config, load_gate_config
+from bench.config import GateConfig, RuleSet
+from bench.gate.config import as_gate_config, load_gate_config
 from bench.gate.evaluate import JOB, GateResult, Verdict, evaluate_gate
 from bench.gate.rules import FAIL, INCONCLUSIVE, PASS, RULES, SKIPPED
 from bench.gate.writers import render_junit, render_markdown, write_outputs

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Iterator
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from bench.config import GateConfig, RuleSet
+from bench.config import GateConfig
 from bench.errors import UserError
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf" / "gate"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bench.gate.evaluate import JOB, GateResult, Verdict
 from bench.gate.rules import FAIL, INCONCLUSIVE, PASS, RULES, SKIPPED
-from bench.results import write_text_atomic
+from bench.io import write_text_atomic
 
 _MD_REASON_CHARS = 300
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")

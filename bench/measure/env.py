@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from bench.device import malloc_settings
+from bench import hardware
 from bench.hashing import config_hash
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,8 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 def environment(device: torch.device | None = None) -> dict:
     info = dict(_static())
     info["threads"] = torch.get_num_threads()
-    info["gpu"] = torch.cuda.get_device_name(device) if device is not None and device.type == "cuda" else None
-    info["malloc"] = malloc_settings()  # None: the C library's defaults
+    info["gpu"] = hardware.gpu_name(device)
+    info["malloc"] = hardware.malloc_settings()  # None: the C library's defaults
     # Compare like with like: results from different hardware or thread counts are not joined.
     info["fingerprint"] = config_hash({"cpu": info["cpu"], "gpu": info["gpu"], "threads": info["threads"]}, length=12)
     return info
@@ -36,8 +36,8 @@ def _static() -> dict:
         "torchrec": _version("torchrec"),
         "fbgemm_gpu": _version("fbgemm-gpu-cpu") or _version("fbgemm-gpu"),
         "bench": _version("bench"),
-        "cpu": _cpu_model(),
-        "cpu_count": _cpu_count(),
+        "cpu": hardware.cpu_model(),
+        "cpu_count": hardware.cpu_count(),
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
         "git_sha": sha,
@@ -50,22 +50,6 @@ def _version(dist: str) -> str | None:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return None
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _cpu_count() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _git_state() -> tuple[str | None, bool | None]:

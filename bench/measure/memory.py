@@ -3,15 +3,17 @@ what a job will need, checked against what the machine has before a backend is b
 
 from __future__ import annotations
 
-import resource
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Mapping
 
 import torch
 from fbgemm_gpu.split_embedding_configs import SparseType
-from fbgemm_gpu.split_table_batched_embeddings_ops_inference import rounded_row_size_in_bytes
+from fbgemm_gpu.split_table_batched_embeddings_ops_inference import (
+    rounded_row_size_in_bytes,
+)
 from torch import nn
+
+from bench import hardware
 
 
 def model_bytes(module: nn.Module) -> int:
@@ -63,35 +65,19 @@ class PeakMemory:
         self.cuda_peak_bytes: int | None = None
 
     def __enter__(self) -> "PeakMemory":
-        try:
-            Path("/proc/self/clear_refs").write_text("5")
+        if hardware.reset_peak_rss():
             self.rss_scope = "job"
-        except OSError:
-            pass
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         return self
 
     def __exit__(self, *exc) -> None:
-        self.peak_rss_bytes = _vm_hwm_bytes()
+        self.peak_rss_bytes = hardware.peak_rss_bytes()
         if self.device.type == "cuda":
             self.cuda_peak_bytes = int(torch.cuda.max_memory_allocated(self.device))
 
 
-def _vm_hwm_bytes() -> int:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
-
-
 # ------------------------------------------------------------------------------- the resource guard
-
-MEMINFO = Path("/proc/meminfo")
-
 
 def row_bytes(dtype: str, dim: int, alignment: int = 1) -> int:
     """Stored bytes of one row of weight type `dtype` (fp32, fp16, fp8, int8, int4, int2), as FBGEMM's
@@ -139,23 +125,11 @@ def estimate_job(
     return MemoryEstimate(fp32, backend, model_resident)
 
 
-def mem_available_bytes() -> int | None:
-    """The kernel's estimate of memory available without swapping (MemAvailable), or None."""
-    try:
-        for line in MEMINFO.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024  # kB
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
 def memory_skip_reason(estimate: MemoryEstimate, device: torch.device, fraction: float) -> str | None:
     """A `skipped` reason when the estimate exceeds `fraction` of what is available, else None."""
-    checks = [("host", estimate.host_bytes + (estimate.backend_tables_bytes if device.type == "cpu" else 0), mem_available_bytes(), "MemAvailable")]
+    checks = [("host", estimate.host_bytes + (estimate.backend_tables_bytes if device.type == "cpu" else 0), hardware.mem_available_bytes(), "MemAvailable")]
     if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        checks.append(("GPU", estimate.fp32_model_bytes + estimate.backend_tables_bytes, int(free), "free GPU memory"))
+        checks.append(("GPU", estimate.fp32_model_bytes + estimate.backend_tables_bytes, hardware.gpu_free_bytes(device), "free GPU memory"))
     for where, need, available, source in checks:
         if available is not None and need > fraction * available:
             return (

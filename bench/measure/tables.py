@@ -17,7 +17,9 @@ from typing import Iterator
 import torch
 from torch import nn
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
-from torchrec.quant.embedding_modules import EmbeddingBagCollection as QuantEmbeddingBagCollection
+from torchrec.quant.embedding_modules import (
+    EmbeddingBagCollection as QuantEmbeddingBagCollection,
+)
 from torchrec.tensor_types import UIntXTensor
 
 FLOAT_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}

@@ -35,7 +35,10 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
 
 def load_checkpoint(model: nn.Module, path: str | Path) -> None:
     """Load a torchrec DLRM state dict, or a facebookresearch/dlrm one (mapped onto it)."""
-    from bench.models.dlrm_import import convert_fb_dlrm_state_dict, is_fb_dlrm_state_dict
+    from bench.models.dlrm_import import (
+        convert_fb_dlrm_state_dict,
+        is_fb_dlrm_state_dict,
+    )
 
     state = read_state_dict(path)
     if is_fb_dlrm_state_dict(state):

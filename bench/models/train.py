@@ -18,10 +18,10 @@ import torch
 from torch import nn
 
 from bench.hashing import config_hash, plain
+from bench.io import write_json_atomic, write_text_atomic
 from bench.models.checkpoint import load_checkpoint
 from bench.models.dlrm import build_dlrm
 from bench.progress import progress
-from bench.results import write_json_atomic, write_text_atomic
 from bench.workloads.base import Workload
 
 log = logging.getLogger(__name__)

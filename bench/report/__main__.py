@@ -1,6 +1,6 @@
 """`python -m bench.report DIR [DIR...] [--baseline DIR] [--out DIR]`: re-render from stored records.
 
-`python -m bench.report F.json [--out DIR]` renders a pytest-benchmark JSON file (`pytest suites/
+`python -m bench.report F.json [--out DIR]` renders a pytest-benchmark JSON file (`pytest benchmarks/suites/
 --benchmark-json=F.json`) into benchmarks.md next to F (`bench.report.benchmark_json`).
 
 Each DIR holds a records.jsonl (or `latest/records.jsonl`), or is such a file. Without --out a
@@ -18,7 +18,12 @@ from pathlib import Path
 
 from bench.errors import UserError
 from bench.report import benchmark_json
-from bench.report.compare import AUC_THRESHOLD, THROUGHPUT_TOLERANCE, summary, write_compare
+from bench.report.compare import (
+    AUC_THRESHOLD,
+    THROUGHPUT_TOLERANCE,
+    summary,
+    write_compare,
+)
 from bench.report.load import load_many, load_records, records_file
 from bench.report.publish import write_report
 

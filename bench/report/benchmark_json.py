@@ -1,4 +1,4 @@
-"""Read a pytest-benchmark JSON file (`pytest suites/ --benchmark-json=F`) into a markdown report.
+"""Read a pytest-benchmark JSON file (`pytest benchmarks/suites/ --benchmark-json=F`) into a markdown report.
 
     python -m bench.report F.json     # writes benchmarks.md next to F (or into --out DIR)
 
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from bench.errors import UserError
+from bench.io import write_text_atomic
 from bench.report.fmt import DASH, count, markdown_table, megabytes, missing
-from bench.results import write_text_atomic
 
 OUTPUT = "benchmarks.md"
 
@@ -138,7 +138,7 @@ def _header(data: dict[str, Any]) -> list[str]:
     return [
         f"- Run: {data.get('datetime', DASH)}, pytest-benchmark {data.get('version', DASH)}",
         f"- Commit: {commit_text}",
-        f"- Machine: {stack_text or 'no stack recorded (run the suites with suites/conftest.py)'}",
+        f"- Machine: {stack_text or 'no stack recorded (run the suites with benchmarks/suites/conftest.py)'}",
     ]
 
 

@@ -22,10 +22,11 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from bench.measure.stats import interval_contains, ratio_interval
+from bench.io import write_text_atomic
+from bench.record import RunRecord
 from bench.report import fmt
 from bench.report.table import KEY, backend_rank, latest_records, trials
-from bench.results import RunRecord, write_text_atomic
+from bench.stats import interval_contains, ratio_interval
 
 AUC_THRESHOLD = 0.001
 THROUGHPUT_TOLERANCE = 0.05

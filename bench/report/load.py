@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Iterable
 
 from bench.errors import UserError
-from bench.results import RunRecord, SchemaError, read_jsonl
+from bench.record import RunRecord, SchemaError, read_jsonl
 
 RECORDS = "records.jsonl"
 

@@ -9,10 +9,10 @@ from typing import Sequence
 
 import pandas as pd
 
-from bench.measure.stats import indistinguishable_from_zero, interval_contains, ratio_interval
+from bench.record import RunRecord
 from bench.report import fmt
 from bench.report.table import BASELINE, latest_records, trials
-from bench.results import RunRecord
+from bench.stats import indistinguishable_from_zero, interval_contains, ratio_interval
 
 CONFIDENCE = "95%"
 

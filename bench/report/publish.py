@@ -8,10 +8,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
+from bench.io import write_text_atomic
+from bench.record import RunRecord
 from bench.report.markdown import render_report
 from bench.report.plots import write_plots
 from bench.report.table import as_records, results_table
-from bench.results import RunRecord, write_text_atomic
 
 
 def write_records(records: Iterable[RunRecord], path: Path) -> None:

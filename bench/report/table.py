@@ -13,8 +13,8 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from bench.measure.stats import ratio_interval
-from bench.results import RunRecord
+from bench.record import RunRecord
+from bench.stats import ratio_interval
 
 KEY = ["workload", "device", "backend", "batch_size"]
 BASELINE = "fp32"

@@ -20,12 +20,18 @@ from typing import Optional
 
 from bench.errors import UserError
 from bench.hashing import config_hash
+from bench.io import write_json_atomic
 from bench.registry import register
-from bench.results import write_json_atomic
 from bench.workloads.criteo.binary import column_max, detect_binary
 from bench.workloads.criteo.layout import capped
 from bench.workloads.criteo.preprocess import source_identity
-from bench.workloads.criteo.source import NUM_SPARSE, Segment, Split, day_split, row_order_split
+from bench.workloads.criteo.source import (
+    NUM_SPARSE,
+    Segment,
+    Split,
+    day_split,
+    row_order_split,
+)
 from bench.workloads.criteo.workload import CriteoConfig, CriteoWorkload
 
 

@@ -1,7 +1,7 @@
 """Streaming preprocessing of Criteo text files into the memory-mapped layout of `layout.py`.
 
 Memory stays bounded by the chunk size (4 MB of text per parsing worker, at most 8 workers),
-whatever the input size: `benchmarks/preprocess_bench.py` measured 148 MB peak RSS on a generated
+whatever the input size: `benchmarks/scripts/preprocess_bench.py` measured 148 MB peak RSS on a generated
 10M-row file. The exception is the `frequency` vocabulary, which grows with the number of distinct
 ids (Kaggle: 33.8M distinct ids at 12 bytes each while counting, an estimate of about 0.4 GB, not
 measured; the 1TB logs have about 0.9 billion and need `hash`).
@@ -42,9 +42,16 @@ import numpy as np
 
 from bench.errors import UserError
 from bench.hashing import config_hash
-from bench.results import write_json_atomic
+from bench.io import write_json_atomic
 from bench.workloads.criteo import layout
-from bench.workloads.criteo.text import NUM_DENSE, NUM_SPARSE, Malformed, default_workers, read_chunks, sniff_file
+from bench.workloads.criteo.text import (
+    NUM_DENSE,
+    NUM_SPARSE,
+    Malformed,
+    default_workers,
+    read_chunks,
+    sniff_file,
+)
 
 CATEGORICAL_MODES = ("hash", "frequency")
 CHECKPOINT_BYTES = 64 << 20  # text parsed between two durable checkpoints

@@ -20,8 +20,20 @@ from bench.config import WorkloadConfig
 from bench.errors import UserError
 from bench.workloads.base import SPLITS, TableSpec, Workload
 from bench.workloads.criteo import layout
-from bench.workloads.criteo.preprocess import PreprocessOptions, cache_key, preprocess, source_identity
-from bench.workloads.criteo.source import FEATURES, NUM_SPARSE, TABLES, Part, Split, iter_batches
+from bench.workloads.criteo.preprocess import (
+    PreprocessOptions,
+    cache_key,
+    preprocess,
+    source_identity,
+)
+from bench.workloads.criteo.source import (
+    FEATURES,
+    NUM_SPARSE,
+    TABLES,
+    Part,
+    Split,
+    iter_batches,
+)
 
 EVAL_SPLITS = ("test", "val")
 

@@ -42,7 +42,7 @@ from torch import nn
 from torchrec.modules.mlp import Perceptron
 
 from bench.backends.ao_notice import torch_ao_calls
-from bench.backends.walk import child_slots
+from bench.backends.modules import child_slots
 from bench.batch import Batch
 from bench.errors import UserError
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from torch import nn
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
-from torchrec.quant.embedding_modules import EmbeddingBagCollection as QuantEmbeddingBagCollection
+from torchrec.quant.embedding_modules import (
+    EmbeddingBagCollection as QuantEmbeddingBagCollection,
+)
 
 from bench.errors import UserError
 

@@ -6,9 +6,9 @@ one batch size; `bench.report.results_table` builds the table, and `bench.gate.e
 it with `conf/gate/default.yaml` (`bench.gate.config.load_gate_config`). Each backend's test fails
 when any of its verdicts fails, and the message names the failing rows, rules, values and thresholds.
 
-    pytest suites/test_accuracy_gate.py                                   # all backends, as +sweep=nightly
-    pytest suites/test_accuracy_gate.py --gate-backends=int8_tbe,uint4
-    pytest suites/test_accuracy_gate.py --gate-overrides="gate.rules.uint4.max_auc_drop=0.0005 batch_size=2048"
+    pytest benchmarks/suites/test_accuracy_gate.py                                   # all backends, as +sweep=nightly
+    pytest benchmarks/suites/test_accuracy_gate.py --gate-backends=int8_tbe,uint4
+    pytest benchmarks/suites/test_accuracy_gate.py --gate-overrides="gate.rules.uint4.max_auc_drop=0.0005 batch_size=2048"
 
 `--gate-overrides` are Hydra overrides of the runs (workload size, model, batch size, cache_dir ...);
 the `gate.*` ones also reach the gate config. The trained fp32 model is cached in the config's

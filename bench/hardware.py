@@ -1,9 +1,17 @@
-"""Device placement and thread settings: the only place that probes hardware."""
+"""The one hardware probe: devices, threads, the allocator, CPU model, memory available and peak RSS.
+
+Everything that asks the machine or the kernel about itself lives here; configs only describe, and
+the measuring code (bench.measure) and the memory guard call these functions.
+"""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
+import platform
+import resource
+from pathlib import Path
 
 import torch
 
@@ -72,3 +80,66 @@ def prepare_process(cfg, threads: int | None) -> int:
     if cfg.pin_malloc:
         pin_malloc()
     return set_threads(threads)
+
+
+# ------------------------------------------------------------------------------------ CPU and GPU
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on (its affinity mask), not the machine's total."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def gpu_name(device: torch.device | None) -> str | None:
+    return torch.cuda.get_device_name(device) if device is not None and device.type == "cuda" else None
+
+
+def gpu_free_bytes(device: torch.device) -> int:
+    free, _ = torch.cuda.mem_get_info(device)
+    return int(free)
+
+
+# ----------------------------------------------------------------------------------------- memory
+
+MEMINFO = Path("/proc/meminfo")
+
+
+def mem_available_bytes() -> int | None:
+    """The kernel's estimate of memory available without swapping (MemAvailable), or None."""
+    try:
+        for line in MEMINFO.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's RSS high-water mark (Linux /proc/self/clear_refs); False where not allowed."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_bytes() -> int:
+    """This process's RSS high-water mark since the last reset (VmHWM)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux

@@ -5,7 +5,7 @@ generated, model trained, every backend evaluated) and twice warm (checkpoint an
 the cache). Prints the wall times, then compares the two warm sweeps row by row: AUCs must agree
 to the last digit, throughput medians within 5%.
 
-    python benchmarks/sweep_bench.py [--workdir DIR] [extra overrides...]
+    python benchmarks/scripts/sweep_bench.py [--workdir DIR] [extra overrides...]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def sweep(workdir: Path, tag: str, extra: list[str]) -> tuple[float, pd.DataFrame]:

@@ -1,9 +1,7 @@
-"""The run record: schema, migrations, atomic writes, the JSONL store and its index.
+"""The run record: schema, migrations, the JSONL store and its index.
 
-One JSON object per run. `record.json` is written by temp file + rename; `records.jsonl` is
-appended under an exclusive lock with one write and an fsync, so parallel launchers can share one
-file, and an append first cuts off a torn tail left by a writer killed mid-write (its record never
-completed), so the store only ever grows by whole lines. Readers take a shared lock.
+One JSON object per run. `record.json` is written atomically and `records.jsonl` grows by whole
+locked lines (both through `bench.io`), so parallel launchers can share one store.
 
 Versions: a record carries `schema_version`. Older records are brought up to date step by step
 through `MIGRATIONS` (version N -> N+1, as asv migrates its result files); a newer one is refused
@@ -17,15 +15,14 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
-import tempfile
 import uuid
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Optional
 
 from bench.hashing import config_hash
+from bench.io import append_jsonl, read_locked, write_json_atomic
 
 SCHEMA_VERSION = 2
 STATUSES = ("ok", "error", "skipped")
@@ -103,87 +100,10 @@ def migrate(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _umask() -> int:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)  # not thread-safe, hence the /proc path first
-    os.umask(mask)
-    return mask
-
-
-def write_text_atomic(path: Path, data: str | bytes) -> None:
-    """Temp file in the same folder + fsync + rename: readers see the old file or the new one.
-
-    The file gets the permissions `open()` would give it (mkstemp's are 0600).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o666 & ~_umask())
-            f.write(data.encode() if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False, default=str) + "\n")
-
-
-def cut_torn_tail(fd: int) -> None:
-    """Truncate a last line without its newline: the record of a writer killed mid-write."""
-    size = os.fstat(fd).st_size
-    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-        return
-    end, step = size, 1 << 16
-    while end > 0:
-        start = max(0, end - step)
-        chunk = os.pread(fd, end - start, start)
-        cut = chunk.rfind(b"\n")
-        if cut >= 0:
-            os.ftruncate(fd, start + cut + 1)
-            return
-        end = start
-    os.ftruncate(fd, 0)
-
-
-def append_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> None:
-    """Append whole lines under an exclusive lock, with one write, then fsync."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = "".join(json.dumps(r, sort_keys=True, allow_nan=False, default=str) + "\n" for r in records).encode()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        cut_torn_tail(fd)
-        view = memoryview(payload)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)  # releases the lock
-
-
-def _read_locked(path: Path) -> str:
-    with open(path) as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_SH)  # no line is half-appended while we read
-        return f.read()
-
-
 def read_jsonl(path: Path) -> list[RunRecord]:
     """Read every record; a torn final line (a kill mid-write elsewhere) is an error, not a skip."""
     records = []
-    for lineno, line in enumerate(_read_locked(Path(path)).split("\n"), 1):
+    for lineno, line in enumerate(read_locked(Path(path)).split("\n"), 1):
         if not line.strip():
             continue
         try:

@@ -10,7 +10,7 @@ import hashlib
 import os
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def criteo_data_dir() -> Path:

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.results import SCHEMA_VERSION, RunRecord, SchemaError, append_jsonl, read_jsonl, save_record, write_json_atomic
+from bench.io import append_jsonl, write_json_atomic
+from bench.record import SCHEMA_VERSION, RunRecord, SchemaError, read_jsonl, save_record
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -5,7 +5,7 @@ calls the same prepared module on the same prepared batches with one clock read 
 trial. Both are interleaved round by round so that machine noise hits them alike; the script
 prints the median throughput of each and their ratio (goal: runner / bare >= 0.97).
 
-    python benchmarks/runner_overhead.py [--rounds 15] [--backend fp32] [--batch-size 2048]
+    python benchmarks/scripts/runner_overhead.py [--rounds 15] [--backend fp32] [--batch-size 2048]
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import statistics
 import time
 
 import torch
+from hydra import compose, initialize_config_dir
 
 from bench import runner
 from bench.config import register_configs
 from bench.measure.timing import time_module
-from hydra import compose, initialize_config_dir
 
 
 def bare_loop(module, inputs, batch_size: int, batches: int) -> float:

@@ -1,7 +1,7 @@
 """Preprocessing speed and memory: `python -m bench.preprocess` against torchrec's
 `BinaryCriteoUtils.tsv_to_npys` on the same generated file, and peak RSS on a large file.
 
-    PYTHONPATH=. python benchmarks/preprocess_bench.py --rows 200000 --big-rows 10000000 --workdir /tmp/criteo-bench
+    PYTHONPATH=. python benchmarks/scripts/preprocess_bench.py --rows 200000 --big-rows 10000000 --workdir /tmp/criteo-bench
 
 Each measurement runs in its own subprocess; peak RSS is that child's `ru_maxrss`, and for ours
 the peak of its process tree (its parsing workers included) sampled from /proc every 5 ms, with
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 OURS = """
 import os, sys, threading, time
@@ -76,7 +76,7 @@ print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrs
 
 GENERATE = """
 import sys
-from bench.workloads.criteo.generate import write_text
+from tests.support.criteo_rows import write_text
 import resource
 write_text(sys.argv[1], int(sys.argv[2]), seed=0, chunk_rows=20000)
 print(0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)

@@ -2,9 +2,9 @@
 
 The suites are not part of the unit-test run (`testpaths = ["tests"]`); run them explicitly:
 
-    pytest suites/                                   # full grids (a few minutes on 2 cores)
-    pytest suites/ --benchmark-json=out/bench.json   # then: python -m bench.report out/bench.json
-    BENCH_SUITES_QUICK=1 pytest suites/ --benchmark-disable   # tiny grids, each case run once
+    pytest benchmarks/suites/                                   # full grids (a few minutes on 2 cores)
+    pytest benchmarks/suites/ --benchmark-json=out/bench.json   # then: python -m bench.report out/bench.json
+    BENCH_SUITES_QUICK=1 pytest benchmarks/suites/ --benchmark-disable   # tiny grids, each case run once
 
 Options (each has an environment variable, for CI jobs that cannot change the command line):
     --suites-quick      BENCH_SUITES_QUICK=1    tiny parameter grids and gate config (seconds)
@@ -32,10 +32,10 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from bench.config import register_configs
-from bench.device import pin_malloc, set_threads
+from bench.hardware import pin_malloc, set_threads
 from bench.measure.env import environment
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 # Fields of bench.measure.env.environment() copied to pytest-benchmark's machine_info. git state is
 # left out: pytest-benchmark keeps it in commit_info, and machine_info is what --benchmark-compare
@@ -80,7 +80,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if dev is None or dev.type not in ("cpu", "cuda"):
         raise pytest.UsageError(f"--suites-device {text!r} is not cpu or cuda[:i]")
     set_threads(config.getoption("--suites-threads"))
-    pin_malloc()  # as the runner does before measuring (bench.device.pin_malloc says why)
+    pin_malloc()  # as the runner does before measuring (bench.hardware.pin_malloc says why)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

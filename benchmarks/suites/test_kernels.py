@@ -12,7 +12,7 @@ with row_bytes read back from the module's stored rows (`bench.measure.tables.ta
 FP16 2D, INT8 D+4, INT4 D/2+4, INT2 D/4+4). Only the gathered rows count, not the pooled output.
 
 MLP: torchrec's `MLP` (the block DLRM's dense and over arch use) in fp32, and the same after
-`bench.backends.mlp.quantize_int8(..., "dynamic")`, the int8 MLP of the TBE backends (Linear+ReLU
+`bench.backends.linear.quantize_int8(..., "dynamic")`, the int8 MLP of the TBE backends (Linear+ReLU
 fused, torch.ao dynamic int8 kernels; CPU only). `extra_info` holds GFLOP/s (2 x batch x sum of
 in x out per call) and the int8 output's relative error against fp32.
 """
@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torchrec.modules.mlp import MLP
 
-from bench.backends.mlp import quantize_int8
+from bench.backends.linear import quantize_int8
 from bench.backends.tbe import WEIGHT_DTYPES, quantize_tables
 from bench.measure.tables import table_storage
 from bench.models.dlrm import embedding_bag_collection

@@ -24,15 +24,17 @@ from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from bench.compose import CONF_DIR, to_config
 from bench.config import register_configs
 from bench.errors import UserError
+from bench.pipeline import Session, run_job
 from bench.record import RunRecord, save_record
-from bench.runner import run_job
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 GROUPS = ("workload", "model", "backend", "device", "gate", "sweep")
 POSITIVE_INT_KEYS = ("batch_size", "eval_batch_size", "calibration_batch_size", "threads")
 log = logging.getLogger("bench")
+# The jobs of a sweep run in this process one after another and share their built work.
+SESSION = Session()
 
 
 def group_options(group: str) -> list[str]:
@@ -82,9 +84,10 @@ def summary(record: RunRecord) -> str:
 
 
 def task(cfg: DictConfig) -> str:
-    record, exc = run_job(cfg)
+    config = to_config(cfg)
+    record, exc = run_job(config, SESSION)
     hydra_cfg = HydraConfig.get()
-    save_record(record, Path(hydra_cfg.runtime.output_dir), Path(cfg.reports_dir), store=record.resumed_from is None)
+    save_record(record, Path(hydra_cfg.runtime.output_dir), Path(config.reports_dir), store=record.resumed_from is None)
     if hydra_cfg.mode == RunMode.MULTIRUN:
         log.info(summary(record).splitlines()[0])
         return record.status
@@ -92,7 +95,7 @@ def task(cfg: DictConfig) -> str:
     if record.resumed_from:
         print(f"resumed: the stored record {record.resumed_from} of this job on this machine (resume=true); nothing was measured")
     stored = "already in" if record.resumed_from else "also appended to"
-    print(f"record: {Path(hydra_cfg.runtime.output_dir) / 'record.json'} ({stored} {Path(cfg.reports_dir) / 'records.jsonl'})")
+    print(f"record: {Path(hydra_cfg.runtime.output_dir) / 'record.json'} ({stored} {Path(config.reports_dir) / 'records.jsonl'})")
     if record.status == "error":
         print(f"error: {record.error}", file=sys.stderr)
         sys.exit(UserError.exit_code if isinstance(exc, UserError) else 1)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 from bench import registry
 
@@ -126,7 +126,9 @@ class Config:
 
 
 def register_configs() -> None:
-    """Store every schema in Hydra's ConfigStore (idempotent)."""
+    """Store every schema in Hydra's ConfigStore, and the registry's resolvers (idempotent)."""
+    if not OmegaConf.has_resolver("registered_backends"):
+        OmegaConf.register_new_resolver("registered_backends", lambda: ",".join(registry.sweep_backends()))
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
     cs.store(group="model", name="base_model", node=ModelConfig)

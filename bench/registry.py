@@ -3,7 +3,8 @@
 A plug-in module registers itself with `@register(kind, name, config=SchemaDataclass)`. The same
 name is used for the module file, `conf/<kind>/<name>.yaml` and here; `bench.config` stores each
 schema in Hydra's ConfigStore as `<kind>/base_<name>` in one loop, so a new backend is one module
-plus one YAML file and no list to edit.
+plus one YAML file and no list to edit: the default sweeps take their backend list from here
+(`${registered_backends:}` in `conf/sweep/`), unless it registers with `in_sweeps=False`.
 """
 
 from __future__ import annotations
@@ -24,20 +25,21 @@ class Entry:
     name: str
     factory: Callable[..., Any]  # called with the group's resolved config
     config: type  # dataclass schema of `conf/<kind>/<name>.yaml`
+    in_sweeps: bool = True  # joins the default sweeps (`+sweep=quant`, `+sweep=nightly`)
 
 
 _entries: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
 _PACKAGES = {"backend": "bench.backends", "workload": "bench.workloads"}
 
 
-def register(kind: str, name: str, config: type) -> Callable[[Any], Any]:
+def register(kind: str, name: str, config: type, in_sweeps: bool = True) -> Callable[[Any], Any]:
     if kind not in _entries:
         raise ValueError(f"unknown plug-in kind {kind!r}; expected one of {KINDS}")
 
     def decorate(factory: Any) -> Any:
         if name in _entries[kind]:
             raise ValueError(f"{kind} {name!r} is registered twice")
-        _entries[kind][name] = Entry(kind, name, factory, config)
+        _entries[kind][name] = Entry(kind, name, factory, config, in_sweeps)
         return factory
 
     return decorate
@@ -58,6 +60,16 @@ def entries(kind: str) -> dict[str, Entry]:
 
 def names(kind: str) -> list[str]:
     return sorted(entries(kind))
+
+
+# The reference every relative figure is measured against; it runs first in a sweep.
+BASELINE_BACKEND = "fp32"
+
+
+def sweep_backends() -> list[str]:
+    """The backends of the default sweeps: every registered one that joins them, the baseline first."""
+    joined = sorted(name for name, entry in entries("backend").items() if entry.in_sweeps)
+    return sorted(joined, key=lambda name: name != BASELINE_BACKEND)
 
 
 def get(kind: str, name: str) -> Entry:

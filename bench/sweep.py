@@ -1,7 +1,7 @@
 """Sweep-level work that Hydra's launcher does not do: a progress bar over the jobs, the report
 when the sweep ends, and the gate for sweeps that ask for it (`run_gate: true`). A job that failed
 is a record with status `error`: the sweep goes on, the report lists it and the gate fails on it.
-With `resume=true` a re-run of an interrupted sweep still has one record per job (see bench.runner).
+With `resume=true` a re-run of an interrupted sweep still has one record per job (see bench.pipeline.guard).
 
 Installed as a Hydra callback by the sweep configs (`conf/sweep/*.yaml`). The report reads only
 the records the jobs wrote; nothing is measured here.

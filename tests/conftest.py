@@ -4,9 +4,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from bench.config import register_configs
+from bench.compose import compose
 from bench.testing import TINY_OVERRIDES as TINY
 
 REPO = Path(__file__).resolve().parents[1]
@@ -14,9 +13,7 @@ CONF_DIR = REPO / "conf"
 
 
 def compose_config(overrides=()):
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
+    return compose(overrides)
 
 
 @pytest.fixture

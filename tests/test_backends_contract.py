@@ -3,21 +3,17 @@ scores every sample with finite logits, is deterministic, and leaves the input m
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from bench import registry
-from bench.config import register_configs
+from bench.compose import compose
 from bench.models.dlrm import build_dlrm
 from bench.testing import random_batch, tiny_model_config, tiny_tables
 
 BACKENDS = registry.names("backend")
 CPU = torch.device("cpu")
-CONF = Path(__file__).resolve().parents[1] / "conf"
 INTEGER_BACKENDS = ("int8_tbe", "uint4", "int2_tbe")
 
 
@@ -65,25 +61,21 @@ def test_contract(name, setup):
 
 @pytest.mark.parametrize("name", BACKENDS)
 def test_yaml_composes(name):
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        cfg = compose(overrides=[f"+backend={name}"]).backend
+    cfg = compose([f"backend={name}"]).backend
     assert cfg.name == name
-    assert OmegaConf.to_object(cfg) == registry.get("backend", name).config()
+    assert cfg == registry.get("backend", name).config()
 
 
 def test_per_table_override_from_the_command_line():
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        cfg = compose(overrides=["+backend=uint4", "+backend.per_table={t_cat_3: int8}", "backend.mlp_mode=static"]).backend
-    backend = registry.get("backend", "uint4").factory(OmegaConf.to_object(cfg))
+    cfg = compose(["backend=uint4", "+backend.per_table={t_cat_3: int8}", "backend.mlp_mode=static"]).backend
+    backend = registry.get("backend", "uint4").factory(cfg)
     assert backend.cfg.per_table == {"t_cat_3": "int8"} and backend.cfg.mlp_mode == "static"
 
 
 @pytest.mark.parametrize("name", BACKENDS)
 def test_emulation_names_a_valid_fake_quant_config(name):
     backend = make(name)
-    emulation = backend.emulation() if hasattr(backend, "emulation") else None
+    emulation = backend.emulation()
     if name in INTEGER_BACKENDS:
         assert emulation is not None, f"{name} must name its fake_quant twin"
     if emulation is None:

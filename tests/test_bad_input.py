@@ -9,17 +9,17 @@ record files for the reporter (tests/test_report_cli.py, tests/test_results.py).
 """
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hydra.core.global_hydra import GlobalHydra
 
-from bench import runner
 from bench.errors import UserError
+from bench.pipeline import run_job
 from bench.record import StoreIndex, read_jsonl
 from bench.report.__main__ import main as report_main
 from bench.report.load import load_records
-from bench.runner import run_job
 from tests.test_faults import fast_cfg, fast_models  # noqa: F401 (fixtures)
 
 
@@ -53,7 +53,7 @@ def test_resume_against_an_empty_store_measures(fast_cfg, tmp_path):
 def test_a_damaged_scores_cache_is_a_miss_and_is_rewritten(fast_cfg, damage):
     cfg = fast_cfg()
     first = run_job(cfg)[0]
-    [path] = (runner.Path(cfg.cache_dir) / "scores").glob("*.npz")
+    [path] = (Path(cfg.cache_dir) / "scores").glob("*.npz")
     good = path.read_bytes()
     if damage == "truncated":
         path.write_bytes(good[: len(good) // 2])
@@ -67,7 +67,6 @@ def test_a_damaged_scores_cache_is_a_miss_and_is_rewritten(fast_cfg, damage):
             np.save(f, np.zeros(2048))
     else:
         np.savez(path, labels=np.zeros(3), logits=np.zeros(4))
-    runner.clear_caches()  # a new process: only the disk cache is left
     second = run_job(cfg)[0]
     assert second.status == "ok" and second.metrics["auc"] == first.metrics["auc"]
     with np.load(path) as data:

@@ -23,7 +23,7 @@ def test_cuda_timing_and_peak_memory():
 
 
 def test_cuda_run_records_gpu(tiny_cfg):
-    from bench.runner import run_one
+    from bench.pipeline import run_one
 
     record = run_one(tiny_cfg("device=cuda"))
     assert record.status == "ok", record.error

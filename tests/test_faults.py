@@ -7,6 +7,7 @@ absent device as a skipped record (tests/test_runner.py), a failing fake-quant t
 job's measurements (tests/test_backends_quant.py).
 """
 
+import dataclasses
 import json
 import shutil
 import sys
@@ -16,14 +17,15 @@ import torch
 from hydra.core.global_hydra import GlobalHydra
 from torch import nn
 
-from bench import hardware, runner
+from bench import hardware, registry
 from bench.backends.fake_quant import FakeQuantBackend
 from bench.backends.fp32 import Fp32Backend
 from bench.backends.int8_tbe import Int8TbeBackend
 from bench.measure import memory
 from bench.measure.tables import embedding_bytes
+from bench.pipeline import Session, job_hash, run_job
+from bench.pipeline.guard import memory_estimate
 from bench.record import read_jsonl
-from bench.runner import run_job
 from tests.conftest import TINY, compose_config
 
 # TINY, smaller again: four small tables, so a job (training included) takes about a second.
@@ -45,8 +47,8 @@ def fast_models(tmp_path_factory):
     """The FAST fp32 model, trained once per session; tests copy its checkpoint cache."""
     root = tmp_path_factory.mktemp("fast-models")
     cfg = compose_config([*FAST, f"cache_dir={root}", f"reports_dir={root / 'reports'}"])
-    runner._model(cfg, runner._workload(cfg))
-    runner.clear_caches()
+    work = Session().work
+    work.model(cfg, work.workload(cfg))
     return root / "models"
 
 
@@ -54,13 +56,11 @@ def fast_models(tmp_path_factory):
 def fast_cfg(tmp_path, fast_models):
     """Compose FAST configs whose caches and reports live in this test's folder."""
     shutil.copytree(fast_models, tmp_path / "cache" / "models")
-    runner.clear_caches()  # nothing shared with other tests through this process's caches
 
     def make(*overrides):
         return compose_config([*FAST, f"cache_dir={tmp_path / 'cache'}", f"reports_dir={tmp_path / 'reports'}", *overrides])
 
-    yield make
-    runner.clear_caches()
+    return make
 
 
 class Poisoned(nn.Module):
@@ -100,13 +100,14 @@ def test_non_finite_scores_are_an_error_record(fast_cfg, monkeypatch, value, lab
 @pytest.mark.parametrize("exc", [MemoryError("cannot allocate 40 GB"), torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 40 GiB")])
 def test_out_of_memory_is_an_error_record_and_the_next_job_runs(fast_cfg, monkeypatch, exc):
     monkeypatch.setattr(Int8TbeBackend, "prepare", raise_(exc))
-    ok = run_job(fast_cfg())[0]
-    assert ok.status == "ok" and runner._model_cache  # the fp32 job left a model in the shared caches
-    record, raised = run_job(fast_cfg("backend=int8_tbe"))
+    session = Session()
+    ok = run_job(fast_cfg(), session)[0]
+    assert ok.status == "ok" and "model" in session.work.built()  # the fp32 job left a model in the shared work
+    record, raised = run_job(fast_cfg("backend=int8_tbe"), session)
     assert raised is exc and record.status == "error"
     assert record.error.startswith(f"out of memory ({type(exc).__name__}: ") and str(exc) in record.error
-    assert not runner._model_cache and not runner._prepared_cache  # dropped, so the next job starts clean
-    again = run_job(fast_cfg("batch_size=128"))[0]
+    assert session.work.built() == []  # dropped, so the next job starts clean
+    again = run_job(fast_cfg("batch_size=128"), session)[0]
     assert again.status == "ok" and again.metrics["auc"] == ok.metrics["auc"]
 
 
@@ -173,19 +174,20 @@ def test_row_bytes_are_fbgemm_s():
 @pytest.mark.parametrize("backend", ["int8_tbe", "uint4", "int2_tbe", "fp16_tbe"])
 def test_estimated_tables_match_what_the_backend_stores(fast_cfg, backend):
     cfg = fast_cfg(f"backend={backend}")
-    workload = runner._workload(cfg)
-    model, _, _ = runner._model(cfg, workload)
-    be = runner.registry.get("backend", backend).factory(cfg.backend)
-    estimate = runner._memory_estimate(cfg, be, torch.device("cpu"))
-    prepared = be.prepare(model, runner._calibration(cfg, workload), torch.device("cpu"))
+    work = Session().work
+    workload = work.workload(cfg)
+    model = work.model(cfg, workload).module
+    be = registry.get("backend", backend).factory(cfg.backend)
+    estimate = memory_estimate(cfg, be, workload, work.model_resident(cfg), torch.device("cpu"))
+    prepared = be.prepare(model, work.split_batches(cfg, workload, "calibration"), torch.device("cpu"))
     assert estimate.backend_tables_bytes == embedding_bytes(prepared)
     assert estimate.fp32_model_bytes == memory.model_bytes(model) and estimate.model_resident
 
 
 def test_per_table_overrides_count_in_the_estimate(fast_cfg):
     cfg = fast_cfg("backend=uint4", "+backend.per_table={t_cat_0: int8}")
-    be = runner.registry.get("backend", "uint4").factory(cfg.backend)
-    est = runner._memory_estimate(cfg, be, torch.device("cpu"))
+    be = registry.get("backend", "uint4").factory(cfg.backend)
+    est = memory_estimate(cfg, be, Session().work.workload(cfg), False, torch.device("cpu"))
     dim = cfg.model.embedding_dim
     assert est.backend_tables_bytes == 100 * (dim + 4) + (50 + 30 + 20) * (dim // 2 + 4)
 
@@ -195,7 +197,7 @@ def test_a_job_that_does_not_fit_is_skipped_before_anything_is_built(fast_cfg, m
     def never(*args, **kwargs):
         raise AssertionError("the model must not be built")
 
-    monkeypatch.setattr(runner, "trained_model", never)
+    monkeypatch.setattr("bench.pipeline.shared.trained_model", never)
     record, exc = run_job(fast_cfg("backend=int8_tbe"))
     assert exc is None and record.status == "skipped"
     assert "not enough host memory" in record.error and "MemAvailable 0.07 MB" in record.error
@@ -205,8 +207,8 @@ def test_a_job_that_does_not_fit_is_skipped_before_anything_is_built(fast_cfg, m
 
 def test_the_guard_uses_the_safety_fraction_and_can_be_turned_off(fast_cfg, monkeypatch, tmp_path):
     cfg = fast_cfg("backend=uint4")
-    be = runner.registry.get("backend", "uint4").factory(cfg.backend)
-    need = runner._memory_estimate(cfg, be, torch.device("cpu")).total_bytes
+    be = registry.get("backend", "uint4").factory(cfg.backend)
+    need = memory_estimate(cfg, be, Session().work.workload(cfg), False, torch.device("cpu")).total_bytes
     meminfo(monkeypatch, tmp_path, -(-need // 1024) + 1)  # just above the need, below need / 0.8
     assert run_job(cfg)[0].status == "skipped"
     assert run_job(fast_cfg("backend=uint4", "memory_fraction=1.0"))[0].status == "ok"
@@ -219,9 +221,7 @@ def test_the_guard_uses_the_safety_fraction_and_can_be_turned_off(fast_cfg, monk
 
 
 def run_one_hash(cfg):
-    from omegaconf import OmegaConf
-
-    return runner.job_hash(OmegaConf.to_container(cfg, resolve=True))
+    return job_hash(dataclasses.asdict(cfg))
 
 
 def test_no_meminfo_means_no_guard(monkeypatch, tmp_path):

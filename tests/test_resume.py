@@ -2,6 +2,7 @@
 one record per job. In-process for the rules (what is reused, what runs again), and with real
 processes interrupted by Ctrl-C (SIGINT) and by SIGKILL mid-job."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -13,13 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
-from bench import runner
 from bench.backends.fake_quant import FakeQuantBackend
 from bench.io import append_jsonl
+from bench.pipeline import job_hash, run_job
 from bench.record import read_jsonl, save_record
-from bench.runner import job_hash, run_job
 from tests.test_faults import FAST, fast_cfg, fast_models, poison  # noqa: F401 (fixtures)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,7 +38,7 @@ def no_measuring(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("resume measured a job that was already stored")
 
-    monkeypatch.setattr(runner, "_measure", refuse)
+    monkeypatch.setattr("bench.pipeline.run.measure", refuse)
 
 
 def test_resume_reuses_the_stored_record_without_measuring(fast_cfg, monkeypatch, tmp_path):
@@ -50,12 +49,12 @@ def test_resume_reuses_the_stored_record_without_measuring(fast_cfg, monkeypatch
     assert again.record_id != first.record_id and again.config_hash == first.config_hash
     assert again.metrics == first.metrics and again.env == first.env
     assert again.config["resume"] is True  # this run's config; the hash ignores resume
-    # without resume=true the store is not consulted: it measures (and here _measure refuses)
+    # without resume=true the store is not consulted: it measures (and here measure refuses)
     assert "already stored" in run_job(fast_cfg())[0].error
 
 
 def test_resume_does_not_count_as_part_of_the_job_s_identity(fast_cfg):
-    plain, resumed = (OmegaConf.to_container(fast_cfg(*o), resolve=True) for o in ([], ["resume=true"]))
+    plain, resumed = (dataclasses.asdict(fast_cfg(*o)) for o in ([], ["resume=true"]))
     assert job_hash(plain) == job_hash(resumed)
 
 
@@ -64,7 +63,6 @@ def test_error_records_run_again(fast_cfg, monkeypatch, tmp_path):
         m.setattr(FakeQuantBackend, "prepare", poison(float("nan")))
         failed = measured(fast_cfg("backend=fake_quant"))
     assert failed.status == "error"
-    runner.clear_caches()  # a new process, as a resumed sweep is
     assert not list((tmp_path / "cache" / "scores").glob("*.npz"))  # non-finite scores are never cached
     again = measured(fast_cfg("backend=fake_quant", "resume=true"))
     assert again.status == "ok" and again.resumed_from is None

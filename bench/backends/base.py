@@ -1,15 +1,25 @@
-"""The backend contract.
+"""The backend contract: everything the runner uses, declared here with its default.
 
 A backend is a name plus `prepare(model, calibration_batches, device) -> nn.Module`. The returned
 module keeps the model's forward signature (`module(dense, sparse) -> logits`). Backends find the
 EmbeddingBagCollections and Linear layers of any TorchRec-style model themselves; they never reach
 into DLRM-specific attributes. They never modify the model they are given (it is shared and cached):
 copy it first.
+
+Besides `prepare`, the runner asks a backend:
+- `unsupported_reason(device)`: why it cannot run there (the job is `skipped`), or None;
+- `stored_table_dtypes(tables)`: the weight type each table is stored in once prepared, for the
+  memory guard (None: the backend keeps a copy of the fp32 tables);
+- `emulation()`: the `fake_quant` backend config that emulates it with fp32 kernels, whose AUC gap
+  is recorded as `fidelity_gap` (None: nothing to emulate);
+- `job_metrics(prepared)`: extra metrics for the record, read after timing (default none);
+- `close()`: release what the backend holds outside the process (servers, files); called after
+  every job whatever its outcome.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar, Sequence
+from typing import Any, ClassVar, Sequence
 
 import torch
 from torch import nn
@@ -31,3 +41,15 @@ class Backend:
 
     def prepare(self, model: nn.Module, calibration_batches: Sequence[Batch], device: torch.device) -> nn.Module:
         raise NotImplementedError
+
+    def stored_table_dtypes(self, tables: Sequence[str]) -> dict[str, str] | None:
+        return None
+
+    def emulation(self) -> dict | None:
+        return None
+
+    def job_metrics(self, prepared: nn.Module) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        pass

@@ -75,6 +75,3 @@ class FakeQuantBackend(Backend):
         if cfg.mlp == "int8":
             fake_quantize(model, cfg.activations, calibration_batches, device)
         return model
-
-    def emulation(self) -> dict | None:
-        return None  # it is the emulation

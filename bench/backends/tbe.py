@@ -146,6 +146,11 @@ class TbeBackend(Backend):
             quantize_int8(model, self.cfg.mlp_mode, calibration_batches, device)
         return model
 
+    def stored_table_dtypes(self, tables: Sequence[str]) -> dict[str, str]:
+        # a per-table weight type that is not one leaves the default here; prepare() then names the mistake
+        per_table = {k: str(v) for k, v in self.cfg.per_table.items() if str(v) in WEIGHT_DTYPES}
+        return {name: per_table.get(name, self.weight_dtype) for name in tables}
+
     def emulation(self) -> dict | None:
         """The `fake_quant` config that emulates this backend with fp32 kernels (None: nothing quantized)."""
         per_table = {name: BITS[d] for name, d in self.cfg.per_table.items()}

@@ -7,8 +7,8 @@ from typing import Any, Optional
 
 import pandas as pd
 
-from bench.errors import UserError
 from bench.config import GateConfig, RuleSet
+from bench.errors import UserError
 from bench.gate.config import as_gate_config
 from bench.gate.rules import FAIL, INCONCLUSIVE, PASS, RULES, SKIPPED, VERDICTS, judge
 from bench.report.table import KEY

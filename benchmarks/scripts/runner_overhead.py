@@ -15,11 +15,11 @@ import statistics
 import time
 
 import torch
-from hydra import compose, initialize_config_dir
 
-from bench import runner
-from bench.config import register_configs
+from bench import registry
+from bench.compose import compose
 from bench.measure.timing import time_module
+from bench.pipeline import Session, run_one
 
 
 def bare_loop(module, inputs, batch_size: int, batches: int) -> float:
@@ -37,15 +37,17 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=2048)
     args = parser.parse_args()
 
-    register_configs()
-    with initialize_config_dir(config_dir=str(runner.Path(__file__).resolve().parents[1] / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[f"backend={args.backend}", f"batch_size={args.batch_size}"])
-    record = runner.run_one(cfg)  # trains or loads the model, prepares the backend, fills the caches
+    cfg = compose([f"backend={args.backend}", f"batch_size={args.batch_size}"])
+    session = Session()
+    record = run_one(cfg, session)  # trains or loads the model, prepares the backend, fills the shared work
     assert record.status == "ok", record.error
-    module = next(iter(runner._prepared_cache.values()))
-    inputs = next(iter(runner._timing_cache.values()))
-    t = cfg.timing
     device = torch.device("cpu")
+    work = session.work
+    workload = work.workload(cfg)
+    backend = registry.get("backend", cfg.backend.name).factory(cfg.backend)
+    module = work.prepared(cfg, backend, work.model(cfg, workload), workload, device)  # held: not prepared again
+    inputs = work.timing_inputs(cfg, workload, device)
+    t = vars(cfg.timing)
 
     runner_tp, bare_tp = [], []
     for _ in range(args.rounds):
@@ -53,7 +55,7 @@ def main() -> None:
         runner_tp.append(timing.throughput)
         bare_tp.append(bare_loop(module, inputs, cfg.batch_size, len(timing.latency_ms[0])))  # the same number of calls
     r, b = statistics.median(runner_tp), statistics.median(bare_tp)
-    print(f"backend {args.backend}, batch {cfg.batch_size}, trials of >= {t.min_trial_seconds} s, {args.rounds} interleaved rounds, {torch.get_num_threads()} threads")
+    print(f"backend {args.backend}, batch {cfg.batch_size}, trials of >= {cfg.timing.min_trial_seconds} s, {args.rounds} interleaved rounds, {torch.get_num_threads()} threads")
     print(f"runner (per-call timing)  median {r:,.0f} samples/s")
     print(f"bare loop                 median {b:,.0f} samples/s")
     print(f"ratio runner / bare       {r / b:.3f}  (goal >= 0.97)")

@@ -23,19 +23,15 @@ expensive setup of the others.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
 
-from bench.config import register_configs
+from bench.compose import compose
+from bench.config import Config
 from bench.hardware import pin_malloc, set_threads
 from bench.measure.env import environment
-
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 # Fields of bench.measure.env.environment() copied to pytest-benchmark's machine_info. git state is
 # left out: pytest-benchmark keeps it in commit_info, and machine_info is what --benchmark-compare
@@ -135,15 +131,9 @@ def is_quick(pytestconfig: pytest.Config) -> bool:
 
 
 @pytest.fixture(scope="session")
-def compose_config() -> Callable[[Sequence[str]], DictConfig]:
+def compose_config() -> Callable[[Sequence[str]], Config]:
     """Compose the harness's config tree (conf/) with overrides, as `python -m bench` does."""
-
-    def make(overrides: Sequence[str] = ()) -> DictConfig:
-        register_configs()
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return compose(config_name="config", overrides=list(overrides))
-
-    return make
+    return compose
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """The accuracy gate as pytest tests, for teams that gate with pytest (one test per backend).
 
-A small sweep goes through the one code path, `bench.runner.run_one`, for fp32 (the baseline every
+A small sweep goes through the one code path, `bench.pipeline.run_one`, for fp32 (the baseline every
 rule is read against) and each backend of `--gate-backends` (default: every registered backend) at
 one batch size; `bench.report.results_table` builds the table, and `bench.gate.evaluate_gate` judges
 it with `conf/gate/default.yaml` (`bench.gate.config.load_gate_config`). Each backend's test fails
@@ -24,8 +24,8 @@ import pytest
 
 from bench import registry
 from bench.gate import FAIL, evaluate_gate, load_gate_config
+from bench.pipeline import Session, run_one
 from bench.report import results_table
-from bench.runner import run_one
 from bench.testing import TINY_OVERRIDES
 
 # The nightly sweep's configuration (`+sweep=nightly`: the default workload and model, batch 1024),
@@ -61,7 +61,8 @@ def gate(pytestconfig, compose_config, is_quick, tmp_path_factory):
         base.append(f"cache_dir={tmp_path_factory.mktemp('gate-cache')}")
     base.append(f"reports_dir={tmp_path_factory.mktemp('gate-reports')}")
     backends = ["fp32", *(b for b in gate_backends(pytestconfig) if b != "fp32")]
-    records = [run_one(compose_config([*base, *user, f"backend={name}"])) for name in backends]
+    session = Session()  # one process, as a sweep: the model and fp32 scores are built once
+    records = [run_one(compose_config([*base, *user, f"backend={name}"]), session) for name in backends]
     gate_cfg = load_gate_config("default", [o for o in user if o.startswith("gate.")])
     result = evaluate_gate(results_table(records), gate_cfg)
     return {"records": {r.backend: r for r in records}, "result": result}

@@ -1,0 +1,111 @@
+"""Measure one job: accuracy of the prepared backend on the eval split, its delta against fp32 and
+its fake-quant twin, timing at the job's batch size, and memory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+from bench import registry
+from bench.backends.base import Backend
+from bench.config import BackendConfig, Config
+from bench.errors import UserError
+from bench.hashing import plain
+from bench.measure.accuracy import accuracy_metrics, score
+from bench.measure.memory import PeakMemory, model_bytes
+from bench.measure.tables import embedding_bytes
+from bench.measure.timing import time_module
+from bench.pipeline.scores import Scores, scores_key
+from bench.pipeline.shared import SharedWork, TrainedModel
+from bench.stats import paired_auc_delta
+from bench.workloads.base import Workload
+
+
+def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedWork) -> dict[str, Any]:
+    workload = shared.workload(cfg)
+    n_eval = workload.num_samples("eval")
+    if cfg.batch_size > n_eval:  # checked before the model is trained or loaded
+        raise UserError(f"batch_size {cfg.batch_size} is larger than the eval split ({n_eval} samples): lower batch_size")
+    model = shared.model(cfg, workload)
+
+    with PeakMemory(device) as peak:
+        prepared = shared.prepared(cfg, backend, model, workload, device)
+        labels, logits = _scores(cfg, backend.cfg, model, workload, device, shared, lambda: prepared)
+        inputs = shared.timing_inputs(cfg, workload, device)
+        timing = time_module(prepared, inputs, cfg.batch_size, device, **vars(cfg.timing))
+
+    metrics: dict[str, Any] = accuracy_metrics(labels, logits)
+    metrics["oracle_auc"] = workload.oracle_auc()
+    _, base_logits = _scores_of(cfg, backend_config({"name": "fp32"}), model, workload, device, shared)
+    delta = paired_auc_delta(labels, base_logits, logits)
+    metrics.update(auc_fp32=delta.auc_base, **delta.as_metrics())
+    metrics.update(_fidelity(cfg, backend, model, workload, device, shared, labels, logits))
+    metrics.update(
+        throughput=timing.throughput,
+        throughput_trials=timing.trial_throughput,
+        latency_ms=timing.latency_percentiles(),
+        latency_samples_ms=timing.latency_ms,
+        embedding_bytes=embedding_bytes(prepared),
+        model_bytes=model_bytes(prepared),
+        peak_rss_bytes=peak.peak_rss_bytes,
+        peak_rss_scope=peak.rss_scope,
+        cuda_peak_bytes=peak.cuda_peak_bytes,
+        threads=torch.get_num_threads(),
+        model_source=model.info.get("source"),
+        workload_info=workload.describe(),
+        sample="one row (user-item pair) of the workload",
+    )
+    metrics.update(backend.job_metrics(prepared))
+    return metrics
+
+
+def backend_config(overrides: dict[str, Any]) -> BackendConfig:
+    """A backend's typed config from its schema and overrides that name it (`{"name": "fp32", ...}`)."""
+    schema = registry.get("backend", overrides["name"]).config
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), overrides))
+
+
+def _scores(cfg: Config, backend_cfg: BackendConfig, model: TrainedModel, workload: Workload, device: torch.device,
+            shared: SharedWork, prepared) -> Scores:
+    """(labels, logits) on the eval split: from memory, from disk, or scored now on `prepared()`."""
+    key = scores_key({
+        "model": model.key,
+        "backend": plain(backend_cfg),
+        "device": device.type,
+        "workload": plain(cfg.workload),
+        "seed": cfg.seed,
+        "calibration_batch_size": cfg.calibration_batch_size,
+    })
+
+    def score_now() -> Scores:
+        batches = shared.split_batches(cfg, workload, "eval")
+        return score(prepared(), batches, device, expected=workload.num_samples("eval"))
+
+    return shared.scores.get(key, Path(cfg.cache_dir), score_now)
+
+
+def _scores_of(cfg: Config, backend_cfg: BackendConfig, model: TrainedModel, workload: Workload, device: torch.device,
+               shared: SharedWork) -> Scores:
+    """Scores of another backend (the fp32 baseline, a fake-quant twin), prepared only if not cached."""
+    def prepare_other():
+        other = registry.get("backend", backend_cfg.name).factory(backend_cfg)
+        return other.prepare(model.module, shared.split_batches(cfg, workload, "calibration"), device)
+
+    return _scores(cfg, backend_cfg, model, workload, device, shared, prepare_other)
+
+
+def _fidelity(cfg: Config, backend: Backend, model: TrainedModel, workload: Workload, device: torch.device,
+              shared: SharedWork, labels, logits) -> dict[str, Any]:
+    """AUC gap between an integer backend and the fake-quant model that emulates it."""
+    emulation = backend.emulation()
+    if not emulation:
+        return {}
+    try:
+        _, twin_logits = _scores_of(cfg, backend_config(emulation), model, workload, device, shared)
+    except Exception as exc:  # noqa: BLE001 - the twin is extra: keep what this job measured
+        return {"fidelity_twin": emulation, "fidelity_error": f"{type(exc).__name__}: {exc}"}
+    gap = paired_auc_delta(labels, twin_logits, logits)
+    return {"fidelity_gap": gap.delta, "fidelity_gap_lo": gap.lo, "fidelity_gap_hi": gap.hi, "fidelity_twin": emulation}

@@ -1,0 +1,128 @@
+"""`run_job(cfg, shared) -> (RunRecord, exception)`: the one code path from a typed config to a record.
+
+It never raises for a job that fails: the failure becomes a record with status `error` (or
+`skipped`, with a reason, when the device or backend cannot run here, or the job would not fit in
+memory), so a sweep goes on and nothing measured is lost. An exception, a NaN or inf score, or
+running out of memory fails the job, not the sweep; after an out-of-memory the shared work is
+dropped so the next job starts clean. The backend's `close()` runs after every job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import torch
+
+from bench import registry
+from bench.config import Config
+from bench.errors import UserError
+from bench.hardware import prepare_process, resolve
+from bench.hashing import config_hash
+from bench.measure.env import environment
+from bench.measure.memory import memory_skip_reason
+from bench.pipeline.guard import ResumeIndex, memory_estimate, resumed
+from bench.pipeline.job import measure
+from bench.pipeline.shared import SharedWork
+from bench.record import RunRecord
+
+log = logging.getLogger(__name__)
+
+# Keys that change where output goes or how it is shown, never what is measured.
+NON_SEMANTIC_KEYS = ("reports_dir", "cache_dir", "sweep_name", "gate", "run_gate", "resume", "memory_fraction")
+OUT_OF_MEMORY = (MemoryError, torch.OutOfMemoryError)
+
+
+def job_hash(resolved: dict[str, Any]) -> str:
+    return config_hash({k: v for k, v in resolved.items() if k not in NON_SEMANTIC_KEYS})
+
+
+@dataclasses.dataclass
+class Session:
+    """What the jobs of one process share: built work and the resume index."""
+
+    work: SharedWork = dataclasses.field(default_factory=SharedWork)
+    resume: ResumeIndex = dataclasses.field(default_factory=ResumeIndex)
+
+    def clear(self) -> None:
+        self.work.clear()
+        self.resume = ResumeIndex()
+
+
+def run_one(cfg: Config, session: Session | None = None) -> RunRecord:
+    return run_job(cfg, session)[0]
+
+
+def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exception | None]:
+    """The record, and the exception behind an `error` record (None otherwise)."""
+    session = session or Session()
+    resolved = dataclasses.asdict(cfg)
+    record = RunRecord(
+        status="ok",
+        workload=cfg.workload.name,
+        backend=cfg.backend.name,
+        device=cfg.device.type,
+        batch_size=cfg.batch_size,
+        config=resolved,
+        config_hash=job_hash(resolved),
+        env={},
+    )
+    device = backend = None
+    try:
+        validate(cfg)
+        prepare_process(cfg.device, cfg.threads)
+        device, skip = resolve(cfg.device)
+        if skip is None:
+            backend = registry.get("backend", cfg.backend.name).factory(cfg.backend)
+            skip = backend.unsupported_reason(device)
+        if skip is not None:
+            device = None  # not usable here: describe the machine without it
+        if cfg.resume:
+            prior = session.resume.stored(cfg.reports_dir, record.config_hash, environment(device)["fingerprint"])
+            if prior is not None:
+                return resumed(prior, record), None
+        if skip is None and cfg.memory_fraction is not None:
+            workload = session.work.workload(cfg)
+            estimate = memory_estimate(cfg, backend, workload, session.work.model_resident(cfg), device)
+            skip = memory_skip_reason(estimate, device, cfg.memory_fraction)
+        if skip is not None:
+            record.status, record.error = "skipped", skip
+        else:
+            record.metrics = measure(cfg, backend, device, session.work)
+        return record, None
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a record
+        record.status = "error"
+        if isinstance(exc, OUT_OF_MEMORY):
+            session.clear()  # the next job starts without this one's leftovers
+            record.error = f"out of memory ({type(exc).__name__}: {exc}); the shared caches were dropped"
+        else:
+            record.error = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
+        log.debug("job failed", exc_info=True)
+        return record, exc
+    finally:
+        if backend is not None:
+            _close(backend, record)
+        if not record.resumed_from:
+            record.env = environment(device)
+
+
+def _close(backend, record: RunRecord) -> None:
+    try:
+        backend.close()
+    except Exception as exc:  # noqa: BLE001 - what was measured stays; the record says what failed
+        log.warning("backend %s: close() failed: %s", record.backend, exc)
+        record.metrics["close_error"] = f"{type(exc).__name__}: {exc}"
+
+
+def validate(cfg: Config) -> None:
+    for key in ("batch_size", "eval_batch_size", "calibration_batch_size"):
+        value = getattr(cfg, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise UserError(f"{key} must be a positive integer, got {value!r} ({key}=N)")
+    fraction = cfg.memory_fraction
+    if fraction is not None and not (isinstance(fraction, (int, float)) and fraction > 0):
+        raise UserError(f"memory_fraction must be a positive number (or null to turn the memory check off), got {fraction!r}")
+    for key in ("warmup_batches", "trials", "batches_per_trial"):
+        if getattr(cfg.timing, key) < (0 if key == "warmup_batches" else 1):
+            raise UserError(f"timing.{key} must be positive, got {getattr(cfg.timing, key)}")

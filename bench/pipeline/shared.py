@@ -1,0 +1,139 @@
+"""Work shared between the jobs of one process, held by an explicit `SharedWork` object.
+
+A sweep runs its jobs in one process, batch size innermost, so the workload, its eval and
+calibration batches, the fp32 model and each backend's prepared module are built once and reused.
+Each piece is kept under a key made of exactly the config parts it depends on; a job with other
+parts replaces it (one model, one prepared backend, one set of timing batches at a time: they can
+be large). `clear()` drops everything, after an out-of-memory or between independent runs.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from bench import registry
+from bench.backends.base import Backend
+from bench.batch import Batch
+from bench.config import Config
+from bench.hashing import config_hash, plain
+from bench.models.train import trained_model
+from bench.pipeline.scores import ScoreCache
+from bench.workloads.base import Workload
+
+
+@dataclass
+class TrainedModel:
+    module: nn.Module
+    key: str  # identifies the weights: cache keys of prepared backends and scores include it
+    info: dict  # where it came from (checkpoint, cache, trained now)
+
+
+class _Slot:
+    """One value kept under a key; asking with another key builds anew (the old value is freed first)."""
+
+    def __init__(self) -> None:
+        self.key: str | None = None
+        self.value: Any = None
+
+    def get(self, key: str, build: Callable[[], Any]) -> Any:
+        if self.key != key:
+            self.key, self.value = None, None  # free the old value before building the new one
+            self.value = build()
+            self.key = key
+        return self.value
+
+    def holds(self, key: str) -> bool:
+        return self.key == key
+
+
+@dataclass
+class SharedWork:
+    _workloads: dict[str, Workload] = field(default_factory=dict)
+    _model: _Slot = field(default_factory=_Slot)
+    _splits: dict[str, _Slot] = field(default_factory=dict)
+    _prepared: _Slot = field(default_factory=_Slot)
+    _timing: _Slot = field(default_factory=_Slot)
+    scores: ScoreCache = field(default_factory=ScoreCache)
+
+    def clear(self) -> None:
+        self._workloads.clear()
+        for slot in (self._model, self._prepared, self._timing, *self._splits.values()):
+            slot.key, slot.value = None, None
+        self.scores.clear()
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def built(self) -> list[str]:
+        """Names of the pieces held now (for tests and logs)."""
+        slots = {"model": self._model, "prepared": self._prepared, "timing": self._timing, **{f"{k} batches": v for k, v in self._splits.items()}}
+        held = ["workload"] if self._workloads else []
+        return held + [name for name, slot in slots.items() if slot.key is not None] + (["scores"] if self.scores else [])
+
+    # ------------------------------------------------------------------------------ the pieces
+
+    def workload(self, cfg: Config) -> Workload:
+        key = config_hash({"w": plain(cfg.workload), "seed": cfg.seed, "cache": str(cfg.cache_dir)})
+        if key not in self._workloads:
+            if len(self._workloads) >= 2:
+                self._workloads.pop(next(iter(self._workloads)))
+            entry = registry.get("workload", cfg.workload.name)
+            self._workloads[key] = entry.factory(cfg.workload, cfg.seed, Path(cfg.cache_dir))
+        return self._workloads[key]
+
+    @staticmethod
+    def model_ident(cfg: Config) -> str:
+        return config_hash({"w": plain(cfg.workload), "m": plain(cfg.model), "seed": cfg.seed})
+
+    def model_resident(self, cfg: Config) -> bool:
+        return self._model.holds(self.model_ident(cfg))
+
+    def model(self, cfg: Config, workload: Workload) -> TrainedModel:
+        def build() -> TrainedModel:
+            module, info = trained_model(cfg.model, workload, cfg.seed, Path(cfg.cache_dir))
+            return TrainedModel(module, info.get("key") or _file_key(info["path"]), info)
+
+        return self._model.get(self.model_ident(cfg), build)
+
+    def split_batches(self, cfg: Config, workload: Workload, split: str) -> list[Batch]:
+        """The eval or calibration split, batched once per process."""
+        batch_size = cfg.eval_batch_size if split == "eval" else cfg.calibration_batch_size
+        key = config_hash({"w": plain(cfg.workload), "seed": cfg.seed, "bs": batch_size})
+        slot = self._splits.setdefault(split, _Slot())
+        return slot.get(key, lambda: list(workload.batches(split, batch_size)))
+
+    def prepared(self, cfg: Config, backend: Backend, model: TrainedModel, workload: Workload, device: torch.device) -> nn.Module:
+        """The backend's module for this model and device; the sweep runs batch sizes innermost."""
+        key = config_hash({"model": model.key, "backend": plain(backend.cfg), "device": str(device)})
+
+        def build() -> nn.Module:
+            torch.manual_seed(cfg.seed)
+            return backend.prepare(model.module, self.split_batches(cfg, workload, "calibration"), device)
+
+        return self._prepared.get(key, build)
+
+    def timing_inputs(self, cfg: Config, workload: Workload, device: torch.device) -> list[tuple]:
+        """The first `batches_per_trial` full eval batches at the job's batch size, already on device."""
+        n = cfg.timing.batches_per_trial
+        key = config_hash({"w": plain(cfg.workload), "seed": cfg.seed, "bs": cfg.batch_size, "dev": str(device), "n": n})
+
+        def build() -> list[tuple]:
+            inputs = []
+            for batch in workload.batches("eval", cfg.batch_size):
+                if len(batch) < cfg.batch_size or len(inputs) == n:
+                    break
+                inputs.append(batch.to(device).model_inputs())
+            return inputs
+
+        return self._timing.get(key, build)
+
+
+def _file_key(path: str) -> str:
+    stat = Path(path).stat()
+    return config_hash({"path": str(Path(path).resolve()), "size": stat.st_size, "mtime": stat.st_mtime_ns})

@@ -25,8 +25,8 @@ from torch import nn
 from bench import registry
 from bench.backends import ao_notice, linear
 from bench.backends.fake_quant import qdq_rows
+from bench.backends.tables import table_storage
 from bench.errors import UserError
-from bench.measure.tables import table_storage
 from bench.models.dlrm import build_dlrm
 from bench.testing import random_batch, tiny_model_config, tiny_tables
 

@@ -21,8 +21,8 @@ from bench import hardware, registry
 from bench.backends.fake_quant import FakeQuantBackend
 from bench.backends.fp32 import Fp32Backend
 from bench.backends.int8_tbe import Int8TbeBackend
+from bench.backends.tables import embedding_bytes
 from bench.measure import memory
-from bench.measure.tables import embedding_bytes
 from bench.pipeline import Session, job_hash, run_job
 from bench.pipeline.guard import memory_estimate
 from bench.record import read_jsonl

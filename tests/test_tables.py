@@ -15,7 +15,7 @@ from torchrec.quant.embedding_modules import (
 from bench import registry
 from bench.backends import tbe
 from bench.backends.ao_notice import torch_ao_calls
-from bench.measure.tables import embedding_bytes, table_storage
+from bench.backends.tables import embedding_bytes, table_storage
 from bench.models.dlrm import build_dlrm
 from bench.testing import random_batch, tiny_model_config, tiny_tables
 

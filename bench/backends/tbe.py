@@ -6,7 +6,7 @@ path (`quantize_inference_model`: register the TBEs, cache the feature order, `q
 `QuantConfig` per table). Rows are aligned to 1 byte on CPU (FBGEMM's CPU default; torchrec's own
 default is 16) and 16 on CUDA. The MLP then runs in fp32 or int8 (`bench.backends.linear`).
 
-After quantizing, every table's dtype is read back from the module (`bench.measure.tables`) and
+After quantizing, every table's dtype is read back from the module (`bench.backends.tables`) and
 compared with the one asked for: a table left in fp32 (e.g. `quantize_dynamic` without a qconfig spec
 for the EBC, or an EBC subclass the type-keyed mapping skips) fails loudly instead of being measured as
 if it were quantized.
@@ -38,10 +38,10 @@ from bench.backends.modules import (
     require_embedding_bag_collections,
     table_dims,
 )
+from bench.backends.tables import table_storage
 from bench.batch import Batch
 from bench.config import BackendConfig
 from bench.errors import UserError
-from bench.measure.tables import table_storage
 
 # Table weight types: the names used in configs, FBGEMM's SparseType values (as `table_storage` reports them).
 WEIGHT_DTYPES = {

@@ -11,12 +11,12 @@ from omegaconf import OmegaConf
 
 from bench import registry
 from bench.backends.base import Backend
+from bench.backends.tables import embedding_bytes
 from bench.config import BackendConfig, Config
 from bench.errors import UserError
 from bench.hashing import plain
 from bench.measure.accuracy import accuracy_metrics, score
 from bench.measure.memory import PeakMemory, model_bytes
-from bench.measure.tables import embedding_bytes
 from bench.measure.timing import time_module
 from bench.pipeline.scores import Scores, scores_key
 from bench.pipeline.shared import SharedWork, TrainedModel

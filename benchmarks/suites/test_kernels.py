@@ -8,7 +8,7 @@ table (`bench.testing.random_batch`): the worst case for caches; a big table is 
 
     gbps = bytes_read / median time,  bytes_read = sum over tables of (batch x pooling) x row_bytes
 
-with row_bytes read back from the module's stored rows (`bench.measure.tables.table_storage`: FP32 4D,
+with row_bytes read back from the module's stored rows (`bench.backends.tables.table_storage`: FP32 4D,
 FP16 2D, INT8 D+4, INT4 D/2+4, INT2 D/4+4). Only the gathered rows count, not the pooled output.
 
 MLP: torchrec's `MLP` (the block DLRM's dense and over arch use) in fp32, and the same after
@@ -28,8 +28,8 @@ from torch import nn
 from torchrec.modules.mlp import MLP
 
 from bench.backends.linear import quantize_int8
+from bench.backends.tables import table_storage
 from bench.backends.tbe import WEIGHT_DTYPES, quantize_tables
-from bench.measure.tables import table_storage
 from bench.models.dlrm import embedding_bag_collection
 from bench.testing import random_batch
 from bench.workloads.base import TableSpec

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from bench import registry
+from bench.backends.tables import embedding_bytes
 from bench.measure.memory import model_bytes
-from bench.measure.tables import embedding_bytes
 from bench.pipeline.shared import SharedWork
 
 BATCH_SIZES = [256, 1024, 4096]  # the quant sweep's (conf/sweep/quant.yaml)

@@ -104,6 +104,12 @@ def gpu_name(device: torch.device | None) -> str | None:
     return torch.cuda.get_device_name(device) if device is not None and device.type == "cuda" else None
 
 
+def release_gpu_cache() -> None:
+    """Hand cached CUDA blocks back to the driver (after an out-of-memory), where there is a GPU."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def gpu_free_bytes(device: torch.device) -> int:
     free, _ = torch.cuda.mem_get_info(device)
     return int(free)

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from bench import registry
+from bench import hardware, registry
 from bench.backends.base import Backend
 from bench.batch import Batch
 from bench.config import Config
@@ -67,8 +67,7 @@ class SharedWork:
             slot.key, slot.value = None, None
         self.scores.clear()
         gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        hardware.release_gpu_cache()
 
     def built(self) -> list[str]:
         """Names of the pieces held now (for tests and logs)."""

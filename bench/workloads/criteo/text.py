@@ -31,6 +31,7 @@ from typing import BinaryIO, Callable, Iterator
 
 import numpy as np
 
+from bench import hardware
 from bench.errors import UserError
 
 NUM_DENSE = 13
@@ -406,11 +407,7 @@ def _parse_region(text: Buffer, lo: int, hi: int, fmt: TextFormat, first_line_no
 
 def default_workers() -> int:
     """Parsing threads: one per CPU this process may run on, at most 8."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, 8))
+    return max(1, min(hardware.cpu_count(), 8))
 
 
 def _parse_task(buf: bytearray, cut: int, fmt: TextFormat, max_examples: int, transform: Callable | None):

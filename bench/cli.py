@@ -77,6 +77,10 @@ def summary(record: RunRecord) -> str:
     lines.append(
         f"  throughput {m['throughput']:,.0f} samples/s; latency p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, p99 {lat['p99']:.2f} ms; {m['threads']} threads"
     )
+    if m.get("speedup") is not None:
+        lines.append(f"  speedup vs fp32 {m['speedup']:.2f}x [{m['speedup_lo']:.2f}, {m['speedup_hi']:.2f}] ({m['speedup_method']})")
+    if m.get("stable") is False:
+        lines.append(f"  UNSTABLE timing: {m['unstable_reason']}")
     lines.append(
         f"  embeddings {m['embedding_bytes'] / 1e6:.2f} MB; model {m['model_bytes'] / 1e6:.2f} MB; peak RSS {m['peak_rss_bytes'] / 1e6:.0f} MB"
     )

@@ -66,11 +66,21 @@ class DeviceConfig:
 @dataclass
 class TimingConfig:
     warmup_batches: int = 5
-    trials: int = 5
+    # Trials of a backend alone; for a paired speedup, rounds of reference and candidate halves.
+    trials: int = 7
     batches_per_trial: int = 10  # at least; more when needed to fill min_trial_seconds
     # A trial of a few milliseconds is at the mercy of one preemption; small batches get more
     # calls per trial so every trial lasts about this long.
     min_trial_seconds: float = 0.25
+    # Time the speedup against fp32 in the same process and window, in alternating (ABBA) rounds.
+    paired: bool = True
+    # Distinct timing batches: all full eval batches at the job's batch size, up to this many
+    # samples, so timed calls walk through fresh ids instead of replaying a few cached batches.
+    max_distinct_samples: int = 262_144
+    # A figure is marked unstable (stable=false) when its trials vary more than this (std/mean) ...
+    max_trial_cv: float = 0.10
+    # ... or the paired speedup's 95% interval is wider than this share of the speedup.
+    max_ratio_spread: float = 0.10
 
 
 @dataclass

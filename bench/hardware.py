@@ -115,6 +115,29 @@ def gpu_free_bytes(device: torch.device) -> int:
     return int(free)
 
 
+def load_average() -> float | None:
+    """The 1-minute load average (runnable tasks, this process's threads included), or None."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def cpu_ticks() -> tuple[int, int] | None:
+    """(steal, total) CPU ticks of the whole machine since boot (/proc/stat), or None.
+
+    Steal is time a hypervisor gave this VM's virtual CPUs to someone else: on a shared cloud
+    machine it is the background load a process cannot see in its own load average.
+    """
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+        ticks = [int(x) for x in fields]
+    except (OSError, ValueError, IndexError):
+        return None
+    steal = ticks[7] if len(ticks) > 7 else 0
+    return steal, sum(ticks[:8])
+
+
 # ----------------------------------------------------------------------------------------- memory
 
 MEMINFO = Path("/proc/meminfo")

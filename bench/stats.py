@@ -266,3 +266,41 @@ def ratio_interval(
     med_b = np.median(b[rng.integers(0, b.size, size=(n_boot, b.size))], axis=1)
     lo, hi = np.quantile(med_a / med_b, [alpha / 2.0, 1.0 - alpha / 2.0])
     return RatioInterval(ratio, float(min(lo, ratio)), float(max(hi, ratio)))
+
+
+def median_interval(values: Sequence[float], alpha: float = 0.05, n_boot: int = 2000, seed: int = 0) -> RatioInterval:
+    """The median of `values` (e.g. per-round speedup ratios) with a percentile-bootstrap interval."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if v.size == 0 or not np.all(np.isfinite(v)):
+        raise ValueError("values must be a non-empty sequence of finite numbers")
+    point = float(np.median(v))
+    rng = np.random.default_rng(seed)
+    boot = np.median(v[rng.integers(0, v.size, size=(n_boot, v.size))], axis=1)
+    lo, hi = np.quantile(boot, [alpha / 2.0, 1.0 - alpha / 2.0])
+    return RatioInterval(point, float(min(lo, point)), float(max(hi, point)))
+
+
+# ------------------------------------------------------------------------ practical equivalence
+
+EQUIVALENT, GAIN, LOSS, INCONCLUSIVE = "equivalent", "gain", "loss", "inconclusive"
+
+
+def practical_verdict(lo: float, hi: float, margin: float, null: float = 0.0, ratio: bool = False) -> str:
+    """Which of equivalent / gain / loss / inconclusive a (1 - alpha) interval supports.
+
+    Two one-sided tests (TOST) read off the interval: `equivalent` when it lies inside the margin
+    around the null (a difference may be detectable yet practically nothing); `gain` or `loss`
+    when it lies wholly on one side of the null and reaches past the margin; `inconclusive`
+    otherwise. For ratios (`ratio=True`, null 1) the margin is relative: [1/(1+m), 1+m]. Larger
+    is better; pass the negated interval for figures where smaller is better.
+    """
+    if any(math.isnan(x) for x in (lo, hi, margin)):
+        return INCONCLUSIVE
+    low, high = (null / (1 + margin), null * (1 + margin)) if ratio else (null - margin, null + margin)
+    if low <= lo and hi <= high:
+        return EQUIVALENT
+    if lo > null:
+        return GAIN
+    if hi < null:
+        return LOSS
+    return INCONCLUSIVE

@@ -9,7 +9,7 @@ from bench.hardware import resolve, set_threads
 from bench.measure.accuracy import CountMismatch, accuracy_metrics, score
 from bench.measure.env import environment
 from bench.measure.memory import PeakMemory, model_bytes
-from bench.measure.timing import Timing, time_module
+from bench.measure.timing import Timing, time_module, time_paired
 from bench.testing import random_batch, tiny_tables
 
 
@@ -124,15 +124,82 @@ def test_pinned_malloc_is_recorded_in_the_environment():
     assert environment()["malloc"] == settings
 
 
-class Sleeps(nn.Module):
-    def forward(self, dense, sparse):
-        import time
+class FakeClock:
+    """An injected clock: each model call advances it by the module's `cost_ns` (no real time passes)."""
 
-        time.sleep(0.002)
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class Costs(nn.Module):
+    """A module whose calls 'take' `cost_ns` on the fake clock, and which records the batches it saw."""
+
+    def __init__(self, clock: FakeClock, cost_ns) -> None:
+        super().__init__()
+        self.clock, self.cost_ns, self.seen = clock, cost_ns, []
+
+    def forward(self, dense, sparse):
+        self.seen.append(int(dense[0, 0]))
+        self.clock.now += self.cost_ns(len(self.seen)) if callable(self.cost_ns) else self.cost_ns
         return dense[:, :1]
 
 
+def numbered_inputs(n: int) -> list[tuple]:
+    """n distinct batches; batch i carries i in its first dense cell."""
+    return [(torch.full((4, 13), float(i)), None) for i in range(n)]
+
+
 def test_short_calls_get_longer_trials():
-    batch = random_batch(tiny_tables(), 8)
-    timing = time_module(Sleeps(), [batch.model_inputs()], 8, torch.device("cpu"), warmup_batches=1, trials=2, batches_per_trial=3, min_trial_seconds=0.05)
-    assert all(10 <= len(t) <= 26 for t in timing.latency_ms)  # ~0.05 s / 2 ms, never under batches_per_trial
+    clock = FakeClock()
+    module = Costs(clock, 2_000_000)  # 2 ms a call
+    timing = time_module(module, numbered_inputs(4), 8, torch.device("cpu"), warmup_batches=1, trials=2, batches_per_trial=3,
+                         min_trial_seconds=0.05, clock=clock)
+    assert [len(t) for t in timing.latency_ms] == [25, 25]  # 0.05 s / 2 ms, never under batches_per_trial
+    assert all(x == 2.0 for t in timing.latency_ms for x in t)
+    long = time_module(Costs(clock, 100_000_000), numbered_inputs(4), 8, torch.device("cpu"), warmup_batches=1, trials=2,
+                       batches_per_trial=3, min_trial_seconds=0.05, clock=clock)
+    assert [len(t) for t in long.latency_ms] == [3, 3]
+
+
+def test_timed_calls_walk_through_fresh_batches():
+    clock = FakeClock()
+    module = Costs(clock, 1_000_000)
+    timing = time_module(module, numbered_inputs(10), 4, torch.device("cpu"), warmup_batches=2, trials=2, batches_per_trial=4, clock=clock)
+    assert module.seen == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]  # no trial restarts at batch 0
+    assert timing.distinct_batches == 10 and timing.timed_calls == 8 and timing.calls_per_batch == 0.8
+
+
+def test_paired_rounds_alternate_order_over_the_same_batches():
+    clock = FakeClock()
+    ref, cand = Costs(clock, 2_000_000), Costs(clock, 1_000_000)  # the candidate is twice as fast
+    paired = time_paired(cand, ref, numbered_inputs(100), 4, torch.device("cpu"), warmup_batches=1, trials=4,
+                         batches_per_trial=2, clock=clock)
+    assert paired.first == ["reference", "candidate", "candidate", "reference"]  # ABBA
+    assert ref.seen[1:] == cand.seen[1:]  # both sides timed the same batches in every round
+    assert paired.ratios == [2.0] * 4 and paired.speedup() == (2.0, 2.0, 2.0)
+
+
+def test_paired_speedup_cancels_load_that_changes_between_rounds():
+    """Background load that slows round r by a factor hits both halves alike: the ratio holds."""
+    clock = FakeClock()
+    slow = {0: 1, 1: 3, 2: 1, 3: 5, 4: 2}
+    calls = {"n": 0}
+
+    def cost(base):
+        def f(_):
+            rnd = max(0, calls["n"] - 2) // 4  # after one warm-up call a side: 2 calls per half, 2 halves per round
+            calls["n"] += 1
+            return base * slow.get(rnd, 1)
+        return f
+
+    ref, cand = Costs(clock, 0), Costs(clock, 0)
+    ref.cost_ns, cand.cost_ns = cost(3_000_000), cost(2_000_000)
+    paired = time_paired(cand, ref, numbered_inputs(50), 4, torch.device("cpu"), warmup_batches=0, trials=5,
+                         batches_per_trial=2, clock=clock)
+    point, lo, hi = paired.speedup()
+    assert point == pytest.approx(1.5) and lo == pytest.approx(1.5) and hi == pytest.approx(1.5)
+    spread = np.ptp(paired.candidate.trial_throughput) / np.median(paired.candidate.trial_throughput)
+    assert spread > 1  # the candidate alone swung several-fold

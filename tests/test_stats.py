@@ -194,3 +194,36 @@ def test_interval_helpers():
     assert interval_contains(0.95, 1.05, 1.0) and not interval_contains(1.01, 1.05, 1.0)
     with pytest.raises(ValueError):
         indistinguishable_from_zero(float("nan"), 1.0)
+
+
+# ------------------------------------------------------------------- practical equivalence (TOST)
+
+from bench.stats import EQUIVALENT, GAIN, INCONCLUSIVE, LOSS, median_interval, practical_verdict  # noqa: E402
+
+
+@pytest.mark.parametrize("lo,hi,verdict", [
+    (-6e-7, -5e-7, EQUIVALENT),   # detectable, practically nothing: fp16_tbe's real delta
+    (-0.0003, 0.0002, EQUIVALENT),
+    (-0.003, -0.002, LOSS),        # wholly below zero and past the margin
+    (-0.0015, -0.0002, LOSS),      # below zero, reaching past the margin
+    (0.0002, 0.004, GAIN),
+    (-0.002, 0.0005, INCONCLUSIVE),  # straddles zero and the margin
+    (float("nan"), 0.1, INCONCLUSIVE),
+])
+def test_auc_delta_verdicts(lo, hi, verdict):
+    assert practical_verdict(lo, hi, margin=0.001) == verdict
+
+
+@pytest.mark.parametrize("lo,hi,verdict", [
+    (0.97, 1.04, EQUIVALENT), (1.10, 1.30, GAIN), (0.50, 0.80, LOSS), (0.90, 1.20, INCONCLUSIVE), (1.01, 1.04, EQUIVALENT),
+])
+def test_speedup_verdicts_use_a_relative_margin(lo, hi, verdict):
+    assert practical_verdict(lo, hi, margin=0.05, null=1.0, ratio=True) == verdict
+
+
+def test_median_interval():
+    point, lo, hi = median_interval([1.0, 1.1, 0.9, 1.05, 0.95])
+    assert point == 1.0 and lo <= 1.0 <= hi and lo >= 0.9 and hi <= 1.1
+    assert median_interval([2.0, 2.0, 2.0]) == (2.0, 2.0, 2.0)
+    with pytest.raises(ValueError):
+        median_interval([])

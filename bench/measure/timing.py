@@ -1,8 +1,22 @@
-"""Throughput and latency of a module over prepared batches.
+"""Throughput and latency of a module over prepared batches, alone or paired with a reference.
 
 The timed region holds only the model call: batches are built and moved to the device before
 timing starts. Warm-up first, then several trials; every per-batch latency is kept so a report can
 recompute any statistic. On CUDA, CUDA events bracket each call and the trial synchronises once.
+
+Fresh data: calls walk through the distinct timing batches in order across trials (they never
+restart at the first batch), so with enough distinct batches no timed call replays ids whose rows
+are still in cache from the call before; `Timing.calls_per_batch` says how often each was reused.
+
+Paired timing (`time_paired`): the speedup of a candidate over a reference (fp32) is measured in
+the same process and time window, in rounds that alternate the order (ABBA: ref-cand, cand-ref,
+...). Both sides of a round run over the same batches, and each side takes the second place in
+half the rounds, so neither gains from the other's warm caches on average. The speedup is the
+median of per-round ratios with a bootstrap interval over rounds: background load that changes
+between rounds hits both sides of each ratio alike.
+
+The clock is injectable (`clock`: nanoseconds, `time.perf_counter_ns` by default), so the logic is
+tested without timing anything.
 """
 
 from __future__ import annotations
@@ -10,17 +24,22 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 from torch import nn
+
+from bench.stats import median_interval
+
+Clock = Callable[[], int]  # nanoseconds
 
 
 @dataclass
 class Timing:
     batch_size: int
     latency_ms: list[list[float]]  # [trial][batch]: the raw samples
+    distinct_batches: int = 0  # distinct timing batches the calls walked through
 
     @property
     def trial_throughput(self) -> list[float]:
@@ -31,9 +50,67 @@ class Timing:
     def throughput(self) -> float:
         return float(np.median(self.trial_throughput))
 
+    @property
+    def timed_calls(self) -> int:
+        return sum(len(t) for t in self.latency_ms)
+
+    @property
+    def calls_per_batch(self) -> float:
+        """How often each distinct batch was timed on average (1.0: every timed call saw fresh data)."""
+        return self.timed_calls / self.distinct_batches if self.distinct_batches else math.nan
+
+    @property
+    def trial_cv(self) -> float:
+        """Coefficient of variation of the trial throughputs (std / mean)."""
+        t = np.asarray(self.trial_throughput)
+        return float(t.std(ddof=1) / t.mean()) if t.size > 1 else 0.0
+
     def latency_percentiles(self) -> dict[str, float]:
         flat = np.concatenate([np.asarray(t) for t in self.latency_ms])
         return {f"p{q}": float(np.percentile(flat, q)) for q in (50, 90, 99)}
+
+
+@dataclass
+class PairedTiming:
+    """Rounds of reference and candidate halves over the same batches, alternating order."""
+
+    candidate: Timing  # one trial per round
+    reference: Timing
+    first: list[str]  # per round, which side ran first ("reference" or "candidate")
+
+    @property
+    def ratios(self) -> list[float]:
+        """Per-round candidate / reference throughput."""
+        return [c / r for c, r in zip(self.candidate.trial_throughput, self.reference.trial_throughput)]
+
+    def speedup(self, alpha: float = 0.05) -> tuple[float, float, float]:
+        """Median per-round ratio with its bootstrap (1 - alpha) interval over rounds."""
+        return median_interval(self.ratios, alpha=alpha)
+
+
+class _Calls:
+    """The next `n` timing inputs, continuing where the last call stopped (fresh data across trials)."""
+
+    def __init__(self, inputs: Sequence[tuple]) -> None:
+        if not inputs:
+            raise ValueError("no timing batches")
+        self.inputs, self.next = inputs, 0
+
+    def take(self, n: int) -> list[tuple]:
+        out = [self.inputs[(self.next + j) % len(self.inputs)] for j in range(n)]
+        self.next = (self.next + n) % len(self.inputs)
+        return out
+
+
+def _clock_fn(device: torch.device, clock: Clock):
+    if device.type == "cuda":
+        return _cuda_clock
+    return lambda module, trial_inputs, device: _cpu_clock(module, trial_inputs, clock)
+
+
+def _calls_per_trial(warm_ms: list[float], batches_per_trial: int, min_trial_seconds: float) -> int:
+    per_call_s = float(np.median(warm_ms)) / 1e3
+    return max(batches_per_trial, math.ceil(min_trial_seconds / per_call_s) if per_call_s > 0 else 0)
 
 
 def time_module(
@@ -45,30 +122,67 @@ def time_module(
     trials: int,
     batches_per_trial: int,
     min_trial_seconds: float = 0.0,
+    clock: Clock = time.perf_counter_ns,
+    **_unused,
 ) -> Timing:
-    """Call `module(*inputs[i])` in rounds; `inputs` already live on `device`.
+    """Call `module(*inputs[i])` in trials; `inputs` already live on `device`.
 
     Each trial makes at least `batches_per_trial` calls, and more when the warm-up says that
-    many would take less than `min_trial_seconds`, cycling over `inputs`.
+    many would take less than `min_trial_seconds`, walking on through `inputs`.
     """
-    if not inputs:
-        raise ValueError("no timing batches")
-    clock = _cuda_clock if device.type == "cuda" else _cpu_clock
+    calls, timed = _Calls(inputs), _clock_fn(device, clock)
     with torch.inference_mode():
-        warm = clock(module, [inputs[i % len(inputs)] for i in range(max(1, warmup_batches))], device)
-        per_call_s = float(np.median(warm)) / 1e3
-        calls = max(batches_per_trial, math.ceil(min_trial_seconds / per_call_s) if per_call_s > 0 else 0)
-        latency = [clock(module, [inputs[j % len(inputs)] for j in range(calls)], device) for _ in range(trials)]
-    return Timing(batch_size=batch_size, latency_ms=latency)
+        warm = timed(module, calls.take(max(1, warmup_batches)), device)
+        n = _calls_per_trial(warm, batches_per_trial, min_trial_seconds)
+        latency = [timed(module, calls.take(n), device) for _ in range(trials)]
+    return Timing(batch_size=batch_size, latency_ms=latency, distinct_batches=len(inputs))
 
 
-def _cpu_clock(module: nn.Module, trial_inputs: list[tuple], device: torch.device) -> list[float]:
+def time_paired(
+    candidate: nn.Module,
+    reference: nn.Module,
+    inputs: Sequence[tuple],
+    batch_size: int,
+    device: torch.device,
+    warmup_batches: int,
+    trials: int,
+    batches_per_trial: int,
+    min_trial_seconds: float = 0.0,
+    clock: Clock = time.perf_counter_ns,
+    **_unused,
+) -> PairedTiming:
+    """`trials` rounds; in each, both modules run the same next batches, in ABBA order.
+
+    The number of calls per half is sized from the slower side's warm-up, so every half lasts
+    at least `min_trial_seconds`.
+    """
+    calls, timed = _Calls(inputs), _clock_fn(device, clock)
+    sides = {"candidate": candidate, "reference": reference}
+    lat: dict[str, list[list[float]]] = {"candidate": [], "reference": []}
+    first = []
+    with torch.inference_mode():
+        warm_batches = calls.take(max(1, warmup_batches))
+        warm = [timed(m, warm_batches, device) for m in sides.values()]
+        n = max(_calls_per_trial(w, batches_per_trial, min_trial_seconds) for w in warm)
+        for r in range(trials):
+            order = ("reference", "candidate") if r % 4 in (0, 3) else ("candidate", "reference")  # ABBA
+            batch_window = calls.take(n)
+            for side in order:
+                lat[side].append(timed(sides[side], batch_window, device))
+            first.append(order[0])
+    return PairedTiming(
+        candidate=Timing(batch_size, lat["candidate"], len(inputs)),
+        reference=Timing(batch_size, lat["reference"], len(inputs)),
+        first=first,
+    )
+
+
+def _cpu_clock(module: nn.Module, trial_inputs: list[tuple], clock: Clock) -> list[float]:
     out = []
-    counter = time.perf_counter_ns
     for args in trial_inputs:
-        start = counter()
+        start = clock()
         module(*args)
-        out.append((counter() - start) / 1e6)
+        out.append((clock() - start) / 1e6)
     return out
 
 

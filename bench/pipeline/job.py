@@ -8,8 +8,9 @@ from typing import Any
 
 import torch
 from omegaconf import OmegaConf
+from torch import nn
 
-from bench import registry
+from bench import hardware, registry
 from bench.backends.base import Backend
 from bench.backends.tables import embedding_bytes
 from bench.config import BackendConfig, Config
@@ -17,9 +18,12 @@ from bench.errors import UserError
 from bench.hashing import plain
 from bench.measure.accuracy import accuracy_metrics, score
 from bench.measure.memory import PeakMemory, model_bytes
-from bench.measure.timing import time_module
+from bench.measure.noise import LoadWatch, stability
+from bench.measure.timing import PairedTiming, Timing, time_module, time_paired
+from bench.pipeline.guard import memory_estimate
 from bench.pipeline.scores import Scores, scores_key
 from bench.pipeline.shared import SharedWork, TrainedModel
+from bench.registry import BASELINE_BACKEND
 from bench.stats import paired_auc_delta
 from bench.workloads.base import Workload
 
@@ -35,7 +39,13 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
         prepared = shared.prepared(cfg, backend, model, workload, device)
         labels, logits = _scores(cfg, backend.cfg, model, workload, device, shared, lambda: prepared)
         inputs = shared.timing_inputs(cfg, workload, device)
-        timing = time_module(prepared, inputs, cfg.batch_size, device, **vars(cfg.timing))
+        reference, why_unpaired = _reference(cfg, backend, model, workload, device, shared)
+        with LoadWatch() as load:
+            if reference is None:
+                timing, paired = time_module(prepared, inputs, cfg.batch_size, device, **vars(cfg.timing)), None
+            else:
+                paired = time_paired(prepared, reference, inputs, cfg.batch_size, device, **vars(cfg.timing))
+                timing = paired.candidate
 
     metrics: dict[str, Any] = accuracy_metrics(labels, logits)
     metrics["oracle_auc"] = workload.oracle_auc()
@@ -43,6 +53,7 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
     delta = paired_auc_delta(labels, base_logits, logits)
     metrics.update(auc_fp32=delta.auc_base, **delta.as_metrics())
     metrics.update(_fidelity(cfg, backend, model, workload, device, shared, labels, logits))
+    metrics.update(_timing_figures(cfg, backend, timing, paired, why_unpaired, load.figures, inputs))
     metrics.update(
         throughput=timing.throughput,
         throughput_trials=timing.trial_throughput,
@@ -60,6 +71,59 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
     )
     metrics.update(backend.job_metrics(prepared))
     return metrics
+
+
+def _reference(cfg: Config, backend: Backend, model: TrainedModel, workload: Workload, device: torch.device,
+               shared: SharedWork) -> tuple[nn.Module | None, str | None]:
+    """The fp32 module a paired speedup is timed against, or None and why not."""
+    if backend.cfg.name == BASELINE_BACKEND:
+        return None, "this is the reference"
+    if not cfg.timing.paired:
+        return None, "timing.paired=false"
+    ref = registry.get("backend", BASELINE_BACKEND).factory(backend_config({"name": BASELINE_BACKEND}))
+    why = ref.unsupported_reason(device)
+    if why is None and cfg.memory_fraction is not None:
+        estimate = memory_estimate(cfg, ref, workload, True, device)
+        extra = estimate.fp32_model_bytes  # the reference's copy, beside the candidate
+        if extra > cfg.memory_fraction * (hardware.mem_available_bytes() or float("inf")):
+            why = f"no room for an fp32 reference ({estimate.describe()})"
+    if why is not None:
+        return None, why
+    return shared.reference(cfg, ref, model, device), None
+
+
+def _timing_figures(cfg: Config, backend: Backend, timing: Timing, paired: PairedTiming | None, why_unpaired: str | None,
+                    load: dict[str, Any], inputs: list[tuple]) -> dict[str, Any]:
+    """What was timed (distinct batches and ids, calls), the paired speedup, and whether it is stable."""
+    sparse = [args[1] for args in inputs]
+    out: dict[str, Any] = {
+        "timing_distinct_batches": timing.distinct_batches,
+        "timing_distinct_ids": _distinct_ids(sparse),
+        "timing_calls": timing.timed_calls,
+        "timing_calls_per_batch": timing.calls_per_batch,
+    }
+    if paired is not None:
+        point, lo, hi = paired.speedup()
+        out.update(
+            speedup=point, speedup_lo=lo, speedup_hi=hi, speedup_rounds=paired.ratios, speedup_first=paired.first,
+            speedup_method=f"paired: {len(paired.ratios)} ABBA rounds against {BASELINE_BACKEND} in this process",
+            reference_throughput=paired.reference.throughput, reference_throughput_trials=paired.reference.trial_throughput,
+        )
+    else:
+        out["speedup_method"] = f"unpaired ({why_unpaired})"
+    out.update(stability(timing, paired, load, cfg.timing.max_trial_cv, cfg.timing.max_ratio_spread))
+    return out
+
+
+def _distinct_ids(sparse: list) -> int:
+    """Distinct (feature, id) pairs over the timing batches: how much of the tables the timed calls touch."""
+    if not sparse:
+        return 0
+    total = 0
+    for key in sparse[0].keys():
+        ids = torch.cat([kjt[key].values() for kjt in sparse])
+        total += int(torch.unique(ids).numel())
+    return total
 
 
 def backend_config(overrides: dict[str, Any]) -> BackendConfig:

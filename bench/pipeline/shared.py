@@ -59,11 +59,12 @@ class SharedWork:
     _splits: dict[str, _Slot] = field(default_factory=dict)
     _prepared: _Slot = field(default_factory=_Slot)
     _timing: _Slot = field(default_factory=_Slot)
+    _reference: _Slot = field(default_factory=_Slot)
     scores: ScoreCache = field(default_factory=ScoreCache)
 
     def clear(self) -> None:
         self._workloads.clear()
-        for slot in (self._model, self._prepared, self._timing, *self._splits.values()):
+        for slot in (self._model, self._prepared, self._timing, self._reference, *self._splits.values()):
             slot.key, slot.value = None, None
         self.scores.clear()
         gc.collect()
@@ -71,7 +72,8 @@ class SharedWork:
 
     def built(self) -> list[str]:
         """Names of the pieces held now (for tests and logs)."""
-        slots = {"model": self._model, "prepared": self._prepared, "timing": self._timing, **{f"{k} batches": v for k, v in self._splits.items()}}
+        slots = {"model": self._model, "prepared": self._prepared, "reference": self._reference, "timing": self._timing,
+                 **{f"{k} batches": v for k, v in self._splits.items()}}
         held = ["workload"] if self._workloads else []
         return held + [name for name, slot in slots.items() if slot.key is not None] + (["scores"] if self.scores else [])
 
@@ -117,9 +119,20 @@ class SharedWork:
 
         return self._prepared.get(key, build)
 
+    def reference(self, cfg: Config, reference: Backend, model: TrainedModel, device: torch.device) -> nn.Module:
+        """The fp32 reference a paired speedup is timed against, kept beside the candidate."""
+        key = config_hash({"model": model.key, "backend": plain(reference.cfg), "device": str(device)})
+
+        def build() -> nn.Module:
+            torch.manual_seed(cfg.seed)
+            return reference.prepare(model.module, [], device)
+
+        return self._reference.get(key, build)
+
     def timing_inputs(self, cfg: Config, workload: Workload, device: torch.device) -> list[tuple]:
-        """The first `batches_per_trial` full eval batches at the job's batch size, already on device."""
-        n = cfg.timing.batches_per_trial
+        """Distinct full eval batches at the job's batch size, already on device: at least
+        `batches_per_trial`, up to `max_distinct_samples` samples (fresh ids for every timed call)."""
+        n = max(cfg.timing.batches_per_trial, cfg.timing.max_distinct_samples // cfg.batch_size)
         key = config_hash({"w": plain(cfg.workload), "seed": cfg.seed, "bs": cfg.batch_size, "dev": str(device), "n": n})
 
         def build() -> list[tuple]:

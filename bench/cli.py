@@ -30,7 +30,7 @@ from bench.results import RunRecord, save_record
 from bench.runner import run_job
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
-GROUPS = ("workload", "model", "backend", "device", "gate", "sweep")
+GROUPS = ("workload", "model", "backend", "device", "gate", "compare", "sweep")
 POSITIVE_INT_KEYS = ("batch_size", "eval_batch_size", "calibration_batch_size", "threads")
 log = logging.getLogger("bench")
 

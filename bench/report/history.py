@@ -1,134 +1,112 @@
 """Nightly history: one JSON line per (run, workload, device, backend, batch_size), and `history.md`.
 
-Each nightly run appends its results rows to `<reports_dir>/history.jsonl` (or
-`gate.history_file`) under an exclusive lock, then fsync; a run id already in the file is not
-appended twice, so re-running the gate over the same report is harmless. `render_history` shows
-AUC and throughput per backend over the last N runs and flags a change against the previous run
-that goes beyond the noise:
+Each nightly run appends the newest record per key of its report folder to
+`<reports_dir>/history.jsonl` (or `gate.history_file`) through the record store's locked appender
+(`bench.results.append_jsonl`); a run id already in the file is not appended twice, so re-running
+the gate over the same report is harmless. Each line keeps the run's raw per-trial throughputs,
+so a later night is compared with the comparison engine (`bench.compare.compare_metrics`, noise
+rules from `conf/compare/`) exactly as a baseline sweep is: throughput by the bootstrap interval
+of the ratio of medians, AUC by the paired ΔAUC interval, both beyond a tolerance.
+`render_history` shows AUC and throughput per backend over the last N runs and flags changes.
 
-- AUC: beyond the larger paired-CI half-width of the two runs (the CI of AUC - fp32 AUC, over
-  the same eval samples each night) and beyond an absolute tolerance;
-- throughput: beyond the two runs' trial spreads (their ranges do not overlap) and beyond a
-  relative tolerance.
+Rows whose machine fingerprint differs between the two runs are marked, not compared; a changed
+config hash is compared and flagged with a note.
 
-Rows whose config hash or machine fingerprint differ between the two runs are marked, not compared.
+Versions (`history_version`): 1 kept a throughput spread (`throughput_lo`/`_hi`, rebuilt from
+the speedup interval when trials were gone); 2 keeps the raw `throughput_trials` instead. A v1
+line reads as v2 with no trials: its throughput is shown, not judged.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
-import math
 import os
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import pandas as pd
 
+from bench.compare import NOT_COMPARABLE, Tolerances, compare_metrics, finite, identity
 from bench.errors import UserError
-from bench.gate.config import as_gate_config
-from bench.report.table import KEY
-from bench.results import cut_torn_tail, write_text_atomic
+from bench.report.table import KEY, as_records, latest_records, results_table, trials
+from bench.results import RunRecord, append_jsonl, write_text_atomic
 
-HISTORY_VERSION = 1
-_NUMERIC = ["auc", "auc_delta", "auc_delta_lo", "auc_delta_hi", "throughput", "throughput_lo", "throughput_hi",
-            "speedup", "speedup_lo", "speedup_hi", "latency_p50_ms", "latency_p99_ms", "embedding_bytes"]
-_OPTIONAL_TEXT = ["config_hash", "fingerprint"]  # copied when the results table has them
-
-
-def _num(value: Any) -> Optional[float]:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
+HISTORY_VERSION = 2
+HISTORY_FILE = "history.jsonl"
+_NUMERIC = ["auc", "auc_delta", "auc_delta_lo", "auc_delta_hi", "throughput", "speedup", "speedup_lo", "speedup_hi",
+            "latency_p50_ms", "latency_p99_ms", "embedding_bytes"]  # fmt: skip
+_TEXT = ["config_hash", "fingerprint"]
+_COLUMNS = ["run_id", "timestamp", "git_sha", *KEY, "status", *_NUMERIC, "throughput_trials", *_TEXT]
 
 
-def _throughput_spread(row: dict[str, Any]) -> tuple[Optional[float], Optional[float]]:
-    """Trial spread of throughput: its own columns, else the trials, else scaled from the speedup CI."""
-    lo, hi = _num(row.get("throughput_lo")), _num(row.get("throughput_hi"))
-    if lo is not None and hi is not None:
-        return lo, hi
-    trials = row.get("throughput_trials")
-    if isinstance(trials, (list, tuple)) and trials:
-        values = [v for v in map(_num, trials) if v is not None]
-        if values:
-            return min(values), max(values)
-    t, s, s_lo, s_hi = (_num(row.get(k)) for k in ("throughput", "speedup", "speedup_lo", "speedup_hi"))
-    if None not in (t, s, s_lo, s_hi) and s > 0:
-        return t * s_lo / s, t * s_hi / s
-    return None, None
+def _v1_to_v2(line: dict[str, Any]) -> dict[str, Any]:
+    line = {k: v for k, v in line.items() if k not in ("throughput_lo", "throughput_hi")}
+    return {**line, "throughput_trials": None}
 
 
-def history_rows(results_df: pd.DataFrame, *, run_id: str, timestamp: str, git_sha: Optional[str]) -> list[dict[str, Any]]:
-    missing = [c for c in KEY + ["status"] if c not in results_df.columns]
-    if missing:
-        raise UserError(f"results table lacks columns {missing}: expected the bench.report results table")
+# MIGRATIONS[n] turns a version-n line into a version-(n+1) line.
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+
+
+def migrate(line: dict[str, Any], where: str) -> dict[str, Any]:
+    version = line.get("history_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise UserError(f"{where}: no integer history_version: not a bench history line")
+    if version > HISTORY_VERSION:
+        raise UserError(f"{where}: history_version {version} is newer than this harness reads ({HISTORY_VERSION}): upgrade bench")
+    while version < HISTORY_VERSION:
+        line = {**MIGRATIONS[version](line), "history_version": version + 1}
+        version += 1
+    return line
+
+
+def history_rows(records: Iterable[RunRecord | dict[str, Any]], *, run_id: str, timestamp: str,
+                 git_sha: Optional[str], alpha: float = 0.05) -> list[dict[str, Any]]:
+    """One line per key: the results table's figures plus the newest record's raw trials."""
+    records = as_records(records)
+    latest = latest_records(records)
     rows = []
-    for row in results_df.to_dict("records"):
+    for row in results_table(records, alpha=alpha).to_dict("records"):
+        key = tuple(row[k] for k in KEY)
         out: dict[str, Any] = {"history_version": HISTORY_VERSION, "run_id": run_id, "timestamp": timestamp, "git_sha": git_sha}
         out.update({k: (int(row[k]) if k == "batch_size" else str(row[k])) for k in KEY})
         out["status"] = str(row["status"])
-        out.update({k: _num(row.get(k)) for k in _NUMERIC})
-        out["throughput_lo"], out["throughput_hi"] = _throughput_spread(row)
-        out.update({k: str(row[k]) for k in _OPTIONAL_TEXT if k in row and not pd.isna(row[k])})
+        out.update({k: finite(row.get(k)) for k in _NUMERIC})
+        out["throughput_trials"] = trials(latest[key]) or None
+        out.update({k: row[k] for k in _TEXT if isinstance(row.get(k), str) and row[k]})
         rows.append(out)
     return rows
 
 
-def append_history(results_df: pd.DataFrame, path: Path, *, run_id: str, timestamp: Optional[str] = None,
-                   git_sha: Optional[str] = None) -> int:
-    """Append this run's rows under an exclusive lock, fsynced; returns lines written (0: run id already there)."""
+def append_history(records: Iterable[RunRecord | dict[str, Any]], path: Path, *, run_id: str,
+                   timestamp: Optional[str] = None, git_sha: Optional[str] = None, alpha: float = 0.05) -> int:
+    """Append this run's lines (locked, fsynced); returns lines written (0: run id already there)."""
     timestamp = timestamp or datetime.now(timezone.utc).isoformat(timespec="seconds")
-    rows = history_rows(results_df, run_id=run_id, timestamp=timestamp, git_sha=git_sha)
-    payload = "".join(json.dumps(r, sort_keys=True, allow_nan=False) + "\n" for r in rows)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+", encoding="utf-8") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        try:
-            cut_torn_tail(f.fileno())  # a writer killed mid-line: the next line must not glue onto it
-            f.seek(0)
-            if any(_line_run_id(line) == run_id for line in f):
-                return 0
-            f.write(payload)  # "a+" writes at the end whatever the read position
-            f.flush()
-            os.fsync(f.fileno())
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-    return len(rows)
-
-
-def _line_run_id(line: str) -> Optional[str]:
-    try:
-        return json.loads(line).get("run_id")
-    except (json.JSONDecodeError, AttributeError):
-        return None
+    rows = history_rows(records, run_id=run_id, timestamp=timestamp, git_sha=git_sha, alpha=alpha)
+    if not rows:
+        raise UserError("no records to add to the history (did the sweep run?)")
+    return append_jsonl(Path(path), rows, unless=lambda line: line.get("run_id") == run_id)
 
 
 def load_history(path: Path) -> pd.DataFrame:
-    """Every history line, in file order; a torn or newer-version line is an error naming the line."""
+    """Every history line, in file order, migrated to the current version; a torn or newer line is an error naming the line."""
     path = Path(path)
     rows = []
     with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
+        for lineno, text in enumerate(f, 1):
+            if not text.strip():
                 continue
             try:
-                data = json.loads(line)
+                data = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise UserError(f"{path}:{lineno}: not a history line ({exc.msg})") from None
-            version = data.get("history_version") if isinstance(data, dict) else None
-            if not isinstance(version, int):
+            if not isinstance(data, dict):
                 raise UserError(f"{path}:{lineno}: no integer history_version: not a bench history line")
-            if version > HISTORY_VERSION:
-                raise UserError(f"{path}:{lineno}: history_version {version} is newer than this harness reads ({HISTORY_VERSION}): upgrade bench")
-            rows.append(data)
-    columns = ["run_id", "timestamp", "git_sha", *KEY, "status", *_NUMERIC, *_OPTIONAL_TEXT]
+            rows.append(migrate(data, f"{path}:{lineno}"))
     df = pd.DataFrame(rows)
-    for c in columns:
+    for c in _COLUMNS:
         if c not in df.columns:
             df[c] = None
     return df
@@ -139,10 +117,12 @@ def run_order(history: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(history["run_id"]))
 
 
-def history_changes(history: pd.DataFrame, *, auc_tolerance: float, throughput_tolerance: float) -> pd.DataFrame:
+def history_changes(history: pd.DataFrame, cfg: Tolerances) -> pd.DataFrame:
     """Per key and metric, the latest run against the previous run that has the key.
 
-    Columns: KEY, metric (auc | throughput | status), previous, latest, change, noise, flagged, note.
+    Columns: KEY, metric (auc | throughput | status | config), previous, latest, change, noise,
+    flagged, note. `change` is the difference for AUC and the ratio - 1 for throughput; `noise`
+    the half-width of the change's interval in the same units.
     """
     columns = [*KEY, "metric", "previous", "latest", "change", "noise", "flagged", "note"]
     runs = run_order(history)
@@ -157,45 +137,27 @@ def history_changes(history: pd.DataFrame, *, auc_tolerance: float, throughput_t
             continue
         prev, now = group.iloc[-2].to_dict(), group.iloc[-1].to_dict()
         base = dict(zip(KEY, key))
-        changed = [k for k in _OPTIONAL_TEXT if _text(prev.get(k)) and _text(now.get(k)) and prev[k] != now[k]]
-        if changed:
-            out.append({**base, "metric": "config", "flagged": True,
-                        "note": f"{' and '.join(changed)} changed since run {prev['run_id']}: not comparable"})
+        refused, notes = identity(now, prev)
+        since = f" since run {prev['run_id']}"
+        if refused:
+            out.append({**base, "metric": "config", "flagged": True, "note": refused + since})
             continue
+        if notes:
+            out.append({**base, "metric": "config", "flagged": True, "note": "; ".join(notes) + since + ": compared anyway"})
         if prev["status"] != now["status"]:
-            out.append({**base, "metric": "status", "previous": None, "latest": None, "flagged": now["status"] != "ok",
+            out.append({**base, "metric": "status", "flagged": now["status"] != "ok",
                         "note": f"status {prev['status']} -> {now['status']}"})
         if now["status"] != "ok" or prev["status"] != "ok":
             continue
-        out.extend(_metric_changes(base, prev, now, auc_tolerance, throughput_tolerance))
+        for metric, c in compare_metrics(now, prev, cfg).items():
+            if c.verdict == NOT_COMPARABLE and c.value is None and c.base is None:
+                continue
+            shown = f"{c.moved:+.1%}" if metric == "throughput" and c.moved is not None else (
+                f"{c.moved:+.4f}" if c.moved is not None else "")
+            out.append({**base, "metric": metric, "previous": c.base, "latest": c.new, "change": c.moved,
+                        "noise": c.noise, "flagged": c.flagged,
+                        "note": f"{metric} {shown} ({c.verdict}: {c.reason})"})
     return pd.DataFrame(out, columns=columns)
-
-
-def _text(value: Any) -> bool:
-    return isinstance(value, str) and value != ""
-
-
-def _half(lo: Any, hi: Any) -> float:
-    lo, hi = _num(lo), _num(hi)
-    return 0.0 if lo is None or hi is None else abs(hi - lo) / 2
-
-
-def _metric_changes(base: dict, prev: dict, now: dict, auc_tol: float, tput_tol: float) -> list[dict]:
-    out = []
-    a0, a1 = _num(prev.get("auc")), _num(now.get("auc"))
-    if a0 is not None and a1 is not None:
-        noise = max(_half(prev.get("auc_delta_lo"), prev.get("auc_delta_hi")), _half(now.get("auc_delta_lo"), now.get("auc_delta_hi")), auc_tol)
-        change = a1 - a0
-        out.append({**base, "metric": "auc", "previous": a0, "latest": a1, "change": change, "noise": noise,
-                    "flagged": abs(change) > noise, "note": f"AUC {change:+.4f} (noise {noise:.4f})"})
-    t0, t1 = _num(prev.get("throughput")), _num(now.get("throughput"))
-    if t0 is not None and t1 is not None and t0 > 0:
-        spread = _half(prev.get("throughput_lo"), prev.get("throughput_hi")) + _half(now.get("throughput_lo"), now.get("throughput_hi"))
-        noise = max(spread / t0, tput_tol)
-        change = t1 / t0 - 1
-        out.append({**base, "metric": "throughput", "previous": t0, "latest": t1, "change": change, "noise": noise,
-                    "flagged": abs(change) > noise, "note": f"throughput {change:+.1%} (noise {noise:.1%})"})
-    return out
 
 
 def _md(text: Any) -> str:
@@ -206,8 +168,11 @@ def _fmt_tput(v: Optional[float]) -> str:
     return "" if v is None else f"{v:,.0f}"
 
 
-def render_history(history: pd.DataFrame, *, runs: int = 14, auc_tolerance: float = 0.0005,
-                   throughput_tolerance: float = 0.05) -> str:
+def _fmt_auc(v: Optional[float]) -> str:
+    return "" if v is None else f"{v:.4f}"
+
+
+def render_history(history: pd.DataFrame, cfg: Tolerances, *, runs: int = 14) -> str:
     order = run_order(history)[-runs:]
     recent = history[history["run_id"].isin(order)]
     lines = ["# Nightly history", ""]
@@ -217,10 +182,11 @@ def render_history(history: pd.DataFrame, *, runs: int = 14, auc_tolerance: floa
     lines += [f"Last {len(order)} runs, oldest first:", ""]
     for r in order:
         sha = meta.at[r, "git_sha"]
-        lines.append(f"- `{r}`: {meta.at[r, 'timestamp']}, git {sha[:12] if _text(sha) else 'unknown'}")
-    changes = history_changes(recent, auc_tolerance=auc_tolerance, throughput_tolerance=throughput_tolerance)
+        lines.append(f"- `{r}`: {meta.at[r, 'timestamp']}, git {sha[:12] if isinstance(sha, str) and sha else 'unknown'}")
+    changes = history_changes(recent, cfg)
     flagged = changes[changes["flagged"].astype(bool)] if not changes.empty else changes
-    lines += ["", f"## Changes against the previous run (beyond noise; tolerances: AUC {auc_tolerance:g}, throughput {throughput_tolerance:.0%})", ""]
+    lines += ["", "## Changes against the previous run (beyond noise; `compare`: AUC tolerance "
+              f"{cfg.auc_tolerance:g}, throughput tolerance {cfg.throughput_tolerance:.0%}, {1 - cfg.alpha:.0%} intervals)", ""]
     if flagged.empty:
         lines.append("No change beyond the noise." if len(order) > 1 else "Only one run so far: nothing to compare.")
     else:
@@ -229,8 +195,7 @@ def render_history(history: pd.DataFrame, *, runs: int = 14, auc_tolerance: floa
             lines.append(f"| {_md(c['backend'])} | {_md(c['workload'])} | {_md(c['device'])} | {c['batch_size']} | {c['metric']} | ⚠ {_md(c['note'])} |")
     for (workload, device), group in recent.groupby(["workload", "device"], sort=True):
         lines += ["", f"## {workload} on {device}"]
-        for metric, fmt, title in (("auc", lambda v: "" if v is None else f"{v:.4f}", "AUC"),
-                                   ("throughput", _fmt_tput, "Throughput (rows/s)")):
+        for metric, fmt, title in (("auc", _fmt_auc, "AUC"), ("throughput", _fmt_tput, "Throughput (rows/s)")):
             lines += ["", f"### {title}", "", "| backend | batch | " + " | ".join(f"`{r}`" for r in order) + " |",
                       "| --- | ---: |" + " ---: |" * len(order)]
             for (backend, batch), rows in group.groupby(["backend", "batch_size"], sort=True):
@@ -245,7 +210,7 @@ def _cell(row: Optional[dict], metric: str, fmt) -> str:
         return ""
     if row["status"] != "ok":
         return str(row["status"])
-    return fmt(_num(row.get(metric)))
+    return fmt(finite(row.get(metric)))
 
 
 def default_run_id() -> str:
@@ -265,18 +230,21 @@ def current_git_sha() -> Optional[str]:
     return out.stdout.strip() or None
 
 
-def update_history(results_df: pd.DataFrame, gate_cfg: Any, reports_dir: Path, *, run_id: Optional[str] = None,
-                   git_sha: Optional[str] = None, timestamp: Optional[str] = None) -> Path:
+def history_path(history_file: Optional[str], reports_dir: Path) -> Path:
+    """`gate.history_file` when set, else `<reports_dir>/history.jsonl`."""
+    return Path(history_file) if history_file else Path(reports_dir) / HISTORY_FILE
+
+
+def update_history(records: Iterable[RunRecord | dict[str, Any]], path: Path, cfg: Tolerances, *, runs: int = 14,
+                   run_id: Optional[str] = None, git_sha: Optional[str] = None, timestamp: Optional[str] = None) -> Path:
     """Append this run to the history file and rewrite `history.md` beside it; returns its path."""
-    cfg = as_gate_config(gate_cfg)
-    path = Path(cfg.history_file) if cfg.history_file else Path(reports_dir) / "history.jsonl"
-    append_history(results_df, path, run_id=run_id or default_run_id(), timestamp=timestamp,
+    path = Path(path)
+    append_history(records, path, run_id=run_id or default_run_id(), timestamp=timestamp, alpha=cfg.alpha,
                    git_sha=git_sha if git_sha is not None else current_git_sha())
-    md = render_history(load_history(path), runs=cfg.history_runs, auc_tolerance=cfg.history_auc_tolerance,
-                        throughput_tolerance=cfg.history_throughput_tolerance)
+    md = render_history(load_history(path), cfg, runs=runs)
     write_text_atomic(path.parent / "history.md", md)
     return path.parent / "history.md"
 
 
-__all__ = ["append_history", "load_history", "history_changes", "render_history", "update_history",
-                          "default_run_id", "current_git_sha", "history_rows"]
+__all__ = ["HISTORY_VERSION", "append_history", "load_history", "history_changes", "render_history", "update_history",
+           "history_path", "default_run_id", "current_git_sha", "history_rows", "migrate"]

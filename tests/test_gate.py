@@ -339,6 +339,11 @@ def test_cli_fails_with_an_override(tmp_path, capsys):
     assert "Gate: FAIL" in out and "int8_tbe" in out
 
 
+def test_cli_overrides_may_come_after_the_options(tmp_path):
+    report = write_report(tmp_path, healthy())
+    assert cli_main([str(report), "--out", str(tmp_path / "out"), "gate.rules.int8_tbe.min_speedup=100"]) == 1
+
+
 def test_cli_reads_the_committed_fixture(tmp_path):
     report = tmp_path / "report"
     report.mkdir()

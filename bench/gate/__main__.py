@@ -28,7 +28,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=None, help="write the verdict files here instead of the report folder")
     p.add_argument("--history", action="store_true", help="also append the records to the history file and rewrite history.md")
     p.add_argument("--run-id", default=None, help="history run id (default: $GITHUB_RUN_ID.$GITHUB_RUN_ATTEMPT or a UTC timestamp)")
-    return p.parse_args(argv)
+    return p.parse_intermixed_args(argv)  # overrides before or after the options
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -207,7 +207,7 @@ def describe_changes(stored: Optional[GateSettings], s: GateSettings, records: l
         return [f"no stored gate config ({stored_path.name}) beside {STORED}.md: it was written before configs were "
                 "stored, so its config and verdict rows cannot be re-derived; it is left as it is"]
     old = judge(records, stored)
-    changes = config_changes(stored, s) + verdict_changes(old, result) or ["no verdict row changed"]
+    changes = config_changes(stored, s) + (verdict_changes(old, result) or ["no verdict row changed"])
     if old_md is not None and old_md != render_markdown(old):
         diff = difflib.unified_diff(old_md.splitlines(), render_markdown(old).splitlines(), lineterm="", n=0)
         changed = [line for line in diff if line[:1] in "+-" and not line.startswith(("+++", "---"))]

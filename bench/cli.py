@@ -30,7 +30,7 @@ from bench.errors import UserError
 from bench.pipeline import Session, run_job
 from bench.record import RunRecord, save_record
 
-GROUPS = ("workload", "model", "backend", "device", "gate", "sweep")
+GROUPS = ("workload", "model", "backend", "device", "gate", "compare", "sweep")
 POSITIVE_INT_KEYS = ("batch_size", "eval_batch_size", "calibration_batch_size", "threads")
 log = logging.getLogger("bench")
 # The jobs of a sweep run in this process one after another and share their built work.

@@ -94,17 +94,26 @@ class RuleSet:
 
 
 @dataclass
+class CompareConfig:
+    """The comparison engine's noise rules (`bench.compare`), shared by the gate, the baseline
+    comparison and the nightly history. A change is flagged only when its (1 - alpha) interval
+    excludes "no change" and it moved by more than the tolerance."""
+
+    auc_tolerance: float = 0.0005  # absolute AUC
+    throughput_tolerance: float = 0.05  # relative
+    alpha: float = 0.05
+
+
+@dataclass
 class GateConfig:
     rules: dict[str, RuleSet] = field(default_factory=dict)  # backend name -> thresholds
+    # Thresholds for a backend with no entry in `rules` (values in conf/gate/default.yaml).
+    default_rules: RuleSet = field(default_factory=RuleSet)
     # A confidence interval that straddles a threshold reads "inconclusive"; by default that
     # passes (only a point estimate past the threshold fails); true makes it fail.
     inconclusive_fails: bool = False
     history_file: Optional[str] = None  # None: <reports_dir>/history.jsonl
-    history_runs: int = 14  # runs shown in history.md
-    # A change against the previous run is flagged when it exceeds the noise: the AUC CI
-    # half-width / the throughput trial spread, and at least these tolerances.
-    history_auc_tolerance: float = 0.0005  # absolute AUC
-    history_throughput_tolerance: float = 0.05  # relative
+    history_runs: int = 14  # runs shown in history.md (changes are judged by `compare`)
 
 
 @dataclass
@@ -127,6 +136,7 @@ class Config:
     sweep_name: Optional[str] = None
     run_gate: bool = False
     gate: GateConfig = field(default_factory=GateConfig)
+    compare: CompareConfig = field(default_factory=CompareConfig)
     # Reuse the ok/skipped record of a job already in <reports_dir>/records.jsonl (same config hash,
     # same machine fingerprint) instead of measuring it again: re-run an interrupted sweep with it.
     resume: bool = False
@@ -144,6 +154,7 @@ def register_configs() -> None:
     cs.store(group="model", name="base_model", node=ModelConfig)
     cs.store(group="device", name="base_device", node=DeviceConfig)
     cs.store(group="gate", name="base_gate", node=GateConfig)
+    cs.store(group="compare", name="base_compare", node=CompareConfig)
     for kind in registry.KINDS:
         for name, entry in registry.entries(kind).items():
             cs.store(group=kind, name=f"base_{name}", node=entry.config)

@@ -14,7 +14,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 
 def _umask() -> int:
@@ -71,21 +71,40 @@ def cut_torn_tail(fd: int) -> None:
     os.ftruncate(fd, 0)
 
 
-def append_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> None:
-    """Append whole lines under an exclusive lock, with one write, then fsync."""
+def append_jsonl(path: Path, records: Iterable[dict[str, Any]],
+                 unless: Callable[[dict[str, Any]], bool] | None = None) -> int:
+    """Append whole lines under an exclusive lock, with one write, then fsync; returns lines written.
+
+    `unless(stored_line)`, checked under the lock against every stored line that parses, skips
+    the whole append when it holds for one (the history appends a run id only once).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = "".join(json.dumps(r, sort_keys=True, allow_nan=False, default=str) + "\n" for r in records).encode()
+    lines = [json.dumps(r, sort_keys=True, allow_nan=False, default=str) + "\n" for r in records]
+    payload = "".join(lines).encode()
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         cut_torn_tail(fd)
+        if unless is not None and any(unless(line) for line in _stored_lines(fd)):
+            return 0
         view = memoryview(payload)
         while view:
             view = view[os.write(fd, view) :]
         os.fsync(fd)
     finally:
         os.close(fd)  # releases the lock
+    return len(lines)
+
+
+def _stored_lines(fd: int) -> Iterable[dict[str, Any]]:
+    for raw in os.pread(fd, os.fstat(fd).st_size, 0).split(b"\n"):
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(line, dict):
+            yield line
 
 
 def read_locked(path: Path) -> str:

@@ -52,7 +52,7 @@ class SweepCallback(Callback):
             self.bar.set_postfix_str(f"{config.backend.name} bs={config.batch_size} {config.device.type}")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from bench.report import publish_report, results_table
+        from bench.report import publish_report
 
         if self.bar is not None:
             self.bar.close()
@@ -69,12 +69,10 @@ class SweepCallback(Callback):
                 print(f"  error: {r.backend} {r.device} bs={r.batch_size}: {reason}")
         print(f"report: {report_dir / 'report.md'}")
         if config.get("run_gate"):
-            from bench.gate import run_gate
-            from bench.history import update_history
+            from bench.gate import gate_sweep
 
-            table = results_table(records)
-            code = run_gate(table, config.gate, report_dir)
-            update_history(table, config.gate, Path(config.reports_dir))
+            # Judged from the report folder's stored records; the configs are stored beside them.
+            code = gate_sweep(report_dir, config.gate, config.get("compare"), Path(config.reports_dir))
             print(f"gate: {'FAILED' if code else 'passed'} ({report_dir / 'gate.md'})")
             if code:
                 raise SystemExit(code)

@@ -154,6 +154,13 @@ def test_a_sweep_goes_on_past_nan_and_oom_and_the_gate_fails_on_them(fast_cfg, m
     report_md, gate_md = (latest / "report.md").read_text(), (latest / "gate.md").read_text()
     assert "non-finite scores" in report_md and "out of memory" in report_md  # the report lists the errors
     assert "job errored" in gate_md and "FAIL" in gate_md
+    # The stored verdict is reproduced from the stored records and config, without results.csv.
+    from bench.gate.__main__ import main as gate_main
+
+    assert (latest / "gate_config.yaml").is_file()
+    (latest / "results.csv").unlink()
+    assert gate_main([str(latest)]) == 1 and (latest / "gate.md").read_text() == gate_md
+    assert not list(latest.glob("gate-*"))
 
 
 # ---------------------------------------------------------------------------- resource guard

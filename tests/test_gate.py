@@ -1,21 +1,21 @@
-"""The gate: rules -> verdicts -> exit code, gate.md and gate.xml, overrides, the CLI."""
+"""The gate: rules -> verdicts -> exit code, gate.md and gate.xml, overrides, stored configs, the CLI."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.config_store import ConfigStore
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
+from bench.compose import compose_dictconfig
 from bench.errors import UserError
 from bench.gate import (
     FAIL,
+    GATE_CONFIG,
     INCONCLUSIVE,
     JOB,
     PASS,
@@ -24,14 +24,16 @@ from bench.gate import (
     GateConfig,
     RuleSet,
     evaluate_gate,
+    gate_sweep,
     load_gate_config,
+    rejudge,
     run_gate,
 )
 from bench.gate.__main__ import main as cli_main
-from bench.gate.config import CONF_DIR
+from bench.gate.stored import read_settings
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "gate"))
-from gate_frames import COLUMNS, FP32_AUC, frame, healthy, row  # noqa: E402
+from gate_frames import COLUMNS, FP32_AUC, frame, healthy, row, write_records  # noqa: E402
 
 BACKENDS = ("fp32", "fake_quant", "int8_tbe", "uint4", "fp32_tbe", "fp16_tbe", "int2_tbe")
 
@@ -90,11 +92,7 @@ def test_bad_overrides_are_user_errors(override):
 
 
 def test_default_yaml_composes_through_hydra_with_an_override():
-    ConfigStore.instance().store(group="gate", name="base_gate", node=GateConfig)
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR.parent), version_base="1.3"):
-        cfg = compose(overrides=["+gate=default", "gate.rules.int8_tbe.min_speedup=100"])
-    GlobalHydra.instance().clear()
+    cfg = compose_dictconfig(["gate=default", "gate.rules.int8_tbe.min_speedup=100"])
     assert OmegaConf.get_type(cfg.gate) is GateConfig
     result = evaluate_gate(healthy(), cfg.gate)  # a Hydra DictConfig is accepted as is
     assert result.exit_code == 1
@@ -276,9 +274,21 @@ def test_only_skipped_rows_pass():
     assert result.exit_code == 0 and result.counts[SKIPPED] == 1
 
 
-def test_backend_without_rules_passes_visibly():
-    [v] = evaluate_gate(frame(row("my_backend")), load_gate_config()).verdicts
-    assert v.verdict == PASS and v.rule == JOB and "no gate rules" in v.reason
+def test_backend_without_rules_gets_the_default_rules_and_says_so():
+    cfg = load_gate_config()
+    assert "my_backend" not in cfg.rules and cfg.default_rules == RuleSet(min_auc_ratio=0.99)  # MLPerf's 99% target
+    [v] = evaluate_gate(frame(row("my_backend")), cfg).verdicts
+    assert (v.rule, v.verdict) == ("min_auc_ratio", PASS) and "[gate.default_rules: no gate.rules.my_backend]" in v.reason
+    [v] = evaluate_gate(frame(row("my_backend", delta=-0.02)), cfg).verdicts  # 0.7831 / 0.8031 < 0.99
+    assert v.verdict == FAIL and "default_rules" in v.reason
+
+
+def test_rules_all_off_pass_visibly():
+    cfg = gate(my_backend={})
+    [v] = evaluate_gate(frame(row("my_backend")), cfg).verdicts
+    assert v.verdict == PASS and v.rule == JOB and "every rule is off" in v.reason and "gate.rules.my_backend" in v.reason
+    [v] = evaluate_gate(frame(row("other")), cfg).verdicts  # schema default: no default rules either
+    assert v.verdict == PASS and "gate.default_rules" in v.reason
 
 
 def test_bad_tables_are_user_errors():
@@ -312,20 +322,20 @@ def test_markdown_and_xml_survive_hostile_error_text(tmp_path):
     assert "pipe \\| in text" in row_line
 
 
-# --- CLI ------------------------------------------------------------------------------------
+# --- CLI: stored records, stored config -----------------------------------------------------
 
 
 def write_report(tmp_path: Path, df: pd.DataFrame) -> Path:
-    report = tmp_path / "report"
-    report.mkdir()
-    df.to_csv(report / "results.csv", index=False)
-    return report
+    """A report folder holding only records.jsonl (no results.csv: the gate reads records)."""
+    return write_records(tmp_path / "report", df)
 
 
-def test_cli_passes_on_healthy_results(tmp_path, capsys):
+def test_cli_passes_on_healthy_records(tmp_path, capsys):
     report = write_report(tmp_path, healthy())
     assert cli_main([str(report)]) == 0
     assert (report / "gate.md").is_file() and (report / "gate.xml").is_file()
+    assert not (report / "results.csv").exists()
+    assert read_settings(report / GATE_CONFIG).gate == load_gate_config()  # a first verdict stores its config
     assert "Gate: PASS" in capsys.readouterr().out
 
 
@@ -336,26 +346,119 @@ def test_cli_fails_with_an_override(tmp_path, capsys):
     assert "Gate: FAIL" in out and "int8_tbe" in out
 
 
+def test_cli_overrides_may_come_after_the_options(tmp_path):
+    report = write_report(tmp_path, healthy())
+    assert cli_main([str(report), "--out", str(tmp_path / "out"), "gate.rules.int8_tbe.min_speedup=100"]) == 1
+
+
 def test_cli_reads_the_committed_fixture(tmp_path):
-    fixture = Path(__file__).parent / "fixtures" / "gate" / "results.csv"
-    report = write_report(tmp_path, pd.read_csv(fixture))
+    report = tmp_path / "report"
+    report.mkdir()
+    shutil.copy(Path(__file__).parent / "fixtures" / "gate" / "records.jsonl", report)
     assert cli_main([str(report)]) == 1  # the fixture holds one errored job
     root = parse_junit(report / "gate.xml")
     assert root.get("failures") == "1" and root.get("skipped") == "1"
 
 
+def test_cli_follows_latest(tmp_path):
+    write_records(tmp_path / "nightly" / "20250101-000000", healthy())
+    (tmp_path / "nightly" / "latest").symlink_to("20250101-000000")
+    assert cli_main([str(tmp_path / "nightly")]) == 0
+    assert (tmp_path / "nightly" / "20250101-000000" / "gate.md").is_file()
+
+
+def sweep_gate(tmp_path: Path, *overrides: str) -> Path:
+    """What `python -m bench +sweep=nightly OVERRIDES` leaves: records, the stored config, the verdict."""
+    report = write_report(tmp_path, healthy())
+    gate_sweep(report, load_gate_config("default", overrides), {}, tmp_path / "reports", run_id="r1")
+    return report
+
+
+def test_sweep_stores_its_config_and_the_history(tmp_path):
+    report = sweep_gate(tmp_path, "gate.rules.int8_tbe.min_speedup=100")
+    assert read_settings(report / GATE_CONFIG).gate.rules["int8_tbe"].min_speedup == 100.0
+    assert "**Gate: FAIL**" in (report / "gate.md").read_text()
+    assert (tmp_path / "reports" / "history.jsonl").is_file() and (tmp_path / "reports" / "history.md").is_file()
+
+
+def test_rejudging_with_no_overrides_reproduces_the_stored_verdict(tmp_path, capsys):
+    report = sweep_gate(tmp_path, "gate.rules.int8_tbe.min_speedup=100")
+    before = {p.name: p.read_bytes() for p in report.iterdir()}
+    assert cli_main([str(report)]) == 1  # not the default rules' PASS
+    assert {p.name: p.read_bytes() for p in report.iterdir()} == before  # gate.md rewritten identical, nothing new
+    assert "Gate: FAIL" in capsys.readouterr().out
+
+
+def test_overrides_write_a_new_verdict_beside_the_stored_one(tmp_path, capsys):
+    report = sweep_gate(tmp_path, "gate.rules.int8_tbe.min_speedup=100")
+    stored_md = (report / "gate.md").read_text()
+    assert cli_main([str(report), "gate.rules.int8_tbe.min_speedup=null", "compare.alpha=0.1"]) == 0
+    assert (report / "gate.md").read_text() == stored_md  # never overwritten
+    [new_md] = [p for p in report.glob("gate-*.md")]
+    stem = new_md.stem
+    assert (report / f"{stem}.xml").is_file() and read_settings(report / f"{stem}.yaml").compare.alpha == 0.1
+    text, out = new_md.read_text(), capsys.readouterr().out
+    assert "**Gate: PASS**" in text.splitlines()[2] and "Not the stored verdict" in text
+    for shown in (text, out):
+        assert "gate.rules.int8_tbe.min_speedup" in shown and "100.0 -> None" in shown
+        assert "compare.alpha" in shown and "0.05 -> 0.1" in shown
+        assert "int8_tbe synthetic/cpu bs=512" in shown and "fail -> absent" in shown
+    # the new verdict's config reproduces it; the stored one still reproduces gate.md
+    assert cli_main([str(report), "--config", str(report / f"{stem}.yaml")]) == 0
+    assert cli_main([str(report)]) == 1 and (report / "gate.md").read_text() == stored_md
+
+
+def test_an_override_that_changes_verdicts_lists_them(tmp_path):
+    report = sweep_gate(tmp_path)
+    done = rejudge(report, ["gate.rules.uint4.max_auc_drop=-0.01"])
+    assert not done.stored and done.result.exit_code == 1
+    assert [c for c in done.changes if c.startswith("verdict")] == [
+        f"verdict uint4 synthetic/cpu bs={bs} `max_auc_drop`: pass -> fail ({r})"
+        for bs, r in sorted((v.batch_size, v.reason) for v in done.result.failures)]
+
+
+def test_a_report_without_a_stored_config_keeps_its_gate_md(tmp_path):
+    report = write_report(tmp_path, healthy())
+    (report / "gate.md").write_text("# an older harness's verdict: FAIL\n")
+    done = rejudge(report)
+    assert not done.stored and (report / "gate.md").read_text() == "# an older harness's verdict: FAIL\n"
+    assert "no stored gate config" in done.changes[0] and done.md.name.startswith("gate-")
+
+
+def test_a_harness_that_judges_differently_does_not_overwrite(tmp_path):
+    report = sweep_gate(tmp_path)
+    (report / "gate.md").write_text((report / "gate.md").read_text().replace("PASS", "FAIL", 1))
+    done = rejudge(report)
+    assert not done.stored and "judges the same records differently" in done.changes[-1]
+    assert "FAIL" in (report / "gate.md").read_text()
+
+
+def test_deleted_gate_md_is_rewritten_from_the_stored_config(tmp_path):
+    report = sweep_gate(tmp_path, "gate.rules.int8_tbe.min_speedup=100")
+    stored_md = (report / "gate.md").read_text()
+    (report / "gate.md").unlink()
+    assert cli_main([str(report)]) == 1 and (report / "gate.md").read_text() == stored_md
+
+
 @pytest.mark.parametrize("args, message", [
-    (["{missing}"], "no results table"),
+    (["{missing}"], "no such file or directory"),
+    (["{empty}"], "no records.jsonl"),
     (["{report}", "gate.rules.uint4.nope=1"], "bad gate config or override"),
+    (["{report}", "compare.alpha=2"], "compare.alpha must be between 0 and 1"),
     (["{report}", "--config", "nonexistent"], "no gate config"),
-    (["{garbage}"], "lacks columns"),
+    (["{garbage}"], "not a bench run record"),
+    (["{bad_stored}"], "bad stored gate config"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
     report = write_report(tmp_path, healthy())
     garbage = tmp_path / "garbage"
     garbage.mkdir()
-    (garbage / "results.csv").write_text("a,b\n1,2\n")
-    paths = {"missing": tmp_path / "nowhere", "report": report, "garbage": garbage}
+    (garbage / "records.jsonl").write_text('{"schema_version": 2, "a": 1}\n')
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    bad_stored = write_records(tmp_path / "bad_stored", healthy())
+    (bad_stored / GATE_CONFIG).write_text("gate:\n  rules:\n    uint4:\n      min_sped: 1\ncompare: {}\n")
+    paths = {"missing": tmp_path / "nowhere", "report": report, "garbage": garbage, "empty": empty, "bad_stored": bad_stored}
     assert cli_main([a.format(**paths) for a in args]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and err.startswith("bench.gate: error:")
@@ -371,5 +474,5 @@ def test_python_dash_m_bench_gate_exit_codes(tmp_path):
     run = lambda *a: subprocess.run([sys.executable, "-m", "bench.gate", str(report), *a], capture_output=True, text=True, env=env)  # noqa: E731
     ok, bad, broken = run(), run("gate.rules.int8_tbe.min_speedup=100"), run("gate.rules.nope")
     assert (ok.returncode, bad.returncode, broken.returncode) == (0, 1, 2), broken.stderr
-    assert "Gate: FAIL" in bad.stdout and "int8_tbe" in bad.stdout
+    assert "Gate: FAIL" in bad.stdout and "int8_tbe" in bad.stdout and "not the stored verdict" in bad.stdout
     assert broken.stderr.count("\n") == 1

@@ -238,11 +238,12 @@ def _tput_record(trials, backend="int8_tbe"):
 
 
 def test_small_steady_throughput_change_is_within_the_tolerance():
+    from bench.config import CompareConfig
     from bench.report.compare import compare_table
 
     base = [_tput_record([100.0, 100.5, 99.5, 100.2, 99.8])]
     new = [_tput_record([97.0, 97.4, 96.6, 97.2, 96.8])]  # 3% slower, tight trials
     assert compare_table(new, base).verdict.tolist() == ["same"]
-    assert compare_table(new, base, throughput_tolerance=0.0).verdict.tolist() == ["slower"]
+    assert compare_table(new, base, CompareConfig(throughput_tolerance=0.0)).verdict.tolist() == ["slower"]
     slower = [_tput_record([80.0, 80.5, 79.5, 80.2, 79.8])]
     assert compare_table(slower, base).verdict.tolist() == ["slower"]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from bench.config import CompareConfig
 from bench.record import read_jsonl
 from bench.report import compare_table, publish_report
 from bench.report.__main__ import main
@@ -39,7 +40,7 @@ def verdict(df, backend, batch_size, workload="synthetic", device="cpu") -> str:
 def test_compare_verdicts(compared):
     assert verdict(compared, "int8_tbe", 2048) == "slower"  # 212k -> 180k, outside the trials' spread
     assert verdict(compared, "int8_tbe", 256) == "same"
-    assert verdict(compared, "uint4", 2048) == "auc changed"
+    assert verdict(compared, "uint4", 2048) == "auc lower"  # -0.0016: beyond the noise (0.0008) and the tolerance
     assert verdict(compared, "fake_quant", 256) == "missing"
     assert verdict(compared, "fp32", 8192) == "new"
     assert verdict(compared, "uint4", 8192) == "still error"
@@ -59,16 +60,20 @@ def test_throughput_ratio_interval_brackets_point(compared):
     assert r.throughput_ratio_lo <= r.throughput_ratio <= r.throughput_ratio_hi < 1.0
 
 
-def test_auc_threshold_and_ci_rule():
+def test_auc_change_must_beat_the_noise_and_the_tolerance():
     base = read_jsonl(SWEEP_A / "records.jsonl")
     new = copy.deepcopy(base)
     target = next(r for r in new if (r.backend, r.batch_size, r.workload) == ("int8_tbe", 256, "synthetic"))
-    target.metrics["auc"] += 0.0004  # small move, and the baseline delta stays inside the new CI
+    # noise: the paired ΔAUC half-width of the two runs, 0.00042 here
+    target.metrics["auc"] += 0.0004  # inside the noise, whatever the tolerance
     assert verdict(compare_table(new, base), "int8_tbe", 256) == "same"
-    assert verdict(compare_table(new, base, auc_threshold=0.0001), "int8_tbe", 256) == "auc changed"
-    # baseline ΔAUC (−0.00019) outside the new interval: flagged whatever the threshold
-    target.metrics.update(auc_delta_lo=0.0001, auc_delta_hi=0.0009, auc_delta=0.0005)
-    assert verdict(compare_table(new, base, auc_threshold=1.0), "int8_tbe", 256) == "auc changed"
+    assert verdict(compare_table(new, base, CompareConfig(auc_tolerance=0.0)), "int8_tbe", 256) == "same"
+    target.metrics["auc"] += 0.0004  # +0.0008: beyond the noise and the default tolerance 0.0005
+    assert verdict(compare_table(new, base), "int8_tbe", 256) == "auc higher"
+    assert verdict(compare_table(new, base, CompareConfig(auc_tolerance=0.001)), "int8_tbe", 256) == "same"
+    row = compare_table(new, base)
+    row = row[(row.backend == "int8_tbe") & (row.batch_size == 256) & (row.workload == "synthetic")].iloc[0]
+    assert row.auc_change == pytest.approx(0.0008) and row.auc_change_lo == pytest.approx(0.0008 - 0.00042)
 
 
 def test_config_change_is_noted_and_status_change_is_a_verdict():
@@ -88,13 +93,27 @@ def test_config_change_is_noted_and_status_change_is_a_verdict():
 def test_cli_report_and_compare(tmp_path, capsys):
     assert main([str(SWEEP_B), "--baseline", str(SWEEP_A), "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "compare: 15 rows, 9 compared: 1 slower, 2 auc changed, 2 machine differs, 1 missing, 1 new" in out
+    assert "compare: 15 rows, 9 compared: 1 slower, 2 auc lower, 2 machine differs, 1 missing, 1 new" in out
     for name in ("report.md", "results.csv", "records.jsonl", "compare.md", "compare.csv"):
         assert (tmp_path / name).stat().st_size > 0
     md = (tmp_path / "compare.md").read_text()
     assert "| synthetic | cpu | int8_tbe | 2048 | **slower** |" in md
-    assert "**machine differs**" in md and "fingerprint c3a91f0e -> 5be2d771: not compared" in md
+    assert "**machine differs**" in md and "fingerprint c3a91f0e -> 5be2d771): not compared" in md
+    assert "tolerances from `conf/compare/`" in md
     assert "| synthetic | cpu | fp32 | 8192 | **new** | absent -> ok |" in md
+
+
+def test_cli_tolerance_flags_override_the_compare_config(tmp_path, capsys):
+    args = [str(SWEEP_B), "--baseline", str(SWEEP_A), "--out", str(tmp_path)]
+    assert main([*args, "--throughput-tolerance", "0.5", "--auc-tolerance", "0.01"]) == 0
+    assert "compare: 15 rows, 9 compared: 2 machine differs, 1 missing, 1 new" in capsys.readouterr().out
+    assert "moved by more than 50%" in (tmp_path / "compare.md").read_text()
+    loose = tmp_path / "loose.yaml"
+    loose.write_text("throughput_tolerance: 0.5\nauc_tolerance: 0.01\nalpha: 0.05\n")
+    assert main([*args, "--compare", str(loose)]) == 0
+    assert "2 machine differs, 1 missing, 1 new" in capsys.readouterr().out
+    assert main([*args, "--compare", str(loose), "--auc-threshold", "0.0005"]) == 0  # the old flag name still works
+    assert "2 auc lower" in capsys.readouterr().out
 
 
 def test_cli_accepts_a_records_file_and_merges_dirs(tmp_path):
@@ -138,13 +157,15 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "not a record": ([str(alien)], "not a bench run record"),
         "missing baseline": ([str(SWEEP_A), "--baseline", str(tmp / "absent"), "--out", str(tmp / "o")], "absent"),
         "several dirs, no --out": ([str(SWEEP_A), str(SWEEP_B)], "give --out"),
+        "bad alpha": ([str(SWEEP_A), "--baseline", str(SWEEP_A), "--out", str(tmp / "o"), "--alpha", "2"], "compare.alpha"),
+        "unknown compare config": ([str(SWEEP_A), "--baseline", str(SWEEP_A), "--out", str(tmp / "o"), "--compare", "nope"], "no compare config"),
     }
 
 
 @pytest.mark.parametrize(
     "case",
     ["missing dir", "no records file", "no records", "newer schema", "torn line", "not a record",
-     "missing baseline", "several dirs, no --out"],  # fmt: skip
+     "missing baseline", "several dirs, no --out", "bad alpha", "unknown compare config"],  # fmt: skip
 )
 def test_cli_bad_input_is_one_line_and_exit_2(case, tmp_path, capsys):
     argv, message = _bad_inputs(tmp_path)[case]

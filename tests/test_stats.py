@@ -198,7 +198,14 @@ def test_interval_helpers():
 
 # ------------------------------------------------------------------- practical equivalence (TOST)
 
-from bench.stats import EQUIVALENT, GAIN, INCONCLUSIVE, LOSS, median_interval, practical_verdict  # noqa: E402
+from bench.stats import (  # noqa: E402
+    EQUIVALENT,
+    GAIN,
+    INCONCLUSIVE,
+    LOSS,
+    median_interval,
+    practical_verdict,
+)
 
 
 @pytest.mark.parametrize("lo,hi,verdict", [

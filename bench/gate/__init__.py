@@ -2,8 +2,11 @@
 
     result = evaluate_gate(results_df, gate_cfg)   # results_df: bench.report's results table
     code = run_gate(results_df, gate_cfg, out_dir) # writes gate.md + gate.xml, returns 0 or 1
+    code = gate_sweep(report_dir, gate_cfg, compare_cfg, reports_dir)  # the sweep's gate, from stored records
 
-`python -m bench.gate REPORT_DIR [rules.X.Y=V ...]` does the same from `REPORT_DIR/results.csv`.
+`python -m bench.gate REPORT_DIR [overrides]` re-judges a report folder's records.jsonl with the
+config stored beside it (`bench.gate.stored`). The gate may import `bench.report`; the report
+never imports the gate.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from bench.config import GateConfig, RuleSet
 from bench.gate.config import as_gate_config, load_gate_config
 from bench.gate.evaluate import JOB, GateResult, Verdict, evaluate_gate
 from bench.gate.rules import FAIL, INCONCLUSIVE, PASS, RULES, SKIPPED
+from bench.gate.stored import GATE_CONFIG, GateSettings, gate_sweep, rejudge
 from bench.gate.writers import render_junit, render_markdown, write_outputs
 
 
@@ -28,6 +32,7 @@ def run_gate(results_df: pd.DataFrame, gate_cfg: Any, out_dir: Path) -> int:
 
 
 __all__ = [
-    "GateConfig", "RuleSet", "GateResult", "Verdict", "RULES", "JOB", "PASS", "FAIL", "INCONCLUSIVE", "SKIPPED",
-    "as_gate_config", "load_gate_config", "evaluate_gate", "run_gate", "render_markdown", "render_junit", "write_outputs",
+    "GateConfig", "RuleSet", "GateResult", "Verdict", "GateSettings", "RULES", "JOB", "PASS", "FAIL", "INCONCLUSIVE",
+    "SKIPPED", "GATE_CONFIG", "as_gate_config", "load_gate_config", "evaluate_gate", "run_gate", "gate_sweep", "rejudge",
+    "render_markdown", "render_junit", "write_outputs",
 ]

@@ -1,4 +1,10 @@
-"""`python -m bench.gate REPORT_DIR [overrides]`: gate a report folder's results.csv.
+"""`python -m bench.gate REPORT_DIR [overrides]`: re-judge a report folder from its stored records.
+
+The gate reads `REPORT_DIR/records.jsonl` (or `REPORT_DIR/latest/records.jsonl`) and the config
+the sweep stored beside it (`gate_config.yaml`). With no overrides it reproduces the stored
+verdict (gate.md, gate.xml). With overrides (`gate.rules.int8_tbe.min_speedup=100`,
+`compare.alpha=0.1`) or `--config`, it writes `gate-<hash>.md/.xml/.yaml` beside the stored
+verdict, never over it, and prints what changed.
 
 Exit codes: 0 the gate passes, 1 a rule fails or a job errored, 2 bad input (one line on stderr).
 """
@@ -9,52 +15,42 @@ import argparse
 import sys
 from pathlib import Path
 
-import pandas as pd
-
 from bench.errors import UserError
-from bench.gate import evaluate_gate, load_gate_config, write_outputs
+from bench.gate.stored import rejudge
 from bench.gate.writers import verdict_line
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.gate", description="Gate a report folder's results.csv against conf/gate thresholds.")
-    p.add_argument("report_dir", type=Path, help="folder holding results.csv; gate.md and gate.xml are written there")
-    p.add_argument("overrides", nargs="*", help="dotlist overrides, e.g. gate.rules.int8_tbe.min_speedup=100 or inconclusive_fails=true")
-    p.add_argument("--config", default="default", help="gate config: a name in conf/gate/ or a YAML path (default: default)")
-    p.add_argument("--out", type=Path, default=None, help="write gate.md/gate.xml here instead of REPORT_DIR")
-    p.add_argument("--history", action="store_true", help="also append the rows to the history file and rewrite history.md")
+    p = argparse.ArgumentParser(prog="python -m bench.gate", description="Re-judge a report folder's stored records against its stored gate config.")
+    p.add_argument("report_dir", type=Path, help="report folder holding records.jsonl (or its sweep folder, for latest/)")
+    p.add_argument("overrides", nargs="*", help="dotlist overrides, e.g. gate.rules.int8_tbe.min_speedup=100, inconclusive_fails=true or compare.alpha=0.1")
+    p.add_argument("--config", default=None, help="gate config instead of the stored one: a name in conf/gate/, a YAML path, or a stored gate_config.yaml / gate-<hash>.yaml")
+    p.add_argument("--out", type=Path, default=None, help="write the verdict files here instead of the report folder")
+    p.add_argument("--history", action="store_true", help="also append the records to the history file and rewrite history.md")
     p.add_argument("--run-id", default=None, help="history run id (default: $GITHUB_RUN_ID.$GITHUB_RUN_ATTEMPT or a UTC timestamp)")
-    return p.parse_args(argv)
-
-
-def read_results(report_dir: Path) -> pd.DataFrame:
-    path = Path(report_dir) / "results.csv"
-    if not path.is_file():
-        raise UserError(f"no results table at {path}: run the sweep and its report first")
-    try:
-        return pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: not a readable CSV ({' '.join(str(exc).split())})") from None
+    return p.parse_intermixed_args(argv)  # overrides before or after the options
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        cfg = load_gate_config(args.config, args.overrides)
-        results = read_results(args.report_dir)
-        result = evaluate_gate(results, cfg)
-        out_dir = args.out or args.report_dir
-        md, xml = write_outputs(result, out_dir)
+        done = rejudge(args.report_dir, args.overrides, args.config, args.out)
         if args.history:
-            from bench.history import update_history
+            from bench.report.history import history_path, update_history
 
-            history_md = update_history(results, cfg, args.report_dir, run_id=args.run_id)
+            s = done.settings
+            history_md = update_history(done.records, history_path(s.gate.history_file, done.folder), s.compare,
+                                        runs=s.gate.history_runs, run_id=args.run_id)
     except UserError as exc:
         print(f"bench.gate: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    print(verdict_line(result).replace("**", ""))
-    print(f"wrote {md} and {xml}" + (f" and {history_md}" if args.history else ""))
-    return result.exit_code
+    print(verdict_line(done.result).replace("**", ""))
+    if not done.stored:
+        print("not the stored verdict (gate.md left as it is); changes against it:")
+        for line in done.changes:
+            print(f"  {line.replace('`', '')}")
+    print(f"wrote {done.md} and {done.xml}" + (f" and {history_md}" if args.history else ""))
+    return done.result.exit_code
 
 
 if __name__ == "__main__":

@@ -69,8 +69,9 @@ class GateResult:
 def evaluate_gate(results_df: pd.DataFrame, gate_cfg: Any) -> GateResult:
     """One verdict per (row, configured rule) of `results_df` (the `bench.report` results table).
 
-    An errored job is one failing `job` verdict; a skipped job one skipped `job` verdict; an ok
-    row of a backend without rules one passing `job` verdict that says so.
+    An errored job is one failing `job` verdict; a skipped job one skipped `job` verdict. A
+    backend with no entry in `gate.rules` is judged by `gate.default_rules`, and its reasons say
+    so; an ok row whose rules are all off is one passing `job` verdict that says so.
     """
     cfg: GateConfig = as_gate_config(gate_cfg)
     missing = [c for c in REQUIRED if c not in results_df.columns]
@@ -105,17 +106,27 @@ def _row_verdicts(row: dict[str, Any], cfg: GateConfig) -> list[Verdict]:
         return job(SKIPPED, f"job skipped: {text or 'no reason recorded'}")
     if status != "ok":
         raise UserError(f"row {key}: unknown status {row['status']!r} (expected ok, error or skipped)")
-    rules: Optional[RuleSet] = cfg.rules.get(key["backend"])
-    active = {} if rules is None else {n: t for n, t in vars(rules).items() if t is not None}
+    rules, source = _rules_for(key["backend"], cfg)
+    active = {n: t for n, t in vars(rules).items() if t is not None}
     if not active:
-        return job(PASS, f"ran ok; no gate rules for backend {key['backend']!r} (gate.rules.{key['backend']})")
+        return job(PASS, f"ran ok; every rule is off for backend {key['backend']!r} ({source})")
+    note = "" if source.startswith("gate.rules.") else f" [{source}]"
     out = []
     for name, threshold in active.items():
         r = RULES[name]
         m = r.measure(row)
         verdict, reason = judge(r, threshold, m, cfg.inconclusive_fails)
-        out.append(Verdict(**key, rule=name, threshold=float(threshold), value=m.value, interval=m.interval, verdict=verdict, reason=reason))
+        out.append(Verdict(**key, rule=name, threshold=float(threshold), value=m.value, interval=m.interval,
+                           verdict=verdict, reason=reason + note))
     return out
+
+
+def _rules_for(backend: str, cfg: GateConfig) -> tuple[RuleSet, str]:
+    """The backend's rule set and where it came from (for reasons): its own, else the defaults."""
+    own: Optional[RuleSet] = cfg.rules.get(backend)
+    if own is not None:
+        return own, f"gate.rules.{backend}"
+    return cfg.default_rules, f"gate.default_rules: no gate.rules.{backend}"
 
 
 __all__ = ["GateResult", "Verdict", "evaluate_gate", "JOB", "PASS", "FAIL", "INCONCLUSIVE", "SKIPPED"]

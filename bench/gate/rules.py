@@ -1,8 +1,10 @@
 """Rules: one function per rule reads a measure off a results row; one judge turns it into a verdict.
 
 A rule is registered by name (the same name is a `RuleSet` field and the YAML key). Its measure
-returns the value and, where the row has one, the 95% interval of that value. The judge compares
-both with the threshold:
+returns the value and, where the row has one, the 95% interval of that value, as the comparison
+engine's `Figure` (`bench.compare`: the speedup interval is the engine's bootstrap over both
+runs' trials; the AUC interval is the run's paired ΔAUC interval). The judge compares both with
+the threshold:
 
 - pass: the point estimate is on the allowed side and the interval does not reach past it;
 - fail: the point estimate crosses the threshold;
@@ -12,9 +14,10 @@ both with the threshold:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
+
+from bench.compare import Figure, finite
 
 PASS, FAIL, INCONCLUSIVE, SKIPPED = "pass", "fail", "inconclusive", "skipped"
 VERDICTS = (FAIL, INCONCLUSIVE, SKIPPED, PASS)  # display order: failing rows first
@@ -51,21 +54,13 @@ def rule(name: str, bound: str, label: str, fmt: Callable[[float], str]) -> Call
     return decorate
 
 
-def number(row: Row, column: str) -> Optional[float]:
-    """A finite float from a results cell, or None (absent column, empty cell, NaN, text)."""
-    value = row.get(column)
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
+def figure(row: Row, value: str, lo: Optional[str] = None, hi: Optional[str] = None) -> Figure:
+    """A results cell (and its interval cells) as the comparison engine's figure."""
+    return Figure.of(row.get(value), row.get(lo) if lo else None, row.get(hi) if hi else None)
 
 
-def _interval(row: Row, lo: str, hi: str) -> Optional[tuple[float, float]]:
-    a, b = number(row, lo), number(row, hi)
-    return None if a is None or b is None else (min(a, b), max(a, b))
+def _measure(f: Figure) -> Measure:
+    return Measure(f.value, f.interval)
 
 
 def fmt_auc(v: float) -> str:
@@ -89,40 +84,39 @@ _NO_REF = "auc_delta is missing (no fp32 row at this workload/device/batch?)"
 
 @rule("max_auc_drop", "max", "AUC drop vs fp32", fmt_auc)
 def auc_drop(row: Row) -> Measure:
-    delta = number(row, "auc_delta")
-    if delta is None:
+    delta = figure(row, "auc_delta", "auc_delta_lo", "auc_delta_hi")  # paired, from the run's scores
+    if delta.value is None:
         return Measure(None, missing=_NO_REF)
-    ci = _interval(row, "auc_delta_lo", "auc_delta_hi")
-    return Measure(-delta + 0.0, None if ci is None else (-ci[1] + 0.0, -ci[0] + 0.0))
+    return _measure(delta.scaled(-1.0))
 
 
 @rule("min_auc_ratio", "min", "AUC / fp32 AUC", fmt_auc)
 def auc_ratio(row: Row) -> Measure:
     # The paired CI is of the delta; the fp32 AUC is taken as fixed, as the threshold is a
     # fraction of it.
-    auc, delta = number(row, "auc"), number(row, "auc_delta")
+    auc, delta = finite(row.get("auc")), figure(row, "auc_delta", "auc_delta_lo", "auc_delta_hi")
     if auc is None:
         return Measure(None, missing="auc is missing")
-    if delta is None:
+    if delta.value is None:
         return Measure(None, missing=_NO_REF)
-    ref = auc - delta
+    ref = auc - delta.value
     if ref <= 0:
         return Measure(None, missing=f"fp32 AUC {ref:.4f} is not positive")
-    ci = _interval(row, "auc_delta_lo", "auc_delta_hi")
-    return Measure(auc / ref, None if ci is None else (1 + ci[0] / ref, 1 + ci[1] / ref))
+    return _measure(delta.scaled(1 / ref, 1.0))  # AUC / ref = 1 + delta / ref
 
 
 @rule("min_speedup", "min", "speedup vs fp32", fmt_speedup)
 def speedup(row: Row) -> Measure:
-    value = number(row, "speedup")
-    if value is None:
+    # The results table computes it with the engine (`bench.compare.ratio` over both runs' trials).
+    value = figure(row, "speedup", "speedup_lo", "speedup_hi")
+    if value.value is None:
         return Measure(None, missing="speedup is missing (no fp32 throughput at this workload/device/batch?)")
-    return Measure(value, _interval(row, "speedup_lo", "speedup_hi"))
+    return _measure(value)
 
 
 @rule("max_embedding_bytes", "max", "embedding bytes", fmt_bytes)
 def embedding_bytes(row: Row) -> Measure:
-    value = number(row, "embedding_bytes")
+    value = finite(row.get("embedding_bytes"))
     return Measure(None, missing="embedding_bytes is missing") if value is None else Measure(value)
 
 

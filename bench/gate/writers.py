@@ -39,13 +39,15 @@ def _md_cell(text: str) -> str:
     return text if len(text) <= _MD_REASON_CHARS else text[: _MD_REASON_CHARS - 3] + "..."
 
 
-def render_markdown(result: GateResult) -> str:
+def render_markdown(result: GateResult, preface: str = "") -> str:
+    """The verdict line, then `preface` (if any), then one table row per verdict."""
     mode = "inconclusive checks fail" if result.inconclusive_fails else "inconclusive checks pass (a CI straddles a threshold)"
     lines = [
         "# Accuracy/speed gate",
         "",
         verdict_line(result),
         "",
+        *([preface, ""] if preface else []),
         f"Mode: {mode}. Intervals are 95% (paired for AUC).",
         "",
         "| verdict | backend | workload | device | batch | rule | threshold | value | interval | reason |",
@@ -95,14 +97,15 @@ def render_junit(result: GateResult) -> bytes:
     return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
 
 
-def write_outputs(result: GateResult, out_dir: Path) -> tuple[Path, Path]:
-    """Write gate.md and gate.xml; append gate.md to $GITHUB_STEP_SUMMARY when it is set."""
+def write_outputs(result: GateResult, out_dir: Path, stem: str = "gate", md: str | None = None) -> tuple[Path, Path]:
+    """Write `<stem>.md` (`md`, default the rendered verdict) and `<stem>.xml`; append the
+    markdown to $GITHUB_STEP_SUMMARY when that is set."""
     out_dir = Path(out_dir)
-    md = render_markdown(result)
-    write_text_atomic(out_dir / "gate.md", md)
-    write_text_atomic(out_dir / "gate.xml", render_junit(result))
+    md = render_markdown(result) if md is None else md
+    write_text_atomic(out_dir / f"{stem}.md", md)
+    write_text_atomic(out_dir / f"{stem}.xml", render_junit(result))
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with open(summary, "a", encoding="utf-8") as f:
             f.write(md + "\n")
-    return out_dir / "gate.md", out_dir / "gate.xml"
+    return out_dir / f"{stem}.md", out_dir / f"{stem}.xml"

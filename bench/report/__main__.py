@@ -1,13 +1,15 @@
 """`python -m bench.report DIR [DIR...] [--baseline DIR] [--out DIR]`: re-render from stored records.
 
-`python -m bench.report F.json [--out DIR]` renders a pytest-benchmark JSON file (`pytest benchmarks/suites/
+`python -m bench.report F.json [--out DIR]` renders a pytest-benchmark JSON file (`pytest suites/
 --benchmark-json=F.json`) into benchmarks.md next to F (`bench.report.benchmark_json`).
 
 Each DIR holds a records.jsonl (or `latest/records.jsonl`), or is such a file. Without --out a
 single DIR is re-rendered in place (its records.jsonl left as it is). With --baseline the
-sweep is compared row by row with the baseline sweep: compare.md in the output folder and a
-summary on stdout. Bad input is one line on stderr and exit code 2. Flagged changes do not
-change the exit code: gates decide pass or fail.
+sweep is compared row by row with the baseline sweep by the comparison engine: compare.md in the
+output folder and a summary on stdout. Tolerances and alpha come from `conf/compare/default.yaml`
+(or `--compare NAME|PATH`); `--auc-tolerance`, `--throughput-tolerance` and `--alpha` override
+them. Bad input is one line on stderr and exit code 2. Flagged changes do not change the exit
+code: gates decide pass or fail.
 """
 
 from __future__ import annotations
@@ -16,14 +18,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from bench.config_files import load_compare_config
 from bench.errors import UserError
 from bench.report import benchmark_json
-from bench.report.compare import (
-    AUC_THRESHOLD,
-    THROUGHPUT_TOLERANCE,
-    summary,
-    write_compare,
-)
+from bench.report.compare import summary, write_compare
 from bench.report.load import load_many, load_records, records_file
 from bench.report.publish import write_report
 
@@ -36,11 +34,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--baseline", type=Path, metavar="DIR", help="sweep to compare against, row by row")
     p.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: the single DIR)")
     p.add_argument("--title", default=None, help="report title")
-    p.add_argument("--auc-threshold", type=float, default=AUC_THRESHOLD,
-                   help=f"flag AUC moves larger than this (default {AUC_THRESHOLD})")  # fmt: skip
-    p.add_argument("--throughput-tolerance", type=float, default=THROUGHPUT_TOLERANCE,
-                   help=f"flag throughput only when it moved by more than this fraction too (default {THROUGHPUT_TOLERANCE})")  # fmt: skip
+    p.add_argument("--compare", default="default", metavar="NAME|PATH",
+                   help="comparison config: a name in conf/compare/ or a YAML path (default: default)")  # fmt: skip
+    p.add_argument("--auc-tolerance", "--auc-threshold", dest="auc_tolerance", type=float, default=None,
+                   help="override compare.auc_tolerance: flag AUC moves only beyond the noise and this")  # fmt: skip
+    p.add_argument("--throughput-tolerance", type=float, default=None,
+                   help="override compare.throughput_tolerance: flag throughput only when it moved by more than this fraction too")  # fmt: skip
+    p.add_argument("--alpha", type=float, default=None, help="override compare.alpha (0.05: 95%% intervals)")
     return p.parse_args(argv)
+
+
+def compare_overrides(args: argparse.Namespace) -> list[str]:
+    """The command line's tolerance flags as `compare` overrides (only those given)."""
+    given = {k: getattr(args, k) for k in ("auc_tolerance", "throughput_tolerance", "alpha")}
+    return [f"{k}={v!r}" for k, v in given.items() if v is not None]
 
 
 def _default_out(dirs: list[Path]) -> Path:
@@ -57,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         records = load_many(args.dirs)
         baseline = load_records(args.baseline) if args.baseline is not None else None
+        compare_cfg = load_compare_config(args.compare, compare_overrides(args)) if baseline is not None else None
         out = args.out if args.out is not None else _default_out(args.dirs)
         inputs = {records_file(d).resolve() for d in args.dirs}
         in_place = (Path(out) / "records.jsonl").resolve() in inputs
@@ -66,8 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         if baseline is not None:
             df, path = write_compare(
                 records, baseline, out, current_name=", ".join(map(str, args.dirs)),
-                baseline_name=str(args.baseline), auc_threshold=args.auc_threshold,
-                throughput_tolerance=args.throughput_tolerance,
+                baseline_name=str(args.baseline), cfg=compare_cfg,
             )  # fmt: skip
             print(f"compare: {summary(df)}")
             print(f"compare: {path}")

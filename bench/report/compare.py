@@ -1,14 +1,15 @@
-"""Compare a sweep with a baseline sweep, row by row.
+"""Compare a sweep with a baseline sweep, row by row, with the comparison engine (`bench.compare`).
 
 Rows join on (workload, device, backend, batch_size), the newest record per key on each side.
-A row whose machine fingerprint differs is marked "machine differs" and not judged. Otherwise:
+A row whose machine fingerprint differs is marked "machine differs" and not judged. Otherwise
+the engine judges, with the tolerances and alpha of `conf/compare/` (`CompareConfig`):
 
-- throughput is flagged when the bootstrap interval of median(new) / median(baseline) over the
-  two runs' trials excludes 1 and the ratio moved by more than `throughput_tolerance`
+- throughput: the bootstrap interval of median(new) / median(baseline) over the two runs'
+  trials must exclude 1 and the ratio must have moved by more than `throughput_tolerance`
   (`slower` / `faster`). The trials only see the noise inside one process; separate runs of the
-  same sweep differ by more than that, so the trial interval alone flags unchanged rows;
-- AUC is flagged when it moved by more than `auc_threshold`, or when the baseline's ΔAUC vs fp32
-  lies outside the new run's ΔAUC confidence interval (`auc changed`).
+  same sweep differ by more than that, so the trial interval alone would flag unchanged rows;
+- AUC: the change must exceed the noise (the larger paired ΔAUC interval half-width of the two
+  runs) and `auc_tolerance` (`auc lower` / `auc higher`).
 
 A differing config hash is noted but still compared (the hash may cover settings that do not
 change the measurement); a change of status (ok -> error) is its own verdict.
@@ -18,71 +19,74 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 import pandas as pd
 
+from bench.compare import (
+    BETTER,
+    NOT_COMPARABLE,
+    WORSE,
+    Change,
+    Tolerances,
+    compare_metrics,
+    finite,
+    identity,
+)
+from bench.config import CompareConfig
 from bench.io import write_text_atomic
 from bench.record import RunRecord
 from bench.report import fmt
-from bench.report.table import KEY, backend_rank, latest_records, trials
-from bench.stats import interval_contains, ratio_interval
-
-AUC_THRESHOLD = 0.001
-THROUGHPUT_TOLERANCE = 0.05
+from bench.report.table import KEY, backend_rank, latest_records
 
 COLUMNS = [*KEY, "verdict", "notes", "status_base", "status_new", "throughput_base", "throughput_new",
            "throughput_ratio", "throughput_ratio_lo", "throughput_ratio_hi", "auc_base", "auc_new",
-           "auc_change", "auc_delta_base", "auc_delta_new", "auc_delta_new_lo", "auc_delta_new_hi",
+           "auc_change", "auc_change_lo", "auc_change_hi", "auc_delta_base", "auc_delta_new",
            "fingerprint_base", "fingerprint_new", "comparable"]  # fmt: skip
 
 # Verdicts that call for a look, in summary order.
-FLAGS = ("slower", "faster", "auc changed", "status changed", "machine differs", "missing", "new")
+FLAGS = ("slower", "faster", "auc lower", "auc higher", "status changed", "machine differs", "missing", "new")
+_WORDS = {("throughput", WORSE): "slower", ("throughput", BETTER): "faster",
+          ("auc", WORSE): "auc lower", ("auc", BETTER): "auc higher"}  # fmt: skip
 
 
 def _m(r: RunRecord | None, name: str) -> float:
     if r is None or r.status != "ok":
         return math.nan
-    v = (r.metrics or {}).get(name)
-    return math.nan if v is None else float(v)
+    x = finite((r.metrics or {}).get(name))
+    return math.nan if x is None else x
 
 
-def _fp(r: RunRecord | None) -> Any:
-    return None if r is None else (r.env or {}).get("fingerprint")
+def _view(r: RunRecord) -> dict[str, Any]:
+    """What the engine reads of a record: its metrics plus its identity."""
+    return {**(r.metrics or {}), "fingerprint": (r.env or {}).get("fingerprint"), "config_hash": r.config_hash}
 
 
-def _judge(base: RunRecord, new: RunRecord, row: dict[str, Any], auc_threshold: float, alpha: float,
-           throughput_tolerance: float) -> list[str]:
-    verdicts: list[str] = []
-    t_new, t_base = trials(new), trials(base)
-    if t_new and t_base:
-        ratio, lo, hi = ratio_interval(t_new, t_base, alpha=alpha)
-        row.update(throughput_ratio=ratio, throughput_ratio_lo=lo, throughput_ratio_hi=hi)
-        if hi < 1.0 and ratio < 1.0 - throughput_tolerance:
-            verdicts.append("slower")
-        elif lo > 1.0 and ratio > 1.0 + throughput_tolerance:
-            verdicts.append("faster")
-    else:
-        row["throughput_ratio"] = row["throughput_new"] / row["throughput_base"]
-        row["notes"].append("no per-trial throughputs: throughput not judged")
-    change = row["auc_new"] - row["auc_base"]
-    row["auc_change"] = change
-    moved = not math.isnan(change) and abs(change) > auc_threshold
-    d_base, lo, hi = row["auc_delta_base"], row["auc_delta_new_lo"], row["auc_delta_new_hi"]
-    outside = not any(math.isnan(x) for x in (d_base, lo, hi)) and not interval_contains(lo, hi, d_base)
-    if moved or outside:
-        verdicts.append("auc changed")
-    return verdicts
+def _nan(x: Optional[float]) -> float:
+    return math.nan if x is None else x
+
+
+def _judge(changes: dict[str, Change], row: dict[str, Any]) -> list[str]:
+    t, a = changes["throughput"], changes["auc"]
+    row.update(throughput_ratio=_nan(t.value), throughput_ratio_lo=_nan(t.lo), throughput_ratio_hi=_nan(t.hi),
+               auc_change=_nan(a.value), auc_change_lo=_nan(a.lo), auc_change_hi=_nan(a.hi))
+    for c in (t, a):
+        if c.verdict == NOT_COMPARABLE:
+            row["notes"].append(c.reason)
+    return [_WORDS[(c.metric, c.verdict)] for c in (t, a) if c.flagged]
 
 
 def compare_table(
     records: Iterable[RunRecord | dict[str, Any]],
     baseline: Iterable[RunRecord | dict[str, Any]],
-    auc_threshold: float = AUC_THRESHOLD,
-    throughput_tolerance: float = THROUGHPUT_TOLERANCE,
-    alpha: float = 0.05,
+    cfg: Optional[Tolerances] = None,
 ) -> pd.DataFrame:
-    """One row per key present on either side, with a verdict (`same` when nothing is flagged)."""
+    """One row per key present on either side, with a verdict (`same` when nothing is flagged).
+
+    `cfg`: the tolerances and alpha (`CompareConfig`; default: its schema defaults, which
+    `conf/compare/default.yaml` repeats).
+    """
+    cfg = cfg or CompareConfig()
     new_by_key, base_by_key = latest_records(records), latest_records(baseline)
     keys = sorted(set(new_by_key) | set(base_by_key), key=lambda k: (k[0], k[1], backend_rank(k[2]), k[3]))
     rows = []
@@ -101,26 +105,26 @@ def compare_table(
             auc_base=_m(base, "auc"),
             auc_new=_m(new, "auc"),
             auc_change=math.nan,
+            auc_change_lo=math.nan,
+            auc_change_hi=math.nan,
             auc_delta_base=_m(base, "auc_delta"),
             auc_delta_new=_m(new, "auc_delta"),
-            auc_delta_new_lo=_m(new, "auc_delta_lo"),
-            auc_delta_new_hi=_m(new, "auc_delta_hi"),
-            fingerprint_base=_fp(base),
-            fingerprint_new=_fp(new),
+            fingerprint_base=None if base is None else (base.env or {}).get("fingerprint"),
+            fingerprint_new=None if new is None else (new.env or {}).get("fingerprint"),
             comparable=False,
         )
+        refused, notes = (None, []) if base is None or new is None else identity(_view(new), _view(base))
         if base is None or new is None:
             verdicts = ["new" if base is None else "missing"]
-        elif _fp(base) != _fp(new):
+        elif refused:
             verdicts = ["machine differs"]
-            row["notes"].append(f"fingerprint {_fp(base)} -> {_fp(new)}: not compared")
+            row["notes"].append(refused)
         elif base.status != "ok" or new.status != "ok":
             verdicts = ["status changed"] if base.status != new.status else [f"still {new.status}"]
         else:
             row["comparable"] = True
-            if base.config_hash != new.config_hash:
-                row["notes"].append(f"config hash {base.config_hash} -> {new.config_hash}")
-            verdicts = _judge(base, new, row, auc_threshold, alpha, throughput_tolerance)
+            row["notes"] += notes
+            verdicts = _judge(compare_metrics(_view(new), _view(base), cfg), row)
         row["verdict"] = ", ".join(verdicts) or "same"
         row["notes"] = "; ".join(row["notes"])
         rows.append(row)
@@ -147,16 +151,17 @@ def _verdict(verdict: str) -> str:
     return f"**{verdict}**" if any(v in FLAGS for v in verdict.split(", ")) else verdict
 
 
-def render_compare(df: pd.DataFrame, title: str, current: str, baseline: str, auc_threshold: float,
-                   throughput_tolerance: float = THROUGHPUT_TOLERANCE) -> str:
+def render_compare(df: pd.DataFrame, title: str, current: str, baseline: str, cfg: Tolerances) -> str:
+    level = f"{1 - cfg.alpha:.0%}"
     headers = ["workload", "device", "backend", "batch", "verdict", "status", "samples/s base", "samples/s new",
-               "ratio [95% CI]", "AUC base", "AUC new", "AUC change", "notes"]  # fmt: skip
+               f"ratio [{level} CI]", "AUC base", "AUC new", "AUC change [noise]", "notes"]  # fmt: skip
     rows = [
         [
             r.workload, r.device, r.backend, r.batch_size, _verdict(r.verdict),
             _status(r), fmt.count(r.throughput_base), fmt.count(r.throughput_new),
             fmt.ratio_ci(r.throughput_ratio, r.throughput_ratio_lo, r.throughput_ratio_hi),
-            fmt.number(r.auc_base), fmt.number(r.auc_new), fmt.signed(r.auc_change), r.notes,
+            fmt.number(r.auc_base), fmt.number(r.auc_new), fmt.delta_ci(r.auc_change, r.auc_change_lo, r.auc_change_hi),
+            r.notes,
         ]  # fmt: skip
         for r in df.itertuples(index=False)
     ]
@@ -167,13 +172,14 @@ def render_compare(df: pd.DataFrame, title: str, current: str, baseline: str, au
         "",
         f"Summary: {summary(df)}.",
         "",
-        "Rules: rows join on workload, device, backend and batch size (the newest record of each). "
-        "Throughput is flagged when the 95% bootstrap interval of the ratio of median throughputs "
-        f"(over both runs' trials) excludes 1 and the ratio moved by more than {throughput_tolerance:.0%}. AUC is flagged when it moved by more than "
-        f"{auc_threshold:g}, or when the baseline's ΔAUC vs fp32 lies outside the new ΔAUC's 95% "
-        "interval. Rows from machines with different fingerprints are marked, not compared.",
+        "Rules (`bench.compare`, tolerances from `conf/compare/`): rows join on workload, device, backend and "
+        f"batch size (the newest record of each). Throughput is flagged when the {level} bootstrap interval of "
+        "the ratio of median throughputs (over both runs' trials) excludes 1 and the ratio moved by more than "
+        f"{cfg.throughput_tolerance:.0%}. AUC is flagged when its change exceeds the noise (the larger paired "
+        f"ΔAUC interval half-width of the two runs) and {cfg.auc_tolerance:g}. Rows from machines with "
+        "different fingerprints are marked, not compared.",
         "",
-        fmt.markdown_table(headers, rows, "llllllrrlrrrl"),
+        fmt.markdown_table(headers, rows, "llllllrrlrrll"),
         "",
     ]
     return "\n".join(lines)
@@ -185,13 +191,13 @@ def write_compare(
     out_dir: Path,
     current_name: str = "current",
     baseline_name: str = "baseline",
-    auc_threshold: float = AUC_THRESHOLD,
-    throughput_tolerance: float = THROUGHPUT_TOLERANCE,
+    cfg: Optional[Tolerances] = None,
 ) -> tuple[pd.DataFrame, Path]:
     """Write compare.md (and compare.csv) into out_dir; returns the table and compare.md's path."""
-    df = compare_table(records, baseline, auc_threshold=auc_threshold, throughput_tolerance=throughput_tolerance)
+    cfg = cfg or CompareConfig()
+    df = compare_table(records, baseline, cfg)
     out_dir = Path(out_dir)
     path = out_dir / "compare.md"
-    write_text_atomic(path, render_compare(df, "Sweep comparison", current_name, baseline_name, auc_threshold, throughput_tolerance))
+    write_text_atomic(path, render_compare(df, "Sweep comparison", current_name, baseline_name, cfg))
     write_text_atomic(out_dir / "compare.csv", df.to_csv(index=False))
     return df, path

@@ -1,8 +1,9 @@
 """`results_table`: one row per (workload, device, backend, batch_size), the newest record winning.
 
 The gate and every report view read this DataFrame. Speedup and compression are relative to the
-`fp32` row of the same workload and device (speedup also at the same batch size); the speedup
-interval is a bootstrap over both runs' per-trial throughputs (`ratio_interval`).
+`fp32` row of the same workload and device (speedup also at the same batch size); the speedup and
+its interval come from the comparison engine (`bench.compare.ratio`: a bootstrap over both runs'
+per-trial throughputs).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from bench.compare import finite, ratio, samples
 from bench.record import RunRecord
-from bench.stats import ratio_interval
 
 KEY = ["workload", "device", "backend", "batch_size"]
 BASELINE = "fp32"
@@ -95,17 +96,13 @@ def trials(record: RunRecord | None) -> list[float]:
     """Per-trial throughputs of an ok record, or [] when there are none."""
     if record is None or record.status != "ok":
         return []
-    values = (float(v) for v in record.metrics.get("throughput_trials") or [] if v is not None)
-    return [v for v in values if math.isfinite(v) and v > 0]
+    return samples(record.metrics.get("throughput_trials"))
 
 
 def _num(value: Any) -> float:
-    if value is None:
-        return math.nan
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
+    """A table cell: the finite number, or NaN."""
+    x = finite(value)
+    return math.nan if x is None else x
 
 
 def _row(r: RunRecord) -> dict[str, Any]:
@@ -129,17 +126,17 @@ def _row(r: RunRecord) -> dict[str, Any]:
     return row
 
 
-def speedup(new: RunRecord, base: RunRecord) -> tuple[float, float, float]:
+def speedup(new: RunRecord, base: RunRecord, alpha: float = 0.05) -> tuple[float, float, float]:
     """throughput(new) / throughput(base) with the trials' bootstrap interval (NaN when absent)."""
     point = _num(new.metrics.get("throughput")) / _num(base.metrics.get("throughput"))
     t_new, t_base = trials(new), trials(base)
     if not (t_new and t_base):
         return point, math.nan, math.nan
-    _, lo, hi = ratio_interval(t_new, t_base)
-    return point, lo, hi
+    f = ratio(t_new, t_base, alpha=alpha)
+    return point, f.lo, f.hi
 
 
-def _relative_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord]) -> pd.DataFrame:
+def _relative_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord], alpha: float) -> pd.DataFrame:
     speed = {"speedup": [], "speedup_lo": [], "speedup_hi": []}
     compression = []
     fp32_bytes = {}
@@ -151,7 +148,7 @@ def _relative_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord]) -> pd.Da
         base = latest.get((row.workload, row.device, BASELINE, row.batch_size))
         s = (math.nan, math.nan, math.nan)
         if rec.status == "ok" and base is not None and base.status == "ok":
-            s = (1.0, 1.0, 1.0) if base is rec else speedup(rec, base)
+            s = (1.0, 1.0, 1.0) if base is rec else speedup(rec, base, alpha)
         for name, value in zip(speed, s):
             speed[name].append(value)
         fb = fp32_bytes.get((row.workload, row.device), math.nan)
@@ -159,17 +156,18 @@ def _relative_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord]) -> pd.Da
     return df.assign(**speed, compression=compression)
 
 
-def results_table(records: Iterable[RunRecord | dict[str, Any]]) -> pd.DataFrame:
+def results_table(records: Iterable[RunRecord | dict[str, Any]], alpha: float = 0.05) -> pd.DataFrame:
     """One row per (workload, device, backend, batch_size), the newest record winning.
 
     Rows are sorted by workload, device, backend (fp32 first, then fp32_tbe, then by name) and
     batch size. Missing metrics are NaN; `error` holds the reason of error and skipped rows.
+    `alpha` sets the speedup interval's level (`compare.alpha`).
     """
     latest = latest_records(records)
     if not latest:
         return pd.DataFrame(columns=COLUMNS)
     df = pd.DataFrame([_row(r) for r in latest.values()])
-    df = _relative_columns(df, latest)
+    df = _relative_columns(df, latest, alpha)
     df["_rank"] = df["backend"].map(backend_rank)
     df = df.sort_values(["workload", "device", "_rank", "batch_size"], kind="mergesort").drop(columns="_rank")
     df = df.reset_index(drop=True)[COLUMNS]

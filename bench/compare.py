@@ -1,0 +1,224 @@
+"""The one comparison engine: is the difference between two measured figures more than noise?
+
+Three places compare figures: the gate (a backend vs fp32 in one sweep), the baseline comparison
+(`python -m bench.report DIR --baseline DIR`) and the nightly history (tonight vs last night).
+They all ask this module, with tolerances and alpha from `conf/compare/` (`CompareConfig`):
+
+- `throughput_change`: the ratio of median throughputs new / base, with a percentile-bootstrap
+  interval over both runs' raw per-trial throughputs (`ratio_interval`);
+- `difference_change`: new - base of two figures given as point + interval (an AUC with the
+  interval of its paired ΔAUC vs fp32), the change's interval being the larger of the two
+  half-widths (both are measured on the same eval samples, so the noise of their difference
+  is that of one paired comparison, which each side's interval estimates).
+
+A change is `better` or `worse` only when its interval excludes "no change" AND it moved by
+more than the tolerance: separate runs differ by more than the noise one run can see (trials
+inside one process), so the interval alone would flag unchanged rows. Otherwise it is `same`,
+or `not comparable` with the reason (a side is missing a value or its raw trials, the machines
+differ). Only numpy, the standard library and `bench.stats`: pure functions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist, median
+from typing import Any, Iterable, Mapping, Optional, Protocol, Sequence
+
+from bench.stats import ratio_interval
+
+SAME, BETTER, WORSE, NOT_COMPARABLE = "same", "better", "worse", "not comparable"
+RATIO, DIFFERENCE = "ratio", "difference"
+LEVEL = 0.95  # the level of the intervals records store (ΔAUC CIs)
+
+
+class Tolerances(Protocol):
+    """What the engine reads of `bench.config.CompareConfig`."""
+
+    auc_tolerance: float
+    throughput_tolerance: float
+    alpha: float
+
+
+def finite(value: Any) -> Optional[float]:
+    """A finite float from a record value or table cell, or None (absent, empty, NaN, inf, text, bool)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def samples(values: Any) -> list[float]:
+    """The positive finite numbers of a raw-sample list (per-trial throughputs); [] when there are none."""
+    if not isinstance(values, (list, tuple)):
+        return []
+    return [v for v in map(finite, values) if v is not None and v > 0]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A measured figure: its point value and, where known, its interval at `level`."""
+
+    value: Optional[float]
+    lo: Optional[float] = None
+    hi: Optional[float] = None
+    level: float = LEVEL
+
+    @classmethod
+    def of(cls, value: Any, lo: Any = None, hi: Any = None, level: float = LEVEL) -> "Figure":
+        """From raw cells; an interval with a missing bound is dropped, bounds are put in order."""
+        v, a, b = finite(value), finite(lo), finite(hi)
+        if a is None or b is None:
+            return cls(v, None, None, level)
+        return cls(v, min(a, b), max(a, b), level)
+
+    @property
+    def interval(self) -> Optional[tuple[float, float]]:
+        return None if self.lo is None or self.hi is None else (self.lo, self.hi)
+
+    def half_width(self, alpha: float) -> float:
+        """Half the interval's width rescaled to a (1 - alpha) level; 0 without an interval."""
+        if self.interval is None:
+            return 0.0
+        z = NormalDist().inv_cdf(1 - alpha / 2) / NormalDist().inv_cdf((1 + self.level) / 2)
+        return (self.hi - self.lo) / 2 * z
+
+    def scaled(self, factor: float, offset: float = 0.0) -> "Figure":
+        """factor * figure + offset (a negative factor swaps the bounds)."""
+        if self.value is None:
+            return self
+        f = lambda x: None if x is None else factor * x + offset + 0.0  # noqa: E731  (+ 0.0: no -0.0)
+        return Figure.of(f(self.value), f(self.lo), f(self.hi), self.level)
+
+
+@dataclass(frozen=True)
+class Change:
+    """The noise-aware difference of one metric between a base and a new measurement."""
+
+    metric: str
+    kind: str  # RATIO (new / base) or DIFFERENCE (new - base)
+    base: Optional[float]
+    new: Optional[float]
+    value: Optional[float]  # the change
+    lo: Optional[float]  # its (1 - alpha) interval
+    hi: Optional[float]
+    noise: Optional[float]  # half-width of that interval, in the change's units
+    tolerance: float
+    verdict: str  # same | better | worse | not comparable
+    reason: str
+
+    @property
+    def flagged(self) -> bool:
+        return self.verdict in (BETTER, WORSE)
+
+    @property
+    def moved(self) -> Optional[float]:
+        """How far the change is from "no change": ratio - 1, or the difference."""
+        if self.value is None:
+            return None
+        return self.value - 1.0 if self.kind == RATIO else self.value
+
+
+def _direction(up: bool, higher_is_better: bool) -> str:
+    return BETTER if up == higher_is_better else WORSE
+
+
+def ratio(new_samples: Sequence[float], base_samples: Sequence[float], *, alpha: float = 0.05) -> Figure:
+    """median(new) / median(base) with the percentile-bootstrap (1 - alpha) interval (seeded)."""
+    r, lo, hi = ratio_interval(new_samples, base_samples, alpha=alpha)
+    return Figure(r, lo, hi, 1 - alpha)
+
+
+def throughput_change(new_samples: Iterable[float], base_samples: Iterable[float], *, tolerance: float, alpha: float,
+                      new_point: Any = None, base_point: Any = None, metric: str = "throughput",
+                      higher_is_better: bool = True) -> Change:
+    """Ratio new / base of raw samples (per-trial throughputs); `*_point` only fill in the point
+    shown when a side has no samples, which makes the change `not comparable`."""
+    new_s, base_s = samples(list(new_samples)), samples(list(base_samples))
+    b, n = finite(base_point), finite(new_point)
+    if not (new_s and base_s):
+        side = " and ".join(s for s, t in (("base", base_s), ("new", new_s)) if not t)
+        point = n / b if n is not None and b else None
+        return Change(metric, RATIO, b, n, point, None, None, None, tolerance, NOT_COMPARABLE,
+                      f"no per-trial {metric} on the {side} side: not judged")
+    f = ratio(new_s, base_s, alpha=alpha)
+    noise = (f.hi - f.lo) / 2
+    shown = f"{metric} {f.value:.2f}x [{f.lo:.2f}, {f.hi:.2f}]"
+    outside = f.lo > 1.0 or f.hi < 1.0
+    if outside and abs(f.value - 1.0) > tolerance:
+        verdict = _direction(f.value > 1.0, higher_is_better)
+        reason = f"{shown}: the {1 - alpha:.0%} interval excludes 1 and it moved by more than {tolerance:.0%}"
+    else:
+        verdict = SAME
+        why = "the interval holds 1" if not outside else f"it moved by no more than {tolerance:.0%}"
+        reason = f"{shown}: {why}"
+    base_med = median(base_s) if b is None else b
+    new_med = median(new_s) if n is None else n
+    return Change(metric, RATIO, base_med, new_med, f.value, f.lo, f.hi, noise, tolerance, verdict, reason)
+
+
+def difference_change(new: Figure, base: Figure, *, tolerance: float, alpha: float, metric: str = "auc",
+                      higher_is_better: bool = True, digits: int = 4) -> Change:
+    """new - base of two paired figures; noise is the larger half-width of their intervals at 1 - alpha."""
+    if new.value is None or base.value is None:
+        side = " and ".join(s for s, f in (("base", base), ("new", new)) if f.value is None)
+        return Change(metric, DIFFERENCE, base.value, new.value, None, None, None, None, tolerance, NOT_COMPARABLE,
+                      f"{metric} is missing on the {side} side")
+    change = new.value - base.value
+    noise = max(new.half_width(alpha), base.half_width(alpha))
+    shown = f"{metric} {change:+.{digits}f} (noise ±{noise:.{digits}f}, tolerance {tolerance:g})"
+    if abs(change) > noise and abs(change) > tolerance:
+        verdict, reason = _direction(change > 0, higher_is_better), f"{shown}: beyond both"
+    else:
+        verdict, reason = SAME, f"{shown}: within " + ("the noise" if abs(change) <= noise else "the tolerance")
+    return Change(metric, DIFFERENCE, base.value, new.value, change, change - noise, change + noise, noise,
+                  tolerance, verdict, reason)
+
+
+def auc_figure(metrics: Mapping[str, Any]) -> Figure:
+    """A run's AUC, with the noise of its paired ΔAUC vs fp32 as its interval.
+
+    The paired interval measures how far two closely related models' AUCs on these eval samples
+    differ by chance, which is the noise of an AUC change between two runs of one backend.
+    """
+    auc, delta = finite(metrics.get("auc")), finite(metrics.get("auc_delta"))
+    band = Figure.of(delta, metrics.get("auc_delta_lo"), metrics.get("auc_delta_hi"))
+    if auc is None or delta is None or band.interval is None:
+        return Figure(auc)
+    return Figure(auc, auc + band.lo - delta, auc + band.hi - delta, band.level)
+
+
+def compare_metrics(new: Mapping[str, Any], base: Mapping[str, Any], cfg: Tolerances) -> dict[str, Change]:
+    """Throughput and AUC changes between two runs' metrics (record metrics or history rows:
+    `throughput`, `throughput_trials`, `auc`, `auc_delta`, `auc_delta_lo`, `auc_delta_hi`)."""
+    return {
+        "throughput": throughput_change(new.get("throughput_trials") or [], base.get("throughput_trials") or [],
+                                        tolerance=cfg.throughput_tolerance, alpha=cfg.alpha,
+                                        new_point=new.get("throughput"), base_point=base.get("throughput")),
+        "auc": difference_change(auc_figure(new), auc_figure(base), tolerance=cfg.auc_tolerance, alpha=cfg.alpha),
+    }
+
+
+def identity(new: Mapping[str, Any], base: Mapping[str, Any]) -> tuple[Optional[str], list[str]]:
+    """(why the two runs are not comparable, or None; notes) from `fingerprint` and `config_hash`.
+
+    Different machines are never compared. A different config hash is compared with a note: the
+    hash covers settings that may not change the measurement, and the note keeps it visible.
+    """
+    fp_b, fp_n = (x if _text(x) else None for x in (base.get("fingerprint"), new.get("fingerprint")))
+    if fp_b != fp_n:  # one side unknown counts as different: never compare silently
+        return f"machine differs (fingerprint {fp_b} -> {fp_n}): not compared", []
+    h_b, h_n = base.get("config_hash"), new.get("config_hash")
+    notes = [f"config hash {h_b} -> {h_n}"] if _text(h_b) and _text(h_n) and h_b != h_n else []
+    return None, notes
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+__all__ = ["SAME", "BETTER", "WORSE", "NOT_COMPARABLE", "RATIO", "DIFFERENCE", "Figure", "Change", "finite", "samples",
+           "ratio", "throughput_change", "difference_change", "auc_figure", "compare_metrics", "identity"]

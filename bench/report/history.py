@@ -1,0 +1,251 @@
+"""Nightly history: one JSON line per (run, workload, device, backend, batch_size), and `history.md`.
+
+Each nightly run appends the newest record per key of its report folder to
+`<reports_dir>/history.jsonl` (or `gate.history_file`) through the record store's locked appender
+(`bench.io.append_jsonl`); a run id already in the file is not appended twice, so re-running
+the gate over the same report is harmless. Each line keeps the run's raw per-trial throughputs,
+so a later night is compared with the comparison engine (`bench.compare.compare_metrics`, noise
+rules from `conf/compare/`) exactly as a baseline sweep is: throughput by the bootstrap interval
+of the ratio of medians, AUC by the paired ΔAUC interval, both beyond a tolerance.
+`render_history` shows AUC and throughput per backend over the last N runs and flags changes.
+
+Rows whose machine fingerprint differs between the two runs are marked, not compared; a changed
+config hash is compared and flagged with a note.
+
+Versions (`history_version`): 1 kept a throughput spread (`throughput_lo`/`_hi`, rebuilt from
+the speedup interval when trials were gone); 2 keeps the raw `throughput_trials` instead. A v1
+line reads as v2 with no trials: its throughput is shown, not judged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+import pandas as pd
+
+from bench.compare import NOT_COMPARABLE, Tolerances, compare_metrics, finite, identity
+from bench.errors import UserError
+from bench.io import append_jsonl, write_text_atomic
+from bench.record import RunRecord
+from bench.report.table import KEY, as_records, latest_records, results_table, trials
+
+HISTORY_VERSION = 2
+HISTORY_FILE = "history.jsonl"
+_NUMERIC = ["auc", "auc_delta", "auc_delta_lo", "auc_delta_hi", "throughput", "speedup", "speedup_lo", "speedup_hi",
+            "latency_p50_ms", "latency_p99_ms", "embedding_bytes"]  # fmt: skip
+_TEXT = ["config_hash", "fingerprint"]
+_COLUMNS = ["run_id", "timestamp", "git_sha", *KEY, "status", *_NUMERIC, "throughput_trials", *_TEXT]
+
+
+def _v1_to_v2(line: dict[str, Any]) -> dict[str, Any]:
+    line = {k: v for k, v in line.items() if k not in ("throughput_lo", "throughput_hi")}
+    return {**line, "throughput_trials": None}
+
+
+# MIGRATIONS[n] turns a version-n line into a version-(n+1) line.
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+
+
+def migrate(line: dict[str, Any], where: str) -> dict[str, Any]:
+    version = line.get("history_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise UserError(f"{where}: no integer history_version: not a bench history line")
+    if version > HISTORY_VERSION:
+        raise UserError(f"{where}: history_version {version} is newer than this harness reads ({HISTORY_VERSION}): upgrade bench")
+    while version < HISTORY_VERSION:
+        line = {**MIGRATIONS[version](line), "history_version": version + 1}
+        version += 1
+    return line
+
+
+def history_rows(records: Iterable[RunRecord | dict[str, Any]], *, run_id: str, timestamp: str,
+                 git_sha: Optional[str], alpha: float = 0.05) -> list[dict[str, Any]]:
+    """One line per key: the results table's figures plus the newest record's raw trials."""
+    records = as_records(records)
+    latest = latest_records(records)
+    rows = []
+    for row in results_table(records, alpha=alpha).to_dict("records"):
+        key = tuple(row[k] for k in KEY)
+        out: dict[str, Any] = {"history_version": HISTORY_VERSION, "run_id": run_id, "timestamp": timestamp, "git_sha": git_sha}
+        out.update({k: (int(row[k]) if k == "batch_size" else str(row[k])) for k in KEY})
+        out["status"] = str(row["status"])
+        out.update({k: finite(row.get(k)) for k in _NUMERIC})
+        out["throughput_trials"] = trials(latest[key]) or None
+        out.update({k: row[k] for k in _TEXT if isinstance(row.get(k), str) and row[k]})
+        rows.append(out)
+    return rows
+
+
+def append_history(records: Iterable[RunRecord | dict[str, Any]], path: Path, *, run_id: str,
+                   timestamp: Optional[str] = None, git_sha: Optional[str] = None, alpha: float = 0.05) -> int:
+    """Append this run's lines (locked, fsynced); returns lines written (0: run id already there)."""
+    timestamp = timestamp or datetime.now(timezone.utc).isoformat(timespec="seconds")
+    rows = history_rows(records, run_id=run_id, timestamp=timestamp, git_sha=git_sha, alpha=alpha)
+    if not rows:
+        raise UserError("no records to add to the history (did the sweep run?)")
+    return append_jsonl(Path(path), rows, unless=lambda line: line.get("run_id") == run_id)
+
+
+def load_history(path: Path) -> pd.DataFrame:
+    """Every history line, in file order, migrated to the current version; a torn or newer line is an error naming the line."""
+    path = Path(path)
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, text in enumerate(f, 1):
+            if not text.strip():
+                continue
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise UserError(f"{path}:{lineno}: not a history line ({exc.msg})") from None
+            if not isinstance(data, dict):
+                raise UserError(f"{path}:{lineno}: no integer history_version: not a bench history line")
+            rows.append(migrate(data, f"{path}:{lineno}"))
+    df = pd.DataFrame(rows)
+    for c in _COLUMNS:
+        if c not in df.columns:
+            df[c] = None
+    return df
+
+
+def run_order(history: pd.DataFrame) -> list[str]:
+    """Run ids in the order they were first appended."""
+    return list(dict.fromkeys(history["run_id"]))
+
+
+def history_changes(history: pd.DataFrame, cfg: Tolerances) -> pd.DataFrame:
+    """Per key and metric, the latest run against the previous run that has the key.
+
+    Columns: KEY, metric (auc | throughput | status | config), previous, latest, change, noise,
+    flagged, note. `change` is the difference for AUC and the ratio - 1 for throughput; `noise`
+    the half-width of the change's interval in the same units.
+    """
+    columns = [*KEY, "metric", "previous", "latest", "change", "noise", "flagged", "note"]
+    runs = run_order(history)
+    if len(runs) < 2:
+        return pd.DataFrame(columns=columns)
+    latest_run = runs[-1]
+    rank = {r: i for i, r in enumerate(runs)}
+    out = []
+    for key, group in history.groupby(KEY, sort=True):
+        group = group.assign(_rank=group["run_id"].map(rank)).sort_values("_rank", kind="stable")
+        if group["run_id"].iloc[-1] != latest_run or len(group) < 2:
+            continue
+        prev, now = group.iloc[-2].to_dict(), group.iloc[-1].to_dict()
+        base = dict(zip(KEY, key))
+        refused, notes = identity(now, prev)
+        since = f" since run {prev['run_id']}"
+        if refused:
+            out.append({**base, "metric": "config", "flagged": True, "note": refused + since})
+            continue
+        if notes:
+            out.append({**base, "metric": "config", "flagged": True, "note": "; ".join(notes) + since + ": compared anyway"})
+        if prev["status"] != now["status"]:
+            out.append({**base, "metric": "status", "flagged": now["status"] != "ok",
+                        "note": f"status {prev['status']} -> {now['status']}"})
+        if now["status"] != "ok" or prev["status"] != "ok":
+            continue
+        for metric, c in compare_metrics(now, prev, cfg).items():
+            if c.verdict == NOT_COMPARABLE and c.value is None and c.base is None:
+                continue
+            shown = f"{c.moved:+.1%}" if metric == "throughput" and c.moved is not None else (
+                f"{c.moved:+.4f}" if c.moved is not None else "")
+            out.append({**base, "metric": metric, "previous": c.base, "latest": c.new, "change": c.moved,
+                        "noise": c.noise, "flagged": c.flagged,
+                        "note": f"{metric} {shown} ({c.verdict}: {c.reason})"})
+    return pd.DataFrame(out, columns=columns)
+
+
+def _md(text: Any) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _fmt_tput(v: Optional[float]) -> str:
+    return "" if v is None else f"{v:,.0f}"
+
+
+def _fmt_auc(v: Optional[float]) -> str:
+    return "" if v is None else f"{v:.4f}"
+
+
+def render_history(history: pd.DataFrame, cfg: Tolerances, *, runs: int = 14) -> str:
+    order = run_order(history)[-runs:]
+    recent = history[history["run_id"].isin(order)]
+    lines = ["# Nightly history", ""]
+    if not order:
+        return "\n".join(lines + ["No runs recorded yet.", ""])
+    meta = recent.drop_duplicates("run_id").set_index("run_id")
+    lines += [f"Last {len(order)} runs, oldest first:", ""]
+    for r in order:
+        sha = meta.at[r, "git_sha"]
+        lines.append(f"- `{r}`: {meta.at[r, 'timestamp']}, git {sha[:12] if isinstance(sha, str) and sha else 'unknown'}")
+    changes = history_changes(recent, cfg)
+    flagged = changes[changes["flagged"].astype(bool)] if not changes.empty else changes
+    lines += ["", "## Changes against the previous run (beyond noise; `compare`: AUC tolerance "
+              f"{cfg.auc_tolerance:g}, throughput tolerance {cfg.throughput_tolerance:.0%}, {1 - cfg.alpha:.0%} intervals)", ""]
+    if flagged.empty:
+        lines.append("No change beyond the noise." if len(order) > 1 else "Only one run so far: nothing to compare.")
+    else:
+        lines += ["| backend | workload | device | batch | metric | change |", "| --- | --- | --- | --- | --- | --- |"]
+        for c in flagged.to_dict("records"):
+            lines.append(f"| {_md(c['backend'])} | {_md(c['workload'])} | {_md(c['device'])} | {c['batch_size']} | {c['metric']} | ⚠ {_md(c['note'])} |")
+    for (workload, device), group in recent.groupby(["workload", "device"], sort=True):
+        lines += ["", f"## {workload} on {device}"]
+        for metric, fmt, title in (("auc", _fmt_auc, "AUC"), ("throughput", _fmt_tput, "Throughput (rows/s)")):
+            lines += ["", f"### {title}", "", "| backend | batch | " + " | ".join(f"`{r}`" for r in order) + " |",
+                      "| --- | ---: |" + " ---: |" * len(order)]
+            for (backend, batch), rows in group.groupby(["backend", "batch_size"], sort=True):
+                by_run = {r["run_id"]: r for r in rows.to_dict("records")}
+                cells = [_cell(by_run.get(r), metric, fmt) for r in order]
+                lines.append(f"| {_md(backend)} | {batch} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(row: Optional[dict], metric: str, fmt) -> str:
+    if row is None:
+        return ""
+    if row["status"] != "ok":
+        return str(row["status"])
+    return fmt(finite(row.get(metric)))
+
+
+def default_run_id() -> str:
+    """GitHub's run id (and attempt) when in Actions, else a UTC timestamp."""
+    if os.environ.get("GITHUB_RUN_ID"):
+        return f"{os.environ['GITHUB_RUN_ID']}.{os.environ.get('GITHUB_RUN_ATTEMPT', '1')}"
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def current_git_sha() -> Optional[str]:
+    if os.environ.get("GITHUB_SHA"):
+        return os.environ["GITHUB_SHA"]
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def history_path(history_file: Optional[str], reports_dir: Path) -> Path:
+    """`gate.history_file` when set, else `<reports_dir>/history.jsonl`."""
+    return Path(history_file) if history_file else Path(reports_dir) / HISTORY_FILE
+
+
+def update_history(records: Iterable[RunRecord | dict[str, Any]], path: Path, cfg: Tolerances, *, runs: int = 14,
+                   run_id: Optional[str] = None, git_sha: Optional[str] = None, timestamp: Optional[str] = None) -> Path:
+    """Append this run to the history file and rewrite `history.md` beside it; returns its path."""
+    path = Path(path)
+    append_history(records, path, run_id=run_id or default_run_id(), timestamp=timestamp, alpha=cfg.alpha,
+                   git_sha=git_sha if git_sha is not None else current_git_sha())
+    md = render_history(load_history(path), cfg, runs=runs)
+    write_text_atomic(path.parent / "history.md", md)
+    return path.parent / "history.md"
+
+
+__all__ = ["HISTORY_VERSION", "append_history", "load_history", "history_changes", "render_history", "update_history",
+           "history_path", "default_run_id", "current_git_sha", "history_rows", "migrate"]

@@ -1,0 +1,240 @@
+"""Nightly history (`bench.report.history`): one appender, raw trials per line, changes judged by the
+comparison engine, versioned lines."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench.config import CompareConfig, GateConfig
+from bench.errors import UserError
+from bench.gate.__main__ import main as gate_main
+from bench.report.history import (
+    HISTORY_VERSION,
+    append_history,
+    history_changes,
+    history_path,
+    load_history,
+    render_history,
+    update_history,
+)
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "gate"))
+from gate_frames import frame, healthy, records, row, write_records  # noqa: E402
+
+CFG = CompareConfig()  # AUC tolerance 0.0005, throughput tolerance 5%, 95% intervals
+
+
+def test_append_writes_one_line_per_key_with_the_raw_trials(tmp_path):
+    path = tmp_path / "history.jsonl"
+    df = healthy()
+    n = append_history(records(df), path, run_id="r1", timestamp="2025-01-01T00:00:00+00:00", git_sha="abc123")
+    lines = path.read_text().splitlines()
+    assert n == len(df) == len(lines)
+    first = json.loads(lines[0])
+    assert first["history_version"] == HISTORY_VERSION == 2
+    assert (first["run_id"], first["timestamp"], first["git_sha"]) == ("r1", "2025-01-01T00:00:00+00:00", "abc123")
+    assert {"workload", "device", "backend", "batch_size", "auc", "throughput", "throughput_trials", "speedup_lo",
+            "speedup_hi", "config_hash", "fingerprint"} <= set(first)
+    assert "throughput_lo" not in first  # v1's spread rebuilt from the speedup CI is gone
+    uint4 = next(json.loads(x) for x in lines if json.loads(x)["backend"] == "uint4")
+    assert uint4["throughput_trials"] == pytest.approx([uint4["throughput"] * f for f in (0.98, 0.99, 1.0, 1.01, 1.02)])
+
+
+def test_same_run_id_is_not_appended_twice(tmp_path):
+    path = tmp_path / "history.jsonl"
+    assert append_history(records(healthy()), path, run_id="r1") > 0
+    assert append_history(records(healthy()), path, run_id="r1") == 0
+    assert load_history(path)["run_id"].nunique() == 1
+
+
+def test_history_appends_through_the_record_stores_appender():
+    import inspect
+
+    import bench.report.history as history
+
+    source = inspect.getsource(history)
+    assert "append_jsonl(" in source and "flock" not in source and "fcntl" not in source
+
+
+def _append_worker(args):
+    path, run_id = args
+    append_history(records(healthy(batch_sizes=(512, 1024, 2048, 4096))), Path(path), run_id=run_id)
+
+
+def test_parallel_appends_never_tear_lines(tmp_path):
+    path = tmp_path / "history.jsonl"
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        pool.map(_append_worker, [(str(path), f"r{i}") for i in range(8)])
+    df = load_history(path)  # raises on a torn line
+    assert df["run_id"].nunique() == 8 and len(df) == 8 * 4 * 7
+
+
+def test_load_refuses_torn_and_newer_lines(tmp_path):
+    path = tmp_path / "history.jsonl"
+    append_history(records(healthy()), path, run_id="r1")
+    with open(path, "a") as f:
+        f.write('{"history_version": 2, "run_id": "r2", "wor')
+    with pytest.raises(UserError, match=r"history.jsonl:\d+: not a history line"):
+        load_history(path)
+    path.write_text(json.dumps({"history_version": HISTORY_VERSION + 1, "run_id": "r9"}) + "\n")
+    with pytest.raises(UserError, match="newer than this harness reads"):
+        load_history(path)
+
+
+V1_LINE = {"history_version": 1, "run_id": "old", "timestamp": "2024-12-31T02:23:00+00:00", "git_sha": "sha-old",
+           "workload": "synthetic", "device": "cpu", "backend": "uint4", "batch_size": 2048, "status": "ok",
+           "auc": 0.8027, "auc_delta": -0.0004, "auc_delta_lo": -0.0006, "auc_delta_hi": -0.0002,
+           "throughput": 160000.0, "throughput_lo": 152000.0, "throughput_hi": 168000.0, "speedup": 1.6,
+           "speedup_lo": 1.52, "speedup_hi": 1.68, "latency_p50_ms": 12.8, "latency_p99_ms": 16.6,
+           "embedding_bytes": 8650752.0, "fingerprint": "m0", "config_hash": "h-uint4-2048"}  # fmt: skip
+
+
+def test_v1_lines_migrate_and_their_throughput_is_shown_not_judged(tmp_path):
+    path = tmp_path / "history.jsonl"
+    path.write_text(json.dumps(V1_LINE) + "\n")
+    append_history(records(frame(row("uint4", delta=-0.0004, half=0.0002, speedup=0.5))), path, run_id="new")
+    df = load_history(path)
+    old = df[df["run_id"] == "old"].iloc[0]
+    assert old["throughput_trials"] is None and "throughput_lo" not in df.columns
+    by = {r["metric"]: r for r in history_changes(df, CFG).to_dict("records")}
+    assert not by["throughput"]["flagged"] and "no per-trial throughput on the base side" in by["throughput"]["note"]
+    assert by["throughput"]["change"] == pytest.approx(50_000 / 160_000 - 1)  # the point is still shown
+    assert by["auc"]["change"] == pytest.approx(0.0)
+
+
+def _history(tmp_path, *runs) -> pd.DataFrame:
+    path = tmp_path / "history.jsonl"
+    for i, recs in enumerate(runs):
+        append_history(recs, path, run_id=f"r{i}", timestamp=f"2025-01-0{i + 1}T02:23:00+00:00", git_sha=f"sha{i}")
+    return load_history(path)
+
+
+def test_changes_inside_the_noise_are_not_flagged(tmp_path):
+    a = healthy(batch_sizes=(2048,))
+    b = a.copy()
+    b["auc"] += 0.0002  # < tolerance 0.0005
+    b["throughput"] *= 1.03  # < 5%
+    changes = history_changes(_history(tmp_path, records(a), records(b)), CFG)
+    assert not changes.empty and not changes["flagged"].any()
+
+
+def test_auc_and_throughput_changes_beyond_the_noise_are_flagged(tmp_path):
+    a = healthy(batch_sizes=(2048,))
+    b = a.copy()
+    b.loc[b["backend"] == "uint4", "auc"] -= 0.003
+    b.loc[b["backend"] == "int8_tbe", "throughput"] *= 0.5
+    changes = history_changes(_history(tmp_path, records(a), records(b)), CFG)
+    flagged = changes[changes["flagged"]]
+    assert sorted(zip(flagged["backend"], flagged["metric"])) == [("int8_tbe", "throughput"), ("uint4", "auc")]
+    by = {r["metric"]: r for r in flagged.to_dict("records")}
+    assert by["auc"]["change"] == pytest.approx(-0.003) and "worse" in by["auc"]["note"]
+    assert by["throughput"]["change"] == pytest.approx(-0.5) and "throughput -50.0%" in by["throughput"]["note"]
+
+
+def test_auc_change_within_a_wide_ci_is_not_flagged(tmp_path):
+    a = frame(row("uint4", delta=-0.0004, half=0.004))
+    b = frame(row("uint4", delta=-0.0004, half=0.004, auc=0.8031 - 0.0004 - 0.002))
+    auc = history_changes(_history(tmp_path, records(a), records(b)), CFG).query("metric == 'auc'").iloc[0]
+    assert auc["noise"] == pytest.approx(0.004) and not auc["flagged"]
+
+
+def test_throughput_change_within_the_trial_spread_is_not_flagged(tmp_path):
+    a = records(frame(row("fp32")), spread=0.5)
+    b = records(frame(row("fp32", throughput=70_000.0)), spread=0.5)
+    tput = history_changes(_history(tmp_path, a, b), CFG).query("metric == 'throughput'").iloc[0]
+    assert not tput["flagged"] and "holds 1" in tput["note"]  # -30%, but the noisy trials cannot tell
+
+
+def test_status_change_and_config_change(tmp_path):
+    a = frame(row("uint4"), row("int8_tbe", config_hash="h1"))
+    b = frame(row("uint4", status="error", error="boom"), row("int8_tbe", config_hash="h2", throughput=1.0))
+    changes = history_changes(_history(tmp_path, records(a), records(b)), CFG)
+    by = {(r["backend"], r["metric"]): r for r in changes.to_dict("records")}
+    assert by[("uint4", "status")]["flagged"] and "ok -> error" in by[("uint4", "status")]["note"]
+    assert by[("int8_tbe", "config")]["flagged"] and "config hash h1 -> h2" in by[("int8_tbe", "config")]["note"]
+    assert by[("int8_tbe", "throughput")]["flagged"]  # compared anyway, with the note beside it
+
+
+def test_machine_change_is_not_compared(tmp_path):
+    a = frame(row("int8_tbe", fingerprint="m1"))
+    b = frame(row("int8_tbe", fingerprint="m2", throughput=1.0))
+    changes = history_changes(_history(tmp_path, records(a), records(b)), CFG)
+    by = {(r["backend"], r["metric"]): r for r in changes.to_dict("records")}
+    assert "machine differs (fingerprint m1 -> m2)" in by[("int8_tbe", "config")]["note"]
+    assert ("int8_tbe", "throughput") not in by
+
+
+def test_tolerances_come_from_the_compare_config(tmp_path):
+    a = healthy(batch_sizes=(2048,))
+    b = a.copy()
+    b["throughput"] *= 0.9  # -10%: beyond 5%, within 20%
+    history = _history(tmp_path, records(a), records(b))
+    assert history_changes(history, CFG)["flagged"].any()
+    assert not history_changes(history, CompareConfig(throughput_tolerance=0.2))["flagged"].any()
+
+
+def test_render_shows_last_n_runs_and_flags(tmp_path):
+    frames = [healthy(batch_sizes=(2048,)) for _ in range(5)]
+    frames[-1].loc[frames[-1]["backend"] == "uint4", "auc"] -= 0.01
+    md = render_history(_history(tmp_path, *map(records, frames)), CFG, runs=3)
+    assert "Last 3 runs" in md
+    assert "`r2`" in md and "`r4`" in md and "`r1`" not in md
+    assert "## synthetic on cpu" in md and "### AUC" in md and "### Throughput (rows/s)" in md
+    flag_lines = [line for line in md.splitlines() if "⚠" in line]
+    assert len(flag_lines) == 1 and "uint4" in flag_lines[0] and "auc" in flag_lines[0]
+    uint4_auc = next(line for line in md.splitlines() if line.startswith("| uint4 | 2048 |"))
+    assert uint4_auc.rstrip(" |").endswith("0.7927")
+    assert "git sha4" in md and "AUC tolerance 0.0005, throughput tolerance 5%" in md
+
+
+def test_render_one_run_says_nothing_to_compare(tmp_path):
+    md = render_history(_history(tmp_path, records(healthy())), CFG, runs=14)
+    assert "nothing to compare" in md
+
+
+def test_update_history_appends_and_writes_history_md(tmp_path):
+    for i in range(3):
+        md_path = update_history(records(healthy()), tmp_path / "history.jsonl", CFG, runs=2, run_id=f"n{i}", git_sha="deadbeef")
+    assert md_path == tmp_path / "history.md"
+    assert load_history(tmp_path / "history.jsonl")["run_id"].nunique() == 3
+    md = md_path.read_text()
+    assert "Last 2 runs" in md and "`n0`" not in md
+
+
+def test_history_path_honours_history_file(tmp_path):
+    assert history_path(None, tmp_path) == tmp_path / "history.jsonl"
+    cfg = GateConfig(history_file=str(tmp_path / "elsewhere" / "h.jsonl"))
+    assert history_path(cfg.history_file, tmp_path / "reports") == tmp_path / "elsewhere" / "h.jsonl"
+
+
+def test_gate_cli_history_flag_reads_the_report_records(tmp_path, monkeypatch):
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    report = write_records(tmp_path / "report", healthy())
+    assert gate_main([str(report), "--history", "--run-id", "a"]) == 0
+    assert gate_main([str(report), "--history", "--run-id", "a"]) == 0  # same run: not appended twice
+    assert gate_main([str(report), "--history", "--run-id", "b"]) == 0
+    assert load_history(report / "history.jsonl")["run_id"].tolist().count("b") == len(healthy())
+    assert (report / "history.md").is_file()
+
+
+def test_append_cuts_a_torn_tail_left_by_a_killed_writer(tmp_path):
+    path = tmp_path / "history.jsonl"
+    append_history(records(frame(row("uint4"))), path, run_id="r1")
+    with open(path, "a") as f:
+        f.write('{"history_version": 2, "run_id": "r2", "wor')  # killed mid-line
+    append_history(records(frame(row("uint4"))), path, run_id="r3")
+    assert list(load_history(path)["run_id"]) == ["r1", "r3"]
+
+
+def test_report_never_imports_the_gate():
+    import subprocess
+
+    code = ("import sys, bench.report, bench.report.history, bench.report.compare, bench.report.__main__; "
+            "bad = [m for m in sys.modules if m.startswith('bench.gate')]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -193,13 +193,33 @@ def auc_figure(metrics: Mapping[str, Any]) -> Figure:
 
 def compare_metrics(new: Mapping[str, Any], base: Mapping[str, Any], cfg: Tolerances) -> dict[str, Change]:
     """Throughput and AUC changes between two runs' metrics (record metrics or history rows:
-    `throughput`, `throughput_trials`, `auc`, `auc_delta`, `auc_delta_lo`, `auc_delta_hi`)."""
+    `throughput`, `throughput_trials`, `auc`, `auc_delta`, `auc_delta_lo`, `auc_delta_hi`, and the
+    timing noise flags `stable`, `unstable_reason`, `trial_cv` where recorded).
+
+    A throughput change is never flagged within the measured noise: the tolerance grows to the
+    larger trial-to-trial variation (CV) of the two runs, and a side whose timing was marked
+    unstable makes the throughput change `not comparable`.
+    """
+    unstable = [f"{side} ({m.get('unstable_reason') or 'marked unstable'})" for side, m in (("base", base), ("new", new))
+                if m.get("stable") is False]
+    if unstable:
+        t, b = finite(new.get("throughput")), finite(base.get("throughput"))
+        throughput = Change("throughput", RATIO, b, t, t / b if t is not None and b else None, None, None, None,
+                            cfg.throughput_tolerance, NOT_COMPARABLE, f"timing too noisy on the {' and '.join(unstable)} side: not judged")
+    else:
+        noise_floor = max([cfg.throughput_tolerance, *(_trial_cv(m) for m in (new, base))])
+        throughput = throughput_change(new.get("throughput_trials") or [], base.get("throughput_trials") or [],
+                                       tolerance=noise_floor, alpha=cfg.alpha,
+                                       new_point=new.get("throughput"), base_point=base.get("throughput"))
     return {
-        "throughput": throughput_change(new.get("throughput_trials") or [], base.get("throughput_trials") or [],
-                                        tolerance=cfg.throughput_tolerance, alpha=cfg.alpha,
-                                        new_point=new.get("throughput"), base_point=base.get("throughput")),
+        "throughput": throughput,
         "auc": difference_change(auc_figure(new), auc_figure(base), tolerance=cfg.auc_tolerance, alpha=cfg.alpha),
     }
+
+
+def _trial_cv(m: Mapping[str, Any]) -> float:
+    """A run's trial-to-trial variation: top level in history rows, under `noise` in record metrics."""
+    return finite(m.get("trial_cv")) or finite((m.get("noise") or {}).get("trial_cv")) or 0.0
 
 
 def identity(new: Mapping[str, Any], base: Mapping[str, Any]) -> tuple[Optional[str], list[str]]:

@@ -170,3 +170,21 @@ def test_identity_refuses_other_machines_and_notes_config_changes():
     assert identity({**a, "fingerprint": None}, a)[0] is not None  # an unknown machine is not the same machine
     assert identity({"fingerprint": math.nan}, {"fingerprint": None})[0] is None  # unknown on both sides (table NaN)
     assert identity({**a, "config_hash": "h2"}, a) == (None, ["config hash h1 -> h2"])
+
+
+def test_unstable_timing_is_never_flagged():
+    """A side marked stable=false (issue 11) makes the throughput change not comparable, with the reason."""
+    cfg = CompareConfig()
+    base = {"throughput": 100.0, "throughput_trials": [100.0] * 5}
+    new = {"throughput": 50.0, "throughput_trials": [50.0] * 5, "stable": False, "unstable_reason": "load"}
+    change = compare_metrics(new, base, cfg)["throughput"]
+    assert change.verdict == NOT_COMPARABLE and "new (load)" in change.reason and not change.flagged
+
+
+def test_a_change_within_the_trial_variation_is_not_flagged():
+    cfg = CompareConfig()
+    base = {"throughput": 100.0, "throughput_trials": [100.0, 101.0, 99.0, 100.5, 99.5], "noise": {"trial_cv": 0.2}}
+    new = {"throughput": 88.0, "throughput_trials": [88.0, 88.5, 87.5, 88.2, 87.8]}
+    assert compare_metrics(new, base, cfg)["throughput"].verdict == SAME  # 12% < the 20% the base's trials varied
+    base["noise"]["trial_cv"] = 0.01
+    assert compare_metrics(new, base, cfg)["throughput"].verdict == WORSE

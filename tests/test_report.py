@@ -144,8 +144,10 @@ def test_report_md_contents(report_dir):
     assert "−0.0019 [−0.0027, −0.0011]" in md
     assert "1.79× [" in md
     # sentences in words
-    assert "**int8_tbe** (batch sizes 256, 2048): ΔAUC −0.0002 [−0.0006, +0.0002] cannot be told from zero" in md
-    assert "**uint4** (batch sizes 256, 2048): ΔAUC −0.0019 [−0.0027, −0.0011] is distinguishable from zero" in md
+    # (the fixture's records carry no gate rules: the margin is compare's 0.0005)
+    assert ("**int8_tbe** (batch sizes 256, 2048): ΔAUC −0.0002 [−0.0006, +0.0002]: inconclusive: the interval reaches "
+            "both inside and past the margin (margin ±0.0005); it cannot be told from zero") in md
+    assert "**uint4** (batch sizes 256, 2048): ΔAUC −0.0019 [−0.0027, −0.0011]: a loss beyond noise (margin ±0.0005); it differs from zero" in md
     # oracle AUC only for the synthetic workload
     assert md.count("Oracle AUC") == 1 and "0.7712" in md
     assert "AUC over 200,000 eval samples, each scored once." in md
@@ -247,3 +249,49 @@ def test_small_steady_throughput_change_is_within_the_tolerance():
     assert compare_table(new, base, CompareConfig(throughput_tolerance=0.0)).verdict.tolist() == ["slower"]
     slower = [_tput_record([80.0, 80.5, 79.5, 80.2, 79.8])]
     assert compare_table(slower, base).verdict.tolist() == ["slower"]
+
+
+# ------------------------------------------------------------- paired timing, noise, verdicts (issue 11)
+
+
+def _paired(sweep_a, backend="int8_tbe", **metrics):
+    rec = copy.deepcopy(next(r for r in sweep_a if r.backend == backend and r.batch_size == 2048))
+    rec.created_at = "2999-01-01T00:00:00+00:00"  # newest: wins its key
+    rec.metrics.update(metrics)
+    return rec
+
+
+def test_a_paired_speedup_in_the_record_is_the_row_s_speedup(sweep_a):
+    rec = _paired(sweep_a, speedup=1.7, speedup_lo=1.6, speedup_hi=1.8, stable=True)
+    r = row(results_table([*sweep_a, rec]), backend="int8_tbe")
+    assert (r.speedup, r.speedup_lo, r.speedup_hi, r.speedup_method) == (1.7, 1.6, 1.8, "paired")
+    assert r.speed_verdict == "gain" and bool(r.stable) is True
+    unpaired = row(results_table(sweep_a), backend="int8_tbe")
+    assert unpaired.speedup_method == "unpaired"
+
+
+def test_unstable_timing_reads_inconclusive_everywhere(sweep_a, tmp_path):
+    rec = _paired(sweep_a, speedup=3.0, speedup_lo=1.2, speedup_hi=9.0, stable=False,
+                  unstable_reason="throughput varied 42% between trials (limit 10%)", noise={"trial_cv": 0.42})
+    df = results_table([*sweep_a, rec])
+    r = row(df, backend="int8_tbe")
+    assert r.speed_verdict == "inconclusive (unstable)" and r.trial_cv == 0.42
+    md = Path(write_report([*sweep_a, rec], tmp_path)).read_text()
+    assert "⚠ unstable" in md and "timing unstable, the speedup is not a finding: throughput varied 42%" in md
+    from bench.config import GateConfig, RuleSet
+    from bench.gate import evaluate_gate
+
+    verdicts = evaluate_gate(df, GateConfig(rules={"int8_tbe": RuleSet(min_speedup=1.1)})).verdicts
+    speed = next(v for v in verdicts if (v.workload, v.backend, v.batch_size, v.rule) == (rec.workload, "int8_tbe", 2048, "min_speedup"))
+    assert speed.verdict == "inconclusive" and "too noisy" in speed.reason
+
+
+def test_auc_verdicts_are_practical_and_never_print_zero(sweep_a, tmp_path):
+    rec = _paired(sweep_a, backend="int8_tbe", auc_delta=-6e-7, auc_delta_lo=-8e-7, auc_delta_hi=-4e-7, auc_delta_p=0.0004)
+    rec.config.setdefault("gate", {}).setdefault("rules", {})["int8_tbe"] = {"max_auc_drop": 0.001}
+    r = row(results_table([*sweep_a, rec]), backend="int8_tbe")
+    assert r.auc_verdict == "equivalent" and r.auc_margin == 0.001
+    md = Path(write_report([*sweep_a, rec], tmp_path)).read_text()
+    line = next(x for x in md.splitlines() if x.startswith("- **int8_tbe**") and "e−07" in x)
+    assert "0.0000" not in line and "e−07" in line and "equivalent to fp32 within the margin" in line
+    assert "a loss" not in line

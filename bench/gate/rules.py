@@ -107,7 +107,10 @@ def auc_ratio(row: Row) -> Measure:
 
 @rule("min_speedup", "min", "speedup vs fp32", fmt_speedup)
 def speedup(row: Row) -> Measure:
-    # The results table computes it with the engine (`bench.compare.ratio` over both runs' trials).
+    # Paired against fp32 in the job's process when the record has it; else the engine's ratio of the
+    # two rows' trials (the results table says which in `speedup_method`).
+    if row.get("stable") is False:
+        return Measure(None, missing=f"timing too noisy to judge a speed rule: {row.get('unstable_reason')}")
     value = figure(row, "speedup", "speedup_lo", "speedup_hi")
     if value.value is None:
         return Measure(None, missing="speedup is missing (no fp32 throughput at this workload/device/batch?)")

@@ -20,12 +20,15 @@ def missing(x: Any) -> bool:
 
 
 def signed(x: float, digits: int = 4) -> str:
-    """+0.0012, −0.0003 (a true minus sign), — when missing."""
+    """+0.0012, −0.0003 (a true minus sign), — when missing; a non-zero value that would round to
+    zero at `digits` decimals is shown in scientific notation (−6.2e-07), so a printed 0.0000 is
+    exactly zero and never carries a verdict."""
     if missing(x):
         return DASH
-    text = f"{float(x):+.{digits}f}"
+    x = float(x)
+    text = f"{x:+.{digits}f}"
     if float(text) == 0:
-        return f"{0:.{digits}f}"  # no sign on a value that rounds to zero
+        text = f"{x:+.1e}" if x != 0 else f"{0:.{digits}f}"
     return text.replace("-", MINUS)
 
 
@@ -61,7 +64,12 @@ def megabytes(n: float) -> str:
 
 
 def number(x: float, digits: int = 4) -> str:
-    return DASH if missing(x) else f"{float(x):.{digits}f}"
+    """0.8062; a non-zero value that would print as 0.0000 in scientific notation instead."""
+    if missing(x):
+        return DASH
+    x = float(x)
+    text = f"{x:.{digits}f}"
+    return f"{x:.1e}" if x != 0 and float(text) == 0 else text
 
 
 def count(x: float) -> str:
@@ -87,6 +95,11 @@ def first_line(text: Any, limit: int = 200) -> str:
         return ""
     line = str(text).strip().splitlines()[0] if str(text).strip() else ""
     return line if len(line) <= limit else line[: limit - 1] + "\u2026"
+
+
+def word(x: Any) -> str:
+    """A text cell: — when absent."""
+    return DASH if x is None or (isinstance(x, float) and math.isnan(x)) else cell(x)
 
 
 def cell(x: Any) -> str:

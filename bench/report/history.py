@@ -77,6 +77,8 @@ def history_rows(records: Iterable[RunRecord | dict[str, Any]], *, run_id: str, 
         out.update({k: finite(row.get(k)) for k in _NUMERIC})
         out["throughput_trials"] = trials(latest[key]) or None
         out.update({k: row[k] for k in _TEXT if isinstance(row.get(k), str) and row[k]})
+        if isinstance(row.get("stable"), bool):  # timing noise flags (issue 11); absent in older lines
+            out["stable"], out["unstable_reason"], out["trial_cv"] = row["stable"], row.get("unstable_reason"), finite(row.get("trial_cv"))
         rows.append(out)
     return rows
 

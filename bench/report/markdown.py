@@ -26,10 +26,20 @@ SAMPLE_NOTE = (
 READING_NOTES = [
     SAMPLE_NOTE,
     f"ΔAUC is AUC(backend) − AUC(fp32) on the same eval samples, with a paired {CONFIDENCE} "
-    "confidence interval (DeLong's test for correlated ROC curves) and its p-value. A delta whose "
-    "interval contains 0 cannot be told from zero, however it looks.",
-    f"Speedup is throughput / fp32 throughput at the same workload, device and batch size; the "
-    f"{CONFIDENCE} interval is a bootstrap over both runs' per-trial throughputs.",
+    "confidence interval (DeLong's test for correlated ROC curves) and its p-value. Its verdict "
+    "reads the interval against a margin (the backend's gate rule): *equivalent* when the whole "
+    "interval lies inside ±margin (a delta can be detectable and still practically nothing), a "
+    "*gain* or a *loss* when it lies wholly on one side of 0 and reaches past the margin, "
+    "*inconclusive* otherwise (two one-sided tests). Deltas too small for four decimals are "
+    "printed in scientific notation: a printed 0.0000 is exactly zero.",
+    f"Speedup is throughput / fp32 throughput at the same workload, device and batch size, timed "
+    "*paired*: in the job's own process, rounds alternate fp32 and the backend over the same fresh "
+    "batches (ABBA order), and the speedup is the median of the per-round ratios with a "
+    f"{CONFIDENCE} bootstrap interval over rounds, so background load that changes between rounds "
+    "hits both sides alike. Its verdict uses a relative margin (compare.throughput_tolerance). A "
+    "row whose trials varied too much or whose paired interval is too wide is marked ⚠ unstable "
+    "(limits timing.max_trial_cv, timing.max_ratio_spread): its speedup is not a finding, the "
+    "gate reads speed rules on it as inconclusive, and comparisons do not flag it.",
     "Compression is fp32 embedding bytes / embedding bytes. MB = 10^6 bytes.",
     "`fp32_tbe` (fp32 tables through FBGEMM's table-batched kernel) splits a speedup in two: "
     "fp32_tbe vs fp32 is the table-batching part, int8_tbe vs fp32_tbe the quantization part. "
@@ -42,8 +52,8 @@ def _group_table(g: pd.DataFrame) -> str:
     with_fidelity = g["fidelity_gap"].notna().any()
     headers = ["backend", "batch"] + (["status"] if with_status else [])
     headers += ["AUC", f"ΔAUC [{CONFIDENCE} CI]", "p"] + (["fidelity gap"] if with_fidelity else [])
-    headers += ["samples/s", f"speedup [{CONFIDENCE} CI]", "p50 ms", "p99 ms", "emb MB", "compression",
-                "model MB", "peak RSS MB"]  # fmt: skip
+    headers += ["ΔAUC verdict", "samples/s", f"speedup [{CONFIDENCE} CI]", "speed verdict", "p50 ms", "p99 ms",
+                "emb MB", "compression", "model MB", "peak RSS MB"]  # fmt: skip
     rows = []
     for r in g.itertuples(index=False):
         baseline = r.backend == BASELINE and r.status == "ok"
@@ -54,9 +64,12 @@ def _group_table(g: pd.DataFrame) -> str:
             "" if baseline else fmt.p_value(r.auc_delta_p),
         ]
         row += [fmt.number(r.fidelity_gap)] if with_fidelity else []
+        speed = fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi) + (" ⚠ unstable" if r.stable is False else "")
         row += [
+            fmt.word(r.auc_verdict),
             fmt.count(r.throughput),
-            "1.00× (reference)" if baseline else fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi),
+            "1.00× (reference)" if baseline else speed,
+            fmt.word(r.speed_verdict),
             fmt.ms(r.latency_p50_ms),
             fmt.ms(r.latency_p99_ms),
             fmt.megabytes(r.embedding_bytes),
@@ -65,7 +78,7 @@ def _group_table(g: pd.DataFrame) -> str:
             fmt.megabytes(r.peak_rss_bytes),
         ]
         rows.append(row)
-    align = "lr" + ("l" if with_status else "") + "rlr" + ("r" if with_fidelity else "") + "rlrrrrrr"
+    align = "lr" + ("l" if with_status else "") + "rlr" + ("r" if with_fidelity else "") + "lrllrrrrrr"
     return fmt.markdown_table(headers, rows, align)
 
 
@@ -74,40 +87,53 @@ def _batches(sizes: Sequence[int]) -> str:
     return f"batch {sizes[0]}" if len(sizes) == 1 else "batch sizes " + ", ".join(str(s) for s in sizes)
 
 
+VERDICT_WORDS = {
+    "equivalent": "equivalent to fp32 within the margin",
+    "gain": "a gain beyond noise",
+    "loss": "a loss beyond noise",
+    "inconclusive": "inconclusive: the interval reaches both inside and past the margin",
+}
+
+
 def delta_sentences(g: pd.DataFrame) -> list[str]:
-    """One sentence per distinct ΔAUC of a backend (AUC does not depend on the batch size)."""
+    """One sentence per distinct ΔAUC of a backend (AUC does not depend on the batch size), with
+    its practical verdict: equivalent within the margin, a gain, a loss, or inconclusive."""
     ok = g[(g["status"] == "ok") & (g["backend"] != BASELINE) & g["auc_delta"].notna()]
     groups: dict[tuple, list[int]] = defaultdict(list)
-    p_of: dict[tuple, float] = {}
+    extra: dict[tuple, tuple] = {}
     for r in ok.itertuples(index=False):
         k = (r.backend, r.auc_delta, r.auc_delta_lo, r.auc_delta_hi)
         groups[k].append(r.batch_size)
-        p_of[k] = r.auc_delta_p
+        extra[k] = (r.auc_delta_p, r.auc_verdict, r.auc_margin)
     n_eval = g["n_eval"].dropna()
     n_text = f", {fmt.count(n_eval.iloc[0])} eval samples" if not n_eval.empty else ""
     out = []
     for (backend, d, lo, hi), sizes in groups.items():
+        p_value, verdict, margin = extra[(backend, d, lo, hi)]
         text = f"**{backend}** ({_batches(sizes)}): ΔAUC {fmt.delta_ci(d, lo, hi)}"
-        p_text = fmt.p_value(p_of[(backend, d, lo, hi)])
+        p_text = fmt.p_value(p_value)
         p = f"p {p_text if p_text.startswith('<') else '= ' + p_text}{n_text}"
         if fmt.missing(lo) or fmt.missing(hi):
             out.append(f"{text} has no confidence interval in its record, so it cannot be judged against noise.")
-        elif indistinguishable_from_zero(lo, hi):
-            out.append(f"{text} cannot be told from zero: the {CONFIDENCE} interval contains 0 ({p}).")
-        else:
-            word = "a loss" if hi < 0 else "a gain"
-            out.append(f"{text} is distinguishable from zero, {word} beyond sampling noise ({p}).")
+            continue
+        detect = "cannot be told from zero" if indistinguishable_from_zero(lo, hi) else "differs from zero"
+        words = VERDICT_WORDS.get(str(verdict), str(verdict))
+        out.append(f"{text}: {words} (margin ±{fmt.number(margin)}); it {detect} ({p}).")
     return out
 
 
 def speedup_sentences(g: pd.DataFrame) -> list[str]:
-    rows = g[(g["status"] == "ok") & (g["backend"] != BASELINE) & g["speedup_lo"].notna()]
-    return [
+    """Unstable timings in words, then speedups whose interval holds 1."""
+    rows = g[(g["status"] == "ok") & (g["backend"] != BASELINE)]
+    out = [f"⚠ **{r.backend}** (batch {r.batch_size}): timing unstable, the speedup is not a finding: {r.unstable_reason}."
+           for r in rows.itertuples(index=False) if r.stable is False]
+    out += [
         f"**{r.backend}** (batch {r.batch_size}): speedup {fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi)} "
         "cannot be told from no change: the interval contains 1."
-        for r in rows.itertuples(index=False)
-        if interval_contains(r.speedup_lo, r.speedup_hi, 1.0)
+        for r in rows[rows["speedup_lo"].notna()].itertuples(index=False)
+        if r.stable is not False and interval_contains(r.speedup_lo, r.speedup_hi, 1.0)
     ]
+    return out
 
 
 def tbe_split(latest: dict[tuple, RunRecord], workload: str, device: str) -> list[list[str]]:

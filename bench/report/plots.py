@@ -32,31 +32,62 @@ def _ok(df: pd.DataFrame, column: str) -> pd.DataFrame:
     return df[(df["status"] == "ok") & df[column].notna()]
 
 
-def throughput_plot(df: pd.DataFrame, workload: str, device: str, path: Path) -> Path | None:
-    """Samples/s against batch size, one line per backend, log x; bars span the trial interval."""
+MARKERS = "osD^vP*Xh<>p"
+
+
+def _trial_band(row, trials_of) -> tuple[float, float]:
+    """Error bar below/above a throughput point: the spread of its trials."""
+    t = trials_of(row)
+    if not t:
+        return 0.0, 0.0
+    return max(row.throughput - min(t), 0.0), max(max(t) - row.throughput, 0.0)
+
+
+def throughput_plot(df: pd.DataFrame, workload: str, device: str, path: Path, trials_of=None) -> Path | None:
+    """Samples/s against batch size, one line per backend, log x. Error bars span the trials;
+    an unstable row (timing too noisy) is drawn hollow and hatched, and the legend says so."""
     rows = _ok(df[(df["workload"] == workload) & (df["device"] == device)], "throughput")
     if rows.empty:
         return None
-    fig = Figure(figsize=(6.4, 4.2))
+    fig = Figure(figsize=(7.2, 4.6))
     ax = fig.add_subplot()
-    for backend in sorted(rows["backend"].unique(), key=backend_rank):
+    any_unstable = False
+    for i, backend in enumerate(sorted(rows["backend"].unique(), key=backend_rank)):
         b = rows[rows["backend"] == backend].sort_values("batch_size")
-        ax.plot(b["batch_size"], b["throughput"], marker="o", label=backend)
+        marker = MARKERS[i % len(MARKERS)]
+        err = None
+        if trials_of is not None:
+            bands = [_trial_band(r, trials_of) for r in b.itertuples(index=False)]
+            err = [[lo for lo, _ in bands], [hi for _, hi in bands]]
+        line = ax.errorbar(b["batch_size"], b["throughput"], yerr=err, marker=marker, capsize=3, label=backend)
+        unstable = b[b["stable"] == False]  # noqa: E712 - None (not recorded) is not unstable
+        if not unstable.empty:
+            any_unstable = True
+            ax.scatter(unstable["batch_size"], unstable["throughput"], s=160, facecolors="none", hatch="///",
+                       edgecolors=line[0].get_color(), linewidths=1.2, zorder=3)
+    if any_unstable:
+        ax.scatter([], [], s=160, facecolors="none", hatch="///", edgecolors="grey", label="unstable timing (not a finding)")
+    sizes = sorted(rows["batch_size"].unique())
     ax.set_xscale("log", base=2)
-    ax.set_xticks(sorted(rows["batch_size"].unique()))
-    ax.set_xticklabels([str(b) for b in sorted(rows["batch_size"].unique())])
+    ax.set_xticks(sizes)
+    ax.set_xticklabels([str(x) for x in sizes])
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     ax.set_xlabel("batch size (samples)")
-    ax.set_ylabel("throughput (samples/s, median of trials)")
+    ax.set_ylabel("throughput (samples/s; bars: trial range)")
     ax.set_title(f"{workload} on {device}: throughput")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", ncols=2)
     return _save(fig, path)
 
 
 def frontier_plot(df: pd.DataFrame, workload: str, device: str, path: Path) -> Path | None:
-    """ΔAUC (CI as error bars) against embedding bytes, one point per backend."""
+    """ΔAUC (CI as error bars) against embedding bytes, one point per backend.
+
+    Backends that store the same bytes (fp32, fp32_tbe, fake_quant) are spread a little apart on
+    the log axis and each point is labelled, so every backend is visible; ticks are the byte
+    sizes present, in MB.
+    """
     rows = _ok(df[(df["workload"] == workload) & (df["device"] == device)], "auc_delta")
     rows = rows[rows["embedding_bytes"].notna()]
     if rows.empty:
@@ -64,34 +95,44 @@ def frontier_plot(df: pd.DataFrame, workload: str, device: str, path: Path) -> P
     # AUC and bytes do not depend on the batch size: one point per backend (its largest batch).
     points = rows.sort_values("batch_size").groupby("backend", sort=False).tail(1)
     points = points.sort_values("backend", key=lambda s: s.map(backend_rank))
-    fig = Figure(figsize=(6.4, 4.2))
+    fig = Figure(figsize=(7.2, 4.6))
     ax = fig.add_subplot()
-    for r in points.itertuples(index=False):
-        x = r.embedding_bytes / fmt.MB
+    seen: dict[float, int] = {}
+    for i, r in enumerate(points.itertuples(index=False)):
+        mb = r.embedding_bytes / fmt.MB
+        k = seen.get(round(mb, 6), 0)
+        seen[round(mb, 6)] = k + 1
+        x = mb * (1.06 ** k)  # side by side where sizes coincide
         err = None
         if not (np.isnan(r.auc_delta_lo) or np.isnan(r.auc_delta_hi)):
             err = [[max(r.auc_delta - r.auc_delta_lo, 0.0)], [max(r.auc_delta_hi - r.auc_delta, 0.0)]]
-        ax.errorbar([x], [r.auc_delta], yerr=err, fmt="o", capsize=4, label=r.backend)
+        ax.errorbar([x], [r.auc_delta], yerr=err, fmt=MARKERS[i % len(MARKERS)], capsize=4, label=r.backend)
+        ax.annotate(r.backend, (x, r.auc_delta), textcoords="offset points", xytext=(5, 4), fontsize="x-small")
     ax.axhline(0.0, color="grey", linewidth=0.8)
     ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    sizes = sorted(set(round(v, 6) for v in points["embedding_bytes"] / fmt.MB))
+    ax.set_xticks(sizes)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
     ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xticks(sorted(set(points["embedding_bytes"] / fmt.MB)))
+    ax.tick_params(axis="x", labelrotation=45)
+    ax.set_xlim(min(sizes) / 1.3, max(sizes) * 1.45)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt.signed(v)))
     ax.set_xlabel("embedding bytes (MB, log)")
     ax.set_ylabel("ΔAUC vs fp32 (95% CI)")
     ax.set_title(f"{workload} on {device}: accuracy against size")
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", ncols=2)
     ax.grid(True, which="both", alpha=0.3)
     return _save(fig, path)
 
 
-def write_plots(df: pd.DataFrame, out_dir: Path) -> dict[tuple[str, str], list[Path]]:
-    """Both plots for every (workload, device); returns the files written per group."""
+def write_plots(df: pd.DataFrame, out_dir: Path, trials_of=None) -> dict[tuple[str, str], list[Path]]:
+    """Both plots for every (workload, device); returns the files written per group.
+    `trials_of(row)` gives a row's per-trial throughputs for the error bars."""
     out_dir = Path(out_dir)
     written: dict[tuple[str, str], list[Path]] = {}
     for (workload, device), _ in df.groupby(["workload", "device"], sort=False):
         paths = [
-            throughput_plot(df, workload, device, out_dir / f"throughput_{slug(workload, device)}.png"),
+            throughput_plot(df, workload, device, out_dir / f"throughput_{slug(workload, device)}.png", trials_of),
             frontier_plot(df, workload, device, out_dir / f"frontier_{slug(workload, device)}.png"),
         ]
         written[(workload, device)] = [p for p in paths if p is not None]

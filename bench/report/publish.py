@@ -12,7 +12,7 @@ from bench.io import write_text_atomic
 from bench.record import RunRecord
 from bench.report.markdown import render_report
 from bench.report.plots import write_plots
-from bench.report.table import as_records, results_table
+from bench.report.table import KEY, as_records, latest_records, results_table, trials
 
 
 def write_records(records: Iterable[RunRecord], path: Path) -> None:
@@ -35,7 +35,8 @@ def write_report(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     df = results_table(records)
-    plots = write_plots(df, out_dir)
+    latest = latest_records(records)
+    plots = write_plots(df, out_dir, trials_of=lambda row: trials(latest.get(tuple(getattr(row, k) for k in KEY))))
     write_text_atomic(out_dir / "results.csv", df.to_csv(index=False))
     if write_records_file:
         write_records(records, out_dir / "records.jsonl")

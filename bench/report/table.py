@@ -1,9 +1,13 @@
 """`results_table`: one row per (workload, device, backend, batch_size), the newest record winning.
 
 The gate and every report view read this DataFrame. Speedup and compression are relative to the
-`fp32` row of the same workload and device (speedup also at the same batch size); the speedup and
-its interval come from the comparison engine (`bench.compare.ratio`: a bootstrap over both runs'
-per-trial throughputs).
+`fp32` row of the same workload and device (speedup also at the same batch size). A record timed
+paired (ABBA rounds against fp32 in its own process) brings its own speedup and interval
+(`speedup_method` paired); otherwise the comparison engine's ratio of the two rows' per-trial
+throughputs stands in (`unpaired`: the two were timed minutes apart). Each row also carries its
+noise figures, `stable`, and the verdict words for ΔAUC and speedup (`auc_verdict`,
+`speed_verdict`: equivalent, gain, loss or inconclusive against the margins in `auc_margin`
+and `speed_margin`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import pandas as pd
 
 from bench.compare import finite, ratio, samples
 from bench.record import RunRecord
+from bench.stats import INCONCLUSIVE, practical_verdict
 
 KEY = ["workload", "device", "backend", "batch_size"]
 BASELINE = "fp32"
@@ -40,6 +45,19 @@ COLUMNS = [
     "speedup",
     "speedup_lo",
     "speedup_hi",
+    "speedup_method",
+    "auc_verdict",
+    "speed_verdict",
+    "auc_margin",
+    "speed_margin",
+    "stable",
+    "unstable_reason",
+    "trial_cv",
+    "ratio_spread",
+    "load_avg",
+    "steal_share",
+    "timing_distinct_batches",
+    "timing_calls_per_batch",
     "latency_p50_ms",
     "latency_p90_ms",
     "latency_p99_ms",
@@ -123,6 +141,17 @@ def _row(r: RunRecord) -> dict[str, Any]:
     row.update({name: _num(m.get(name)) for name in _METRICS})
     for q in ("p50", "p90", "p99"):
         row[f"latency_{q}_ms"] = _num(lat.get(q))
+    noise = m.get("noise") or {}
+    row.update(
+        stable=m.get("stable"),  # None: the record predates noise flags, or the job did not time
+        unstable_reason=m.get("unstable_reason"),
+        trial_cv=_num(noise.get("trial_cv")),
+        ratio_spread=_num(noise.get("ratio_spread")),
+        load_avg=_num(noise.get("load_end")),
+        steal_share=_num(noise.get("steal_share")),
+        timing_distinct_batches=_num(m.get("timing_distinct_batches")),
+        timing_calls_per_batch=_num(m.get("timing_calls_per_batch")),
+    )
     return row
 
 
@@ -136,8 +165,14 @@ def speedup(new: RunRecord, base: RunRecord, alpha: float = 0.05) -> tuple[float
     return point, f.lo, f.hi
 
 
+def _paired_speedup(rec: RunRecord) -> tuple[float, float, float] | None:
+    """The speedup timed against fp32 in the job's own process (ABBA rounds), when the record has one."""
+    values = tuple(_num(rec.metrics.get(k)) for k in ("speedup", "speedup_lo", "speedup_hi"))
+    return None if any(math.isnan(v) for v in values) else values
+
+
 def _relative_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord], alpha: float) -> pd.DataFrame:
-    speed = {"speedup": [], "speedup_lo": [], "speedup_hi": []}
+    speed = {"speedup": [], "speedup_lo": [], "speedup_hi": [], "speedup_method": []}
     compression = []
     fp32_bytes = {}
     for r in latest.values():  # embedding bytes do not depend on the batch size
@@ -146,14 +181,61 @@ def _relative_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord], alpha: f
     for row in df.itertuples(index=False):
         rec = latest[(row.workload, row.device, row.backend, row.batch_size)]
         base = latest.get((row.workload, row.device, BASELINE, row.batch_size))
-        s = (math.nan, math.nan, math.nan)
-        if rec.status == "ok" and base is not None and base.status == "ok":
+        s, method = (math.nan, math.nan, math.nan), None
+        paired = _paired_speedup(rec) if rec.status == "ok" else None
+        if paired is not None:
+            s, method = paired, "paired"
+        elif rec.status == "ok" and base is not None and base.status == "ok":
             s = (1.0, 1.0, 1.0) if base is rec else speedup(rec, base, alpha)
-        for name, value in zip(speed, s):
+            method = "reference" if base is rec else "unpaired"
+        for name, value in zip(speed, (*s, method)):
             speed[name].append(value)
         fb = fp32_bytes.get((row.workload, row.device), math.nan)
         compression.append(fb / row.embedding_bytes if row.embedding_bytes and row.embedding_bytes > 0 else math.nan)
     return df.assign(**speed, compression=compression)
+
+
+# Margins of practical equivalence when a record's config names none (compare's tolerances).
+DEFAULT_AUC_MARGIN = 0.0005
+DEFAULT_SPEED_MARGIN = 0.05
+
+
+def margins(rec: RunRecord) -> tuple[float, float]:
+    """(ΔAUC margin, relative speed margin) for a row's verdict words, from the record's own config:
+    the backend's gate rule (max_auc_drop, else min_auc_ratio x fp32 AUC, from gate.rules or
+    gate.default_rules) and compare.throughput_tolerance."""
+    cfg = rec.config or {}
+    gate = cfg.get("gate") or {}
+    rules = (gate.get("rules") or {}).get(rec.backend) or gate.get("default_rules") or {}
+    auc_margin = finite(rules.get("max_auc_drop"))
+    ratio, auc_fp32 = finite(rules.get("min_auc_ratio")), finite(rec.metrics.get("auc_fp32"))
+    if (auc_margin is None or auc_margin <= 0) and ratio is not None and auc_fp32 is not None:
+        auc_margin = (1 - ratio) * auc_fp32
+    if auc_margin is None or auc_margin <= 0:
+        auc_margin = DEFAULT_AUC_MARGIN
+    speed_margin = finite((cfg.get("compare") or {}).get("throughput_tolerance")) or DEFAULT_SPEED_MARGIN
+    return auc_margin, speed_margin
+
+
+def _verdict_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord]) -> pd.DataFrame:
+    """Which of equivalent / gain / loss / inconclusive each row's ΔAUC and speedup support.
+
+    Sign-aware TOST readings of the 95% intervals against the margins; an unstable timing reads
+    `inconclusive (unstable)` whatever its interval says. The reference row has no verdicts.
+    """
+    cols: dict[str, list] = {"auc_verdict": [], "speed_verdict": [], "auc_margin": [], "speed_margin": []}
+    for row in df.itertuples(index=False):
+        rec = latest[(row.workload, row.device, row.backend, row.batch_size)]
+        auc_v = speed_v = None
+        auc_m, speed_m = margins(rec)
+        if rec.status == "ok" and row.backend != BASELINE:
+            auc_v = practical_verdict(row.auc_delta_lo, row.auc_delta_hi, auc_m)
+            speed_v = practical_verdict(row.speedup_lo, row.speedup_hi, speed_m, null=1.0, ratio=True)
+            if row.stable is False:
+                speed_v = f"{INCONCLUSIVE} (unstable)"
+        for name, value in zip(cols, (auc_v, speed_v, auc_m, speed_m)):
+            cols[name].append(value)
+    return df.assign(**cols)
 
 
 def results_table(records: Iterable[RunRecord | dict[str, Any]], alpha: float = 0.05) -> pd.DataFrame:
@@ -168,6 +250,7 @@ def results_table(records: Iterable[RunRecord | dict[str, Any]], alpha: float = 
         return pd.DataFrame(columns=COLUMNS)
     df = pd.DataFrame([_row(r) for r in latest.values()])
     df = _relative_columns(df, latest, alpha)
+    df = _verdict_columns(df, latest)
     df["_rank"] = df["backend"].map(backend_rank)
     df = df.sort_values(["workload", "device", "_rank", "batch_size"], kind="mergesort").drop(columns="_rank")
     df = df.reset_index(drop=True)[COLUMNS]

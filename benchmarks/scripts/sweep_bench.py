@@ -3,7 +3,8 @@
 Runs `python -m bench +sweep=quant` three times in subprocesses on a fresh cache: once cold (data
 generated, model trained, every backend evaluated) and twice warm (checkpoint and eval scores from
 the cache). Prints the wall times, then compares the two warm sweeps row by row: AUCs must agree
-to the last digit, throughput medians within 5%.
+to the last digit; speedups (paired against fp32 in each job's process) and throughput medians
+within 5%.
 
     python benchmarks/scripts/sweep_bench.py [--workdir DIR] [extra overrides...]
 """
@@ -52,12 +53,16 @@ def main() -> None:
     joined = a[ok].merge(b[b.status == "ok"], on=key, suffixes=("_1", "_2"))
     joined["auc_equal"] = joined.auc_1 == joined.auc_2
     joined["tp_ratio"] = joined.throughput_2 / joined.throughput_1
+    joined["speedup_ratio"] = joined.speedup_2 / joined.speedup_1
     print()
-    print(joined[key + ["auc_1", "auc_2", "auc_equal", "throughput_1", "throughput_2", "tp_ratio"]].to_string(index=False, float_format=lambda x: f"{x:.6g}"))
+    print(joined[key + ["auc_1", "auc_2", "auc_equal", "throughput_1", "throughput_2", "tp_ratio", "speedup_1", "speedup_2",
+                        "speedup_ratio", "stable_1", "stable_2"]].to_string(index=False, float_format=lambda x: f"{x:.6g}"))
     within = (joined.tp_ratio - 1).abs() <= 0.05
+    speed_within = (joined.speedup_ratio - 1).abs() <= 0.05
     print()
     print(f"AUC identical in {int(joined.auc_equal.sum())}/{len(joined)} rows")
     print(f"throughput medians within 5% in {int(within.sum())}/{len(joined)} rows; median |change| {((joined.tp_ratio - 1).abs().median() * 100):.1f}%")
+    print(f"speedups within 5% in {int(speed_within.sum())}/{len(joined)} rows; median |change| {((joined.speedup_ratio - 1).abs().median() * 100):.1f}%")
 
 
 if __name__ == "__main__":

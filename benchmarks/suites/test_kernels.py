@@ -134,10 +134,9 @@ def test_tbe_lookup(benchmark, timed, device, is_quick, rows, weight_type, pooli
         benchmark.extra_info.update(gbps=bytes_read / median / 1e9, lookups_per_s=rows_gathered / median)
 
 
-@pytest.mark.parametrize("weight_type", ["fp32", "int8"])
 def test_tbe_fresh_ids_against_one_repeated_batch(benchmark, timed, device, is_quick, weight_type):
-    """Pooling 1, the largest table: the same kernel on fresh ids (the figure the suite reports) and on
-    one batch timed again and again; `repeated_over_fresh` > 1 is what a replayed batch flatters."""
+    """Pooling 1, the largest table, every weight type: the same kernel on fresh ids (the figure the suite
+    reports) and on one batch timed again and again; `repeated_over_fresh` > 1 is what a replayed batch flatters."""
     rows = GRID["rows"][1 if is_quick else 0][-1]
     dim, batch_size = (QUICK_DIM, QUICK_BATCH) if is_quick else (EMBEDDING_DIM, TBE_BATCH)
     module = _tbe(rows, dim, weight_type, str(device))

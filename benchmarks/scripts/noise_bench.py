@@ -16,28 +16,19 @@ import argparse
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pandas as pd
+from sweep_runs import quant_sweep
 
-REPO = Path(__file__).resolve().parents[2]
-SWEEP = ["+sweep=quant", "backend=fp32,int8_tbe,uint4,fp16_tbe", "batch_size=1024,4096", "device=cpu"]
+SWEEP = ["backend=fp32,int8_tbe,uint4,fp16_tbe", "batch_size=1024,4096", "device=cpu"]  # on +sweep=quant
 KEY = ["backend", "batch_size"]
 SHOW = KEY + ["throughput", "speedup", "speedup_lo", "speedup_hi", "speed_verdict", "stable", "trial_cv", "ratio_spread", "load_avg"]
 SPIN = "import time\nend = time.monotonic() + float(__import__('sys').argv[1])\nwhile time.monotonic() < end:\n    pass\n"
 
 
 def sweep(workdir: Path, tag: str, extra: list[str]) -> tuple[float, pd.DataFrame]:
-    reports = workdir / f"reports_{tag}"
-    cmd = [sys.executable, "-m", "bench", *SWEEP, f"cache_dir={workdir / 'cache'}", f"reports_dir={reports}",
-           f"hydra.sweep.dir={workdir / ('multirun_' + tag)}", *extra]
-    start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    if done.returncode != 0:
-        sys.exit(f"sweep {tag} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    return wall, pd.read_csv(reports / "quant" / "latest" / "results.csv")
+    return quant_sweep(workdir, tag, [*SWEEP, *extra])
 
 
 def loaded_sweep(workdir: Path, extra: list[str], procs: int, limit_s: float) -> tuple[float, pd.DataFrame]:

@@ -12,26 +12,16 @@ within 5%.
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pandas as pd
+from sweep_runs import quant_sweep
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 def sweep(workdir: Path, tag: str, extra: list[str]) -> tuple[float, pd.DataFrame]:
-    reports = workdir / f"reports_{tag}"
-    cmd = [sys.executable, "-m", "bench", "+sweep=quant", f"cache_dir={workdir / 'cache'}", f"reports_dir={reports}", f"hydra.sweep.dir={workdir / ('multirun_' + tag)}", *extra]
-    start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    if done.returncode != 0:
-        sys.exit(f"sweep {tag} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    return wall, pd.read_csv(reports / "quant" / "latest" / "results.csv")
+    return quant_sweep(workdir, tag, extra)
 
 
 def main() -> None:

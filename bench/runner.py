@@ -83,13 +83,14 @@ def run_job(cfg: DictConfig) -> tuple[RunRecord, Exception | None]:
         config_hash=job_hash(resolved),
         env={},
     )
-    device = None
+    device = backend = None
     try:
         _validate(cfg)
         prepare_process(cfg.device, cfg.threads)
         device, skip = resolve(cfg.device)
         if skip is None:
             backend = registry.get("backend", cfg.backend.name).factory(cfg.backend)
+            record.backend = backend.record_name()
             skip = backend.unsupported_reason(device)
         if skip is not None:
             device = None  # not usable here: describe the machine without it
@@ -114,8 +115,18 @@ def run_job(cfg: DictConfig) -> tuple[RunRecord, Exception | None]:
         log.debug("job failed", exc_info=True)
         return record, exc
     finally:
+        if backend is not None:
+            _close(backend)
         if not record.resumed_from:
             record.env = environment(device)
+
+
+def _close(backend: Backend) -> None:
+    """Release the backend's external resources (a private server); a failure here never loses the record."""
+    try:
+        backend.close()
+    except Exception:  # noqa: BLE001
+        log.warning("backend %s: close() failed", backend.cfg.name, exc_info=True)
 
 
 # ------------------------------------------------------------------------------------------ resume
@@ -209,6 +220,7 @@ def _measure(cfg: DictConfig, backend: Backend, device: torch.device) -> dict[st
         prepared = _prepared(cfg, backend, model, model_key, workload, device)
         labels, logits = _scores(cfg, cfg.backend, prepared, model_key, workload, device)
         inputs = _timing_inputs(cfg, workload, device)
+        backend.before_timing(prepared, max(1, cfg.timing.warmup_batches))
         timing = time_module(prepared, inputs, cfg.batch_size, device, **OmegaConf.to_container(cfg.timing))
 
     metrics: dict[str, Any] = accuracy_metrics(labels, logits)
@@ -230,6 +242,7 @@ def _measure(cfg: DictConfig, backend: Backend, device: torch.device) -> dict[st
         workload_info=workload.describe(),
         sample="one row (user-item pair) of the workload",
     )
+    metrics.update(backend.job_metrics(prepared))
     return metrics
 
 

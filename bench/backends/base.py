@@ -31,3 +31,20 @@ class Backend:
 
     def prepare(self, model: nn.Module, calibration_batches: Sequence[Batch], device: torch.device) -> nn.Module:
         raise NotImplementedError
+
+    def record_name(self) -> str:
+        """The backend's name in records and reports; a backend with variants worth telling apart in one
+        report (ps_redis: row precision and cache size) names them here."""
+        return self.cfg.name
+
+    def before_timing(self, prepared: nn.Module, warmup_calls: int) -> None:
+        """Called once before the timed calls (the first `warmup_calls` of them are the warm-up). A backend
+        whose prepared module keeps state across calls (a cache) resets it here, so every job times from
+        the same state."""
+
+    def job_metrics(self, prepared: nn.Module) -> dict:
+        """Extra metrics for the job's record, read after timing (default: none)."""
+        return {}
+
+    def close(self) -> None:
+        """Release external resources (servers, connections); the runner calls it after the job, whatever its outcome."""

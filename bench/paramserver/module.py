@@ -1,0 +1,336 @@
+"""The parameter-server stand-in for an EmbeddingBagCollection, and the model that owns the session.
+
+`PsEmbeddingBagCollection.forward`, per batch:
+  unique ids per table -> cache lookup (`SlotCache`) -> ALL misses of all tables pulled in ONE
+  pipelined round trip -> rows written into the local slot tables -> ids remapped to slots ->
+  the pooled lookup by the in-memory backend's own module over the slot tables.
+
+The slot tables are the same modules the in-memory backends run, only with fewer rows: an eager
+`EmbeddingBagCollection` for fp32 rows (torch's embedding_bag, exactly as `fp32`), torchrec's quantized
+EmbeddingBagCollection on FBGEMM's IntNBit TBE for int8/int4 rows (built by the same call as
+`int8_tbe`/`uint4`). A pooled sum reads the same row bytes in the same order whichever slot they sit
+in, so the scores equal the in-memory backend's bit for bit.
+
+Rows are read-only at inference, so an evicted row is dropped, never written back.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import weakref
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+from torch import nn
+from torchrec.modules.embedding_configs import EmbeddingBagConfig
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from bench.backends.tbe import quantize_tables
+from bench.paramserver.cache import SlotCache
+from bench.paramserver.server import RedisServer
+from bench.paramserver.store import Location, RowStore, TableRows, weights_digest
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    fraction: float = 0.1
+    rows: int | None = None  # a row count per table, instead of the fraction
+    policy: str = "lru"
+
+    def capacity(self, table_rows: int) -> int:
+        if self.rows is not None:
+            return max(1, min(int(self.rows), table_rows))
+        return max(1, min(table_rows, math.ceil(self.fraction * table_rows - 1e-9)))
+
+
+class SlotTables(nn.Module):
+    """The local tables: `sizes[t]` rows per table, in the in-memory backend's own module."""
+
+    def __init__(self, configs: list[EmbeddingBagConfig], precision: str, sizes: dict[str, int], device: torch.device) -> None:
+        super().__init__()
+        self.configs, self.precision, self.device = configs, precision, device
+        self.sizes = dict(sizes)
+        self.inner, self.views = self._build(self.sizes)
+
+    def _build(self, sizes: dict[str, int]) -> tuple[nn.Module, dict[str, torch.Tensor]]:
+        configs = [replace(c, num_embeddings=sizes[c.name]) for c in self.configs]
+        ebc = EmbeddingBagCollection(tables=configs, device=torch.device("meta")).to_empty(device=self.device)
+        for bag in ebc.embedding_bags.values():
+            nn.init.zeros_(bag.weight)  # slot rows are written before they are read
+        if self.precision == "fp32":
+            ebc.eval()
+            return ebc, {c.name: ebc.embedding_bags[c.name].weight.data.view(torch.uint8) for c in configs}
+        holder = nn.Module()
+        holder.ebc = ebc
+        quantize_tables(holder, {c.name: self.precision for c in configs}, self.device)
+        qebc = holder.ebc
+        views = {}
+        for kernel in qebc._emb_modules:  # uint8 [rows, row bytes] views into the TBE's weight buffer
+            for spec, (weight, _) in zip(kernel.embedding_specs, kernel.split_embedding_weights(split_scale_shifts=False)):
+                views[spec[0]] = weight
+        return qebc.eval(), views
+
+    def grow(self, sizes: dict[str, int]) -> None:
+        """Rebuild with more rows per table, keeping the rows already there."""
+        with torch.inference_mode(False):  # called from a forward under inference mode; the build must not be
+            inner, views = self._build(sizes)
+        for name, old in self.views.items():
+            views[name][: old.shape[0]] = old
+        self.inner, self.views, self.sizes = inner, views, dict(sizes)
+
+    def write(self, table: str, slots: torch.Tensor, rows: torch.Tensor) -> None:
+        self.views[table][slots] = rows
+
+    def forward(self, features: KeyedJaggedTensor):
+        return self.inner(features)
+
+
+@dataclass
+class CallStats:
+    unique: int = 0
+    hits: int = 0
+    pulled: int = 0
+    pulled_bytes: int = 0
+    staged: int = 0
+    cache_s: float = 0.0
+    pull_s: float = 0.0
+    total_s: float = 0.0
+
+
+class PsEmbeddingBagCollection(nn.Module):
+    """Serves an EmbeddingBagCollection's tables from the parameter server through a local cache."""
+
+    def __init__(self, ebc: EmbeddingBagCollection, precision: str, cache: CacheSpec, device: torch.device) -> None:
+        super().__init__()
+        self._configs = ebc.embedding_bag_configs()
+        self.tables = {c.name: TableRows(c.name, c.num_embeddings, c.embedding_dim, precision) for c in self._configs}
+        self.feature_table = {f: c.name for c in self._configs for f in c.feature_names}
+        self.caches = {c.name: SlotCache(cache.capacity(c.num_embeddings), c.num_embeddings, cache.policy) for c in self._configs}
+        self.slots = SlotTables(self._configs, precision, {n: c.capacity for n, c in self.caches.items()}, device)
+        self.store: RowStore | None = None
+        self.sink: list[CallStats] | None = None  # where the owning PsModel collects per-call stats
+
+    def embedding_bag_configs(self) -> list[EmbeddingBagConfig]:
+        return self._configs
+
+    def reset_cache(self) -> None:
+        for cache in self.caches.values():
+            cache.reset()
+
+    def _ensure_room(self, staged: dict[str, int]) -> None:
+        """Grow the staging slots of a table whose batch needs more than it has (doubling, at most its rows)."""
+        sizes = {}
+        for name, size in self.slots.sizes.items():
+            capacity = self.caches[name].capacity
+            staging = size - capacity
+            if staged.get(name, 0) > staging:
+                staging = min(max(staged[name], 2 * staging), self.tables[name].rows)
+            sizes[name] = capacity + staging
+        if sizes != self.slots.sizes:
+            self.slots.grow(sizes)
+
+    def forward(self, features: KeyedJaggedTensor):
+        if self.store is None:
+            raise RuntimeError("the parameter-server session is closed")
+        stats = CallStats()
+        t0 = time.perf_counter()
+        keys = features.keys()
+        values = features.values()
+        segments = list(torch.split(values, features.length_per_key()))
+        by_table: dict[str, list[int]] = {}
+        for i, key in enumerate(keys):
+            if key in self.feature_table:
+                by_table.setdefault(self.feature_table[key], []).append(i)
+        plans = {}
+        for table, idx in by_table.items():
+            ids = segments[idx[0]] if len(idx) == 1 else torch.cat([segments[i] for i in idx])
+            unique, inverse = torch.unique(ids.to(torch.int64), return_inverse=True)
+            assignment = self.caches[table].assign(unique)
+            plans[table] = (idx, unique, inverse, assignment)
+            stats.unique += int(unique.numel())
+            stats.staged += assignment.staged
+        self._ensure_room({t: p[3].staged for t, p in plans.items()})
+        requests = [(self.tables[t], p[1][p[3].miss]) for t, p in plans.items() if bool(p[3].miss.any())]
+        t1 = time.perf_counter()
+        rows = self.store.pull((table, ids.tolist()) for table, ids in requests) if requests else []
+        t2 = time.perf_counter()
+        for (table, ids), got in zip(requests, rows):
+            self.slots.write(table.name, plans[table.name][3].slots[plans[table.name][3].miss], got)
+            stats.pulled += int(ids.numel())
+            stats.pulled_bytes += int(got.numel())
+        for table, (idx, unique, inverse, assignment) in plans.items():
+            remapped = assignment.slots[inverse].to(values.dtype)
+            if len(idx) == 1:
+                segments[idx[0]] = remapped
+            else:
+                for i, part in zip(idx, torch.split(remapped, [int(segments[i].numel()) for i in idx])):
+                    segments[i] = part
+        remapped_features = KeyedJaggedTensor(
+            keys=keys,
+            values=torch.cat(segments) if segments else values,
+            weights=features.weights_or_none(),
+            lengths=features.lengths(),
+            offsets=features.offsets(),
+            stride=features.stride(),
+            length_per_key=features.length_per_key(),
+            offset_per_key=features.offset_per_key(),
+        )
+        t3 = time.perf_counter()
+        stats.hits = stats.unique - stats.pulled
+        stats.cache_s, stats.pull_s = (t1 - t0) + (t3 - t2), t2 - t1
+        if self.sink is not None:
+            self.sink.append(stats)
+        return self.slots(remapped_features)
+
+
+_open_models: "weakref.WeakSet[PsModel]" = weakref.WeakSet()
+
+
+def close_all() -> None:
+    """Close every open parameter-server session of this process (stops the private servers)."""
+    for model in list(_open_models):
+        model.close()
+
+
+class PsModel(nn.Module):
+    """The prepared model: the copy whose EmbeddingBagCollections are served from Redis, and its session.
+
+    `open()` starts a private redis-server (or connects to `url`) and loads the rows; `close()` stops
+    it. A closed model opens again on its next call (a later job reusing the prepared module), and
+    `close_all()` at the end of every job closes it again.
+    """
+
+    def __init__(self, model: nn.Module, ps_modules: list[PsEmbeddingBagCollection], weights: dict[str, torch.Tensor],
+                 url: str | None, timeout_s: float) -> None:  # fmt: skip
+        super().__init__()
+        self.model = model
+        self._ps = ps_modules
+        self._weights = weights  # the source fp32 rows (the input model's own tensors, not copies)
+        self._digest = weights_digest(weights)
+        self.url, self.timeout_s = url, timeout_s
+        self.server: RedisServer | None = None
+        self.store: RowStore | None = None
+        self.load = None
+        self.calls: list[CallStats] = []
+        self.warmup_calls = 0
+        for ps in ps_modules:
+            ps.sink = self.calls
+
+    @property
+    def tables(self) -> list[TableRows]:
+        return [t for ps in self._ps for t in ps.tables.values()]
+
+    def open(self) -> None:
+        if self.store is not None:
+            return
+        _open_models.add(self)
+        try:
+            if self.url is None:
+                self.server = RedisServer.start()
+                location = Location(self.server.url)
+            else:
+                location = Location.parse(self.url)
+            store = RowStore(location, self.timeout_s)
+            store.ping()
+            self.load = store.load(self.tables, self._weights, self._digest)
+        except BaseException:
+            self.close()
+            raise
+        self.store = store
+        for ps in self._ps:
+            ps.store = store
+            ps.reset_cache()
+
+    def close(self) -> None:
+        for ps in self._ps:
+            ps.store = None
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        _open_models.discard(self)
+
+    def start_timing(self, warmup_calls: int) -> None:
+        """Open if needed, empty the caches and the call log: every job times from a cold cache."""
+        self.open()
+        for ps in self._ps:
+            ps.reset_cache()
+        self.calls.clear()
+        self.warmup_calls = warmup_calls
+
+    def forward(self, *args, **kwargs):
+        self.open()
+        start = time.perf_counter()
+        first = len(self.calls)
+        out = self.model(*args, **kwargs)
+        total = time.perf_counter() - start
+        for stats in self.calls[first:]:
+            stats.total_s = total / (len(self.calls) - first)  # one PS module per call in the usual model
+        return out
+
+    def metrics(self) -> dict:
+        return session_metrics(self)
+
+
+def _rate(numerator: float, seconds: float) -> float | None:
+    return numerator / seconds if seconds > 0 else None
+
+
+def session_metrics(model: PsModel) -> dict:
+    """The record's parameter-server metrics: cache hit rates (warm-up vs steady state), pull rates, the
+    split of batch latency between PS pulls, cache bookkeeping and compute, and the server's memory."""
+    tables = model.tables
+    capacity = sum(c.capacity for ps in model._ps for c in ps.caches.values())
+    rows = sum(t.rows for t in tables)
+    cache_bytes = sum(c.capacity * ps.tables[n].width for ps in model._ps for n, c in ps.caches.items())
+    out: dict = {
+        "ps_server": model.store.location.shown() if model.store else None,
+        "ps_private_server": model.url is None,
+        "ps_redis_version": model.store.server_version() if model.store else None,
+        "ps_redis_used_memory_bytes": model.store.used_memory() if model.store else None,
+        "ps_rows_stored": rows,
+        "ps_bytes_stored": sum(t.rows * t.width for t in tables),
+        "ps_loaded": bool(model.load and model.load.loaded),
+        "ps_load_seconds": model.load.seconds if model.load else None,
+        "ps_cache_rows": capacity,
+        "ps_cache_fraction": capacity / rows if rows else None,
+        "ps_cache_bytes": cache_bytes,
+        "ps_slot_rows": sum(sum(ps.slots.sizes.values()) for ps in model._ps),
+    }
+    calls = model.calls
+    phases = {"warmup": calls[: model.warmup_calls], "steady": calls[model.warmup_calls :]}
+    for phase, group in phases.items():
+        unique = sum(c.unique for c in group)
+        out[f"ps_calls_{phase}"] = len(group)
+        out[f"ps_hit_rate_{phase}"] = sum(c.hits for c in group) / unique if unique else None
+    steady = phases["steady"]
+    if steady:
+        pull_s = sum(c.pull_s for c in steady)
+        total_s = sum(c.total_s for c in steady)
+        pulled = sum(c.pulled for c in steady)
+        pulled_bytes = sum(c.pulled_bytes for c in steady)
+        out.update(
+            ps_rows_pulled_per_batch=pulled / len(steady),
+            ps_staged_rows_per_batch=sum(c.staged for c in steady) / len(steady),
+            ps_pull_rows_per_s=_rate(pulled, pull_s),  # while pulling: what Redis and the client deliver
+            ps_pull_bytes_per_s=_rate(pulled_bytes, pull_s),
+            ps_rows_pulled_per_s=_rate(pulled, total_s),  # over the timed calls
+            ps_bytes_pulled_per_s=_rate(pulled_bytes, total_s),
+            ps_pull_share=pull_s / total_s if total_s > 0 else None,
+            ps_batch_ms=float(np.median([c.total_s for c in steady]) * 1e3),
+            ps_pull_ms=float(np.median([c.pull_s for c in steady]) * 1e3),
+            ps_cache_ms=float(np.median([c.cache_s for c in steady]) * 1e3),
+            ps_compute_ms=float(np.median([c.total_s - c.pull_s - c.cache_s for c in steady]) * 1e3),
+        )
+    out["ps_samples"] = {  # raw per-call samples of the timed calls, warm-up first
+        "hit_rate": [c.hits / c.unique if c.unique else None for c in calls],
+        "pulled": [c.pulled for c in calls],
+        "pull_ms": [c.pull_s * 1e3 for c in calls],
+        "batch_ms": [c.total_s * 1e3 for c in calls],
+    }
+    return out

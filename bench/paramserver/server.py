@@ -36,6 +36,7 @@ from bench.errors import UserError
 
 PR_SET_PDEATHSIG = 1
 START_TIMEOUT_S = 10.0
+started_pids: list[int] = []  # every server this process started (tests check that none is left)
 
 
 def redis_server_binary() -> str:
@@ -107,6 +108,7 @@ class RedisServer:
                 args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 preexec_fn=lambda: _die_with_parent(parent), close_fds=True,
             )  # fmt: skip
+            started_pids.append(proc.pid)
             server = cls(proc, port, workdir, binary)
             if server._wait_ready(log_path):
                 return server

@@ -127,7 +127,6 @@ class RowStore:
             socket_timeout=self.timeout_s,
             socket_connect_timeout=self.timeout_s,
             retry=Retry(NoBackoff(), 0),  # a dead server fails the call at once, not after backoffs
-            single_connection_client=True,
         )
         self.manifest_key = f"{self.location.prefix}:manifest"
 

@@ -125,6 +125,10 @@ def test_a_server_killed_mid_job_is_an_error_record_and_the_sweep_goes_on(fast_c
     out = capsys.readouterr().out
     assert "2 jobs (1 ok, 1 error, 0 skipped)" in out
     assert gone(killed) and gone(ps_server.started_pids), "no redis-server may outlive the sweep"
+    latest = tmp_path / "reports" / "ps" / "latest"
+    report = (latest / "report.md").read_text()
+    assert "Parameter server (`ps_redis`)" in report and "ps_redis[fp32 100%]" in report
+    assert "ConnectionError" in report and (latest / "ps_cache_synthetic_cpu.png").exists()
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "sigkill-group"])

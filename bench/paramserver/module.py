@@ -334,3 +334,20 @@ def session_metrics(model: PsModel) -> dict:
         "batch_ms": [c.total_s * 1e3 for c in calls],
     }
     return out
+
+
+def summary_line(m: dict) -> str:
+    """One line of a run's PS metrics for the console."""
+
+    def pct(x):
+        return "n/a" if x is None else f"{100 * x:.1f}%"
+
+    rate = m.get("ps_pull_rows_per_s")
+    return (
+        f"  PS ({m.get('ps_precision')} rows, cache {pct(m.get('ps_cache_fraction'))} {m.get('ps_cache_policy')}): "
+        f"hit rate warm-up {pct(m.get('ps_hit_rate_warmup'))}, steady {pct(m.get('ps_hit_rate_steady'))}; "
+        f"{m.get('ps_rows_pulled_per_batch', 0):,.0f} rows pulled/batch at {rate or 0:,.0f} rows/s; "
+        f"batch {m.get('ps_batch_ms', 0):.1f} ms = pull {m.get('ps_pull_ms', 0):.1f} + cache {m.get('ps_cache_ms', 0):.1f} "
+        f"+ compute {m.get('ps_compute_ms', 0):.1f} (medians); Redis {m.get('ps_redis_used_memory_bytes', 0) / 1e6:.1f} MB "
+        f"for {m.get('ps_rows_stored', 0):,} rows"
+    )

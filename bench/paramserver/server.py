@@ -58,10 +58,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: the child between fork and exec only calls into it
+
+
 def _die_with_parent(parent_pid: int) -> None:
     """Runs in the child between fork and exec: SIGKILL when the parent (thread) dies."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(1)
 

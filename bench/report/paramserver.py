@@ -74,7 +74,8 @@ def cache_plot(df: pd.DataFrame, workload: str, device: str, path: Path) -> Path
     ax = fig.add_subplot()
     for (twin, bs), rows in ps.groupby(["ps_twin", "batch_size"], sort=True):
         rows = rows.sort_values("ps_cache_fraction")
-        line = ax.plot(rows["ps_cache_fraction"] * 100, rows["throughput"], marker="o", label=f"PS, {twin} rows, batch {bs}")[0]
+        rows_of = {"fp32": "fp32", "int8_tbe": "int8", "uint4": "int4"}.get(twin, twin)  # the twin names the row precision
+        line = ax.plot(rows["ps_cache_fraction"] * 100, rows["throughput"], marker="o", label=f"PS, {rows_of} rows, batch {bs}")[0]
         memory = g[(g["backend"] == twin) & (g["batch_size"] == bs)]["throughput"]
         if not memory.empty:
             ax.axhline(float(memory.iloc[0]), linestyle="--", color=line.get_color(), linewidth=1, label=f"{twin} in memory, batch {bs}")

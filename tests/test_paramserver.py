@@ -15,7 +15,7 @@ import torch
 from bench import registry
 from bench.errors import UserError
 from bench.models.dlrm import build_dlrm
-from bench.paramserver.cache import SlotCache
+from bench.paramserver.cache import RowCache
 from bench.paramserver.rows import encode, row_bytes
 from bench.paramserver.server import RedisServer
 from bench.paramserver.store import Location, RowStore, TableRows, weights_digest
@@ -27,26 +27,30 @@ def ids(*values):
     return torch.tensor(values, dtype=torch.int64)
 
 
-def cached(cache: SlotCache) -> set[int]:
-    return set(cache.cached_ids().tolist())
+def one_table(capacity, rows=10, policy="lru"):
+    return RowCache([rows], [capacity], policy)
+
+
+def cached(cache: RowCache, table: int = 0) -> set[int]:
+    return set(cache.cached(table).tolist())
 
 
 # ------------------------------------------------------------------------------------------ cache
 
 
 def test_lru_evicts_the_row_used_longest_ago():
-    cache = SlotCache(capacity=3, num_rows=10, policy="lru")
+    cache = one_table(3, policy="lru")
     for batch in ([0], [1], [2], [0]):
         cache.assign(ids(*batch))
     a = cache.assign(ids(3))  # 1 is the oldest (0 was used again)
-    assert a.miss.tolist() == [True] and a.staged == 0
+    assert a.miss.tolist() == [True] and a.staged == {0: 0}
     assert cached(cache) == {0, 2, 3}
     cache.assign(ids(4))
     assert cached(cache) == {0, 3, 4}
 
 
 def test_lfu_evicts_the_least_used_row_then_the_oldest():
-    cache = SlotCache(capacity=3, num_rows=10, policy="lfu")
+    cache = one_table(3, policy="lfu")
     for batch in ([0], [0], [1], [2]):
         cache.assign(ids(*batch))
     cache.assign(ids(3))  # uses: 0 -> 2, 1 -> 1, 2 -> 1: the older of 1 and 2 goes
@@ -56,24 +60,35 @@ def test_lfu_evicts_the_least_used_row_then_the_oldest():
 
 
 def test_hits_keep_their_slot_and_a_row_is_never_evicted_by_its_own_batch():
-    cache = SlotCache(capacity=2, num_rows=10)
+    cache = one_table(2)
     first = cache.assign(ids(0, 1))
     assert first.miss.tolist() == [True, True] and sorted(first.slots.tolist()) == [0, 1]
     slot_of_0 = int(first.slots[0])
     a = cache.assign(ids(0, 5, 6, 7))  # 0 hits; only 1 may go; 6 and 7 are staged past the capacity
-    assert a.miss.tolist() == [False, True, True, True] and a.staged == 2
+    assert a.miss.tolist() == [False, True, True, True] and a.staged == {0: 2}
     assert int(a.slots[0]) == slot_of_0
     assert a.slots[1:].tolist() == [1 - slot_of_0, 2, 3]
     assert cached(cache) == {0, 5}
+    rows, slots = a.misses[0]
+    assert rows.tolist() == [5, 6, 7] and slots.tolist() == a.slots[1:].tolist()
     cache.reset()
-    assert len(cache) == 0 and cache.assign(ids(0)).miss.tolist() == [True]
+    assert cached(cache) == set() and cache.assign(ids(0)).miss.tolist() == [True]
+
+
+def test_tables_share_one_id_space_but_evict_only_their_own_rows():
+    cache = RowCache([10, 4], [2, 4])  # table 1's rows are global ids 10..13
+    cache.assign(ids(0, 1, 10, 11, 12, 13))
+    a = cache.assign(ids(2, 10))  # table 0 is full: evicts one of its own; table 1 hits
+    assert a.miss.tolist() == [True, False] and list(a.misses) == [0]
+    assert len(cached(cache, 0)) == 2 and 2 in cached(cache, 0) and cached(cache, 1) == {0, 1, 2, 3}
+    assert a.misses[0][0].tolist() == [2]  # row ids within the table, as the store keys them
 
 
 def test_a_full_cache_hits_everything_after_the_first_pass():
-    cache = SlotCache(capacity=10, num_rows=10)
+    cache = one_table(10)
     assert cache.assign(ids(*range(10))).miss.all()
     again = cache.assign(ids(3, 4, 9))
-    assert not again.miss.any() and again.staged == 0
+    assert not again.miss.any() and again.misses == {}
 
 
 # ----------------------------------------------------------------------------------------- server

@@ -150,3 +150,23 @@ def test_no_server_outlives_a_job_stopped_by_ctrl_c_or_sigkill(fast_cfg, tmp_pat
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
+
+
+def test_keys_of_other_collections_pass_through_untouched():
+    """A KJT key this collection does not serve keeps its values (a model with several collections)."""
+    from bench.models.dlrm import embedding_bag_collection
+    from bench.paramserver.module import CacheSpec, PsEmbeddingBagCollection, PsModel
+
+    torch.manual_seed(0)
+    tables = tiny_tables(num_tables=3, rows=40, pooling=2)
+    ebc = embedding_bag_collection(tables[:2], 8).eval()
+    batch = random_batch(tables, 33, seed=3)  # carries cat_2, which `ebc` does not serve
+    ps = PsEmbeddingBagCollection(ebc, "fp32", CacheSpec(rows=4), CPU)
+    weights = {n: b.weight for n, b in ebc.embedding_bags.items()}
+    holder = PsModel(ps, [ps], weights, url=None, timeout_s=5)
+    try:
+        with torch.inference_mode():
+            got, want = holder(batch.sparse), ebc(batch.sparse)
+        assert got.keys() == want.keys() and torch.equal(got.values(), want.values())
+    finally:
+        holder.close()

@@ -1,7 +1,7 @@
 """The parameter-server stand-in for an EmbeddingBagCollection, and the model that owns the session.
 
 `PsEmbeddingBagCollection.forward`, per batch:
-  unique ids per table -> cache lookup (`SlotCache`) -> ALL misses of all tables pulled in ONE
+  unique ids per table -> cache lookup (`RowCache`, all tables at once) -> ALL misses of all tables pulled in ONE
   pipelined round trip -> rows written into the local slot tables -> ids remapped to slots ->
   the pooled lookup by the in-memory backend's own module over the slot tables.
 
@@ -29,7 +29,7 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from bench.backends.tbe import quantize_tables
-from bench.paramserver.cache import SlotCache
+from bench.paramserver.cache import RowCache
 from bench.paramserver.server import RedisServer
 from bench.paramserver.store import Location, RowStore, TableRows, weights_digest
 
@@ -107,9 +107,12 @@ class PsEmbeddingBagCollection(nn.Module):
         super().__init__()
         self._configs = ebc.embedding_bag_configs()
         self.tables = {c.name: TableRows(c.name, c.num_embeddings, c.embedding_dim, precision) for c in self._configs}
-        self.feature_table = {f: c.name for c in self._configs for f in c.feature_names}
-        self.caches = {c.name: SlotCache(cache.capacity(c.num_embeddings), c.num_embeddings, cache.policy) for c in self._configs}
-        self.slots = SlotTables(self._configs, precision, {n: c.capacity for n, c in self.caches.items()}, device)
+        self.names = [c.name for c in self._configs]
+        self.feature_table = {f: i for i, c in enumerate(self._configs) for f in c.feature_names}
+        capacities = [cache.capacity(c.num_embeddings) for c in self._configs]
+        self.cache = RowCache([c.num_embeddings for c in self._configs], capacities, cache.policy)
+        self.slots = SlotTables(self._configs, precision, dict(zip(self.names, capacities)), device)
+        self._plans: dict[tuple, tuple[torch.Tensor, torch.Tensor | None]] = {}
         self.store: RowStore | None = None
         self.sink: list[CallStats] | None = None  # where the owning PsModel collects per-call stats
 
@@ -117,18 +120,25 @@ class PsEmbeddingBagCollection(nn.Module):
         return self._configs
 
     def reset_cache(self) -> None:
-        for cache in self.caches.values():
-            cache.reset()
+        self.cache.reset()
 
-    def _ensure_room(self, staged: dict[str, int]) -> None:
+    def _plan(self, keys: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Per key of the KJT: the first global row id of its table, and which keys this module serves (None: all)."""
+        if tuple(keys) not in self._plans:
+            tables = [self.feature_table.get(k, -1) for k in keys]
+            base = torch.tensor([int(self.cache.row_base[t]) if t >= 0 else 0 for t in tables], dtype=torch.int64)
+            served = None if all(t >= 0 for t in tables) else torch.tensor([t >= 0 for t in tables])
+            self._plans[tuple(keys)] = (base, served)
+        return self._plans[tuple(keys)]
+
+    def _ensure_room(self, staged: dict[int, int]) -> None:
         """Grow the staging slots of a table whose batch needs more than it has (doubling, at most its rows)."""
-        sizes = {}
-        for name, size in self.slots.sizes.items():
-            capacity = self.caches[name].capacity
-            staging = size - capacity
-            if staged.get(name, 0) > staging:
-                staging = min(max(staged[name], 2 * staging), self.tables[name].rows)
-            sizes[name] = capacity + staging
+        sizes = dict(self.slots.sizes)
+        for t, n in staged.items():
+            name, capacity = self.names[t], self.cache.capacity[t]
+            staging = sizes[name] - capacity
+            if n > staging:
+                sizes[name] = capacity + min(max(n, 2 * staging), self.tables[name].rows)
         if sizes != self.slots.sizes:
             self.slots.grow(sizes)
 
@@ -137,40 +147,26 @@ class PsEmbeddingBagCollection(nn.Module):
             raise RuntimeError("the parameter-server session is closed")
         stats = CallStats()
         t0 = time.perf_counter()
-        keys = features.keys()
-        values = features.values()
-        segments = list(torch.split(values, features.length_per_key()))
-        by_table: dict[str, list[int]] = {}
-        for i, key in enumerate(keys):
-            if key in self.feature_table:
-                by_table.setdefault(self.feature_table[key], []).append(i)
-        plans = {}
-        for table, idx in by_table.items():
-            ids = segments[idx[0]] if len(idx) == 1 else torch.cat([segments[i] for i in idx])
-            unique, inverse = torch.unique(ids.to(torch.int64), return_inverse=True)
-            assignment = self.caches[table].assign(unique)
-            plans[table] = (idx, unique, inverse, assignment)
-            stats.unique += int(unique.numel())
-            stats.staged += assignment.staged
-        self._ensure_room({t: p[3].staged for t, p in plans.items()})
-        requests = [(self.tables[t], p[1][p[3].miss]) for t, p in plans.items() if bool(p[3].miss.any())]
+        values, lengths = features.values(), torch.tensor(features.length_per_key())
+        base, served = self._plan(features.keys())
+        rows = values.to(torch.int64) + torch.repeat_interleave(base, lengths)  # one id space over all tables
+        mask = None if served is None else torch.repeat_interleave(served, lengths)
+        unique, inverse = torch.unique(rows if mask is None else rows[mask], return_inverse=True)
+        a = self.cache.assign(unique)
+        self._ensure_room(a.staged)
+        requests = [(self.tables[self.names[t]], ids) for t, (ids, _) in a.misses.items()]
         t1 = time.perf_counter()
-        rows = self.store.pull((table, ids.tolist()) for table, ids in requests) if requests else []
+        pulled = self.store.pull((table, ids.tolist()) for table, ids in requests) if requests else []
         t2 = time.perf_counter()
-        for (table, ids), got in zip(requests, rows):
-            self.slots.write(table.name, plans[table.name][3].slots[plans[table.name][3].miss], got)
-            stats.pulled += int(ids.numel())
+        for (t, (_, slots)), got in zip(a.misses.items(), pulled):
+            self.slots.write(self.names[t], slots, got)
             stats.pulled_bytes += int(got.numel())
-        for table, (idx, unique, inverse, assignment) in plans.items():
-            remapped = assignment.slots[inverse].to(values.dtype)
-            if len(idx) == 1:
-                segments[idx[0]] = remapped
-            else:
-                for i, part in zip(idx, torch.split(remapped, [int(segments[i].numel()) for i in idx])):
-                    segments[i] = part
+        remapped = a.slots[inverse].to(values.dtype)
+        if mask is not None:
+            remapped = values.clone().masked_scatter_(mask, remapped)
         remapped_features = KeyedJaggedTensor(
-            keys=keys,
-            values=torch.cat(segments) if segments else values,
+            keys=features.keys(),
+            values=remapped,
             weights=features.weights_or_none(),
             lengths=features.lengths(),
             offsets=features.offsets(),
@@ -179,7 +175,8 @@ class PsEmbeddingBagCollection(nn.Module):
             offset_per_key=features.offset_per_key(),
         )
         t3 = time.perf_counter()
-        stats.hits = stats.unique - stats.pulled
+        stats.unique, stats.pulled = int(unique.numel()), int(a.miss.sum())
+        stats.hits, stats.staged = stats.unique - stats.pulled, sum(a.staged.values())
         stats.cache_s, stats.pull_s = (t1 - t0) + (t3 - t2), t2 - t1
         if self.sink is not None:
             self.sink.append(stats)
@@ -285,9 +282,9 @@ def session_metrics(model: PsModel) -> dict:
     """The record's parameter-server metrics: cache hit rates (warm-up vs steady state), pull rates, the
     split of batch latency between PS pulls, cache bookkeeping and compute, and the server's memory."""
     tables = model.tables
-    capacity = sum(c.capacity for ps in model._ps for c in ps.caches.values())
+    capacity = sum(sum(ps.cache.capacity) for ps in model._ps)
     rows = sum(t.rows for t in tables)
-    cache_bytes = sum(c.capacity * ps.tables[n].width for ps in model._ps for n, c in ps.caches.items())
+    cache_bytes = sum(c * ps.tables[n].width for ps in model._ps for n, c in zip(ps.names, ps.cache.capacity))
     out: dict = {
         "ps_server": model.store.location.shown() if model.store else None,
         "ps_private_server": model.url is None,

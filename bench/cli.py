@@ -84,6 +84,10 @@ def summary(record: RunRecord) -> str:
     lines.append(
         f"  embeddings {m['embedding_bytes'] / 1e6:.2f} MB; model {m['model_bytes'] / 1e6:.2f} MB; peak RSS {m['peak_rss_bytes'] / 1e6:.0f} MB"
     )
+    if m.get("ps_twin"):
+        from bench.paramserver.module import summary_line
+
+        lines.append(summary_line(m))
     return "\n".join(lines)
 
 

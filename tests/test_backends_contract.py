@@ -45,14 +45,19 @@ def test_contract(name, setup):
     backend = make(name)
     assert "cpu" in backend.devices and backend.unsupported_reason(CPU) is None
     prepared = backend.prepare(model, calibration, CPU)
-    assert prepared is not model
-    for batch_size in (1, 37):  # odd sizes: every sample is scored, none dropped
-        batch = random_batch(tables, batch_size, seed=batch_size)
-        out = prepared(batch.dense, batch.sparse)
-        assert out.shape == (batch_size, 1)
-        assert torch.isfinite(out).all()
-        again = prepared(batch.dense, batch.sparse)
-        assert torch.equal(out, again), "repeated calls must give the same logits"
+    try:
+        assert prepared is not model
+        for batch_size in (1, 37):  # odd sizes: every sample is scored, none dropped
+            batch = random_batch(tables, batch_size, seed=batch_size)
+            out = prepared(batch.dense, batch.sparse)
+            assert out.shape == (batch_size, 1)
+            assert torch.isfinite(out).all()
+            again = prepared(batch.dense, batch.sparse)
+            assert torch.equal(out, again), "repeated calls must give the same logits"
+        backend.before_timing(prepared, 1)
+        assert isinstance(backend.job_metrics(prepared), dict)
+    finally:
+        backend.close()  # external resources (ps_redis: its private server) end with the job
     modules_after, state_after = snapshot(model)
     assert modules_after == modules_before, "prepare replaced modules of the input model"
     assert state_after.keys() == state_before.keys()

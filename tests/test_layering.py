@@ -21,7 +21,7 @@ LAYERS = {
     "bench.batch": 0, "bench.testing": 3,
     "bench.workloads": 1, "bench.adapters": 1, "bench.preprocess": 1,
     "bench.models": 2,
-    "bench.backends": 3,
+    "bench.backends": 3, "bench.paramserver": 3,
     "bench.measure": 4,
     "bench.record": 5, "bench.pipeline": 5,
     "bench.report": 6, "bench.config_files": 0,

@@ -12,6 +12,11 @@ Besides `prepare`, the runner asks a backend:
   memory guard (None: the backend keeps a copy of the fp32 tables);
 - `emulation()`: the `fake_quant` backend config that emulates it with fp32 kernels, whose AUC gap
   is recorded as `fidelity_gap` (None: nothing to emulate);
+- `record_name()`: its name in records and reports; a backend with variants worth telling apart
+  in one report (ps_redis: row precision and cache size) names them here;
+- `before_timing(prepared, warmup_calls)`: called once before the timed calls (the first
+  `warmup_calls` of them are the warm-up); a module that keeps state across calls (a cache)
+  resets it here, so every job times from the same state;
 - `job_metrics(prepared)`: extra metrics for the record, read after timing (default none);
 - `close()`: release what the backend holds outside the process (servers, files); called after
   every job whatever its outcome.
@@ -47,6 +52,12 @@ class Backend:
 
     def emulation(self) -> dict | None:
         return None
+
+    def record_name(self) -> str:
+        return self.cfg.name
+
+    def before_timing(self, prepared: nn.Module, warmup_calls: int) -> None:
+        pass
 
     def job_metrics(self, prepared: nn.Module) -> dict[str, Any]:
         return {}

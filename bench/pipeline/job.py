@@ -40,6 +40,7 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
         labels, logits = _scores(cfg, backend.cfg, model, workload, device, shared, lambda: prepared)
         inputs = shared.timing_inputs(cfg, workload, device)
         reference, why_unpaired = _reference(cfg, backend, model, workload, device, shared)
+        backend.before_timing(prepared, max(1, cfg.timing.warmup_batches))
         with LoadWatch() as load:
             if reference is None:
                 timing, paired = time_module(prepared, inputs, cfg.batch_size, device, **vars(cfg.timing)), None

@@ -75,6 +75,7 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
         device, skip = resolve(cfg.device)
         if skip is None:
             backend = registry.get("backend", cfg.backend.name).factory(cfg.backend)
+            record.backend = backend.record_name()
             skip = backend.unsupported_reason(device)
         if skip is not None:
             device = None  # not usable here: describe the machine without it

@@ -11,6 +11,7 @@ import pandas as pd
 
 from bench.record import RunRecord
 from bench.report import fmt
+from bench.report.paramserver import ps_section
 from bench.report.table import BASELINE, latest_records, trials
 from bench.stats import indistinguishable_from_zero, interval_contains, ratio_interval
 
@@ -183,6 +184,7 @@ def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Seque
                                 "int8_tbe / fp32 (total)"], split, "rlll"),  # fmt: skip
             "",
         ]
+    lines += ps_section(latest, workload, device)
     for p in plots:
         lines += [f"![{p.stem}]({Path(p).relative_to(out_dir).as_posix()})", ""]
     return lines

@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from bench.report import fmt
+from bench.report.paramserver import cache_plot
 from bench.report.table import backend_rank
 
 
@@ -134,6 +135,7 @@ def write_plots(df: pd.DataFrame, out_dir: Path, trials_of=None) -> dict[tuple[s
         paths = [
             throughput_plot(df, workload, device, out_dir / f"throughput_{slug(workload, device)}.png", trials_of),
             frontier_plot(df, workload, device, out_dir / f"frontier_{slug(workload, device)}.png"),
+            cache_plot(df, workload, device, out_dir / f"ps_cache_{slug(workload, device)}.png"),
         ]
         written[(workload, device)] = [p for p in paths if p is not None]
     return written

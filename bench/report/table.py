@@ -67,6 +67,10 @@ COLUMNS = [
     "peak_rss_bytes",
     "cuda_peak_bytes",
     "threads",
+    "ps_twin",
+    "ps_cache_fraction",
+    "ps_hit_rate_steady",
+    "ps_pull_share",
     "error",
     "config_hash",
     "fingerprint",
@@ -76,7 +80,8 @@ COLUMNS = [
 
 _METRICS = ["auc", "auc_delta", "auc_delta_lo", "auc_delta_hi", "auc_delta_p", "auc_fp32", "oracle_auc",
             "fidelity_gap", "n_eval", "logloss", "ne", "throughput", "embedding_bytes", "model_bytes",
-            "peak_rss_bytes", "cuda_peak_bytes", "threads"]  # fmt: skip
+            "peak_rss_bytes", "cuda_peak_bytes", "threads",
+            "ps_cache_fraction", "ps_hit_rate_steady", "ps_pull_share"]  # fmt: skip
 
 
 def as_records(records: Iterable[RunRecord | dict[str, Any]]) -> list[RunRecord]:
@@ -139,6 +144,7 @@ def _row(r: RunRecord) -> dict[str, Any]:
         "created_at": r.created_at,
     }
     row.update({name: _num(m.get(name)) for name in _METRICS})
+    row["ps_twin"] = m.get("ps_twin")  # ps_redis: the in-memory backend with the same rows
     for q in ("p50", "p90", "p99"):
         row[f"latency_{q}_ms"] = _num(lat.get(q))
     noise = m.get("noise") or {}

@@ -19,7 +19,6 @@ import pandas as pd
 from sweep_runs import quant_sweep
 
 
-
 def sweep(workdir: Path, tag: str, extra: list[str]) -> tuple[float, pd.DataFrame]:
     return quant_sweep(workdir, tag, extra)
 

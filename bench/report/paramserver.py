@@ -1,0 +1,92 @@
+"""The parameter-server part of a report (`ps_redis` rows): a table of cache, pulls, latency split,
+Redis memory and throughput against the in-memory backend of the same row precision (fp32 for fp32
+rows, int8_tbe for int8, uint4 for int4), and a plot of throughput against cache fraction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
+
+from bench.record import RunRecord
+from bench.report import fmt
+from bench.report.table import trials
+from bench.stats import ratio_interval
+
+NOTES = [
+    "Hit rates count a batch's unique ids found in the local cache; the timed calls start from a cold "
+    "cache: warm-up is the timing warm-up, steady state the trials (which cycle over "
+    "`timing.batches_per_trial` batches, so a larger value gives a longer stream).",
+    "Pull rate is rows per second while pulling (one pipelined round trip per batch: Redis plus the "
+    "client); rows/s and MB/s pulled are per second of timed calls. A batch's latency splits into "
+    "PS pull, cache bookkeeping (unique ids, eviction, remapping) and compute (the rest of the model).",
+    "vs in-memory: throughput / throughput of the in-memory backend with the same rows and kernel, at "
+    "the same batch size (95% CI, bootstrap over trials); its AUC is the same exactly.",
+]
+
+
+def _pct(x) -> str:
+    return fmt.DASH if fmt.missing(x) else f"{100 * float(x):.1f}%"
+
+
+def ps_rows(latest: dict[tuple, RunRecord], workload: str, device: str) -> list[tuple[tuple, RunRecord]]:
+    return sorted(
+        ((k, r) for k, r in latest.items() if k[:2] == (workload, device) and r.status == "ok" and (r.metrics or {}).get("ps_twin")),
+        key=lambda kr: (kr[1].metrics.get("ps_precision", ""), kr[1].metrics.get("ps_cache_fraction") or 0, kr[0][3]),
+    )
+
+
+def ps_section(latest: dict[tuple, RunRecord], workload: str, device: str) -> list[str]:
+    rows = []
+    for (w, d, backend, bs), r in ps_rows(latest, workload, device):
+        m = r.metrics
+        twin = latest.get((w, d, m["ps_twin"], bs))
+        vs = fmt.DASH
+        if twin is not None and twin.status == "ok" and trials(r) and trials(twin):
+            vs = f"{fmt.ratio_ci(*ratio_interval(trials(r), trials(twin)))} {m['ps_twin']}"
+        rows.append([
+            backend, bs, _pct(m.get("ps_cache_fraction")), _pct(m.get("ps_hit_rate_warmup")), _pct(m.get("ps_hit_rate_steady")),
+            fmt.count(m.get("ps_rows_pulled_per_batch")), fmt.count(m.get("ps_pull_rows_per_s")),
+            fmt.count(m.get("ps_rows_pulled_per_s")), fmt.megabytes(m.get("ps_bytes_pulled_per_s")),
+            fmt.ms(m.get("ps_pull_ms")), fmt.ms(m.get("ps_cache_ms")), fmt.ms(m.get("ps_compute_ms")), _pct(m.get("ps_pull_share")),
+            fmt.megabytes(m.get("ps_redis_used_memory_bytes")), fmt.count(m.get("ps_rows_stored")),
+            fmt.count(m.get("throughput")), vs,
+        ])  # fmt: skip
+    if not rows:
+        return []
+    headers = ["backend", "batch", "cache", "hit warm-up", "hit steady", "rows pulled/batch", "pull rows/s",
+               "rows/s pulled", "MB/s pulled", "pull ms", "cache ms", "compute ms", "pull share", "Redis MB",
+               "rows stored", "samples/s", "vs in-memory [95% CI]"]  # fmt: skip
+    return ["Parameter server (`ps_redis`):", "", *[f"- {n}" for n in NOTES], "",
+            fmt.markdown_table(headers, rows, "lr" + "r" * 14 + "l"), ""]  # fmt: skip
+
+
+def cache_plot(df: pd.DataFrame, workload: str, device: str, path: Path) -> Path | None:
+    """Throughput against cache fraction, one line per (row precision, batch size); dashed: in memory."""
+    g = df[(df["workload"] == workload) & (df["device"] == device) & (df["status"] == "ok")]
+    ps = g[g["ps_twin"].notna() & g["ps_cache_fraction"].notna()]
+    if ps.empty:
+        return None
+    fig = Figure(figsize=(6.4, 4.2))
+    ax = fig.add_subplot()
+    for (twin, bs), rows in ps.groupby(["ps_twin", "batch_size"], sort=True):
+        rows = rows.sort_values("ps_cache_fraction")
+        rows_of = {"fp32": "fp32", "int8_tbe": "int8", "uint4": "int4"}.get(twin, twin)  # the twin names the row precision
+        line = ax.plot(rows["ps_cache_fraction"] * 100, rows["throughput"], marker="o", label=f"PS, {rows_of} rows, batch {bs}")[0]
+        memory = g[(g["backend"] == twin) & (g["batch_size"] == bs)]["throughput"]
+        if not memory.empty:
+            ax.axhline(float(memory.iloc[0]), linestyle="--", color=line.get_color(), linewidth=1, label=f"{twin} in memory, batch {bs}")
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}%"))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.set_xlabel("local cache (% of each table's rows, log)")
+    ax.set_ylabel("throughput (samples/s, median of trials)")
+    ax.set_title(f"{workload} on {device}: parameter server vs cache size")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="x-small")
+    FigureCanvasAgg(fig)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    return path

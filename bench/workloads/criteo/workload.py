@@ -39,8 +39,9 @@ class CriteoConfig(WorkloadConfig):
 @dataclass
 class CriteoTextConfig(CriteoConfig):
     # How raw text is preprocessed (a folder that is already preprocessed keeps its own options).
-    categorical: str = "hash"  # hash | frequency
-    max_ind_range: int = 40_000_000  # hash modulus, or cap on frequency ids (0: none)
+    categorical: str = "hash"  # hash | frequency | first_seen (facebookresearch/dlrm's numbering)
+    # hash: the modulus; frequency: a cap on ids; first_seen: dlrm's --max-ind-range (0: none)
+    max_ind_range: int = 40_000_000
     frequency_threshold: int = 1
 
 

@@ -24,10 +24,10 @@ from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from bench import preflight
 from bench.config import register_configs
 from bench.errors import UserError
 from bench.results import RunRecord, save_record
-from bench.runner import run_job
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 GROUPS = ("workload", "model", "backend", "device", "gate", "sweep")
@@ -82,6 +82,8 @@ def summary(record: RunRecord) -> str:
 
 
 def task(cfg: DictConfig) -> str:
+    from bench.runner import run_job  # torch and the plug-ins: imported after the pre-flight checks
+
     record, exc = run_job(cfg)
     hydra_cfg = HydraConfig.get()
     save_record(record, Path(hydra_cfg.runtime.output_dir), Path(cfg.reports_dir), store=record.resumed_from is None)
@@ -100,9 +102,15 @@ def task(cfg: DictConfig) -> str:
 
 
 def main() -> None:
-    register_configs()
+    if {"--help", "-h"} & set(sys.argv[1:]):
+        from bench.help import help_text
+
+        print(help_text())
+        return
     try:
         check_overrides(sys.argv[1:])
+        preflight.check(sys.argv[1:])  # bad keys, values and input files: refused before any work
+        register_configs()
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)

@@ -26,6 +26,7 @@ from omegaconf import DictConfig
 
 from bench import preflight
 from bench.config import register_configs
+from bench.console import quiet_library_noise
 from bench.errors import UserError
 from bench.results import RunRecord, save_record
 
@@ -84,6 +85,7 @@ def summary(record: RunRecord) -> str:
 def task(cfg: DictConfig) -> str:
     from bench.runner import run_job  # torch and the plug-ins: imported after the pre-flight checks
 
+    quiet_library_noise()
     record, exc = run_job(cfg)
     hydra_cfg = HydraConfig.get()
     save_record(record, Path(hydra_cfg.runtime.output_dir), Path(cfg.reports_dir), store=record.resumed_from is None)

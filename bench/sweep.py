@@ -44,7 +44,7 @@ class SweepCallback(Callback):
         self.bar = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self.bar = progress(total=count_jobs(config), desc="sweep", unit="job")
+        self.bar = progress(total=count_jobs(config), desc="sweep", unit="job", interval=0)  # without a terminal: a line per job
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         if self.bar is not None:

@@ -36,8 +36,14 @@ class TerminalBar(tqdm):
     """tqdm's bar, with log lines routed above it while it is shown."""
 
     def __init__(self, **kwargs: Any) -> None:
+        root = logging.getLogger()
+        filters = [f for h in root.handlers if _is_console(h) for f in h.filters]
         self._redirect = ExitStack()
         self._redirect.enter_context(logging_redirect_tqdm())
+        for handler in root.handlers:  # tqdm's stand-in handler keeps the console's filters (bench.console)
+            if _is_console(handler):
+                for f in filters:
+                    handler.addFilter(f)
         super().__init__(leave=False, dynamic_ncols=True, **kwargs)
 
     def close(self) -> None:
@@ -46,6 +52,10 @@ class TerminalBar(tqdm):
         if redirect is not None:
             self._redirect = None
             redirect.close()
+
+
+def _is_console(handler: logging.Handler) -> bool:
+    return isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler)
 
 
 class PlainProgress:

@@ -228,6 +228,8 @@ def _measure(cfg: DictConfig, backend: Backend, device: torch.device) -> dict[st
         threads=torch.get_num_threads(),
         model_source=model_info.get("source"),
         workload_info=workload.describe(),
+        table_rows=[int(t.num_embeddings) for t in workload.tables],
+        timing_batches=len(inputs),  # distinct batches the timing loop cycles over
         sample="one row (user-item pair) of the workload",
     )
     return metrics

@@ -39,6 +39,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from bench.config import Config, register_configs
 from bench.errors import UserError
+from bench.models.checkpoint_file import checkpoint_problem
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 PLUGIN_GROUPS = ("backend", "workload")  # their schemas come with the plug-in modules (torch)
@@ -278,11 +279,9 @@ def check_inputs(cfg: DictConfig) -> None:
             raise UserError(f"workload.path={path} is an empty file: give a file with data rows")
     checkpoint = _value(cfg.model, "checkpoint")
     if checkpoint:
-        file = Path(str(checkpoint)).expanduser()
-        if not file.is_file():
-            raise UserError(f"checkpoint not found: {checkpoint} (give an existing file with model.checkpoint=PATH)")
-        if file.stat().st_size == 0:
-            raise UserError(f"checkpoint {checkpoint} is empty (0 bytes): give a file written by torch.save")
+        problem = checkpoint_problem(str(checkpoint))  # missing, empty, or not a torch file at all
+        if problem is not None:
+            raise UserError(problem)
 
 
 def _value(node: DictConfig, key: str) -> Any:

@@ -73,18 +73,26 @@ def test_bad_choices_are_refused_before_any_work(args, says):
     assert says in str(exc.value) and "\n" not in str(exc.value)
 
 
-def test_missing_or_empty_data_files_are_refused_before_torch_loads(tmp_path):
+def test_missing_or_empty_inputs_are_refused_before_torch_loads(tmp_path):
     """Refused in the check that runs before torch is imported: a second or so, nothing written."""
     empty = tmp_path / "empty.tsv"
     empty.write_bytes(b"")
+    garbage = tmp_path / "model.pt"
+    garbage.write_bytes(b"\x13\x37" * 500)
     code = (
         "import sys\n"
         "from bench import cli\n"
-        f"sys.argv = ['bench', 'workload=criteo_kaggle', sys.argv[1], 'reports_dir={tmp_path}', 'hydra.run.dir={tmp_path / 'run'}']\n"
+        f"sys.argv = ['bench', *sys.argv[1:], 'reports_dir={tmp_path}', 'hydra.run.dir={tmp_path / 'run'}']\n"
         "try:\n    cli.main()\nexcept SystemExit as exc:\n    print(exc.code, 'torch' in sys.modules)\n"
     )
-    for arg, says in ((f"workload.path={tmp_path / 'nope.tsv'}", "no such file or folder"), (f"workload.path={empty}", "is an empty file")):
-        result = subprocess.run([sys.executable, "-c", code, arg], cwd=REPO, capture_output=True, text=True, timeout=60)
+    cases = [
+        (["workload=criteo_kaggle", f"workload.path={tmp_path / 'nope.tsv'}"], "no such file or folder"),
+        (["workload=criteo_kaggle", f"workload.path={empty}"], "is an empty file"),
+        ([f"model.checkpoint={tmp_path / 'nope.pt'}"], "checkpoint not found"),
+        ([f"model.checkpoint={garbage}"], "is not a torch checkpoint: neither a torch zip archive nor a pickle"),
+    ]
+    for args, says in cases:
+        result = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True, timeout=60)
         assert result.stdout.split() == ["2", "False"], result.stderr
         assert says in result.stderr and result.stderr.strip().count("\n") == 0
     assert not (tmp_path / "records.jsonl").exists() and not (tmp_path / "run").exists()

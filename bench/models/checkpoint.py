@@ -6,8 +6,9 @@ np.float32), so exactly the globals that rebuild those are allowed through torch
 mechanism: numpy's scalar constructor and the numeric dtypes. They rebuild numbers from bytes and
 call nothing chosen by the file; anything else a file asks for is refused, naming it.
 
-Every refusal is one line naming what the file is not (empty, not a torch file, a damaged archive,
-a pickle asking for a global); none repeats torch's advice to load with `weights_only=False`.
+Every refusal is one line naming what the file is not (empty, not a torch file, a damaged archive:
+`checkpoint_file`, which the pre-flight check also uses; a pickle asking for a global); none
+repeats torch's advice to load with `weights_only=False`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 from torch import nn
 
 from bench.errors import UserError
+from bench.models.checkpoint_file import checkpoint_problem
 
 # numpy >= 2 pickles its scalars as numpy._core.multiarray.scalar, numpy 1.x as numpy.core.multiarray.scalar.
 _SCALAR = np._core.multiarray.scalar
@@ -47,33 +49,11 @@ def _torch_reason(exc: Exception) -> str:
     return first.rstrip(".") or type(exc).__name__
 
 
-def _file_kind(path: Path) -> str | None:
-    """None for what torch.load can read (a torch zip archive, a pickle); otherwise what the file is."""
-    with open(path, "rb") as f:
-        head = f.read(4)
-    if not head:
-        return "is empty (0 bytes)"
-    if head.startswith(b"PK\x03\x04"):
-        try:
-            with zipfile.ZipFile(path) as z:
-                names = z.namelist()
-        except (zipfile.BadZipFile, OSError):
-            return "is a damaged zip archive (truncated?), not a readable torch checkpoint"
-        if not any(n.endswith("data.pkl") for n in names):
-            return f"is a zip archive without data.pkl ({', '.join(names[:3])}...), not a torch checkpoint"
-        return None
-    if head[:1] == b"\x80":  # a pickle: torch's legacy format or a plain one
-        return None
-    return f"is not a torch checkpoint: neither a torch zip archive nor a pickle (starts with {head!r})"
-
-
 def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"checkpoint not found: {path} (give an existing file with model.checkpoint=PATH)")
-    kind = _file_kind(path)
-    if kind is not None:
-        raise UserError(f"checkpoint {path} {kind}: give a file written by torch.save")
+    problem = checkpoint_problem(path)
+    if problem is not None:
+        raise UserError(problem)
     try:
         with torch.serialization.safe_globals(NUMPY_SCALAR_GLOBALS), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Detected pickle protocol")  # the refusal below says it

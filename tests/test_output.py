@@ -52,12 +52,13 @@ def test_library_noise_stays_off_the_console_and_warnings_show_once(tmp_path):
     root.handlers[:] = handlers
     root.setLevel(logging.INFO)
     try:
+        logging.captureWarnings(False)  # a fresh start: an earlier in-process run may have set it
         quiet_library_noise()
         logging.info("[TBE=1] Feature Gates: [('TBE_V2', False)]")  # FBGEMM logs on the root logger
         logging.getLogger("torchrec.inference.modules").info("per_table_weight_dtype={...26 tables...}")
         logging.getLogger("bench.runner").info("resume: fp32 already measured")
         for _ in range(3):
-            warnings.warn_explicit("torch.quantize_per_channel is deprecated", DeprecationWarning, "lib.py", 78)
+            warnings.warn_explicit("test_output's quantize_per_channel is deprecated", DeprecationWarning, "lib.py", 78)
     finally:
         root.handlers[:], root.level = saved
         logging.captureWarnings(False)

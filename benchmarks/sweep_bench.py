@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import subprocess
+import re
 import sys
 import tempfile
 import time
@@ -30,7 +31,8 @@ def sweep(workdir: Path, tag: str, extra: list[str]) -> tuple[float, pd.DataFram
     wall = time.perf_counter() - start
     if done.returncode != 0:
         sys.exit(f"sweep {tag} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    return wall, pd.read_csv(reports / "quant" / "latest" / "results.csv")
+    report = re.search(r"^report: (.+)/report.md$", done.stdout, re.M).group(1)  # `latest`, or latest-<overrides> with extra args
+    return wall, pd.read_csv(Path(report) / "results.csv")
 
 
 def main() -> None:

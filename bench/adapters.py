@@ -13,6 +13,8 @@ form) where `arange(0, (B+1)*k, k)` was needed. Here every offsets vector is che
 batch size from X and T: B entries (`include_last_offset=False`, DLRM's form) or B + 1 entries
 ending at len(ids) (`include_last_offset=True`); any other count, a first offset other than 0,
 decreasing offsets or ids outside the bags raise `UserError`, so no sample is dropped silently.
+Per-sample lengths in place of offsets (dlrm's `collate_wrapper_criteo_length` yields those) are
+named as such, with the conversion `torch.cumsum(lS_o, dim=-1) - lS_o`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ def _per_table(x, what: str) -> list[torch.Tensor]:
     return [torch.as_tensor(t) for t in x]
 
 
+def _is_offsets(offsets: torch.Tensor, num_ids: int) -> bool:
+    """Valid EmbeddingBag offsets: start at 0, never decrease, stay within the ids."""
+    return int(offsets[0]) == 0 and bool((offsets[1:] >= offsets[:-1]).all()) and int(offsets[-1]) <= num_ids
+
+
 def bag_lengths(offsets: torch.Tensor, num_ids: int, batch_size: int, include_last_offset: bool, table: int) -> torch.Tensor:
     """Lengths of the B bags described by `offsets`, after checking them against B and num_ids."""
     offsets = offsets.to(torch.int64).reshape(-1)
@@ -47,6 +54,14 @@ def bag_lengths(offsets: torch.Tensor, num_ids: int, batch_size: int, include_la
         elif not include_last_offset and offsets.numel() == batch_size + 1:
             hint = " (B + 1 offsets: pass include_last_offset=True)"
         raise UserError(f"lS_o[{table}] has {offsets.numel()} offsets for a batch of {batch_size}; expected {expected}{hint}")
+    looks_like_lengths = (
+        not include_last_offset and batch_size and bool((offsets >= 0).all()) and int(offsets.sum()) == num_ids and not _is_offsets(offsets, num_ids)
+    )
+    if looks_like_lengths:
+        raise UserError(
+            f"lS_o[{table}] looks like bag lengths, not offsets (its {batch_size} entries sum to the {num_ids} ids of lS_i[{table}]; "
+            "dlrm's collate_wrapper_criteo_length yields lengths): convert with lS_o = torch.cumsum(lS_o, dim=-1) - lS_o"
+        )
     if batch_size and int(offsets[0]) != 0:
         raise UserError(f"lS_o[{table}] starts at {int(offsets[0])}, not 0: ids before the first bag would be dropped")
     if include_last_offset and int(offsets[-1]) != num_ids:

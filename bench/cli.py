@@ -13,6 +13,7 @@ or skipped record yet. A resumed job's record goes to its job folder but not aga
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from pathlib import Path
@@ -24,17 +25,16 @@ from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from bench import preflight
 from bench.compose import CONF_DIR, to_config
 from bench.config import register_configs
+from bench.console import quiet_library_noise
 from bench.errors import UserError
-from bench.pipeline import Session, run_job
 from bench.record import RunRecord, save_record
 
 GROUPS = ("workload", "model", "backend", "device", "gate", "compare", "sweep")
 POSITIVE_INT_KEYS = ("batch_size", "eval_batch_size", "calibration_batch_size", "threads")
 log = logging.getLogger("bench")
-# The jobs of a sweep run in this process one after another and share their built work.
-SESSION = Session()
 
 
 def group_options(group: str) -> list[str]:
@@ -91,9 +91,22 @@ def summary(record: RunRecord) -> str:
     return "\n".join(lines)
 
 
+@functools.cache
+def shared_session():
+    """What the jobs of this process share (a sweep runs them here one after another): built once."""
+    from bench.pipeline import Session
+
+    return Session()
+
+
 def task(cfg: DictConfig) -> str:
     config = to_config(cfg)
-    record, exc = run_job(config, SESSION)
+    from bench.pipeline import (
+        run_job,  # torch and the plug-ins: imported after the pre-flight checks
+    )
+
+    quiet_library_noise()
+    record, exc = run_job(config, shared_session())
     hydra_cfg = HydraConfig.get()
     save_record(record, Path(hydra_cfg.runtime.output_dir), Path(config.reports_dir), store=record.resumed_from is None)
     if hydra_cfg.mode == RunMode.MULTIRUN:
@@ -111,9 +124,15 @@ def task(cfg: DictConfig) -> str:
 
 
 def main() -> None:
-    register_configs()
+    if {"--help", "-h"} & set(sys.argv[1:]):
+        from bench.help import help_text
+
+        print(help_text())
+        return
     try:
         check_overrides(sys.argv[1:])
+        preflight.check(sys.argv[1:])  # bad keys, values and input files: refused before any work
+        register_configs()
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)

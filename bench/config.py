@@ -15,6 +15,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from bench import registry
+from bench.errors import UserError
 
 
 @dataclass
@@ -47,6 +48,21 @@ class ModelConfig:
     # A state dict to load instead of training (weights_only).
     checkpoint: Optional[str] = None
     train: TrainConfig = field(default_factory=TrainConfig)
+
+    def validate(self) -> None:
+        check_model_config(self)
+
+
+def check_model_config(cfg) -> None:
+    """Layer sizes that cannot build a DLRM (the schema, or its composed DictConfig)."""
+    if cfg.arch not in ("dlrm", "dlrm_dcn"):
+        raise UserError(f"unknown model.arch {cfg.arch!r}: choose dlrm or dlrm_dcn")
+    if cfg.dense_arch_layer_sizes[-1] != cfg.embedding_dim:
+        raise UserError(
+            f"model.dense_arch_layer_sizes must end with embedding_dim={cfg.embedding_dim}, got {list(cfg.dense_arch_layer_sizes)}: fix the last size"
+        )
+    if cfg.over_arch_layer_sizes[-1] != 1:
+        raise UserError(f"model.over_arch_layer_sizes must end with 1 (one logit), got {list(cfg.over_arch_layer_sizes)}")
 
 
 @dataclass
@@ -145,8 +161,10 @@ class Config:
     memory_fraction: Optional[float] = 0.8
 
 
-def register_configs() -> None:
-    """Store every schema in Hydra's ConfigStore, and the registry's resolvers (idempotent)."""
+def register_configs(plugins: bool = True) -> None:
+    """Store every schema in Hydra's ConfigStore, and the registry's resolvers (idempotent).
+    `plugins=False` skips the plug-in schemas, whose modules import torch (bench.preflight stands
+    in for them)."""
     if not OmegaConf.has_resolver("registered_backends"):
         OmegaConf.register_new_resolver("registered_backends", lambda: ",".join(registry.sweep_backends()))
     cs = ConfigStore.instance()
@@ -155,6 +173,6 @@ def register_configs() -> None:
     cs.store(group="device", name="base_device", node=DeviceConfig)
     cs.store(group="gate", name="base_gate", node=GateConfig)
     cs.store(group="compare", name="base_compare", node=CompareConfig)
-    for kind in registry.KINDS:
+    for kind in registry.KINDS if plugins else ():
         for name, entry in registry.entries(kind).items():
             cs.store(group=kind, name=f"base_{name}", node=entry.config)

@@ -4,7 +4,7 @@ Streams (bounded memory whatever the input size), resumes an interrupted run whe
 with the same arguments, and reports malformed lines with their line numbers. The layout and the
 transforms are described in `bench/workloads/criteo/layout.py` and `.../criteo/preprocess.py`.
 
-    python -m bench.preprocess train.txt --out data/kaggle --categorical frequency --max-ind-range 0
+    python -m bench.preprocess train.txt --out data/kaggle --categorical first_seen --max-ind-range 0   # dlrm's numbering
     python -m bench.preprocess day_{0..23}.gz --out data/1tb --categorical hash --max-ind-range 40000000
 """
 
@@ -15,15 +15,21 @@ import sys
 import time
 
 from bench.errors import UserError
-from bench.workloads.criteo.preprocess import PreprocessOptions, preprocess
+from bench.workloads.criteo.preprocess import (
+    CATEGORICAL_MODES,
+    PreprocessOptions,
+    preprocess,
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.preprocess", description=__doc__.splitlines()[0])
     p.add_argument("sources", nargs="+", help="Criteo text files (TSV or CSV, plain or .gz); day_N names keep their day")
     p.add_argument("--out", required=True, help="output folder (created; an unfinished run there is resumed)")
-    p.add_argument("--categorical", choices=("hash", "frequency"), default="hash", help="id mapping (default: hash)")
-    p.add_argument("--max-ind-range", type=int, default=40_000_000, help="hash modulus, or cap on frequency ids (0: none)")
+    p.add_argument("--categorical", choices=CATEGORICAL_MODES, default="hash", help="id mapping (default: hash; first_seen: facebookresearch/dlrm's)")
+    p.add_argument(
+        "--max-ind-range", type=int, default=40_000_000, help="hash modulus; cap on frequency ids; first_seen: dlrm's --max-ind-range, applied before numbering (0: none)"
+    )
     p.add_argument("--frequency-threshold", type=int, default=1, help="frequency: ids seen fewer times share id 0")
     p.add_argument("--max-examples", type=int, default=10, help="malformed-line examples reported per file")
     p.add_argument("--chunk-mb", type=int, default=4, help="MB of text read per chunk and parsing worker (bounds memory)")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,17 @@ def count_jobs(config: DictConfig) -> int:
     return math.prod(sizes.values())
 
 
+# Overrides that change where output goes or what happens after measuring, not which jobs run
+# (the runner's NON_SEMANTIC_KEYS, Hydra's own settings, the sweep choice itself).
+NOT_THE_JOBS = ("reports_dir", "cache_dir", "sweep_name", "gate", "run_gate", "resume", "memory_fraction", "hydra", "sweep")
+
+
+def sweep_variant(task_overrides) -> str | None:
+    """The command-line overrides that change a sweep's jobs, or None for the sweep as configured."""
+    kept = [o for o in task_overrides if re.split(r"[.=/@]", o.lstrip("+~"), maxsplit=1)[0] not in NOT_THE_JOBS]
+    return " ".join(kept) or None
+
+
 def sweep_records(sweep_dir: Path) -> list[RunRecord]:
     return [RunRecord.from_dict(json.loads(p.read_text())) for p in sorted(Path(sweep_dir).glob("*/record.json"))]
 
@@ -44,7 +56,7 @@ class SweepCallback(Callback):
         self.bar = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self.bar = progress(total=count_jobs(config), desc="sweep", unit="job")
+        self.bar = progress(total=count_jobs(config), desc="sweep", unit="job", interval=0)  # without a terminal: a line per job
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         if self.bar is not None:
@@ -58,7 +70,7 @@ class SweepCallback(Callback):
             self.bar.close()
         records = sweep_records(Path(config.hydra.sweep.dir))
         name = config.get("sweep_name") or "sweep"
-        report_dir = publish_report(records, Path(config.reports_dir), name)
+        report_dir = publish_report(records, Path(config.reports_dir), name, variant=sweep_variant(config.hydra.overrides.task))
         counts = {s: sum(r.status == s for r in records) for s in ("ok", "error", "skipped")}
         resumed = sum(bool(r.resumed_from) for r in records)
         note = f"; {resumed} resumed from stored records" if resumed else ""

@@ -65,3 +65,19 @@ def test_ragged_tables_as_lists():
     assert batch.sparse["cat_1"].lengths().tolist() == [3, 1]
     X2, o2, i2, T2 = batch_to_dlrm_tuple(batch)
     assert isinstance(i2, list) and [t.tolist() for t in i2] == [[7, 8], [1, 2, 3, 4]]
+
+
+def test_lengths_in_place_of_offsets_are_named_with_the_conversion():
+    """dlrm's length collate yields per-sample lengths (one-hot: all ones) where offsets belong."""
+    B = 5
+    X, T = torch.rand(B, 13), torch.zeros(B, 1)
+    lS_i = torch.arange(2 * B).reshape(2, B)
+    lengths = torch.ones(2, B, dtype=torch.long)
+    with pytest.raises(UserError, match=r"lS_o\[0\] looks like bag lengths, not offsets") as exc:
+        dlrm_tuple_to_batch(X, lengths, lS_i, T)
+    assert "torch.cumsum(lS_o, dim=-1) - lS_o" in str(exc.value) and "\n" not in str(exc.value)
+    fixed = dlrm_tuple_to_batch(X, torch.cumsum(lengths, dim=-1) - lengths, lS_i, T)
+    assert fixed.sparse["cat_0"].lengths().tolist() == [1] * B
+    ragged = [torch.tensor([2, 0, 1]), torch.tensor([1, 1, 1])]  # multi-hot lengths starting with a 2
+    with pytest.raises(UserError, match="looks like bag lengths"):
+        dlrm_tuple_to_batch(torch.rand(3, 13), ragged, [torch.arange(3), torch.arange(3)], torch.zeros(3, 1))

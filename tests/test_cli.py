@@ -26,12 +26,11 @@ def test_bad_names_and_sizes_exit_2_with_one_line(args, message):
     assert "Traceback" not in result.stderr
 
 
-def test_missing_checkpoint_exits_2_and_keeps_the_record(tmp_path):
+def test_missing_checkpoint_is_refused_before_any_work(tmp_path):
     result = run_bench(*TINY, "model.checkpoint=/no/such.pt", f"reports_dir={tmp_path}", f"hydra.run.dir={tmp_path / 'run'}")
     assert result.returncode == 2 and "checkpoint not found: /no/such.pt" in result.stderr
-    assert "Traceback" not in result.stderr
-    record = json.loads((tmp_path / "run" / "record.json").read_text())
-    assert record["status"] == "error"
+    assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists() and not (tmp_path / "records.jsonl").exists()  # the store keeps measurements only
 
 
 @pytest.mark.slow

@@ -70,6 +70,27 @@ def test_kaggle_head10k_end_to_end(tmp_path):
     assert abs(float(all_labels.mean()) - 0.2182) < 1e-4
 
 
+@pytest.mark.skipif(HEAD not in SUMS, reason=f"real Criteo samples not found at {DATA}")
+def test_kaggle_first_seen_numbering_on_real_rows(tmp_path):
+    """dlrm's Kaggle numbering on real text: split each line on tabs, an empty field is 0, the hex
+    value modulo --max-ind-range, numbered per column by first appearance over the whole file."""
+    path = DATA / HEAD
+    modulus = 10_000_000
+    w = CriteoKaggle(CriteoKaggleConfig(path=str(path), max_ind_range=modulus), seed=0, cache_dir=tmp_path)
+    numbering: list[dict[int, int]] = [{} for _ in range(26)]
+    expected = []
+    for line in path.read_text().splitlines():
+        fields = line.split("\t")[14:]
+        expected.append([numbering[j].setdefault(int(x or "0", 16) % modulus, len(numbering[j])) for j, x in enumerate(fields)])
+    assert [t.num_embeddings for t in w.tables] == [len(d) for d in numbering]
+    got = []
+    for split in ("train", "eval"):  # the train rows, then the test half of the last seventh
+        for b in w.batches(split, 4096):
+            got.append(torch.stack([b.sparse[t.feature].values() for t in w.tables], dim=1).numpy())
+    got = np.concatenate(got)
+    assert np.array_equal(got, np.array(expected)[: len(got)]) and len(got) == 10000 - (10000 // 7) // 2
+
+
 def test_terabyte_trains_on_earlier_days_and_halves_the_last(tmp_path):
     for day, rows in ((0, 300), (1, 200), (23, 101)):
         generate.write_text(tmp_path / f"day_{day}{'.gz' if day == 1 else ''}", rows, seed=day)

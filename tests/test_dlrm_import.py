@@ -83,7 +83,12 @@ def test_shape_mismatch_is_one_line_user_error(setup):
     sd["emb_l.2.weight"] = torch.zeros(5, D)
     with pytest.raises(UserError) as err:
         convert_fb_dlrm_state_dict(sd, model)
-    assert "embedding_bags.t_cat_2.weight has shape (5, 8)" in str(err.value) and "\n" not in str(err.value)
+    assert "table t_cat_2 has 5 rows, the workload gives 114" in str(err.value) and "\n" not in str(err.value)
+    assert "workload.categorical=first_seen" in str(err.value)  # how to number raw rows as dlrm did
+    sd = dict(fb.state_dict())
+    sd["emb_l.2.weight"] = torch.zeros(114, D + 1)
+    with pytest.raises(UserError, match=r"t_cat_2.weight has shape \(114, 9\)"):
+        convert_fb_dlrm_state_dict(sd, model)
     sd = dict(fb.state_dict())
     sd["emb_l.9.weight"] = torch.zeros(5, D)
     with pytest.raises(UserError, match="5 embedding tables"):

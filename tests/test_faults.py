@@ -9,8 +9,10 @@ job's measurements (tests/test_backends_quant.py).
 
 import dataclasses
 import json
+import re
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -150,17 +152,20 @@ def test_a_sweep_goes_on_past_nan_and_oom_and_the_gate_fails_on_them(fast_cfg, m
     assert len(read_jsonl(reports / "records.jsonl")) == 3
     assert "3 jobs (1 ok, 2 error, 0 skipped)" in out and "gate: FAILED" in out
     assert "error: fake_quant cpu bs=256: FloatingPointError" in out
-    latest = reports / "nightly" / "latest"
-    report_md, gate_md = (latest / "report.md").read_text(), (latest / "gate.md").read_text()
+    # the command line changed the sweep's jobs: its own pointer, latest-<overrides>, and the printed path
+    report = Path(re.search(r"^report: (.+)$", out, re.M).group(1)).parent
+    pointers = {p.name: p.resolve() for p in (reports / "nightly").glob("latest*")}
+    assert "latest" not in pointers and list(pointers.values()) == [report.resolve()]
+    report_md, gate_md = (report / "report.md").read_text(), (report / "gate.md").read_text()
     assert "non-finite scores" in report_md and "out of memory" in report_md  # the report lists the errors
     assert "job errored" in gate_md and "FAIL" in gate_md
     # The stored verdict is reproduced from the stored records and config, without results.csv.
     from bench.gate.__main__ import main as gate_main
 
-    assert (latest / "gate_config.yaml").is_file()
-    (latest / "results.csv").unlink()
-    assert gate_main([str(latest)]) == 1 and (latest / "gate.md").read_text() == gate_md
-    assert not list(latest.glob("gate-*"))
+    assert (report / "gate_config.yaml").is_file()
+    (report / "results.csv").unlink()
+    assert gate_main([str(report)]) == 1 and (report / "gate.md").read_text() == gate_md
+    assert not list(report.glob("gate-*"))
 
 
 # ---------------------------------------------------------------------------- resource guard

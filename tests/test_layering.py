@@ -27,6 +27,7 @@ LAYERS = {
     "bench.report": 6, "bench.config_files": 0,
     "bench.gate": 7,
     # entry points: may import anything
+    "bench.preflight": 9, "bench.help": 9, "bench.console": 0,
     "bench.sweep": 9, "bench.cli": 9, "bench.__main__": 9, "bench.report.__main__": 9, "bench.gate.__main__": 9,
 }
 NAMES = ["config", "workload", "model", "backend", "measure", "record/pipeline", "report", "gate", "", "entry point"]

@@ -83,7 +83,7 @@ class Evil:
 def test_pickle_carrying_code_is_refused(tmp_path):
     path = tmp_path / "evil.pt"
     torch.save({"w": torch.zeros(1), "evil": Evil()}, path)
-    with pytest.raises(UserError, match="weights_only=True.*never runs code"):
+    with pytest.raises(UserError, match="never runs code"):
         load_checkpoint(build_dlrm(tiny_model_config(), tiny_tables(), 13), path)
 
 

@@ -51,7 +51,40 @@ def test_frequency_mode_shares_one_vocabulary_across_files(day_files, tmp_path):
     assert not list((tmp_path / "out").glob("*sparse_raw*"))
 
 
-@pytest.mark.parametrize("categorical", ["hash", "frequency"])
+def first_appearance_ids(raw: np.ndarray, modulus: int) -> tuple[np.ndarray, list[int]]:
+    """The numbering facebookresearch/dlrm gives, written out plainly: per column a dict that gives
+    each new (value % modulus) the next number, over all rows in order."""
+    ids = np.empty(raw.shape, np.int64)
+    sizes = []
+    for j in range(raw.shape[1]):
+        seen: dict[int, int] = {}
+        for i, value in enumerate(raw[:, j].tolist()):
+            key = value % modulus if modulus > 0 else value
+            ids[i, j] = seen.setdefault(key, len(seen))
+        sizes.append(len(seen))
+    return ids, sizes
+
+
+@pytest.mark.parametrize("modulus", [0, 97])
+def test_first_seen_mode_numbers_ids_as_dlrm_does(day_files, tmp_path, monkeypatch, modulus):
+    monkeypatch.setattr("bench.workloads.criteo.preprocess.REMAP_ROWS", 777)  # first appearances across blocks
+    meta = preprocess(day_files, tmp_path / "out", PreprocessOptions(categorical="first_seen", max_ind_range=modulus))
+    raw = np.concatenate([read_all(f)[1] for f in day_files])
+    assert (raw == 0).any()  # missing ids: the value 0, numbered like any other
+    expected, sizes = first_appearance_ids(raw, modulus)
+    ids = np.concatenate([_arrays(tmp_path / "out", n)[1] for n in ("day_0", "day_1")])
+    assert np.array_equal(ids, expected) and meta["num_embeddings"] == sizes
+    if modulus:
+        assert max(sizes) <= modulus
+    assert not list((tmp_path / "out").glob("*sparse_raw*"))
+
+
+def test_first_seen_refuses_a_frequency_threshold():
+    with pytest.raises(UserError, match="applies to categorical=frequency only"):
+        PreprocessOptions(categorical="first_seen", frequency_threshold=2).validate()
+
+
+@pytest.mark.parametrize("categorical", ["hash", "frequency", "first_seen"])
 def test_interrupted_run_resumes_to_the_same_output(day_files, tmp_path, categorical):
     opts = PreprocessOptions(categorical=categorical, max_ind_range=5000)
     preprocess(day_files, tmp_path / "clean", opts, chunk_bytes=64 << 10)
@@ -96,7 +129,7 @@ def test_cli_reports_malformed_lines(tmp_path, capsys):
     assert main([str(tmp_path / "missing.txt"), "--out", str(tmp_path / "x")]) == 2
 
 
-@pytest.mark.parametrize("categorical", ["hash", "frequency"])
+@pytest.mark.parametrize("categorical", ["hash", "frequency", "first_seen"])
 def test_output_does_not_depend_on_workers_or_chunk_size(day_files, tmp_path, categorical):
     opts = PreprocessOptions(categorical=categorical, max_ind_range=5000)
     runs = {}

@@ -5,6 +5,7 @@ processes interrupted by Ctrl-C (SIGINT) and by SIGKILL mid-job."""
 import dataclasses
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -158,6 +159,6 @@ def test_a_sweep_stopped_by_ctrl_c_then_killed_resumes_to_one_record_per_job(tmp
     assert sorted(r["resumed_from"] for r in run3.values() if r["resumed_from"]) == sorted(r.record_id for r in final[:2])
     for r in run3.values():
         assert r["metrics"] == by_hash[r["config_hash"]].metrics
-    latest = tmp_path / "reports" / "quant" / "latest"
-    assert len(read_jsonl(latest / "records.jsonl")) == 4  # the sweep's report: one row per job
+    report = Path(re.search(r"^report: (.+)/report.md$", out, re.M).group(1))  # the run's own report (not `latest`: the jobs were overridden)
+    assert len(read_jsonl(report / "records.jsonl")) == 4  # the sweep's report: one row per job
     assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp") or ".tmp." in p.name]

@@ -32,6 +32,9 @@ from bench.errors import UserError
 from bench.registry import register
 
 ROW_BITS = sorted(BITS.values())  # 2, 4, 8, 16, 32
+# The one description of backend.bits: the error message says it, and the README's backend table
+# says the same (tests/test_cli_help.py checks).
+ROW_BITS_TEXT = f"{', '.join(str(b) for b in sorted((b for b in ROW_BITS if b < 16), reverse=True)[:-1])} or {min(ROW_BITS)} (16: an fp16 round trip, 32: rows unchanged)"
 
 
 @dataclass
@@ -41,6 +44,18 @@ class FakeQuantConfig(BackendConfig):
     per_table: dict[str, int] = field(default_factory=dict)  # table name -> bits; CLI: +backend.per_table={t: 8}
     mlp: str = "int8"  # fp32 | int8 (fake-quantized)
     activations: str = "static"  # static (calibrated) | dynamic (per batch)
+
+    def validate(self) -> None:
+        check_config(self)
+
+
+def check_config(cfg) -> None:
+    """The choices of a fake_quant config (the schema, or its composed DictConfig), before anything is built."""
+    check_choice(cfg.mlp, MLP_CHOICES, "backend.mlp")
+    check_choice(cfg.activations, MODES, "backend.activations")
+    for key, b in [("backend.bits", cfg.bits), *((f"backend.per_table.{n}", b) for n, b in cfg.per_table.items())]:
+        if int(b) not in ROW_BITS:
+            raise UserError(f"{key}={b}: choose {ROW_BITS_TEXT}")
 
 
 def qdq_rows(weight: torch.Tensor, bits: int) -> torch.Tensor:
@@ -58,11 +73,7 @@ def qdq_rows(weight: torch.Tensor, bits: int) -> torch.Tensor:
 class FakeQuantBackend(Backend):
     def prepare(self, model, calibration_batches, device):
         cfg = self.cfg
-        check_choice(cfg.mlp, MLP_CHOICES, "backend.mlp")
-        check_choice(cfg.activations, MODES, "backend.activations")
-        for key, b in [("backend.bits", cfg.bits), *((f"backend.per_table.{n}", b) for n, b in cfg.per_table.items())]:
-            if int(b) not in ROW_BITS:
-                raise UserError(f"{key}={b} is not one of {', '.join(map(str, ROW_BITS))}")
+        check_config(cfg)
         model = copy.deepcopy(model).eval()
         require_embedding_bag_collections(model, cfg.name)
         bits = resolve_table_bits(table_dims(model), cfg.bits, dict(cfg.per_table), "backend.per_table")

@@ -62,6 +62,17 @@ class TbeConfig(BackendConfig):
     # the keys are new to the (struct) config, hence the +: `+backend.per_table={t_cat_3: int8}`.
     per_table: dict[str, str] = field(default_factory=dict)
 
+    def validate(self) -> None:
+        check_config(self)
+
+
+def check_config(cfg) -> None:
+    """The choices of a TBE backend config (the schema, or its composed DictConfig), before anything is built."""
+    check_choice(cfg.mlp, MLP_CHOICES, "backend.mlp")
+    check_choice(cfg.mlp_mode, MODES, "backend.mlp_mode")
+    for name, dtype in cfg.per_table.items():
+        check_dtype(dtype, f"backend.per_table.{name}")
+
 
 def check_dtype(dtype: str, key: str) -> None:
     if dtype not in WEIGHT_DTYPES:
@@ -132,8 +143,7 @@ class TbeBackend(Backend):
         return {name: inverse[b] for name, b in bits.items()}
 
     def prepare(self, model: nn.Module, calibration_batches: Sequence[Batch], device: torch.device) -> nn.Module:
-        check_choice(self.cfg.mlp, MLP_CHOICES, "backend.mlp")
-        check_choice(self.cfg.mlp_mode, MODES, "backend.mlp_mode")
+        check_config(self.cfg)
         reason = self.unsupported_reason(device)
         if reason is not None:
             raise UserError(reason)

@@ -35,7 +35,7 @@ def _static() -> dict:
         "torch": torch.__version__,
         "torchrec": _version("torchrec"),
         "fbgemm_gpu": _version("fbgemm-gpu-cpu") or _version("fbgemm-gpu"),
-        "bench": _version("bench"),
+        "bench": _version("dlrm-quant-bench"),  # the distribution of the `bench` package
         "cpu": hardware.cpu_model(),
         "cpu_count": hardware.cpu_count(),
         "hostname": socket.gethostname(),

@@ -8,7 +8,7 @@ from torchrec.models.dlrm import DLRM, DLRM_DCN
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
-from bench.errors import UserError
+from bench.config import check_model_config
 from bench.workloads.base import TableSpec
 
 
@@ -28,13 +28,7 @@ def embedding_bag_collection(tables: list[TableSpec], embedding_dim: int) -> Emb
 
 def build_dlrm(cfg, tables: list[TableSpec], num_dense: int) -> nn.Module:
     """`cfg` is a `bench.config.ModelConfig`; the model is built on CPU."""
-    if cfg.dense_arch_layer_sizes[-1] != cfg.embedding_dim:
-        raise UserError(
-            f"model.dense_arch_layer_sizes must end with embedding_dim={cfg.embedding_dim}, "
-            f"got {list(cfg.dense_arch_layer_sizes)}: fix the last size"
-        )
-    if cfg.over_arch_layer_sizes[-1] != 1:
-        raise UserError(f"model.over_arch_layer_sizes must end with 1 (one logit), got {list(cfg.over_arch_layer_sizes)}")
+    check_model_config(cfg)
     ebc = embedding_bag_collection(tables, cfg.embedding_dim)
     common = dict(
         embedding_bag_collection=ebc,
@@ -44,6 +38,4 @@ def build_dlrm(cfg, tables: list[TableSpec], num_dense: int) -> nn.Module:
     )
     if cfg.arch == "dlrm":
         return DLRM(**common)
-    if cfg.arch == "dlrm_dcn":
-        return DLRM_DCN(**common, dcn_num_layers=cfg.dcn_num_layers, dcn_low_rank_dim=cfg.dcn_low_rank_dim)
-    raise UserError(f"unknown model.arch {cfg.arch!r}: choose dlrm or dlrm_dcn")
+    return DLRM_DCN(**common, dcn_num_layers=cfg.dcn_num_layers, dcn_low_rank_dim=cfg.dcn_low_rank_dim)

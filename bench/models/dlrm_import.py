@@ -108,6 +108,12 @@ def convert_fb_dlrm_state_dict(sd: dict, model: nn.Module) -> dict:
             f"checkpoint layers do not match the model: missing {missing[:3]}, unexpected {extra[:3]}; check model.dense_arch_layer_sizes/over_arch_layer_sizes"
         )
     for k, v in out.items():
+        if tuple(v.shape) != tuple(target[k].shape) and ".embedding_bags." in k and v.shape[1:] == target[k].shape[1:]:
+            raise UserError(
+                f"checkpoint table {k.split('.')[-2]} has {v.shape[0]} rows, the workload gives {target[k].shape[0]}: number the raw rows "
+                "as dlrm did (workload=criteo_kaggle workload.categorical=first_seen workload.max_ind_range=<its --max-ind-range, 0 for none>), "
+                "or read dlrm's processed .npz with workload=criteo_binary"
+            )
         if tuple(v.shape) != tuple(target[k].shape):
             raise UserError(
                 f"checkpoint tensor for {k} has shape {tuple(v.shape)}, the model expects {tuple(target[k].shape)}: "

@@ -68,6 +68,7 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
         threads=torch.get_num_threads(),
         model_source=model.info.get("source"),
         workload_info=workload.describe(),
+        table_rows=[int(t.num_embeddings) for t in workload.tables],
         sample="one row (user-item pair) of the workload",
     )
     metrics.update(backend.job_metrics(prepared))

@@ -12,6 +12,7 @@ import pandas as pd
 from bench.record import RunRecord
 from bench.report import fmt
 from bench.report.paramserver import ps_section
+from bench.report.protocol import measured_section
 from bench.report.table import BASELINE, latest_records, trials
 from bench.stats import indistinguishable_from_zero, interval_contains, ratio_interval
 
@@ -160,9 +161,20 @@ def _oracle_line(g: pd.DataFrame) -> str | None:
     return f"Oracle AUC (the workload's true probabilities on the same eval split): {o:.4f}{tail}."
 
 
+def _one_reason(g: pd.DataFrame) -> str | None:
+    """The shared reason when no row of the group ran and all say the same (a device absent here)."""
+    reasons = {fmt.first_line(e) for e in g["error"]}
+    if len(g) > 1 and (g["status"] == "skipped").all() and len(reasons) == 1:
+        return next(iter(reasons)) or "no reason recorded"
+    return None
+
+
 def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Sequence[Path], out_dir: Path) -> list[str]:
     workload, device = g["workload"].iloc[0], g["device"].iloc[0]
     lines = [f"## {workload} on {device}", ""]
+    reason = _one_reason(g)
+    if reason is not None:
+        return lines + [f"All {len(g)} jobs skipped ({g['backend'].nunique()} backends, {_batches(g['batch_size'])}): {reason}", ""]
     n_eval = g["n_eval"].dropna()
     if not n_eval.empty:
         lines += [f"AUC over {fmt.count(n_eval.max())} eval samples, each scored once.", ""]
@@ -222,9 +234,14 @@ def _problems(df: pd.DataFrame) -> list[str]:
     lines = ["## Errors and skips", ""]
     if bad.empty:
         return lines + ["None: every run finished.", ""]
-    for r in bad.itertuples(index=False):
-        reason = fmt.first_line(r.error) or "no reason recorded"
-        lines.append(f"- {r.workload} / {r.device} / {r.backend} / batch {r.batch_size}: **{r.status}**: {reason}")
+    for (workload, device), g in bad.groupby(["workload", "device"], sort=False):
+        reason = _one_reason(g) if len(g) == len(df[(df["workload"] == workload) & (df["device"] == device)]) else None
+        if reason is not None:  # one line for a device absent here, not one per job
+            lines.append(f"- {workload} / {device}: **skipped**, all {len(g)} jobs: {reason}")
+            continue
+        for r in g.itertuples(index=False):
+            text = fmt.first_line(r.error) or "no reason recorded"
+            lines.append(f"- {r.workload} / {r.device} / {r.backend} / batch {r.batch_size}: **{r.status}**: {text}")
     return lines + [""]
 
 
@@ -247,6 +264,7 @@ def render_report(
         "",
         *[f"- {note}" for note in READING_NOTES],
         "",
+        *measured_section(records),
     ]
     for _, g in df.groupby(["workload", "device"], sort=False):
         key = (g["workload"].iloc[0], g["device"].iloc[0])

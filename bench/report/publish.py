@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
@@ -45,13 +47,23 @@ def write_report(
     return report
 
 
-def _point_latest(sweep_dir: Path, target: str) -> None:
-    """Replace `<sweep_dir>/latest` with a symlink to `target` in one rename."""
-    tmp = sweep_dir / f".latest.{os.getpid()}.tmp"
+def _point_latest(sweep_dir: Path, target: str, link: str = "latest") -> None:
+    """Replace `<sweep_dir>/<link>` with a symlink to `target` in one rename."""
+    tmp = sweep_dir / f".{link}.{os.getpid()}.tmp"
     if tmp.is_symlink() or tmp.exists():
         tmp.unlink()
     os.symlink(target, tmp)
-    os.replace(tmp, sweep_dir / "latest")
+    os.replace(tmp, sweep_dir / link)
+
+
+def latest_name(variant: str | None) -> str:
+    """`latest` for the sweep as configured; `latest-<overrides>` for a run with command-line overrides."""
+    if not variant:
+        return "latest"
+    slug = re.sub(r"[^A-Za-z0-9=.,_-]+", "_", variant.replace(" ", ","))
+    if len(slug) > 60:
+        slug = slug[:40] + "-" + hashlib.sha1(variant.encode()).hexdigest()[:8]
+    return f"latest-{slug}"
 
 
 def publish_report(
@@ -59,11 +71,15 @@ def publish_report(
     reports_dir: Path,
     sweep_name: str,
     title: str | None = None,
+    variant: str | None = None,
 ) -> Path:
     """Write the report into `<reports_dir>/<sweep_name>/<UTC timestamp>/`, point `latest` at it.
 
-    Returns the timestamped folder. `latest` is a relative symlink, swapped atomically, so a
-    reader never sees it missing or half-written.
+    `variant` names the command-line overrides that changed the sweep's jobs (`batch_size=2048
+    device=cpu`): such a run is titled with them and gets its own pointer, `latest-<overrides>`,
+    so `latest` always points to the newest run of the sweep as configured. Returns the
+    timestamped folder. The pointer is a relative symlink, swapped atomically, so a reader never
+    sees it missing or half-written.
     """
     if not sweep_name or "/" in sweep_name or sweep_name in (".", "..", "latest"):
         raise ValueError(f"bad sweep name {sweep_name!r}")
@@ -80,6 +96,7 @@ def publish_report(
     else:
         raise RuntimeError(f"could not create a fresh report folder under {sweep_dir}")
     out_dir = sweep_dir / name
-    write_report(records, out_dir, title=title or f"Sweep {sweep_name}")
-    _point_latest(sweep_dir, name)
+    default_title = f"Sweep {sweep_name}" + (f" with {variant}" if variant else "")
+    write_report(records, out_dir, title=title or default_title)
+    _point_latest(sweep_dir, name, latest_name(variant))
     return out_dir

@@ -3,8 +3,11 @@
 `workload.path` is a raw text file (preprocessed once into the cache) or a folder written by
 `python -m bench.preprocess`. Split as facebookresearch/dlrm does, by row order: the rows are 7
 "days"; train on the first 6/7, evaluate on the first half of the last 1/7 (`eval_split: test`) or
-its second half (`val`). Ids are remapped to contiguous ids by frequency (DLRM's Kaggle setup:
-every id kept, no cap).
+its second half (`val`). Ids are numbered per column by first appearance, as facebookresearch/dlrm's
+Kaggle preprocessing does (`categorical: first_seen`; `max_ind_range` is dlrm's `--max-ind-range`,
+0 for its default of none), so a checkpoint dlrm trained on the same rows indexes the same rows.
+`categorical: frequency` (sorted ids seen at least `frequency_threshold` times, a shared rare row)
+and `hash` are the other choices.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from bench.workloads.criteo.workload import CriteoTextConfig, CriteoWorkload
 @dataclass
 class CriteoKaggleConfig(CriteoTextConfig):
     name: str = "criteo_kaggle"
-    categorical: str = "frequency"
+    categorical: str = "first_seen"
     max_ind_range: int = 0
     frequency_threshold: int = 1
 

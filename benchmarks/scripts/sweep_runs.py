@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -22,4 +23,5 @@ def quant_sweep(workdir: Path, tag: str, overrides: list[str]) -> tuple[float, p
     wall = time.perf_counter() - start
     if done.returncode != 0:
         sys.exit(f"sweep {tag} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    return wall, pd.read_csv(reports / "quant" / "latest" / "results.csv")
+    report = re.search(r"^report: (.+)/report.md$", done.stdout, re.M).group(1)  # latest, or latest-<overrides>
+    return wall, pd.read_csv(Path(report) / "results.csv")

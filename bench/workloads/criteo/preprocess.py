@@ -2,8 +2,8 @@
 
 Memory stays bounded by the chunk size (4 MB of text per parsing worker, at most 8 workers),
 whatever the input size: `benchmarks/scripts/preprocess_bench.py` measured 148 MB peak RSS on a generated
-10M-row file. The exception is the `frequency` vocabulary, which grows with the number of distinct
-ids (Kaggle: 33.8M distinct ids at 12 bytes each while counting, an estimate of about 0.4 GB, not
+10M-row file. The exception is the vocabulary of `frequency` and `first_seen`, which grows with the
+number of distinct ids (Kaggle: 33.8M distinct ids at 12 bytes each while counting, an estimate of about 0.4 GB, not
 measured; the 1TB logs have about 0.9 billion and need `hash`).
 
 Transforms (documented choices, as in facebookresearch/dlrm):
@@ -15,11 +15,18 @@ Transforms (documented choices, as in facebookresearch/dlrm):
   sign information of I2 but makes the transform depend on the file it was fitted on.
 - categorical, `hash`: `id = int(hex, 16) % max_ind_range`, every table `max_ind_range` rows (the
   MLPerf / torchrec `hashes` convention). Missing ids are 0 before hashing, as in torchrec.
+- categorical, `first_seen`: facebookresearch/dlrm's numbering (`data_utils.getCriteoAdData`).
+  Each value is first reduced modulo `max_ind_range` when that is > 0 (dlrm's `--max-ind-range`;
+  0 keeps the raw value, as dlrm's default -1 does), then numbered 0, 1, 2, ... per column in
+  the order the values first appear, reading ALL sources in the order given (train, test and
+  val rows alike, as dlrm does). Missing ids are the value 0, as in dlrm. Table j has K_j rows
+  (the distinct values of column j), no rare row; a checkpoint trained by dlrm on the same rows
+  and options indexes the same rows.
 - categorical, `frequency`: per column, the raw ids seen at least `frequency_threshold` times
   across ALL sources (sorted by value) get ids 1..K; rarer ids map to 0, the shared
   "rare" row (torchrec's `sparse_to_contiguous` uses 1 for that and starts at 2). With
-  `max_ind_range > 0` the contiguous ids are then taken modulo it (DLRM's `--max-ind-range`).
-  Table j has `min(K_j + 1, max_ind_range)` rows.
+  `max_ind_range > 0` the contiguous ids are then taken modulo it. Table j has
+  `min(K_j + 1, max_ind_range)` rows. This is not dlrm's numbering (`first_seen` is).
 
 Resuming: after every chunk the three arrays are fsynced and their headers rewritten, then
 `progress.json` records the input offset, the line number and the malformed-line report. A rerun
@@ -53,15 +60,18 @@ from bench.workloads.criteo.text import (
     sniff_file,
 )
 
-CATEGORICAL_MODES = ("hash", "frequency")
+CATEGORICAL_MODES = ("hash", "frequency", "first_seen")
+VOCAB_MODES = ("frequency", "first_seen")  # the modes that number ids through a vocabulary
 CHECKPOINT_BYTES = 64 << 20  # text parsed between two durable checkpoints
 REMAP_ROWS = 1 << 19
 
 
 @dataclass(frozen=True)
 class PreprocessOptions:
-    categorical: str = "hash"  # hash | frequency
-    max_ind_range: int = 40_000_000  # hash: the modulus; frequency: optional cap on contiguous ids (0 = none)
+    categorical: str = "hash"  # hash | frequency | first_seen
+    # hash: the modulus; frequency: optional cap on contiguous ids; first_seen: modulus applied
+    # before numbering, dlrm's --max-ind-range (0 = none)
+    max_ind_range: int = 40_000_000
     frequency_threshold: int = 1  # frequency: ids seen fewer times share id 0
     max_examples: int = 10  # malformed-line examples kept per source
 
@@ -70,16 +80,18 @@ class PreprocessOptions:
             raise UserError(f"categorical={self.categorical!r}: choose one of {', '.join(CATEGORICAL_MODES)}")
         if self.categorical == "hash" and not 0 < self.max_ind_range < 2**31:
             raise UserError(f"max_ind_range={self.max_ind_range}: hashing needs 0 < max_ind_range < 2**31")
-        if self.categorical == "frequency" and not 0 <= self.max_ind_range < 2**31:
-            raise UserError(f"max_ind_range={self.max_ind_range}: give 0 (no cap) or a cap below 2**31")
+        if self.categorical in VOCAB_MODES and not 0 <= self.max_ind_range < 2**31:
+            raise UserError(f"max_ind_range={self.max_ind_range}: give 0 (none) or a value below 2**31")
         if self.frequency_threshold < 1:
             raise UserError(f"frequency_threshold={self.frequency_threshold}: give 1 (keep every id) or more")
+        if self.categorical == "first_seen" and self.frequency_threshold != 1:
+            raise UserError(f"frequency_threshold={self.frequency_threshold} applies to categorical=frequency only: dlrm's first_seen numbering keeps every id")
 
     def key(self) -> dict:
         """What changes the output (max_examples only changes the report)."""
         data = asdict(self)
         data.pop("max_examples")
-        if self.categorical == "hash":
+        if self.categorical != "frequency":
             data.pop("frequency_threshold")
         return data
 
@@ -163,11 +175,14 @@ def preprocess(
 
     for src, name in zip(sources, names):
         _parse_source(src, name, out, options, chunk_bytes, checkpoint_bytes, state, progress_path, log, on_chunk, workers)
-    if options.categorical == "frequency":
+    if options.categorical in VOCAB_MODES:
         vocab = _build_vocab(out, names, options, state, progress_path, log)
         for name in names:
             _remap_part(out, name, vocab, options, state, progress_path, on_chunk)
-        num_embeddings = [layout.capped(len(v) + 1, options.max_ind_range) for v in vocab]
+        if options.categorical == "frequency":
+            num_embeddings = [layout.capped(len(v) + 1, options.max_ind_range) for v in vocab]
+        else:
+            num_embeddings = [len(v) for v in vocab]
     else:
         num_embeddings = [options.max_ind_range] * NUM_SPARSE
 
@@ -210,7 +225,7 @@ def _parse_source(src, name, out, options, chunk_bytes, checkpoint_bytes, state,
         state["parts"][name] = p
     malformed = Malformed.from_dict(p["malformed"], options.max_examples)
     paths = layout.part_paths(out, name)
-    sparse_path = paths["sparse"] if options.categorical == "hash" else out / f"{name}.sparse_raw.npy"
+    sparse_path = paths["sparse"] if options.categorical == "hash" else out / f"{name}.sparse_raw.npy"  # raw ids until numbered
     sparse_dtype = np.int32 if options.categorical == "hash" else np.uint32
     rows = p["rows"]
     writers = [
@@ -246,41 +261,58 @@ def _parse_source(src, name, out, options, chunk_bytes, checkpoint_bytes, state,
     log(f"{src}: {p['rows']} rows from {p['lines']} lines")
 
 
-def _merge_counts(pieces: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+def _merge(pieces: list[tuple[np.ndarray, np.ndarray]], reduce: np.ufunc) -> tuple[np.ndarray, np.ndarray]:
+    """(values, numbers) pieces -> sorted distinct values, their numbers combined by `reduce`
+    (np.add: counts; np.minimum: first positions)."""
     ids = np.concatenate([u for u, _ in pieces])
-    counts = np.concatenate([c for _, c in pieces])
+    numbers = np.concatenate([c for _, c in pieces])
     order = np.argsort(ids, kind="stable")
-    ids, counts = ids[order], counts[order]
+    ids, numbers = ids[order], numbers[order]
     if ids.size == 0:
-        return ids, counts
+        return ids, numbers
     starts = np.flatnonzero(np.concatenate([[True], ids[1:] != ids[:-1]]))
-    return ids[starts], np.add.reduceat(counts, starts)
+    return ids[starts], reduce.reduceat(numbers, starts)
+
+
+def first_seen_keys(col: np.ndarray, modulus: int) -> np.ndarray:
+    """What dlrm numbers: the raw value, reduced modulo --max-ind-range when that is > 0."""
+    return col % np.uint32(modulus) if modulus > 0 else col
 
 
 def _build_vocab(out, names, options, state, progress_path, log) -> list[np.ndarray]:
+    """Per column, the ids that get a row: `frequency`: the kept raw ids, sorted (row = position + 1);
+    `first_seen`: every key in order of first appearance (row = position)."""
     vocab_dir = out / "vocab"
     files = [vocab_dir / f"c{j + 1}.npy" for j in range(NUM_SPARSE)]
     if state["vocab_done"]:
         return [np.load(f) for f in files]
+    first_seen = options.categorical == "first_seen"
+    reduce = np.minimum if first_seen else np.add
     acc: list[tuple[np.ndarray, np.ndarray]] = [(np.zeros(0, np.uint32), np.zeros(0, np.int64))] * NUM_SPARSE
     pending: list[list] = [[] for _ in range(NUM_SPARSE)]
     pending_size = [0] * NUM_SPARSE
+    row0 = 0  # global row of the block: sources in the order given, rows in file order
     for name in names:
         raw = np.load(out / f"{name}.sparse_raw.npy", mmap_mode="r")
         for start in range(0, raw.shape[0], REMAP_ROWS):
             block = np.asarray(raw[start : start + REMAP_ROWS])
             for j in range(NUM_SPARSE):
-                u, c = np.unique(block[:, j], return_counts=True)
-                pending[j].append((u, c.astype(np.int64)))
+                if first_seen:
+                    u, first = np.unique(first_seen_keys(block[:, j], options.max_ind_range), return_index=True)
+                    pending[j].append((u, first.astype(np.int64) + row0 + start))
+                else:
+                    u, c = np.unique(block[:, j], return_counts=True)
+                    pending[j].append((u, c.astype(np.int64)))
                 pending_size[j] += u.size
                 if pending_size[j] > max(1 << 22, acc[j][0].size):
-                    acc[j] = _merge_counts([acc[j], *pending[j]])
+                    acc[j] = _merge([acc[j], *pending[j]], reduce)
                     pending[j], pending_size[j] = [], 0
+        row0 += raw.shape[0]
     vocab_dir.mkdir(exist_ok=True)
     vocab = []
     for j in range(NUM_SPARSE):
-        ids, counts = _merge_counts([acc[j], *pending[j]])
-        kept = ids[counts >= options.frequency_threshold]
+        ids, numbers = _merge([acc[j], *pending[j]], reduce)
+        kept = ids[np.argsort(numbers, kind="stable")] if first_seen else ids[numbers >= options.frequency_threshold]
         np.save(files[j], kept)
         vocab.append(kept)
     state["vocab_done"] = True
@@ -290,7 +322,7 @@ def _build_vocab(out, names, options, state, progress_path, log) -> list[np.ndar
 
 
 def remap_ids(raw: np.ndarray, vocab: list[np.ndarray], cap: int) -> np.ndarray:
-    """Raw hex ids (n, 26) -> contiguous ids: position in the sorted vocabulary + 1, 0 if rare."""
+    """`frequency`: raw hex ids (n, 26) -> position in the sorted vocabulary + 1, 0 if rare, mod `cap` (0: none)."""
     out = np.empty(raw.shape, dtype=np.int32)
     for j in range(raw.shape[1]):
         v = vocab[j]
@@ -307,15 +339,36 @@ def remap_ids(raw: np.ndarray, vocab: list[np.ndarray], cap: int) -> np.ndarray:
     return out
 
 
+def first_seen_lookups(vocab: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per column (sorted keys, their rows) from keys listed in order of first appearance."""
+    lookups = []
+    for v in vocab:
+        order = np.argsort(v, kind="stable")
+        lookups.append((v[order], order.astype(np.int32)))
+    return lookups
+
+
+def remap_first_seen(raw: np.ndarray, lookups: list[tuple[np.ndarray, np.ndarray]], modulus: int) -> np.ndarray:
+    """`first_seen`: raw hex ids (n, 26) -> the row dlrm gives them (every key is in the vocabulary)."""
+    out = np.empty(raw.shape, dtype=np.int32)
+    for j, (keys, rows) in enumerate(lookups):
+        out[:, j] = rows[np.searchsorted(keys, first_seen_keys(raw[:, j], modulus))]
+    return out
+
+
 def _remap_part(out, name, vocab, options, state, progress_path, on_chunk) -> None:
     p = state["parts"][name]
     raw_path = out / f"{name}.sparse_raw.npy"
     if p.get("remapped", False):
         return
     raw = np.load(raw_path, mmap_mode="r")
+    if options.categorical == "first_seen":
+        remap = partial(remap_first_seen, lookups=first_seen_lookups(vocab), modulus=options.max_ind_range)
+    else:
+        remap = partial(remap_ids, vocab=vocab, cap=options.max_ind_range)
     writer = layout.GrowingNpy(layout.part_paths(out, name)["sparse"], np.int32, (NUM_SPARSE,), p["remapped_rows"])
     for start in range(writer.rows, raw.shape[0], REMAP_ROWS):
-        writer.append(remap_ids(np.asarray(raw[start : start + REMAP_ROWS]), vocab, options.max_ind_range))
+        writer.append(remap(np.asarray(raw[start : start + REMAP_ROWS])))
         writer.commit()
         p["remapped_rows"] = writer.rows
         write_json_atomic(progress_path, state)

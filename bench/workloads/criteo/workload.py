@@ -47,20 +47,36 @@ class CriteoConfig(WorkloadConfig):
     calibration_samples: int = 16384  # the first N rows of the train split
     eval_split: str = "test"  # test: first half of the held-out rows; val: the second half
 
+    def validate(self) -> None:
+        check_eval_split(self.eval_split)
+
 
 @dataclass
 class CriteoTextConfig(CriteoConfig):
     # How raw text is preprocessed (a folder that is already preprocessed keeps its own options).
-    categorical: str = "hash"  # hash | frequency
-    max_ind_range: int = 40_000_000  # hash modulus, or cap on frequency ids (0: none)
+    categorical: str = "hash"  # hash | frequency | first_seen (facebookresearch/dlrm's numbering)
+    # hash: the modulus; frequency: a cap on ids; first_seen: dlrm's --max-ind-range (0: none)
+    max_ind_range: int = 40_000_000
     frequency_threshold: int = 1
+
+    def validate(self) -> None:
+        super().validate()
+        options = PreprocessOptions(categorical=self.categorical, max_ind_range=self.max_ind_range, frequency_threshold=self.frequency_threshold)
+        try:
+            options.validate()
+        except UserError as exc:
+            raise UserError(f"workload.{exc}") from None
+
+
+def check_eval_split(eval_split: str) -> None:
+    if eval_split not in EVAL_SPLITS:
+        raise UserError(f"workload.eval_split={eval_split!r}: choose test or val")
 
 
 class CriteoWorkload(Workload):
     def __init__(self, cfg, seed: int, cache_dir: Path) -> None:
         super().__init__(cfg, seed, cache_dir)
-        if cfg.eval_split not in EVAL_SPLITS:
-            raise UserError(f"workload.eval_split={cfg.eval_split!r}: choose test or val")
+        check_eval_split(cfg.eval_split)
         self._state: dict | None = None
 
     # --- subclass hooks -------------------------------------------------------------------

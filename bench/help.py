@@ -1,0 +1,167 @@
+"""`python -m bench --help`: what the tool does, its main commands, the groups and options, where
+reports go. Built from the sources of truth without importing torch: the group options are the
+files in `conf/<group>/` (the same names as the registry, `bench.registry`), a plug-in's line is the
+first sentence of its module docstring, other options' lines are the first comment of their YAML,
+and the plain options with their defaults and notes come from the schema in `bench/config.py`.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import io
+import re
+import tokenize
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from bench import config as schemas
+from bench.registry import KINDS
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF_DIR = ROOT / "conf"
+GROUPS = ("workload", "model", "backend", "device", "sweep", "gate")
+
+COMMANDS = """\
+  python -m bench                                    one run: fp32, synthetic workload, CPU, batch 2048
+  python -m bench backend=int8_tbe batch_size=4096   one backend, one batch size
+  python -m bench +sweep=quant                       every backend x batch 256,1024,4096 x cpu,cuda, then the report
+  python -m bench +sweep=quant batch_size=2048 device=cpu   command-line values replace the sweep's
+  python -m bench +sweep=quant resume=true           finish an interrupted sweep (measured jobs are kept)
+  python -m bench +sweep=nightly                     the nightly sweep, then the accuracy gate (exit 1 when it fails)
+  python -m bench -m backend=fp32,uint4 batch_size=256,1024   a sweep of your own (Hydra multirun)
+  python -m bench model.checkpoint=model.pt          your own weights (a state dict, or a facebookresearch/dlrm file)
+  python -m bench backend=fake_quant --cfg job       print the composed config: every key of that choice
+  python -m bench.report DIR [--baseline DIR]        report and compare stored sweeps
+  python -m bench.gate DIR                           re-run the gate on a stored report
+  python -m bench.preprocess SRC... --out DIR        preprocess Criteo text files by hand"""
+
+OUTPUTS = """\
+  One run: record.json in its Hydra run folder (outputs/<date>/<time>/), and one line appended to
+    <reports_dir>/records.jsonl (reports_dir=reports).
+  A sweep: <reports_dir>/<sweep>/<timestamp>/ with report.md, results.csv, records.jsonl and plots;
+    <reports_dir>/<sweep>/latest points to the newest run of the same sweep configuration.
+  The nightly sweep adds gate.md and gate.xml (JUnit) and keeps <reports_dir>/history.jsonl.
+  Caches (trained models, eval scores, preprocessed data): cache_dir=.cache/bench."""
+
+
+def help_text() -> str:
+    defaults = _default_choices()
+    lines = [
+        "python -m bench: measure what each quantization backend of a DLRM costs and buys (TorchRec + FBGEMM):",
+        "throughput, latency, memory, and AUC against the fp32 model with confidence intervals; records and reports.",
+        "",
+        "Usage: python -m bench [GROUP=OPTION ...] [KEY=VALUE ...] [+sweep=quant|nightly]",
+        "",
+        "Main commands:",
+        COMMANDS,
+        "",
+        "Groups (GROUP=OPTION; * the default):",
+    ]
+    for group in GROUPS:
+        options = group_options(group)
+        width = max(len(o) for o in options) + 2
+        prefix = "+sweep" if group == "sweep" else group
+        lines.append(f"  {prefix}=")
+        for option in options:
+            mark = "*" if defaults.get(group) == option else " "
+            lines.append(f"   {mark}{option:<{width}}{describe(group, option)}")
+    lines += ["", "Options (KEY=VALUE, with their defaults; a group's own keys: GROUP=OPTION --cfg job):"]
+    for key, default, note in plain_options():
+        lines.append(f"  {key}={default}" + (f"  ({note})" if note else ""))
+    lines += [
+        "  +backend.per_table={TABLE: TYPE}  per-table overrides (uint4 and the other TBE backends: int8/int4/...; fake_quant: bits)",
+        "",
+        "Outputs:",
+        OUTPUTS,
+        "",
+        "Bad input (an unknown key or option, a missing data file or checkpoint) is one line and exit code 2,",
+        "before any work. Hydra's own flags: python -m bench --hydra-help.",
+    ]
+    return "\n".join(lines)
+
+
+def group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml") if not p.stem.startswith("base_"))
+
+
+def _default_choices() -> dict[str, str]:
+    defaults = {}
+    for entry in OmegaConf.load(CONF_DIR / "config.yaml").get("defaults", []):
+        if isinstance(entry, dict) or OmegaConf.is_dict(entry):
+            defaults.update({str(k): str(v) for k, v in entry.items()})
+    return defaults
+
+
+def describe(group: str, option: str) -> str:
+    if group in KINDS:
+        return _plugin_line(group, option)
+    return _yaml_line(CONF_DIR / group / f"{option}.yaml")
+
+
+_PACKAGES = {"backend": "backends", "workload": "workloads"}
+
+
+def _plugin_line(kind: str, name: str) -> str:
+    """First sentence of the plug-in module's docstring, read without importing it."""
+    path = ROOT / "bench" / _PACKAGES[kind] / f"{name}.py"
+    if not path.exists():
+        return ""
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    paragraph = " ".join(doc.split("\n\n")[0].split())
+    paragraph = re.sub(rf"^`{re.escape(name)}`:\s*", "", paragraph)
+    return _first_sentence(paragraph)
+
+
+def _yaml_line(path: Path) -> str:
+    """The first comment of a YAML file (its `# @package` line skipped)."""
+    comments = []
+    for line in path.read_text().splitlines():
+        if line.startswith("#") and "@package" not in line:
+            comments.append(line.lstrip("# ").strip())
+        elif comments:
+            break
+    return _first_sentence(" ".join(comments))
+
+
+def _first_sentence(text: str) -> str:
+    text = re.sub(r"^`[^`]*`:\s*", "", text)
+    m = re.search(r"(?<![.])[.]\s", text)  # a full stop, not the ".." of a range
+    return (text[: m.start()] if m else text).rstrip(".")
+
+
+def plain_options() -> list[tuple[str, str, str]]:
+    """(key, default, note) for the options that are not groups: top-level and timing.*."""
+    out = []
+    for cls, prefix in ((schemas.Config, ""), (schemas.TimingConfig, "timing.")):
+        notes = field_notes(cls)
+        for f in dataclasses.fields(cls):
+            if f.name in GROUPS or f.name in ("timing", "sweep_name", "run_gate"):
+                continue
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            out.append((prefix + f.name, "null" if default is None else str(default).lower() if isinstance(default, bool) else str(default), notes.get(f.name, "")))
+    return out
+
+
+def field_notes(cls: type) -> dict[str, str]:
+    """The comment on a dataclass field's line, else the comment block right above it."""
+    source = inspect.getsource(cls)
+    trailing: dict[int, str] = {}
+    whole_line: dict[int, str] = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            text = tok.string.lstrip("# ").strip()
+            (whole_line if tok.line.lstrip().startswith("#") else trailing)[tok.start[0]] = text
+    notes = {}
+    for node in ast.parse(source).body[0].body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            line = node.lineno
+            above = []
+            k = line - 1
+            while k in whole_line:
+                above.insert(0, whole_line[k])
+                k -= 1
+            notes[node.target.id] = trailing.get(line) or _first_sentence(" ".join(above))
+    return notes

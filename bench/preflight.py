@@ -1,0 +1,294 @@
+"""Refuse bad input before any work: one line, exit code 2, nothing trained, no record written.
+
+The command line is composed with Hydra's compose API, the way `hydra.main` will compose it, and
+checked twice:
+
+1. Before torch is imported (about a second): the plug-in schemas live in modules that import
+   torch, so backends and workloads are composed with open stand-ins; everything else has its
+   real schema. Refused here: a key that does not exist (`foo=1`, `timing.trails=3`), a `+key`
+   outside a map that takes new entries (`+foo=1`), a value of the wrong type, and the files a job
+   would read: `workload.path` must exist and must not be an empty file, `model.checkpoint` must be
+   a non-empty file.
+2. Once the plug-ins are loaded: the same key checks with the backend and workload schemas
+   (`backend=int8_tbe backend.bits=4`, `+backend.foo=1`).
+
+`+key=value` stays allowed where the schema has a free-form map: `+backend.per_table={t_cat_3: int8}`,
+`+gate.rules.NAME.min_speedup=1.5`. A sweep is checked value by value: each value of each swept
+key (the command line's and the sweep config's) is composed once, the others at their first value.
+Failures of a job that did start still become records (`bench.pipeline`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from hydra import compose, initialize_config_dir
+from hydra._internal.utils import get_args_parser
+from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.errors import ConfigCompositionException, HydraException
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from bench.config import Config, register_configs
+from bench.errors import UserError
+from bench.models.checkpoint_file import checkpoint_problem
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+PLUGIN_GROUPS = ("backend", "workload")  # their schemas come with the plug-in modules (torch)
+SHOW_ONLY_FLAGS = ("cfg", "info", "shell_completion", "hydra_help")  # print, run nothing: no input files read
+
+
+@dataclass
+class _OpenPluginsConfig(Config):
+    """The main schema with the plug-in groups left open, for the check that runs before torch loads."""
+
+    workload: Any = MISSING
+    backend: Any = MISSING
+
+
+def check(argv: list[str]) -> None:
+    """Raise UserError for the first bad input in `argv` (the arguments of `python -m bench`)."""
+    args, extra = get_args_parser().parse_known_args(argv)
+    if args.config_path or args.config_name or args.config_dir or args.experimental_rerun:
+        return  # another config tree: Hydra composes and reports it
+    lines = [*args.overrides, *(a for a in extra if not a.startswith("-"))]
+    try:
+        overrides = OverridesParser.create().parse_overrides(lines)
+    except HydraException:
+        return  # a syntax error: Hydra's own message names it
+    read_inputs = not any(getattr(args, flag, None) for flag in SHOW_ONLY_FLAGS)
+    _composed.clear()
+    with _open_plugin_schemas():
+        # every swept axis but the backend's, whose choices only the plug-in schemas tell apart
+        for variant in variants(overrides, expand=lambda key: key.split(".")[0] != "backend"):
+            cfg = _checked_compose(variant)
+            validate(cfg, ("model",))
+            if read_inputs:
+                check_inputs(cfg)
+    register_configs()  # loads the plug-ins (torch, torchrec) and their schemas replace the stand-ins
+    _composed.clear()
+    for variant in variants(overrides, expand=lambda key: key.split(".")[0] in PLUGIN_GROUPS):
+        validate(_checked_compose(variant), PLUGIN_GROUPS)
+    _composed.clear()
+
+
+# ------------------------------------------------------------------------------------ composing
+
+
+@contextmanager
+def _open_plugin_schemas() -> Iterator[None]:
+    """Hydra's ConfigStore with open stand-ins for the plug-in schemas; the entries it replaced are
+    put back afterwards (and those it added removed)."""
+    cs = ConfigStore.instance()
+    entries: list[tuple[str | None, str, Any]] = [(None, "base_config", _OpenPluginsConfig)]
+    for group in PLUGIN_GROUPS:
+        for path in (CONF_DIR / group).glob("*.yaml"):
+            stand_in = OmegaConf.create({})
+            OmegaConf.set_struct(stand_in, False)  # any key: the real schema checks them in pass 2
+            entries.append((group, f"base_{path.stem}", stand_in))
+    saved = {(g, n): (cs.repo.get(g, {}) if g else cs.repo).get(f"{n}.yaml") for g, n, _ in entries}
+    try:
+        register_configs(plugins=False)
+        for group, name, node in entries:
+            cs.store(group=group, name=name, node=node)
+        yield
+    finally:
+        for (group, name), before in saved.items():
+            folder = cs.repo.get(group, {}) if group else cs.repo
+            if before is None:
+                folder.pop(f"{name}.yaml", None)
+            else:
+                folder[f"{name}.yaml"] = before
+
+
+_composed: dict[tuple[str, ...], DictConfig] = {}  # within one pass: the sweep axes and the first variant share a compose
+
+
+def _compose(overrides: list[str]) -> DictConfig:
+    key = tuple(overrides)
+    if key not in _composed:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            _composed[key] = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    return _composed[key]
+
+
+def _checked_compose(overrides: list[str]) -> DictConfig:
+    """The composed config, after checking every override's key against the schema."""
+    try:
+        cfg = _compose(overrides)
+    except ConfigCompositionException as exc:
+        raise UserError(_composition_error(exc, overrides)) from None
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise UserError(_first_line(exc)) from None
+    for line in overrides:
+        override = OverridesParser.create().parse_override(line)
+        if override.is_add() and not _is_group(override):
+            _check_declared(cfg, override)
+    return cfg
+
+
+def variants(overrides: list[Override], expand: Callable[[str], bool] = lambda key: True) -> Iterator[list[str]]:
+    """Override lists without sweeps: each value of each swept key for which `expand(key)` holds
+    once, every other swept key at its first value."""
+    plain = [o.input_line for o in overrides if not o.is_sweep_override()]
+    swept = {o.get_key_element(): _values(o) for o in overrides if o.is_sweep_override()}
+    try:  # the sweep config's own axes, unless the command line sets the key
+        first = [*plain, *(f"{k}={v[0]}" for k, v in swept.items())]
+        params = _compose(first).hydra.sweeper.get("params") or {}
+    except Exception:  # noqa: BLE001 - composing errors are reported with the variant below
+        params = {}
+    for o in OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()]):
+        if o.get_key_element().lstrip("+") not in {k.lstrip("+") for k in (*swept, *(p.split("=")[0] for p in plain))}:
+            swept[o.get_key_element()] = _values(o) if o.is_sweep_override() else [o.get_value_element_as_str()]
+    swept = {k: v for k, v in swept.items() if v}
+    base = {k: v[0] for k, v in swept.items()}
+    yield [*plain, *(f"{k}={v}" for k, v in base.items())]
+    for key, values in swept.items():
+        for value in values[1:] if expand(key.lstrip("+~")) else ():
+            yield [*plain, *(f"{k}={value if k == key else v}" for k, v in base.items())]
+
+
+def _values(override: Override) -> list[str]:
+    try:
+        return list(override.sweep_string_iterator())
+    except Exception:  # noqa: BLE001 - a glob sweep: Hydra expands it against the config groups
+        return []
+
+
+def _is_group(override: Override) -> bool:
+    key = override.key_or_group.split("@")[0]
+    return "/" in key or (CONF_DIR / key).is_dir()
+
+
+# ---------------------------------------------------------------------------------------- keys
+
+
+def _check_declared(cfg: DictConfig, override: Override) -> None:
+    """A `+key` must name an option of the schema, or an entry of a map that takes new entries."""
+    key = override.key_or_group
+    if key.split(".")[0] == "hydra":
+        return
+    node: Any = cfg
+    parts = key.split(".")
+    for depth, part in enumerate(parts):
+        if not isinstance(node, DictConfig):
+            raise UserError(f"unknown key {key!r} in {override.input_line}: {'.'.join(parts[:depth])} is a value, not a group of options")
+        declared = _declared_fields(node)  # None: a map (backend.per_table, gate.rules), whose entries are checked as they go
+        if declared is not None and part not in declared:
+            raise UserError(_unknown_key_message(key, override.input_line, node, declared, added=True))
+        node = node._get_node(part)
+
+
+def _declared_fields(node: DictConfig) -> list[str] | None:
+    """The option names of a schema node; None for a map that takes any key."""
+    kind = OmegaConf.get_type(node)
+    if kind is not None and dataclasses.is_dataclass(kind):
+        return [f.name for f in dataclasses.fields(kind)]
+    return None
+
+
+def _unknown_key_message(key: str, line: str, parent: Any, options: list[str] | None, added: bool = False) -> str:
+    head, _, leaf = key.rpartition(".")
+    if options is None:  # a map: entries are added with +
+        return f"{line}: {head} takes new entries with a +: +{line.lstrip('+')}"
+    where = "the config"
+    if head:
+        where = head
+        if isinstance(parent, DictConfig) and head in PLUGIN_GROUPS and "name" in parent:
+            where = f"{head} {parent.name}"
+    shown = [o for o in options if o != "name"]
+    close = difflib.get_close_matches(leaf, shown, n=1, cutoff=0.6)
+    if close:
+        hint = f"; did you mean {head + '.' if head else ''}{close[0]}?"
+    elif shown:
+        hint = f"; its options: {', '.join(shown[:12])}{' ...' if len(shown) > 12 else ''}"
+    else:
+        hint = "; it has no options"
+    note = " (+ adds entries only to maps such as backend.per_table)" if added else ""
+    return f"unknown key {key!r} in {line}: {where} has no option {leaf!r}{hint}{note}; python -m bench --help lists the options"
+
+
+_COULD_NOT_OVERRIDE = re.compile(r"Could not override '([^']+)'")
+
+
+def _composition_error(exc: ConfigCompositionException, overrides: list[str]) -> str:
+    text = str(exc)
+    m = _COULD_NOT_OVERRIDE.search(text)
+    if m:
+        key = m.group(1)
+        line = next((o for o in overrides if o.split("=", 1)[0].lstrip("+~") == key), key)
+        parent, options = _parent_options(key, [o for o in overrides if o != line])
+        return _unknown_key_message(key, line, parent, options)
+    cause = exc.__cause__
+    if cause is not None and text.startswith("Error merging override"):
+        return f"{text.removeprefix('Error merging override').strip()}: {_first_line(cause)}"
+    return _first_line(exc)
+
+
+def _parent_options(key: str, others: list[str]) -> tuple[Any, list[str] | None]:
+    """The node that would hold `key` and its options (None: a map), from the config composed without it."""
+    head = key.rpartition(".")[0]
+    try:
+        cfg = _compose(others)
+        node = OmegaConf.select(cfg, head) if head else cfg
+    except Exception:  # noqa: BLE001 - only a hint
+        return None, []
+    if not isinstance(node, DictConfig):
+        return node, []
+    return node, _declared_fields(node)
+
+
+def _first_line(exc: BaseException) -> str:
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+
+
+# ------------------------------------------------------------------------------------- choices
+
+
+def validate(cfg: DictConfig, groups: tuple[str, ...]) -> None:
+    """Each group's own check of its choices (a `validate()` on its schema), nothing built."""
+    for group in groups:
+        try:
+            schema = OmegaConf.to_object(cfg[group])
+        except OmegaConfBaseException as exc:
+            raise UserError(f"{group}: {_first_line(exc)}") from None
+        if hasattr(schema, "validate"):
+            schema.validate()
+
+
+# -------------------------------------------------------------------------------------- inputs
+
+
+def check_inputs(cfg: DictConfig) -> None:
+    """The files a job reads must be there (and not be empty) before any work starts."""
+    path = _value(cfg.workload, "path")
+    if path is not None:
+        data = Path(str(path)).expanduser()
+        if not data.exists():
+            workload = cfg.hydra.runtime.choices.get("workload")
+            raise UserError(f"workload.path={path}: no such file or folder (workload {workload} reads it; give workload.path=PATH)")
+        if data.is_file() and data.stat().st_size == 0:
+            raise UserError(f"workload.path={path} is an empty file: give a file with data rows")
+    checkpoint = _value(cfg.model, "checkpoint")
+    if checkpoint:
+        problem = checkpoint_problem(str(checkpoint))  # missing, empty, or not a torch file at all
+        if problem is not None:
+            raise UserError(problem)
+
+
+def _value(node: DictConfig, key: str) -> Any:
+    """A set, resolvable value of `node.key`, or None."""
+    if key not in node or OmegaConf.is_missing(node, key):
+        return None
+    try:
+        return node[key]
+    except OmegaConfBaseException:
+        return None  # an interpolation that does not resolve: the job reports it

@@ -1,0 +1,118 @@
+"""The report's "What was measured" section: which model, how it was timed, what the fidelity gap
+compares. Read from the stored records (their resolved config and metrics), never re-measured."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Sequence
+
+from bench.record import RunRecord
+from bench.report import fmt
+
+FIDELITY_NOTE = (
+    "**fidelity gap** = AUC(backend) − AUC(its fake_quant twin), on the same eval samples. The twin "
+    "is `fake_quant` (fp32 kernels, quantize-dequantize of the weights) configured like the backend: "
+    "the same table bits and per-table overrides, and the same int8 MLP scheme. A gap near 0 means the "
+    "emulation predicts the deployed model's accuracy; a clear gap means it does not."
+)
+
+
+def _ok(records: Sequence[RunRecord]) -> list[RunRecord]:
+    return [r for r in records if r.status == "ok"]
+
+
+def _layers(sizes: Any) -> str:
+    return "-".join(str(s) for s in sizes) if sizes else "?"
+
+
+def model_lines(records: Sequence[RunRecord]) -> list[str]:
+    """One line per distinct (workload, model) benchmarked."""
+    seen: dict[str, str] = {}
+    for r in _ok(records):
+        model = (r.config or {}).get("model") or {}
+        metrics = r.metrics or {}
+        text = f"`{model.get('name', '?')}` on `{r.workload}`: {model.get('arch', 'dlrm')}, embedding dim {model.get('embedding_dim', '?')}"
+        text += f", bottom MLP {_layers(model.get('dense_arch_layer_sizes'))}, top MLP {_layers(model.get('over_arch_layer_sizes'))}"
+        if model.get("arch") == "dlrm_dcn":
+            text += f", DCN {model.get('dcn_num_layers')} layers of low rank {model.get('dcn_low_rank_dim')}"
+        rows = metrics.get("table_rows")
+        if rows:
+            text += f"; {len(rows)} tables, {fmt.count(sum(rows))} rows in all ({_table_sizes(rows)})"
+        source = metrics.get("model_source")
+        if model.get("checkpoint"):
+            text += f"; weights from {model['checkpoint']}"
+        elif source in ("trained", "cache"):
+            train = model.get("train") or {}
+            text += f"; trained by the harness on {fmt.count(train.get('samples'))} samples" if train.get("samples") else "; trained by the harness"
+        seen.setdefault(f"{r.workload}/{model.get('name')}", text + ".")
+    return [f"- Model: {t}" for t in seen.values()]
+
+
+def _table_sizes(rows: list[int]) -> str:
+    if len(set(rows)) == 1:
+        return f"each {fmt.count(rows[0])}"
+    if len(rows) <= 26:
+        return "rows per table " + ", ".join(fmt.count(n) for n in rows)
+    return f"{fmt.count(min(rows))} to {fmt.count(max(rows))} per table"
+
+
+def timing_lines(records: Sequence[RunRecord]) -> list[str]:
+    """How the speed columns were measured (one line per distinct timing config)."""
+    out = []
+    by_config: dict[tuple, list[RunRecord]] = {}
+    for r in _ok(records):
+        timing = (r.config or {}).get("timing") or {}
+        key = tuple(sorted(timing.items()))
+        by_config.setdefault(key, []).append(r)
+    for key, recs in by_config.items():
+        t = dict(key)
+        calls = sorted(
+            {round(len(m["latency_samples_ms"]) / len(m["throughput_trials"])) for m in (r.metrics or {} for r in recs) if m.get("latency_samples_ms") and m.get("throughput_trials")}
+        )
+        distinct = sorted({(r.metrics or {}).get("timing_distinct_batches") for r in recs} - {None})
+        paired = any(str((r.metrics or {}).get("speedup_method", "")).startswith("paired") for r in recs)
+        text = f"- Timing: {t.get('warmup_batches', '?')} warm-up calls, then {t.get('trials', '?')} "
+        text += "rounds per job, each timing fp32 and the backend in turn (ABBA order) over the same batches" if paired else "trials per job"
+        text += f"; each trial makes at least {t.get('batches_per_trial', '?')} calls"
+        if t.get("min_trial_seconds"):
+            text += f" and lasts at least {t['min_trial_seconds']} s"
+        if calls:
+            text += f" ({calls[0]}-{calls[-1]} calls per trial here)" if len(calls) > 1 else f" ({calls[0]} calls per trial here)"
+        text += ", walking on through "
+        text += f"{'-'.join(str(d) for d in distinct)} distinct eval batches" if distinct else "distinct eval batches"
+        text += " of the job's batch size (never restarting at the first), built and moved to the device beforehand: only the model call is timed."
+        out.append(text)
+    return out
+
+
+def fidelity_lines(records: Sequence[RunRecord]) -> list[str]:
+    """What the fidelity gap means, and the twin each backend was compared against."""
+    twins: dict[str, Counter] = {}
+    for r in _ok(records):
+        twin = (r.metrics or {}).get("fidelity_twin")
+        if twin:
+            twins.setdefault(r.backend, Counter())[_twin_text(twin)] += 1
+    if not twins:
+        return []
+    sweep_fq = sorted({_twin_text((r.config or {}).get("backend") or {}) for r in _ok(records) if r.backend == "fake_quant"})
+    lines = [f"- {FIDELITY_NOTE}"]
+    for backend, texts in twins.items():
+        twin = ", ".join(texts)
+        differs = sweep_fq and twin not in sweep_fq
+        note = f" (differs from this report's `fake_quant` row: {'; '.join(sweep_fq)})" if differs else ""
+        lines.append(f"  - `{backend}` against fake_quant {twin}{note}")
+    return lines
+
+
+def _twin_text(cfg: dict) -> str:
+    parts = [f"bits={cfg.get('bits')}", f"mlp={cfg.get('mlp')}"]
+    if cfg.get("mlp") == "int8":
+        parts.append(f"activations={cfg.get('activations')}")
+    if cfg.get("per_table"):
+        parts.append("per_table={" + ", ".join(f"{k}: {v}" for k, v in sorted(cfg["per_table"].items())) + "}")
+    return " ".join(parts)
+
+
+def measured_section(records: Sequence[RunRecord]) -> list[str]:
+    lines = model_lines(records) + timing_lines(records) + fidelity_lines(records)
+    return ["## What was measured", "", *lines, ""] if lines else []

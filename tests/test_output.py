@@ -1,0 +1,77 @@
+"""What a person reads: periodic progress lines without a terminal, library noise kept off the console."""
+
+from __future__ import annotations
+
+import io
+import logging
+import warnings
+
+from bench.console import LibraryNoiseFilter, quiet_library_noise
+from bench.progress import PlainProgress, duration
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_without_a_terminal_a_long_step_reports_every_interval_and_at_the_end():
+    clock, lines = Clock(), []
+    with PlainProgress(488, "train", "batch", interval=30, clock=clock, emit=lines.append) as bar:
+        for _ in range(488):
+            clock.now += 0.46  # 3 min 44 s in all
+            bar.update(1)
+            bar.set_postfix(loss="0.4712")
+    assert len(lines) == 225 // 30 + 1  # one every 30 s, then "done"
+    assert lines[0].startswith("train: 66/488 batch (14%), 30 s, about 3 min 14 s left, loss=0.4712")
+    assert lines[-1] == "train: done, 488 batch in 3 min 44 s, loss=0.4712"
+
+
+def test_a_short_step_stays_quiet_and_interval_zero_reports_every_update():
+    clock, lines = Clock(), []
+    with PlainProgress(10, "eval", "sample", interval=30, clock=clock, emit=lines.append) as bar:
+        bar.update(10)
+    assert lines == []
+    bar = PlainProgress(3, "sweep", "job", interval=0, clock=clock, emit=lines.append)
+    for _ in range(3):
+        clock.now += 61
+        bar.update(1)
+    bar.close()
+    assert lines[-1] == "sweep: 3/3 job (100%), 3 min 3 s" and len(lines) == 3
+    assert duration(7300) == "2 h 1 min"
+
+
+def test_library_noise_stays_off_the_console_and_warnings_show_once(tmp_path):
+    console, logfile = io.StringIO(), tmp_path / "job.log"
+    root = logging.getLogger()
+    handlers = [logging.StreamHandler(console), logging.FileHandler(logfile)]
+    saved = root.handlers[:], root.level
+    root.handlers[:] = handlers
+    root.setLevel(logging.INFO)
+    try:
+        logging.captureWarnings(False)  # a fresh start: an earlier in-process run may have set it
+        quiet_library_noise()
+        logging.info("[TBE=1] Feature Gates: [('TBE_V2', False)]")  # FBGEMM logs on the root logger
+        logging.getLogger("torchrec.inference.modules").info("per_table_weight_dtype={...26 tables...}")
+        logging.getLogger("bench.pipeline.guard").info("resume: fp32 already measured")
+        for _ in range(3):
+            warnings.warn_explicit("test_output's quantize_per_channel is deprecated", DeprecationWarning, "lib.py", 78)
+    finally:
+        root.handlers[:], root.level = saved
+        logging.captureWarnings(False)
+        for h in handlers:
+            h.close()
+    shown = console.getvalue()
+    assert "Feature Gates" not in shown and "per_table_weight_dtype" not in shown
+    assert "resume: fp32 already measured" in shown and shown.count("is deprecated") == 1
+    kept = logfile.read_text()
+    assert "Feature Gates" in kept and "per_table_weight_dtype" in kept and "is deprecated" in kept
+
+
+def test_the_filter_keeps_errors_of_libraries():
+    f = LibraryNoiseFilter()
+    record = logging.LogRecord("torchrec", logging.ERROR, "x", 1, "it broke", None, None)
+    assert f.filter(record) and not f.filter(record)  # once

@@ -1,0 +1,77 @@
+"""The report says what it measured: the model, the timing protocol, what the fidelity gap compares;
+a device absent here is one line; `latest` follows the sweep as configured."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+from bench.record import RunRecord
+from bench.report import publish_report, write_report
+from bench.sweep import sweep_variant
+
+
+def record(backend: str, batch: int, device: str = "cpu", status: str = "ok", error: str | None = None, **metrics) -> RunRecord:
+    cfg = {
+        "model": {"name": "dlrm_kaggle", "arch": "dlrm", "embedding_dim": 16, "dense_arch_layer_sizes": [512, 256, 64, 16],
+                  "over_arch_layer_sizes": [512, 256, 1], "checkpoint": None, "train": {"samples": 8572}},
+        "timing": {"warmup_batches": 5, "trials": 5, "batches_per_trial": 10, "min_trial_seconds": 0.25},
+        "backend": {"name": backend, **({"bits": 8, "mlp": "int8", "activations": "static", "per_table": {}} if backend == "fake_quant" else {})},
+    }  # fmt: skip
+    base = {
+        "auc": 0.75, "auc_delta": 0.0, "auc_delta_lo": -0.001, "auc_delta_hi": 0.001, "throughput": 1000.0, "n_eval": 714,
+        "throughput_trials": [1000.0] * 5, "latency_samples_ms": [1.0] * 5 * (40 if batch == 256 else 12), "latency_ms": {"p50": 1, "p90": 1, "p99": 1},
+        "embedding_bytes": 1e6, "model_bytes": 2e6, "peak_rss_bytes": 5e8, "table_rows": [1460, 583, 10131227, 3], "timing_distinct_batches": 10,
+        "model_source": "trained",
+    }  # fmt: skip
+    return RunRecord(
+        status=status, workload="criteo_kaggle", backend=backend, device=device, batch_size=batch, config=cfg, config_hash=f"{backend}{batch}{device}",
+        env={"fingerprint": "f"}, error=error, metrics={**base, **metrics} if status == "ok" else {},
+    )
+
+
+TWIN = {"name": "fake_quant", "bits": 8, "per_table": {}, "mlp": "int8", "activations": "dynamic"}
+NO_GPU = "device cuda: no CUDA device on this machine (torch.cuda.is_available() is False)"
+
+
+def sweep() -> list[RunRecord]:
+    cpu = [record(b, bs, fidelity_twin=TWIN, fidelity_gap=0.0001) if b == "int8_tbe" else record(b, bs) for b in ("fp32", "fake_quant", "int8_tbe") for bs in (256, 1024)]
+    cuda = [record(b, bs, device="cuda", status="skipped", error=NO_GPU) for b in ("fp32", "fake_quant", "int8_tbe") for bs in (256, 1024)]
+    return cpu + cuda
+
+
+def test_the_report_names_the_model_the_timing_protocol_and_the_fidelity_twin(tmp_path):
+    text = write_report(sweep(), tmp_path).read_text()
+    assert "## What was measured" in text
+    assert ("Model: `dlrm_kaggle` on `criteo_kaggle`: dlrm, embedding dim 16, bottom MLP 512-256-64-16, top MLP 512-256-1; "
+            "4 tables, 10,133,273 rows in all (rows per table 1,460, 583, 10,131,227, 3); trained by the harness on 8,572 samples.") in text  # fmt: skip
+    assert ("5 warm-up calls, then 5 trials per job; each trial makes at least 10 calls and lasts at least 0.25 s (12-40 calls per "
+            "trial here), walking on through 10 distinct eval batches") in text
+    assert "**fidelity gap** = AUC(backend) − AUC(its fake_quant twin)" in text
+    assert ("`int8_tbe` against fake_quant bits=8 mlp=int8 activations=dynamic (differs from this report's `fake_quant` row: "
+            "bits=8 mlp=int8 activations=static)") in text  # fmt: skip
+
+
+def test_a_device_absent_here_is_one_line_not_a_row_per_job(tmp_path):
+    text = write_report(sweep(), tmp_path).read_text()
+    cuda = text.split("## criteo_kaggle on cuda")[1].split("##")[0]
+    assert cuda.strip() == f"All 6 jobs skipped (3 backends, batch sizes 256, 1024): {NO_GPU}"
+    problems = text.split("## Errors and skips")[1].split("##")[0]
+    assert problems.count(NO_GPU) == 1 and "- criteo_kaggle / cuda: **skipped**, all 6 jobs" in problems
+
+
+def test_a_mixed_group_keeps_its_rows(tmp_path):
+    records = sweep()[:6] + [record("uint4", 256, status="error", error="RuntimeError: boom")]
+    text = write_report(records, tmp_path).read_text()
+    assert "criteo_kaggle / cpu / uint4 / batch 256: **error**: RuntimeError: boom" in text
+
+
+def test_latest_follows_the_sweep_as_configured(tmp_path):
+    full = publish_report(sweep(), tmp_path, "quant", variant=sweep_variant(["+sweep=quant", "reports_dir=/x", "resume=true"]))
+    partial_variant = sweep_variant(["+sweep=quant", "batch_size=2048", "device=cpu", "hydra.launcher.n_jobs=2"])
+    assert partial_variant == "batch_size=2048 device=cpu"
+    partial = publish_report(copy.deepcopy(sweep()[:2]), tmp_path, "quant", variant=partial_variant)
+    folder = tmp_path / "quant"
+    assert os.readlink(folder / "latest") == full.name  # the partial run did not move it
+    assert os.readlink(folder / "latest-batch_size=2048,device=cpu") == partial.name
+    assert (partial / "report.md").read_text().startswith("# Sweep quant with batch_size=2048 device=cpu")

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -125,7 +127,7 @@ def test_a_server_killed_mid_job_is_an_error_record_and_the_sweep_goes_on(fast_c
     out = capsys.readouterr().out
     assert "2 jobs (1 ok, 1 error, 0 skipped)" in out
     assert gone(killed) and gone(ps_server.started_pids), "no redis-server may outlive the sweep"
-    latest = tmp_path / "reports" / "ps" / "latest"
+    latest = Path(re.search(r"^report: (.+)$", out, re.M).group(1)).parent  # latest-<overrides>: the cases were chosen
     report = (latest / "report.md").read_text()
     assert "Parameter server (`ps_redis`)" in report and "ps_redis[fp32 100%]" in report
     assert "ConnectionError" in report and (latest / "ps_cache_synthetic_cpu.png").exists()

@@ -18,6 +18,7 @@ from bench.hashing import plain
 from bench.measure.accuracy import accuracy_metrics, score
 from bench.measure.memory import PeakMemory, model_bytes
 from bench.measure.timing import time_module
+from bench.pipeline.attribution import attribute_delta
 from bench.pipeline.scores import Scores, scores_key
 from bench.pipeline.shared import SharedWork, TrainedModel
 from bench.stats import paired_auc_delta
@@ -43,6 +44,9 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
     delta = paired_auc_delta(labels, base_logits, logits)
     metrics.update(auc_fp32=delta.auc_base, **delta.as_metrics())
     metrics.update(_fidelity(cfg, backend, model, workload, device, shared, labels, logits))
+    # issue 16: the embeddings' and the dense layers' shares of the delta (bench.pipeline.attribution)
+    metrics.update(attribute_delta(backend.cfg, labels, base_logits, logits,
+                                   lambda other: _scores_of(cfg, other, model, workload, device, shared)))
     metrics.update(
         throughput=timing.throughput,
         throughput_trials=timing.trial_throughput,

@@ -32,6 +32,7 @@ COLUMNS = [
     "auc_fp32",
     "oracle_auc",
     "fidelity_gap",
+    *(f"auc_delta_{part}{end}" for part in ("embeddings", "mlp") for end in ("", "_lo", "_hi")),
     "n_eval",
     "logloss",
     "ne",
@@ -57,7 +58,8 @@ COLUMNS = [
 
 _METRICS = ["auc", "auc_delta", "auc_delta_lo", "auc_delta_hi", "auc_delta_p", "auc_fp32", "oracle_auc",
             "fidelity_gap", "n_eval", "logloss", "ne", "throughput", "embedding_bytes", "model_bytes",
-            "peak_rss_bytes", "cuda_peak_bytes", "threads"]  # fmt: skip
+            "peak_rss_bytes", "cuda_peak_bytes", "threads",
+            *(f"auc_delta_{part}{end}" for part in ("embeddings", "mlp") for end in ("", "_lo", "_hi"))]  # fmt: skip
 
 
 def as_records(records: Iterable[RunRecord | dict[str, Any]]) -> list[RunRecord]:

@@ -85,6 +85,13 @@ def summary(record: RunRecord) -> str:
 
 def task(cfg: DictConfig) -> str:
     config = to_config(cfg)
+    if config.tune is not None:  # +sweep=tune: one tune, not a job (bench.tune)
+        from bench.tune import main as tune_main
+
+        code = tune_main(config, SESSION.work)
+        if code:
+            sys.exit(code)
+        return "ok"
     record, exc = run_job(config, SESSION)
     hydra_cfg = HydraConfig.get()
     save_record(record, Path(hydra_cfg.runtime.output_dir), Path(config.reports_dir), store=record.resumed_from is None)

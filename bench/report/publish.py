@@ -44,13 +44,30 @@ def write_report(
     return report
 
 
-def _point_latest(sweep_dir: Path, target: str) -> None:
+def point_latest(sweep_dir: Path, target: str) -> None:
     """Replace `<sweep_dir>/latest` with a symlink to `target` in one rename."""
     tmp = sweep_dir / f".latest.{os.getpid()}.tmp"
     if tmp.is_symlink() or tmp.exists():
         tmp.unlink()
     os.symlink(target, tmp)
     os.replace(tmp, sweep_dir / "latest")
+
+
+def fresh_report_dir(reports_dir: Path, sweep_name: str) -> Path:
+    """A new, empty `<reports_dir>/<sweep_name>/<UTC timestamp>/` (suffixed -1, -2, ... when taken)."""
+    if not sweep_name or "/" in sweep_name or sweep_name in (".", "..", "latest"):
+        raise ValueError(f"bad sweep name {sweep_name!r}")
+    sweep_dir = Path(reports_dir) / sweep_name
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    for n in range(1000):
+        name = stamp if n == 0 else f"{stamp}-{n}"
+        try:
+            (sweep_dir / name).mkdir()
+            return sweep_dir / name
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"could not create a fresh report folder under {sweep_dir}")
 
 
 def publish_report(
@@ -64,21 +81,7 @@ def publish_report(
     Returns the timestamped folder. `latest` is a relative symlink, swapped atomically, so a
     reader never sees it missing or half-written.
     """
-    if not sweep_name or "/" in sweep_name or sweep_name in (".", "..", "latest"):
-        raise ValueError(f"bad sweep name {sweep_name!r}")
-    sweep_dir = Path(reports_dir) / sweep_name
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    for n in range(1000):
-        name = stamp if n == 0 else f"{stamp}-{n}"
-        try:
-            (sweep_dir / name).mkdir()
-            break
-        except FileExistsError:
-            continue
-    else:
-        raise RuntimeError(f"could not create a fresh report folder under {sweep_dir}")
-    out_dir = sweep_dir / name
+    out_dir = fresh_report_dir(reports_dir, sweep_name)
     write_report(records, out_dir, title=title or f"Sweep {sweep_name}")
-    _point_latest(sweep_dir, name)
+    point_latest(out_dir.parent, out_dir.name)
     return out_dir

@@ -1,0 +1,80 @@
+"""What the tune measured: one `Row` per candidate and split (a row of tune.csv), and the budget."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from bench.errors import UserError
+from bench.stats import AucDelta, paired_auc_delta
+
+# What a row's candidate is: one table lowered alone, a dense-layer variant, a search probe, the chosen
+# map, a uniform precision, or the fp32 reference.
+KINDS = ("sensitivity", "dense", "probe", "chosen", "uniform")
+
+
+@dataclass
+class Row:
+    candidate: str
+    kind: str
+    split: str  # search | holdout | none (sizes only)
+    embedding_bytes: int
+    dense: str  # the dense layers: fp32 | int8 dynamic | int8 static
+    measured_by: str  # "emulation" (quantize-dequantize rows, torch.ao int8 Linear) or a backend name
+    per_table: dict[str, str] = field(default_factory=dict)  # the full map (sensitivity: just the table)
+    auc_delta: float = math.nan
+    auc_delta_lo: float = math.nan
+    auc_delta_hi: float = math.nan
+    auc_delta_p: float = math.nan
+    auc_fp32: float = math.nan
+    chosen: bool = False
+
+    def with_delta(self, delta: AucDelta) -> "Row":
+        self.auc_delta, self.auc_delta_lo, self.auc_delta_hi = delta.delta, delta.lo, delta.hi
+        self.auc_delta_p, self.auc_fp32 = delta.p_value, delta.auc_base
+        return self
+
+
+def delta(labels: np.ndarray, base_logits: np.ndarray, logits: np.ndarray) -> AucDelta:
+    return paired_auc_delta(labels, base_logits, logits)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The allowed AUC drop: absolute, or a fraction of the fp32 AUC on the split judged."""
+
+    absolute: Optional[float] = None
+    relative: Optional[float] = None
+
+    @classmethod
+    def of(cls, tune) -> "Budget":
+        given = [(k, v) for k, v in (("tune.max_auc_drop", tune.max_auc_drop), ("tune.max_auc_drop_relative", tune.max_auc_drop_relative)) if v is not None]
+        if len(given) != 1:
+            raise UserError("give the AUC budget once: tune.max_auc_drop=0.001 (absolute) or tune.max_auc_drop_relative=0.01 (of the fp32 AUC)")
+        key, value = given[0]
+        if not (isinstance(value, (int, float)) and 0 < value < 1):
+            raise UserError(f"{key} must be a number between 0 and 1, got {value!r}")
+        return cls(absolute=float(value)) if key == "tune.max_auc_drop" else cls(relative=float(value))
+
+    def drop(self, auc_fp32: float) -> float:
+        return self.absolute if self.absolute is not None else self.relative * auc_fp32
+
+    def describe(self) -> str:
+        if self.absolute is not None:
+            return f"AUC drop at most {self.absolute:g} (absolute)"
+        return f"AUC drop at most {100 * self.relative:g}% of the fp32 AUC"
+
+    def passes(self, row: Row) -> bool:
+        """On the search half: the whole interval above -drop (the lower bound, not the point)."""
+        return row.auc_delta_lo >= -self.drop(row.auc_fp32)
+
+    def verdict(self, row: Row) -> str:
+        limit = -self.drop(row.auc_fp32)
+        if row.auc_delta_lo >= limit:
+            return "within budget"
+        if row.auc_delta_hi < limit:
+            return "over budget"
+        return "inconclusive"

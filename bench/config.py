@@ -107,6 +107,9 @@ class TuneConfig:
     max_auc_drop_relative: Optional[float] = None
     # Table weight types the search may choose below fp32 (fp16 | int8 | int4 | int2).
     precisions: list[str] = field(default_factory=lambda: ["fp16", "int8", "int4", "int2"])
+    # The search keeps a candidate only when its search-half measurement predicts the held-out check passes
+    # with at least this probability (0.5: its search-half interval merely clears the budget).
+    holdout_confidence: float = 0.9
     mlp: str = "int8"  # the deployed dense layers: fp32 | int8
     mlp_mode: str = "dynamic"  # dynamic | static, when mlp=int8
     # Table sizes only (no sensitivity, search or validation); also taken when the fp32 model cannot be

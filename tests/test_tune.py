@@ -247,3 +247,15 @@ def test_bad_budget_is_one_line_and_exit_2(tune_cfg, capsys):
     assert tune_main(tune_cfg(), SharedWork()) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "tune.max_auc_drop=0.001" in err[0]
+
+
+def test_the_search_keeps_a_guard_so_the_held_out_check_is_likely_to_pass():
+    row = Row("c", "probe", "search", 1, "fp32", "emulation", auc_delta=-0.0006, auc_delta_lo=-0.0009, auc_delta_hi=-0.0003, auc_fp32=0.8)
+    coin = Budget(absolute=0.001, holdout_confidence=0.5)
+    assert coin.guard(row) == pytest.approx(0.0) and coin.passes(row)
+    strict = Budget(absolute=0.001, holdout_confidence=0.9)
+    sd = 0.0006 / (2 * 1.959964)
+    assert strict.guard(row) == pytest.approx(1.281552 * math.sqrt(2) * sd, rel=1e-5) and not strict.passes(row)
+    assert Budget.of(TuneConfig(max_auc_drop=0.001)).holdout_confidence == 0.9
+    with pytest.raises(UserError, match="holdout_confidence"):
+        Budget.of(TuneConfig(max_auc_drop=0.001, holdout_confidence=0.3))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Optional
 
 import numpy as np
@@ -44,10 +45,19 @@ def delta(labels: np.ndarray, base_logits: np.ndarray, logits: np.ndarray) -> Au
 
 @dataclass(frozen=True)
 class Budget:
-    """The allowed AUC drop: absolute, or a fraction of the fp32 AUC on the split judged."""
+    """The allowed AUC drop: absolute, or a fraction of the fp32 AUC on the split judged.
+
+    `holdout_confidence`: the search keeps a candidate only when, judged from its search-half
+    measurement, the held-out check would pass with at least this probability. The held-out delta
+    differs from the search-half one by the noise of two independent halves (standard deviation about
+    sqrt(2) x the search half's), so the search-half lower bound must clear -drop by
+    z(confidence) x sqrt(2) x that standard deviation. 0.5 asks only that the lower bound clear it,
+    which leaves the held-out check a coin toss for a candidate at the edge.
+    """
 
     absolute: Optional[float] = None
     relative: Optional[float] = None
+    holdout_confidence: float = 0.9
 
     @classmethod
     def of(cls, tune) -> "Budget":
@@ -55,9 +65,13 @@ class Budget:
         if len(given) != 1:
             raise UserError("give the AUC budget once: tune.max_auc_drop=0.001 (absolute) or tune.max_auc_drop_relative=0.01 (of the fp32 AUC)")
         key, value = given[0]
-        if not (isinstance(value, (int, float)) and 0 < value < 1):
-            raise UserError(f"{key} must be a number between 0 and 1, got {value!r}")
-        return cls(absolute=float(value)) if key == "tune.max_auc_drop" else cls(relative=float(value))
+        for k, v in ((key, value), ("tune.holdout_confidence", tune.holdout_confidence)):
+            if not (isinstance(v, (int, float)) and 0 < v < 1):
+                raise UserError(f"{k} must be a number between 0 and 1, got {v!r}")
+        if tune.holdout_confidence < 0.5:
+            raise UserError(f"tune.holdout_confidence must be at least 0.5, got {tune.holdout_confidence!r}")
+        drop = {"absolute": float(value)} if key == "tune.max_auc_drop" else {"relative": float(value)}
+        return cls(**drop, holdout_confidence=float(tune.holdout_confidence))
 
     def drop(self, auc_fp32: float) -> float:
         return self.absolute if self.absolute is not None else self.relative * auc_fp32
@@ -67,9 +81,14 @@ class Budget:
             return f"AUC drop at most {self.absolute:g} (absolute)"
         return f"AUC drop at most {100 * self.relative:g}% of the fp32 AUC"
 
+    def guard(self, row: Row) -> float:
+        """How far the search-half lower bound must clear -drop (see the class docstring)."""
+        sd = (row.auc_delta_hi - row.auc_delta_lo) / (2 * NormalDist().inv_cdf(0.975))
+        return NormalDist().inv_cdf(self.holdout_confidence) * math.sqrt(2) * sd
+
     def passes(self, row: Row) -> bool:
-        """On the search half: the whole interval above -drop (the lower bound, not the point)."""
-        return row.auc_delta_lo >= -self.drop(row.auc_fp32)
+        """On the search half: the whole interval above -drop, by the guard."""
+        return row.auc_delta_lo - self.guard(row) >= -self.drop(row.auc_fp32)
 
     def verdict(self, row: Row) -> str:
         limit = -self.drop(row.auc_fp32)

@@ -150,9 +150,11 @@ def _sensitivity_section(result: TuneResult) -> list[str]:
 def _search_section(result: TuneResult) -> list[str]:
     s = result.search
     dense = "fp32" if result.cfg.tune.mlp == "fp32" else f"int8 {result.cfg.tune.mlp_mode}"
-    rows = [[r.candidate, fmt.megabytes(r.embedding_bytes), f"{s.candidates[k].predicted_loss:.5f}",
-             _ci(r), "yes" if result.budget.passes(r) else "no", "**chosen**" if r.chosen else ""] for k, r in zip(s.probed, s.probes)]
-    passed = ("no candidate passed, not even every table at fp32: the dense layers alone exceed the budget "
+    budget = result.budget
+    rows = [[r.candidate, fmt.megabytes(r.embedding_bytes), f"{s.candidates[k].predicted_loss:.5f}", _ci(r),
+             fmt.signed(r.auc_delta_lo - budget.guard(r), 5), "yes" if budget.passes(r) else "no", "**chosen**" if r.chosen else ""]
+            for k, r in zip(s.probed, s.probes)]
+    passed = ("no candidate passed, not even every table at fp32: the dense layers alone leave no room in the budget "
               "(try tune.mlp=fp32)" if s.passed < 0 else f"the last passing candidate is {s.passed} of {len(s.candidates) - 1}")
     return [
         "## Search (search half)",
@@ -161,10 +163,13 @@ def _search_section(result: TuneResult) -> list[str]:
         f"A knapsack over those losses (exact on a grid of budget/1000) gives {len(s.candidates)} candidates, the fewest bytes "
         f"for each predicted loss (candidate 0: every table fp32). The tables may spend {s.allowance:.5f} (the budget less "
         f"the {dense} dense layers' own loss), so the first probe was candidate {s.predicted}. Each probe is the combined "
-        f"candidate, measured with the {dense} dense layers, not a sum of sensitivities; it passes when its whole interval "
-        f"lies above the budget. Bisection: {passed}.",
+        f"candidate, measured with the {dense} dense layers, not a sum of sensitivities. It passes when its interval's lower "
+        f"bound, less a guard, lies above the budget: the guard is z({budget.holdout_confidence:g}) × √2 × its standard error, "
+        f"so that, judged from the search half, the held-out check passes with probability {budget.holdout_confidence:g} "
+        f"(tune.holdout_confidence; the two halves' deltas differ by the noise of both). Bisection: {passed}.",
         "",
-        fmt.markdown_table(["probe", "embedding MB", "predicted loss", "ΔAUC [95% CI]", "passes", ""], rows, "lrrlll"),
+        fmt.markdown_table(["probe", "embedding MB", "predicted loss", "ΔAUC [95% CI]", "lower bound − guard", "passes", ""],
+                           rows, "lrrllll"),
         "",
     ]
 

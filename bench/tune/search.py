@@ -5,8 +5,8 @@ none). The allowance for the tables is the budget less the deployed dense layers
 candidates are the knapsack's solutions (`policy.frontier`, grid unit budget/1000, up to 4x the
 budget in predicted loss); the first probe is the last one predicted to fit. Each probe is the
 combined candidate, measured (every table at its precision at once, with the deployed dense layers),
-never a sum; it passes when its whole interval lies above -budget. Bisection then finds the last
-passing candidate.
+never a sum; it passes when its interval's lower bound clears -budget by a guard that makes the
+held-out check likely to pass too (`Budget.guard`). Bisection then finds the last passing candidate.
 """
 
 from __future__ import annotations

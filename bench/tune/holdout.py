@@ -54,3 +54,4 @@ def halves(batches: Sequence[Batch]) -> dict[str, list[Batch]]:
 
 def num_samples(batches: Sequence[Batch]) -> int:
     return sum(len(b) for b in batches)
+

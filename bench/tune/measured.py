@@ -33,6 +33,12 @@ class Row:
     auc_fp32: float = math.nan
     chosen: bool = False
 
+    @property
+    def table_precision(self) -> tuple[str, str]:
+        """(table, precision) of a sensitivity row, which lowers one table."""
+        [(table, precision)] = self.per_table.items()
+        return table, precision
+
     def with_delta(self, delta: AucDelta) -> "Row":
         self.auc_delta, self.auc_delta_lo, self.auc_delta_hi = delta.delta, delta.lo, delta.hi
         self.auc_delta_p, self.auc_fp32 = delta.p_value, delta.auc_base

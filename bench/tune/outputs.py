@@ -124,7 +124,7 @@ def _sizes_section(result: TuneResult) -> list[str]:
 
 def _sensitivity_section(result: TuneResult) -> list[str]:
     precisions = list(result.cfg.tune.precisions)
-    by = {(next(iter(r.per_table)), r.per_table[next(iter(r.per_table))]): r for r in result.sensitivity if r.kind == "sensitivity"}
+    by = {r.table_precision: r for r in result.sensitivity if r.kind == "sensitivity"}
     rows = []
     for t in result.tables:
         rows.append([t.name, fmt.count(t.rows), fmt.megabytes(t.bytes("fp32"))]

@@ -28,7 +28,7 @@ from bench.measure.memory import memory_skip_reason
 from bench.pipeline.guard import memory_estimate
 from bench.pipeline.job import backend_config
 from bench.pipeline.scores import code_digest
-from bench.pipeline.shared import SharedWork
+from bench.pipeline.shared import SharedWork, TrainedModel
 from bench.tune.candidate import SwappableModel, dense_name
 from bench.tune.holdout import HOLDOUT, SEARCH, halves, num_samples
 from bench.tune.measured import Budget, Row
@@ -113,16 +113,31 @@ def run_tune(cfg: Config, work: SharedWork, clock: Callable[[], float] = time.pe
         result.holdout = sizes_rows(result.tables, tune.precisions)
         result.seconds["total"] = clock() - started
         return result
-    result.budget = budget or Budget.of(tune)
-    dense = dense_name(tune.mlp, tune.mlp_mode)
+    result.budget = budget
 
     model = work.model(cfg, workload)
     split = halves(work.split_batches(cfg, workload, "eval"))
     result.n_search, result.n_holdout = num_samples(split[SEARCH]), num_samples(split[HOLDOUT])
     calibration = work.split_batches(cfg, workload, "calibration")
+    result.seconds["model and data"] = clock() - started
+    holdout_base = _search_half(result, model, split, calibration, device, clock)
+
+    mark = clock()
+    result.holdout = holdout_rows(result.search.chosen, result.tables, tune, model.module, calibration, device,
+                                  split[HOLDOUT], holdout_base)
+    result.seconds["holdout"] = clock() - mark
+    result.seconds["total"] = clock() - started
+    return result
+
+
+def _search_half(result: TuneResult, model: TrainedModel, split, calibration, device, clock):
+    """Sensitivity and search, on one swappable copy of the fp32 model that is freed on return (the real
+    backends of the held-out check build their own). Returns the fp32 (labels, logits) of the held-out half."""
+    cfg, tune, batches = result.cfg, result.cfg.tune, split[SEARCH]
+    mark = clock()
     swappable = SwappableModel(model.module, calibration, device)
-    base = swappable.logits("fp32", split[SEARCH], result.n_search)
-    result.seconds["prepare"] = clock() - started
+    base = swappable.logits("fp32", batches, result.n_search)
+    result.seconds["swappable copy"] = clock() - mark
 
     mark = clock()
     key = config_hash({"model": model.key, "workload": plain(cfg.workload), "seed": cfg.seed, "device": device.type,
@@ -130,20 +145,12 @@ def run_tune(cfg: Config, work: SharedWork, clock: Callable[[], float] = time.pe
                        "code": code_digest()})
     result.sensitivity, result.sensitivity_cached = cached(
         Path(cfg.cache_dir) / "tune" / f"{key}.json",
-        lambda: sensitivity(swappable, result.tables, tune.precisions, split[SEARCH], base),
+        lambda: sensitivity(swappable, result.tables, tune.precisions, batches, base),
     )
     result.seconds["sensitivity"] = clock() - mark
 
     mark = clock()
-    result.search = search(swappable, result.tables, tune.precisions, result.sensitivity, dense, result.budget,
-                           split[SEARCH], base)
+    dense = dense_name(tune.mlp, tune.mlp_mode)
+    result.search = search(swappable, result.tables, tune.precisions, result.sensitivity, dense, result.budget, batches, base)
     result.seconds["search"] = clock() - mark
-
-    mark = clock()
-    holdout_base = swappable.logits("fp32", split[HOLDOUT], result.n_holdout)
-    del swappable  # the real backends build their own copies
-    result.holdout = holdout_rows(result.search.chosen, result.tables, tune, model.module, calibration, device,
-                                  split[HOLDOUT], holdout_base)
-    result.seconds["holdout"] = clock() - mark
-    result.seconds["total"] = clock() - started
-    return result
+    return swappable.logits("fp32", split[HOLDOUT], result.n_holdout)  # the search left every table at fp32

@@ -32,8 +32,7 @@ class SearchResult:
 
 
 def table_options(tables: Sequence[Table], precisions: Sequence[str], rows: Sequence[Row]) -> dict[str, list[Option]]:
-    loss = {(next(iter(r.per_table)), r.per_table[next(iter(r.per_table))]): max(0.0, -r.auc_delta)
-            for r in rows if r.kind == "sensitivity"}
+    loss = {r.table_precision: max(0.0, -r.auc_delta) for r in rows if r.kind == "sensitivity"}
     return {
         t.name: [Option("fp32", t.bytes("fp32"), 0.0)]
         + [Option(p, t.bytes(p), loss[(t.name, p)]) for p in precisions if (t.name, p) in loss]

@@ -106,6 +106,13 @@ def task(cfg: DictConfig) -> str:
     )
 
     quiet_library_noise()
+    if config.tune is not None:  # +sweep=tune: one tune, not a job (bench.tune)
+        from bench.tune import main as tune_main
+
+        code = tune_main(config, shared_session().work)
+        if code:
+            sys.exit(code)
+        return "ok"
     record, exc = run_job(config, shared_session())
     hydra_cfg = HydraConfig.get()
     save_record(record, Path(hydra_cfg.runtime.output_dir), Path(config.reports_dir), store=record.resumed_from is None)

@@ -133,6 +133,26 @@ class GateConfig:
 
 
 @dataclass
+class TuneConfig:
+    """`+sweep=tune`: per-table precisions with the fewest embedding bytes inside an AUC budget (bench.tune)."""
+
+    # The budget, one of the two: an absolute AUC drop (0.001), or a fraction of the fp32 AUC (0.01 = 1%,
+    # Intel Neural Compressor's default criterion).
+    max_auc_drop: Optional[float] = None
+    max_auc_drop_relative: Optional[float] = None
+    # Table weight types the search may choose below fp32 (fp16 | int8 | int4 | int2).
+    precisions: list[str] = field(default_factory=lambda: ["fp16", "int8", "int4", "int2"])
+    # The search keeps a candidate only when its search-half measurement predicts the held-out check passes
+    # with at least this probability (0.5: its search-half interval merely clears the budget).
+    holdout_confidence: float = 0.9
+    mlp: str = "int8"  # the deployed dense layers: fp32 | int8
+    mlp_mode: str = "dynamic"  # dynamic | static, when mlp=int8
+    # Table sizes only (no sensitivity, search or validation); also taken when the fp32 model cannot be
+    # built here (estimated memory above memory_fraction of what is available).
+    sizes_only: bool = False
+
+
+@dataclass
 class Config:
     workload: WorkloadConfig = MISSING
     model: ModelConfig = MISSING
@@ -159,6 +179,8 @@ class Config:
     # Skip a job (status `skipped`) whose estimated memory exceeds this fraction of what is available
     # (MemAvailable; free GPU memory on CUDA). null turns the check off.
     memory_fraction: Optional[float] = 0.8
+    # Set by `+sweep=tune` (conf/sweep/tune.yaml): the run is a tune (bench.tune), not a job.
+    tune: Optional[TuneConfig] = None
 
 
 def register_configs(plugins: bool = True) -> None:

@@ -20,10 +20,13 @@ stack; `test_backends_contract` runs it.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field
-from typing import ClassVar, Sequence
+from pathlib import Path
+from typing import ClassVar, Optional, Sequence
 
 import torch
+import yaml
 from fbgemm_gpu.split_embedding_configs import SparseType
 from torch import nn
 from torchrec.inference.modules import quantize_inference_model
@@ -61,6 +64,22 @@ class TbeConfig(BackendConfig):
     # Per-table weight type overrides, table name -> fp32 | fp16 | int8 | int4 | int2. On the command line
     # the keys are new to the (struct) config, hence the +: `+backend.per_table={t_cat_3: int8}`.
     per_table: dict[str, str] = field(default_factory=dict)
+    # A YAML file of the same mapping (`bench.tune` writes one); `per_table` entries win over its entries.
+    per_table_file: Optional[str] = None
+
+
+def read_per_table_file(path: str) -> dict[str, str]:
+    """The table -> weight type mapping of a YAML file (`backend.per_table_file=`)."""
+    key = f"backend.per_table_file={path!r}"
+    if not Path(path).is_file():
+        raise UserError(f"{key}: no such file; give the per_table.yaml that `+sweep=tune` wrote")
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as exc:
+        raise UserError(f"{key} is not valid YAML ({type(exc).__name__}): write one `table: dtype` per line") from exc
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+        raise UserError(f"{key} must hold a mapping of table name -> weight type, one `table: dtype` per line")
+    return data
 
     def validate(self) -> None:
         check_config(self)
@@ -126,6 +145,13 @@ class TbeBackend(Backend):
     """TBE embeddings of `weight_dtype` (per-table overrides), MLP in fp32 or int8."""
 
     weight_dtype: ClassVar[str]
+
+    def __init__(self, cfg) -> None:
+        # The file's mapping joins `per_table` here, so every cache key built from `self.cfg` (prepared
+        # module, scores) covers the file's contents, not just its path.
+        if cfg.per_table_file:
+            cfg = dataclasses.replace(cfg, per_table={**read_per_table_file(cfg.per_table_file), **cfg.per_table})
+        super().__init__(cfg)
 
     def unsupported_reason(self, device: torch.device) -> str | None:
         reason = super().unsupported_reason(device)

@@ -20,6 +20,7 @@ from bench.measure.accuracy import accuracy_metrics, score
 from bench.measure.memory import PeakMemory, model_bytes
 from bench.measure.noise import LoadWatch, stability
 from bench.measure.timing import PairedTiming, Timing, time_module, time_paired
+from bench.pipeline.attribution import attribute_delta
 from bench.pipeline.guard import memory_estimate
 from bench.pipeline.scores import Scores, scores_key
 from bench.pipeline.shared import SharedWork, TrainedModel
@@ -55,6 +56,9 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
     metrics.update(auc_fp32=delta.auc_base, **delta.as_metrics())
     metrics.update(_fidelity(cfg, backend, model, workload, device, shared, labels, logits))
     metrics.update(_timing_figures(cfg, backend, timing, paired, why_unpaired, load.figures, inputs))
+    # issue 16: the embeddings' and the dense layers' shares of the delta (bench.pipeline.attribution)
+    metrics.update(attribute_delta(backend.cfg, labels, base_logits, logits,
+                                   lambda other: _scores_of(cfg, other, model, workload, device, shared)))
     metrics.update(
         throughput=timing.throughput,
         throughput_trials=timing.trial_throughput,

@@ -30,7 +30,7 @@ from bench.record import RunRecord
 log = logging.getLogger(__name__)
 
 # Keys that change where output goes or how it is shown, never what is measured.
-NON_SEMANTIC_KEYS = ("reports_dir", "cache_dir", "sweep_name", "gate", "compare", "run_gate", "resume", "memory_fraction")
+NON_SEMANTIC_KEYS = ("reports_dir", "cache_dir", "sweep_name", "gate", "compare", "run_gate", "resume", "memory_fraction", "tune")
 OUT_OF_MEMORY = (MemoryError, torch.OutOfMemoryError)
 
 

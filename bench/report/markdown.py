@@ -124,6 +124,18 @@ def delta_sentences(g: pd.DataFrame) -> list[str]:
     return out
 
 
+def attribution_rows(g: pd.DataFrame) -> list[list[str]]:
+    """One row per backend whose record splits its ΔAUC into embeddings and dense layers (MLP)."""
+    rows = g[(g["status"] == "ok") & g["auc_delta_embeddings"].notna()]
+    points = rows.sort_values("batch_size").groupby("backend", sort=False).tail(1)  # AUC ignores the batch size
+    return [
+        [r.backend, fmt.delta_ci(r.auc_delta, r.auc_delta_lo, r.auc_delta_hi),
+         fmt.delta_ci(r.auc_delta_embeddings, r.auc_delta_embeddings_lo, r.auc_delta_embeddings_hi),
+         fmt.delta_ci(r.auc_delta_mlp, r.auc_delta_mlp_lo, r.auc_delta_mlp_hi)]
+        for r in points.itertuples(index=False)
+    ]
+
+
 def speedup_sentences(g: pd.DataFrame) -> list[str]:
     """Unstable timings in words, then speedups whose interval holds 1."""
     rows = g[(g["status"] == "ok") & (g["backend"] != BASELINE)]
@@ -187,6 +199,15 @@ def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Seque
     sentences = delta_sentences(g) + speedup_sentences(g)
     if sentences:
         lines += ["Reading the deltas:", ""] + [f"- {s}" for s in sentences] + [""]
+    parts = attribution_rows(g)
+    if parts:
+        lines += [
+            "Where the ΔAUC comes from: the embeddings' share is the same backend with an fp32 MLP against fp32; "
+            "the dense layers' share is the backend against that fp32-MLP twin (paired, 95% CI):",
+            "",
+            fmt.markdown_table(["backend", "ΔAUC", "embeddings", "dense layers (MLP)"], parts, "llll"),
+            "",
+        ]
     split = tbe_split(latest, workload, device)
     if split:
         lines += [

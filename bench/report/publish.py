@@ -47,7 +47,7 @@ def write_report(
     return report
 
 
-def _point_latest(sweep_dir: Path, target: str, link: str = "latest") -> None:
+def point_latest(sweep_dir: Path, target: str, link: str = "latest") -> None:
     """Replace `<sweep_dir>/<link>` with a symlink to `target` in one rename."""
     tmp = sweep_dir / f".{link}.{os.getpid()}.tmp"
     if tmp.is_symlink() or tmp.exists():
@@ -66,6 +66,23 @@ def latest_name(variant: str | None) -> str:
     return f"latest-{slug}"
 
 
+def fresh_report_dir(reports_dir: Path, sweep_name: str) -> Path:
+    """A new, empty `<reports_dir>/<sweep_name>/<UTC timestamp>/` (suffixed -1, -2, ... when taken)."""
+    if not sweep_name or "/" in sweep_name or sweep_name in (".", "..", "latest"):
+        raise ValueError(f"bad sweep name {sweep_name!r}")
+    sweep_dir = Path(reports_dir) / sweep_name
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    for n in range(1000):
+        name = stamp if n == 0 else f"{stamp}-{n}"
+        try:
+            (sweep_dir / name).mkdir()
+            return sweep_dir / name
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"could not create a fresh report folder under {sweep_dir}")
+
+
 def publish_report(
     records: Iterable[RunRecord | dict[str, Any]],
     reports_dir: Path,
@@ -81,22 +98,8 @@ def publish_report(
     timestamped folder. The pointer is a relative symlink, swapped atomically, so a reader never
     sees it missing or half-written.
     """
-    if not sweep_name or "/" in sweep_name or sweep_name in (".", "..", "latest"):
-        raise ValueError(f"bad sweep name {sweep_name!r}")
-    sweep_dir = Path(reports_dir) / sweep_name
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    for n in range(1000):
-        name = stamp if n == 0 else f"{stamp}-{n}"
-        try:
-            (sweep_dir / name).mkdir()
-            break
-        except FileExistsError:
-            continue
-    else:
-        raise RuntimeError(f"could not create a fresh report folder under {sweep_dir}")
-    out_dir = sweep_dir / name
+    out_dir = fresh_report_dir(reports_dir, sweep_name)
     default_title = f"Sweep {sweep_name}" + (f" with {variant}" if variant else "")
     write_report(records, out_dir, title=title or default_title)
-    _point_latest(sweep_dir, name, latest_name(variant))
+    point_latest(out_dir.parent, out_dir.name, latest_name(variant))
     return out_dir

@@ -38,6 +38,7 @@ COLUMNS = [
     "auc_fp32",
     "oracle_auc",
     "fidelity_gap",
+    *(f"auc_delta_{part}{end}" for part in ("embeddings", "mlp") for end in ("", "_lo", "_hi")),
     "n_eval",
     "logloss",
     "ne",
@@ -81,7 +82,8 @@ COLUMNS = [
 _METRICS = ["auc", "auc_delta", "auc_delta_lo", "auc_delta_hi", "auc_delta_p", "auc_fp32", "oracle_auc",
             "fidelity_gap", "n_eval", "logloss", "ne", "throughput", "embedding_bytes", "model_bytes",
             "peak_rss_bytes", "cuda_peak_bytes", "threads",
-            "ps_cache_fraction", "ps_hit_rate_steady", "ps_pull_share"]  # fmt: skip
+            "ps_cache_fraction", "ps_hit_rate_steady", "ps_pull_share",
+            *(f"auc_delta_{part}{end}" for part in ("embeddings", "mlp") for end in ("", "_lo", "_hi"))]  # fmt: skip
 
 
 def as_records(records: Iterable[RunRecord | dict[str, Any]]) -> list[RunRecord]:

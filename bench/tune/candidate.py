@@ -1,0 +1,77 @@
+"""One copy of the fp32 model whose tables are swapped, table by table, for quantize-dequantize rows.
+
+Sensitivity and search score hundreds of candidates that differ from each other in a table or two, so
+nothing is prepared from scratch per candidate: the fp32 model is copied once, and a candidate writes
+FBGEMM's own row-wise quantize-dequantize of just the tables it changes (`fake_quant.qdq_rows`, the
+rows the integer TBE kernels read, bit for bit) into that copy, restoring the others from the fp32
+model. The dense layers come in three variants built once, all sharing the copy's embedding modules:
+fp32, int8 dynamic and int8 static (calibrated with fp32 tables), each the torch.ao int8 Linear layers
+the integer backends run (`bench.backends.linear`); off CPU only the fp32 one, as torch.ao's int8
+Linear runs on CPU only.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from bench.backends.fake_quant import qdq_rows
+from bench.backends.linear import quantize_int8
+from bench.backends.modules import (
+    embedding_bag_collections,
+    require_embedding_bag_collections,
+)
+from bench.backends.tbe import BITS
+from bench.batch import Batch
+from bench.measure.accuracy import score
+
+# The dense-layer variants: name -> int8 mode (None: fp32).
+DENSE = {"fp32": None, "int8 dynamic": "dynamic", "int8 static": "static"}
+
+
+def dense_name(mlp: str, mlp_mode: str) -> str:
+    return "fp32" if mlp == "fp32" else f"int8 {mlp_mode}"
+
+
+class SwappableModel:
+    def __init__(self, fp32: nn.Module, calibration: Sequence[Batch], device: torch.device) -> None:
+        self.device = device
+        self.module = copy.deepcopy(fp32).eval().to(device)
+        ebcs = require_embedding_bag_collections(self.module, "tune")
+        self._weights = {c.name: ebc.embedding_bags[c.name].weight for _, ebc in ebcs for c in ebc.embedding_bag_configs()}
+        self._fp32 = {c.name: ebc.embedding_bags[c.name].weight for _, ebc in embedding_bag_collections(fp32)
+                      for c in ebc.embedding_bag_configs()}
+        self.current = {name: "fp32" for name in self._weights}
+        # Dense variants share the embedding modules (deepcopy's memo hands back the same objects).
+        shared = {id(ebc): ebc for _, ebc in ebcs}
+        self.dense: dict[str, nn.Module] = {}
+        for name, mode in DENSE.items():
+            if mode is None:
+                self.dense[name] = self.module
+                continue
+            if device.type != "cpu":  # torch.ao's int8 Linear runs on CPU only
+                continue
+            variant = copy.deepcopy(self.module, memo=dict(shared))
+            quantize_int8(variant, mode, calibration, device)
+            self.dense[name] = variant
+
+    @property
+    def tables(self) -> list[str]:
+        return list(self._weights)
+
+    @torch.no_grad()
+    def set_tables(self, precisions: Mapping[str, str]) -> None:
+        """Every table at its precision in `precisions` (fp32 where absent); only changed tables are rewritten."""
+        for name, weight in self._weights.items():
+            want = precisions.get(name, "fp32")
+            if self.current[name] != want:
+                weight.copy_(qdq_rows(self._fp32[name].to(self.device), BITS[want]))
+                self.current[name] = want
+
+    def logits(self, dense: str, batches: Sequence[Batch], expected: int) -> tuple[np.ndarray, np.ndarray]:
+        """(labels, logits) of the current tables with the `dense` variant, every sample scored once."""
+        return score(self.dense[dense], batches, self.device, expected)

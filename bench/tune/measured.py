@@ -1,0 +1,105 @@
+"""What the tune measured: one `Row` per candidate and split (a row of tune.csv), and the budget."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from statistics import NormalDist
+from typing import Optional
+
+import numpy as np
+
+from bench.errors import UserError
+from bench.stats import AucDelta, paired_auc_delta
+
+# What a row's candidate is: one table lowered alone, a dense-layer variant, a search probe, the chosen
+# map, a uniform precision, or the fp32 reference.
+KINDS = ("sensitivity", "dense", "probe", "chosen", "uniform")
+
+
+@dataclass
+class Row:
+    candidate: str
+    kind: str
+    split: str  # search | holdout | none (sizes only)
+    embedding_bytes: int
+    dense: str  # the dense layers: fp32 | int8 dynamic | int8 static
+    measured_by: str  # "emulation" (quantize-dequantize rows, torch.ao int8 Linear) or a backend name
+    per_table: dict[str, str] = field(default_factory=dict)  # the full map (sensitivity: just the table)
+    auc_delta: float = math.nan
+    auc_delta_lo: float = math.nan
+    auc_delta_hi: float = math.nan
+    auc_delta_p: float = math.nan
+    auc_fp32: float = math.nan
+    chosen: bool = False
+
+    @property
+    def table_precision(self) -> tuple[str, str]:
+        """(table, precision) of a sensitivity row, which lowers one table."""
+        [(table, precision)] = self.per_table.items()
+        return table, precision
+
+    def with_delta(self, delta: AucDelta) -> "Row":
+        self.auc_delta, self.auc_delta_lo, self.auc_delta_hi = delta.delta, delta.lo, delta.hi
+        self.auc_delta_p, self.auc_fp32 = delta.p_value, delta.auc_base
+        return self
+
+
+def delta(labels: np.ndarray, base_logits: np.ndarray, logits: np.ndarray) -> AucDelta:
+    return paired_auc_delta(labels, base_logits, logits)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The allowed AUC drop: absolute, or a fraction of the fp32 AUC on the split judged.
+
+    `holdout_confidence`: the search keeps a candidate only when, judged from its search-half
+    measurement, the held-out check would pass with at least this probability. The held-out delta
+    differs from the search-half one by the noise of two independent halves (standard deviation about
+    sqrt(2) x the search half's), so the search-half lower bound must clear -drop by
+    z(confidence) x sqrt(2) x that standard deviation. 0.5 asks only that the lower bound clear it,
+    which leaves the held-out check a coin toss for a candidate at the edge.
+    """
+
+    absolute: Optional[float] = None
+    relative: Optional[float] = None
+    holdout_confidence: float = 0.9
+
+    @classmethod
+    def of(cls, tune) -> "Budget":
+        given = [(k, v) for k, v in (("tune.max_auc_drop", tune.max_auc_drop), ("tune.max_auc_drop_relative", tune.max_auc_drop_relative)) if v is not None]
+        if len(given) != 1:
+            raise UserError("give the AUC budget once: tune.max_auc_drop=0.001 (absolute) or tune.max_auc_drop_relative=0.01 (of the fp32 AUC)")
+        key, value = given[0]
+        for k, v in ((key, value), ("tune.holdout_confidence", tune.holdout_confidence)):
+            if not (isinstance(v, (int, float)) and 0 < v < 1):
+                raise UserError(f"{k} must be a number between 0 and 1, got {v!r}")
+        if tune.holdout_confidence < 0.5:
+            raise UserError(f"tune.holdout_confidence must be at least 0.5, got {tune.holdout_confidence!r}")
+        drop = {"absolute": float(value)} if key == "tune.max_auc_drop" else {"relative": float(value)}
+        return cls(**drop, holdout_confidence=float(tune.holdout_confidence))
+
+    def drop(self, auc_fp32: float) -> float:
+        return self.absolute if self.absolute is not None else self.relative * auc_fp32
+
+    def describe(self) -> str:
+        if self.absolute is not None:
+            return f"AUC drop at most {self.absolute:g} (absolute)"
+        return f"AUC drop at most {100 * self.relative:g}% of the fp32 AUC"
+
+    def guard(self, row: Row) -> float:
+        """How far the search-half lower bound must clear -drop (see the class docstring)."""
+        sd = (row.auc_delta_hi - row.auc_delta_lo) / (2 * NormalDist().inv_cdf(0.975))
+        return NormalDist().inv_cdf(self.holdout_confidence) * math.sqrt(2) * sd
+
+    def passes(self, row: Row) -> bool:
+        """On the search half: the whole interval above -drop, by the guard."""
+        return row.auc_delta_lo - self.guard(row) >= -self.drop(row.auc_fp32)
+
+    def verdict(self, row: Row) -> str:
+        limit = -self.drop(row.auc_fp32)
+        if row.auc_delta_lo >= limit:
+            return "within budget"
+        if row.auc_delta_hi < limit:
+            return "over budget"
+        return "inconclusive"

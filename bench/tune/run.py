@@ -1,0 +1,156 @@
+"""`run_tune(cfg, work) -> TuneResult`: sensitivity, search and the held-out check, in that order.
+
+1. The eval split is cut in two by sample index (`holdout.halves`); the search sees only its half.
+2. Sensitivity on the search half (`sensitivity`), from one swappable copy of the fp32 model.
+3. Search on the search half (`search`): planned from the sensitivities, combined candidates measured.
+4. The chosen map, and every uniform precision, measured on the held-out half with the real integer
+   backends (`validate`); the verdict comes from the chosen map's held-out interval alone.
+
+Where the fp32 model cannot be built here (its estimated memory exceeds `memory_fraction` of what is
+available, e.g. the full-size DLRM-v2 tables) or `tune.sizes_only=true`, accuracy is not measured:
+the result holds table sizes at every precision and says why.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from bench import registry
+from bench.backends.linear import MLP_CHOICES, MODES, check_choice
+from bench.config import Config
+from bench.errors import UserError
+from bench.hardware import prepare_process, resolve
+from bench.hashing import config_hash, plain
+from bench.measure.memory import memory_skip_reason
+from bench.pipeline.guard import memory_estimate
+from bench.pipeline.job import backend_config
+from bench.pipeline.scores import code_digest
+from bench.pipeline.shared import SharedWork, TrainedModel
+from bench.tune.candidate import SwappableModel, dense_name
+from bench.tune.holdout import HOLDOUT, SEARCH, halves, num_samples
+from bench.tune.measured import Budget, Row
+from bench.tune.search import SearchResult, search
+from bench.tune.sensitivity import cached, sensitivity
+from bench.tune.sizes import PRECISIONS, Table, map_bytes, tables_of, uniform
+from bench.tune.validate import CHOSEN_BACKEND, holdout_rows
+
+
+@dataclass
+class TuneResult:
+    cfg: Config
+    tables: list[Table]
+    budget: Optional[Budget] = None
+    sizes_only: Optional[str] = None  # why accuracy was not measured
+    n_search: int = 0
+    n_holdout: int = 0
+    sensitivity: list[Row] = field(default_factory=list)
+    sensitivity_cached: bool = False
+    search: Optional[SearchResult] = None
+    holdout: list[Row] = field(default_factory=list)  # the chosen map first, then the uniform maps (sizes only: sizes)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def chosen(self) -> Optional[Row]:
+        return self.holdout[0] if self.holdout and self.holdout[0].chosen else None
+
+    @property
+    def verdict(self) -> Optional[str]:
+        return self.budget.verdict(self.chosen) if self.chosen else None
+
+    @property
+    def rows(self) -> list[Row]:
+        """Every measured candidate and split, in the order measured (tune.csv)."""
+        probes = self.search.probes if self.search else []
+        return [*self.sensitivity, *probes, *self.holdout]
+
+
+def check_tune(tune) -> None:
+    unknown = [p for p in tune.precisions if p not in PRECISIONS[1:]]
+    if unknown or not tune.precisions:
+        raise UserError(f"tune.precisions={list(tune.precisions)} must name some of {', '.join(PRECISIONS[1:])}")
+    check_choice(tune.mlp, MLP_CHOICES, "tune.mlp")
+    check_choice(tune.mlp_mode, MODES, "tune.mlp_mode")
+
+
+def sizes_only_reason(cfg: Config, work: SharedWork, workload, device) -> Optional[str]:
+    if cfg.tune.sizes_only:
+        return "tune.sizes_only=true"
+    if cfg.memory_fraction is None:
+        return None
+    fp32 = registry.get("backend", "fp32").factory(backend_config({"name": "fp32"}))
+    estimate = memory_estimate(cfg, fp32, workload, work.model_resident(cfg), device)
+    reason = memory_skip_reason(estimate, device, cfg.memory_fraction)
+    return None if reason is None else f"the fp32 model cannot be built here to measure accuracy: {reason}"
+
+
+def sizes_rows(tables: list[Table], precisions) -> list[Row]:
+    """Uniform maps with their bytes and no accuracy (split `none`): what a sizes-only tune can say."""
+    return [Row(f"uniform {p}", "uniform", "none", map_bytes(tables, uniform(tables, p)), "", "sizes", uniform(tables, p))
+            for p in ("fp32", *precisions) if all(t.packs(p) for t in tables)]
+
+
+def run_tune(cfg: Config, work: SharedWork, clock: Callable[[], float] = time.perf_counter) -> TuneResult:
+    tune = cfg.tune
+    check_tune(tune)
+    budget = None if tune.sizes_only else Budget.of(tune)  # bad input fails before anything is built
+    started = clock()
+    prepare_process(cfg.device, cfg.threads)
+    device, skip = resolve(cfg.device)
+    if skip is not None:
+        raise UserError(skip)
+    held_out = registry.get("backend", CHOSEN_BACKEND).factory(
+        backend_config({"name": CHOSEN_BACKEND, "mlp": tune.mlp, "mlp_mode": tune.mlp_mode}))
+    reason = held_out.unsupported_reason(device)
+    if reason is not None and not tune.sizes_only:
+        raise UserError(f"the tune's held-out check cannot run on {device.type} ({reason}): set tune.mlp=fp32 there")
+    workload = work.workload(cfg)
+    result = TuneResult(cfg, tables_of(workload.tables, cfg.model.embedding_dim))
+    result.sizes_only = sizes_only_reason(cfg, work, workload, device)
+    if result.sizes_only:
+        result.holdout = sizes_rows(result.tables, tune.precisions)
+        result.seconds["total"] = clock() - started
+        return result
+    result.budget = budget
+
+    model = work.model(cfg, workload)
+    split = halves(work.split_batches(cfg, workload, "eval"))
+    result.n_search, result.n_holdout = num_samples(split[SEARCH]), num_samples(split[HOLDOUT])
+    calibration = work.split_batches(cfg, workload, "calibration")
+    result.seconds["model and data"] = clock() - started
+    holdout_base = _search_half(result, model, split, calibration, device, clock)
+
+    mark = clock()
+    result.holdout = holdout_rows(result.search.chosen, result.tables, tune, model.module, calibration, device,
+                                  split[HOLDOUT], holdout_base)
+    result.seconds["holdout"] = clock() - mark
+    result.seconds["total"] = clock() - started
+    return result
+
+
+def _search_half(result: TuneResult, model: TrainedModel, split, calibration, device, clock):
+    """Sensitivity and search, on one swappable copy of the fp32 model that is freed on return (the real
+    backends of the held-out check build their own). Returns the fp32 (labels, logits) of the held-out half."""
+    cfg, tune, batches = result.cfg, result.cfg.tune, split[SEARCH]
+    mark = clock()
+    swappable = SwappableModel(model.module, calibration, device)
+    base = swappable.logits("fp32", batches, result.n_search)
+    result.seconds["swappable copy"] = clock() - mark
+
+    mark = clock()
+    key = config_hash({"model": model.key, "workload": plain(cfg.workload), "seed": cfg.seed, "device": device.type,
+                       "precisions": list(tune.precisions), "calibration_batch_size": cfg.calibration_batch_size,
+                       "code": code_digest()})
+    result.sensitivity, result.sensitivity_cached = cached(
+        Path(cfg.cache_dir) / "tune" / f"{key}.json",
+        lambda: sensitivity(swappable, result.tables, tune.precisions, batches, base),
+    )
+    result.seconds["sensitivity"] = clock() - mark
+
+    mark = clock()
+    dense = dense_name(tune.mlp, tune.mlp_mode)
+    result.search = search(swappable, result.tables, tune.precisions, result.sensitivity, dense, result.budget, batches, base)
+    result.seconds["search"] = clock() - mark
+    return swappable.logits("fp32", split[HOLDOUT], result.n_holdout)  # the search left every table at fp32

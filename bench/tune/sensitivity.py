@@ -1,0 +1,57 @@
+"""Sensitivity on the search half: every table alone at each lower precision, and the dense layers.
+
+Table rows: the paired ΔAUC against fp32 when that one table is quantize-dequantized at a precision,
+everything else fp32 (fp32 dense layers too). Dense rows: the int8 MLP variants with every table fp32.
+Both come from one `SwappableModel`; a table is swapped, scored, and swapped back.
+
+The rows are cached on disk (`<cache_dir>/tune/<key>.json`), keyed by the trained model, the workload,
+the precisions and the harness's code, so tuning again with another budget starts at the search.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+from typing import Callable, Sequence
+
+from bench.io import write_text_atomic
+from bench.tune.candidate import DENSE, SwappableModel
+from bench.tune.measured import Row, delta
+from bench.tune.sizes import Table, map_bytes, uniform
+
+log = logging.getLogger(__name__)
+
+
+def sensitivity(model: SwappableModel, tables: Sequence[Table], precisions: Sequence[str], search, base) -> list[Row]:
+    """Rows for every (table, packable precision), then the int8 dense variants; `base` = (labels, fp32 logits)."""
+    labels, base_logits = base
+    n = len(labels)
+    fp32_map = uniform(tables, "fp32")
+    rows = []
+    for table in tables:
+        for precision in (p for p in precisions if table.packs(p)):
+            model.set_tables({table.name: precision})
+            _, logits = model.logits("fp32", search, n)
+            row = Row(f"{table.name}={precision}", "sensitivity", "search", map_bytes(tables, {table.name: precision}),
+                      "fp32", "emulation", {table.name: precision})
+            rows.append(row.with_delta(delta(labels, base_logits, logits)))
+    model.set_tables({})
+    for name in (d for d in DENSE if d != "fp32" and d in model.dense):
+        _, logits = model.logits(name, search, n)
+        row = Row(f"dense {name}", "dense", "search", map_bytes(tables, fp32_map), name, "emulation")
+        rows.append(row.with_delta(delta(labels, base_logits, logits)))
+    return rows
+
+
+def cached(path: Path, compute: Callable[[], list[Row]]) -> tuple[list[Row], bool]:
+    """(rows, from_cache): the rows stored at `path`, or computed now and stored."""
+    if path.exists():
+        try:
+            return [Row(**r) for r in json.loads(path.read_text())], True
+        except (OSError, ValueError, TypeError) as exc:
+            log.warning("tune cache %s is unreadable (%s): measuring again", path, exc)
+    rows = compute()
+    write_text_atomic(path, json.dumps([dataclasses.asdict(r) for r in rows], indent=1))  # NaN allowed: p of identical scores
+    return rows, False

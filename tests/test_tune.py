@@ -1,0 +1,268 @@
+"""The tune (`+sweep=tune`): the held-out split, the swappable model, the planted problem through the real
+model code, per_table files, the ΔAUC attribution of every sweep, and a tiny tune end to end."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from bench import registry
+from bench.backends.fake_quant import qdq_rows
+from bench.compose import compose
+from bench.config import TuneConfig
+from bench.errors import UserError
+from bench.pipeline.attribution import attribute_delta
+from bench.pipeline.job import backend_config
+from bench.pipeline.shared import SharedWork
+from bench.testing import TINY_OVERRIDES
+from bench.tune import main as tune_main
+from bench.tune.candidate import SwappableModel
+from bench.tune.holdout import HOLDOUT, SEARCH, halves
+from bench.tune.measured import Budget, Row
+from bench.tune.outputs import CSV_COLUMNS
+from bench.tune.search import search
+from bench.tune.sensitivity import sensitivity
+from bench.tune.sizes import Table, map_bytes
+from bench.tune.validate import holdout_rows
+from tests.support.planted import (
+    DIM,
+    KNOWN_ANSWER,
+    ROWS,
+    SCALES,
+    PlantedModel,
+    planted_batches,
+)
+
+CPU = torch.device("cpu")
+PRECISIONS = ["fp16", "int8", "int4", "int2"]
+
+
+# ----------------------------------------------------------------------------------- the split
+
+
+def test_halves_interleave_sample_indices_and_keep_every_id():
+    cfg = compose(["workload.eval_samples=1001", "workload.cardinalities=[50,60,70]", "workload.pooling=[1,3,2]"])
+    workload = SharedWork().workload(cfg)
+    split = halves(list(workload.batches("eval", 300)))  # batches of 300 do not line up with the parity
+    [whole] = list(workload.batches("eval", 1001))
+    for name, parity in ((SEARCH, 0), (HOLDOUT, 1)):
+        assert torch.equal(torch.cat([b.dense for b in split[name]]), whole.dense[parity::2])
+        assert torch.equal(torch.cat([b.labels for b in split[name]]), whole.labels[parity::2])
+        for key in whole.sparse.keys():
+            got = [x for b in split[name] for x in b.sparse.to_dict()[key].to_dense()]
+            want = whole.sparse.to_dict()[key].to_dense()[parity::2]
+            assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))
+    assert sum(len(b) for b in split[SEARCH]) == 501 and sum(len(b) for b in split[HOLDOUT]) == 500
+
+
+# ------------------------------------------------------------------------------ swappable model
+
+
+@pytest.fixture(scope="module")
+def planted():
+    torch.manual_seed(0)
+    model = PlantedModel().eval()
+    split = halves(planted_batches(model, 60_000, 4096, seed=1))
+    calibration = planted_batches(model, 2048, 1024, seed=2)
+    tables = [Table(t, ROWS[t], DIM) for t in SCALES]
+    return model, split, calibration, tables
+
+
+def test_swapping_writes_fbgemm_rows_and_restores_fp32_exactly(planted):
+    model, _, calibration, _ = planted
+    before = model.ebc.embedding_bags["loud_0"].weight.detach().clone()
+    swap = SwappableModel(model, calibration, CPU)
+    weight = swap.module.ebc.embedding_bags["loud_0"].weight
+    swap.set_tables({"loud_0": "int4"})
+    assert torch.equal(weight, qdq_rows(before, 4))
+    for variant in swap.dense.values():  # the dense variants read the same tables
+        assert variant.ebc.embedding_bags["loud_0"].weight.data_ptr() == weight.data_ptr()
+    swap.set_tables({})
+    assert torch.equal(weight, before) and torch.equal(model.ebc.embedding_bags["loud_0"].weight, before)
+
+
+def test_planted_problem_finds_the_known_answer(planted):
+    """Loud tables keep int8 (int4 costs more than the budget), quiet ones go to int2."""
+    model, split, calibration, tables = planted
+    swap = SwappableModel(model, calibration, CPU)
+    n = sum(len(b) for b in split[SEARCH])
+    base = swap.logits("fp32", split[SEARCH], n)
+    rows = sensitivity(swap, tables, PRECISIONS, split[SEARCH], base)
+    by = {r.candidate: r for r in rows}
+    assert by["loud_0=int4"].auc_delta_hi < 0 and by["loud_0=int2"].auc_delta < by["loud_0=int4"].auc_delta
+    assert all(abs(by[f"quiet_{i}={p}"].auc_delta) < 1e-4 for i in (0, 1) for p in PRECISIONS)
+    assert {r.candidate for r in rows if r.kind == "dense"} == {"dense int8 dynamic", "dense int8 static"}
+
+    result = search(swap, tables, PRECISIONS, rows, "fp32", Budget(absolute=0.00025), split[SEARCH], base)
+    assert result.chosen == KNOWN_ANSWER
+    chosen = [r for r in result.probes if r.chosen]
+    assert len(chosen) == 1 and chosen[0].per_table == KNOWN_ANSWER and chosen[0].auc_delta_lo >= -0.00025
+    # every probe past the chosen candidate failed: the search backed off to the last passing one
+    assert all(r.auc_delta_lo < -0.00025 for k, r in zip(result.probed, result.probes) if k > result.passed)
+
+    # the held-out check runs the real integer backends: stored bytes are the map's FBGEMM row bytes
+    tune = SimpleNamespace(mlp="fp32", mlp_mode="dynamic", precisions=["int2"])  # the chosen map and uniform int2
+    held = halves_base(swap, split)
+    checked = holdout_rows(result.chosen, tables, tune, model, calibration, CPU, split[HOLDOUT], held)
+    assert checked[0].chosen and checked[0].measured_by == "uint4"
+    assert checked[0].embedding_bytes == map_bytes(tables, KNOWN_ANSWER)
+    assert Budget(absolute=0.00025).verdict(checked[0]) == "within budget"
+    uniform = {r.candidate: r for r in checked[1:]}
+    assert uniform["uniform int2 (int2_tbe)"].auc_delta_hi < -0.00025  # uniform int2 is clearly over
+
+
+def halves_base(swap, split):
+    n = sum(len(b) for b in split[HOLDOUT])
+    return swap.logits("fp32", split[HOLDOUT], n)
+
+
+# ------------------------------------------------------------------------------------ the budget
+
+
+def test_budget_is_given_once_and_relative_scales_with_the_fp32_auc():
+    with pytest.raises(UserError, match="give the AUC budget once"):
+        Budget.of(TuneConfig())
+    with pytest.raises(UserError, match="give the AUC budget once"):
+        Budget.of(TuneConfig(max_auc_drop=0.001, max_auc_drop_relative=0.01))
+    with pytest.raises(UserError, match="between 0 and 1"):
+        Budget.of(TuneConfig(max_auc_drop=2.0))
+    assert Budget.of(TuneConfig(max_auc_drop_relative=0.01)).drop(0.8) == pytest.approx(0.008)
+    row = Row("c", "chosen", "holdout", 1, "fp32", "uint4", auc_delta=-0.0005, auc_delta_lo=-0.0009, auc_delta_hi=-0.0001, auc_fp32=0.8)
+    budget = Budget(absolute=0.001)
+    assert budget.verdict(row) == "within budget"
+    assert Budget(absolute=0.0007).verdict(row) == "inconclusive" and Budget(absolute=0.00005).verdict(row) == "over budget"
+
+
+# --------------------------------------------------------------------------------- per_table_file
+
+
+def _tbe(overrides):
+    cfg = backend_config({"name": "uint4", **overrides})
+    return registry.get("backend", "uint4").factory(cfg)
+
+
+def test_per_table_file_joins_per_table_which_wins(tmp_path):
+    path = tmp_path / "per_table.yaml"
+    path.write_text("{t_cat_0: int8, t_cat_1: int2}\n")
+    backend = _tbe({"per_table_file": str(path), "per_table": {"t_cat_1": "fp16"}})
+    assert backend.cfg.per_table == {"t_cat_0": "int8", "t_cat_1": "fp16"}
+    assert backend.stored_table_dtypes(["t_cat_0", "t_cat_1", "t_cat_2"]) == {"t_cat_0": "int8", "t_cat_1": "fp16", "t_cat_2": "int4"}
+    assert backend.emulation()["per_table"] == {"t_cat_0": 8, "t_cat_1": 16}
+    # the same file composes from the command line
+    cfg = compose(["backend=uint4", f"backend.per_table_file={path}"])
+    assert cfg.backend.per_table_file == str(path)
+
+
+@pytest.mark.parametrize("text, match", [(None, "no such file"), ("[int8, int4]\n", "mapping"), ("{a: [\n", "not valid YAML")])
+def test_per_table_file_errors_name_the_fix(tmp_path, text, match):
+    path = tmp_path / "per_table.yaml"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(UserError, match=match):
+        _tbe({"per_table_file": str(path)})
+
+
+# ------------------------------------------------------------------------------------ attribution
+
+
+def test_attribution_splits_the_delta_into_embeddings_and_dense_layers():
+    rng = np.random.default_rng(0)
+    labels = (rng.random(4000) < 0.3).astype(np.float32)
+    base = labels + rng.normal(0, 1.0, 4000)
+    emb = base + rng.normal(0, 0.3, 4000)  # the fp32-MLP twin: embeddings' error only
+    full = emb + rng.normal(0, 0.3, 4000)  # the backend: the dense layers' error on top
+    asked = []
+
+    def scores_of(cfg):
+        asked.append(cfg)
+        return labels, emb
+
+    cfg = backend_config({"name": "uint4"})
+    parts = attribute_delta(cfg, labels, base, full, scores_of)
+    [twin] = asked
+    assert twin.mlp == "fp32" and twin.name == "uint4" and cfg.mlp == "int8"
+    from bench.stats import paired_auc_delta
+
+    assert parts["auc_delta_embeddings"] == pytest.approx(paired_auc_delta(labels, base, emb).delta)
+    assert parts["auc_delta_embeddings"] + parts["auc_delta_mlp"] == pytest.approx(paired_auc_delta(labels, base, full).delta)
+    # an fp32 MLP owes everything to the embeddings, and nothing more is scored
+    fp32_mlp = attribute_delta(dataclasses.replace(cfg, mlp="fp32"), labels, base, full, scores_of)
+    assert fp32_mlp["auc_delta_mlp"] == 0.0 and len(asked) == 1
+    assert attribute_delta(backend_config({"name": "fp32"}), labels, base, base, scores_of) == {}
+
+
+# ------------------------------------------------------------------------------------- end to end
+
+TUNE_TINY = [*TINY_OVERRIDES, "workload.cardinalities=[40,300,2000,900,12,3000]", "+sweep=tune", "threads=1"]
+
+
+@pytest.fixture
+def tune_cfg(tmp_path):
+    def make(*overrides):
+        return compose([*TUNE_TINY, f"cache_dir={tmp_path / 'cache'}", f"reports_dir={tmp_path / 'reports'}", *overrides])
+
+    return make
+
+
+def test_tiny_tune_end_to_end(tune_cfg, tmp_path, capsys):
+    cfg = tune_cfg("tune.max_auc_drop=0.002")
+    code = tune_main(cfg, SharedWork())
+    out = capsys.readouterr().out
+    folder = tmp_path / "reports" / "tune" / "latest"
+    assert {p.name for p in folder.iterdir()} == {"tune.md", "tune.csv", "per_table.yaml", "frontier.png"}
+    csv = pd.read_csv(folder / "tune.csv")
+    assert list(csv.columns) == CSV_COLUMNS and set(csv["split"]) == {"search", "holdout"}
+    assert len(csv[csv["kind"] == "sensitivity"]) == 6 * 4 and len(csv[csv["kind"] == "dense"]) == 2
+    [chosen] = csv[csv["chosen"] & (csv["split"] == "holdout")].itertuples()
+    per_table = yaml.safe_load((folder / "per_table.yaml").read_text())
+    assert len(per_table) == 6 and chosen.per_table == " ".join(f"{k}={v}" for k, v in per_table.items())
+    assert chosen.measured_by == "uint4" and math.isfinite(chosen.auc_delta_lo)
+    md = (folder / "tune.md").read_text()
+    for part in ("## Verdict (held-out half)", "selection bias", "## Sensitivity", "int8 dynamic", "## Search", "frontier.png"):
+        assert part in md
+    assert code == (0 if "within budget" in out.splitlines()[0] else 1)
+    # per_table.yaml works both ways: as a file and inline (one flow-style line)
+    text = (folder / "per_table.yaml").read_text().strip()
+    assert compose(["backend=uint4", f"+backend.per_table={text}"]).backend.per_table == per_table
+    assert _tbe({"per_table_file": str(folder / "per_table.yaml")}).cfg.per_table == per_table
+
+    # a second tune with another budget reads the sensitivities from the cache
+    again = tune_main(tune_cfg("tune.max_auc_drop_relative=0.01"), SharedWork())
+    assert again in (0, 1) and "read from the cache" in (folder.resolve().parent / "latest" / "tune.md").read_text()
+
+
+def test_sizes_only_when_the_fp32_model_cannot_be_built(tune_cfg, tmp_path, capsys):
+    code = tune_main(tune_cfg("tune.max_auc_drop=0.001", "memory_fraction=1e-9"), SharedWork())
+    assert code == 0 and "sizes only" in capsys.readouterr().out
+    folder = tmp_path / "reports" / "tune" / "latest"
+    assert not (folder / "per_table.yaml").exists()
+    md = (folder / "tune.md").read_text()
+    assert "**Sizes only**" in md and "not enough host memory" in md
+    csv = pd.read_csv(folder / "tune.csv")
+    assert set(csv["split"]) == {"none"} and csv["auc_delta"].isna().all() and len(csv) == 5
+    assert not (tmp_path / "cache" / "models").exists()  # nothing was trained
+
+
+def test_bad_budget_is_one_line_and_exit_2(tune_cfg, capsys):
+    assert tune_main(tune_cfg(), SharedWork()) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "tune.max_auc_drop=0.001" in err[0]
+
+
+def test_the_search_keeps_a_guard_so_the_held_out_check_is_likely_to_pass():
+    row = Row("c", "probe", "search", 1, "fp32", "emulation", auc_delta=-0.0006, auc_delta_lo=-0.0009, auc_delta_hi=-0.0003, auc_fp32=0.8)
+    coin = Budget(absolute=0.001, holdout_confidence=0.5)
+    assert coin.guard(row) == pytest.approx(0.0) and coin.passes(row)
+    strict = Budget(absolute=0.001, holdout_confidence=0.9)
+    sd = 0.0006 / (2 * 1.959964)
+    assert strict.guard(row) == pytest.approx(1.281552 * math.sqrt(2) * sd, rel=1e-5) and not strict.passes(row)
+    assert Budget.of(TuneConfig(max_auc_drop=0.001)).holdout_confidence == 0.9
+    with pytest.raises(UserError, match="holdout_confidence"):
+        Budget.of(TuneConfig(max_auc_drop=0.001, holdout_confidence=0.3))

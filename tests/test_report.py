@@ -281,9 +281,13 @@ def test_unstable_timing_reads_inconclusive_everywhere(sweep_a, tmp_path):
     from bench.config import GateConfig, RuleSet
     from bench.gate import evaluate_gate
 
-    verdicts = evaluate_gate(df, GateConfig(rules={"int8_tbe": RuleSet(min_speedup=1.1)})).verdicts
-    speed = next(v for v in verdicts if (v.workload, v.backend, v.batch_size, v.rule) == (rec.workload, "int8_tbe", 2048, "min_speedup"))
-    assert speed.verdict == "inconclusive" and "too noisy" in speed.reason
+    def speed_verdict(threshold):
+        verdicts = evaluate_gate(df, GateConfig(rules={"int8_tbe": RuleSet(min_speedup=threshold)})).verdicts
+        return next(v for v in verdicts if (v.workload, v.backend, v.batch_size, v.rule) == (rec.workload, "int8_tbe", 2048, "min_speedup"))
+
+    assert speed_verdict(1.1).verdict == "inconclusive" and "too noisy" in speed_verdict(1.1).reason  # never a pass
+    assert speed_verdict(2.0).verdict == "inconclusive"  # the interval 1.2 .. 9.0 straddles it
+    assert speed_verdict(100.0).verdict == "fail" and "whole interval" in speed_verdict(100.0).reason
 
 
 def test_auc_verdicts_are_practical_and_never_print_zero(sweep_a, tmp_path):

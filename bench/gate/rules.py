@@ -10,6 +10,9 @@ the threshold:
 - fail: the point estimate crosses the threshold;
 - inconclusive: the point is allowed but the interval straddles the threshold (fails when
   `inconclusive_fails`), or the metric is missing.
+
+A speed figure whose timing was marked unstable (`stable=false`) never passes: it fails only when
+its whole interval lies past the threshold, and reads inconclusive otherwise.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class Measure:
     value: Optional[float]
     interval: Optional[tuple[float, float]] = None
     missing: str = ""  # why there is no value
+    unstable: str = ""  # why the figure is too noisy to pass on (timing marked stable=false)
 
 
 @dataclass(frozen=True)
@@ -109,12 +113,11 @@ def auc_ratio(row: Row) -> Measure:
 def speedup(row: Row) -> Measure:
     # Paired against fp32 in the job's process when the record has it; else the engine's ratio of the
     # two rows' trials (the results table says which in `speedup_method`).
-    if row.get("stable") is False:
-        return Measure(None, missing=f"timing too noisy to judge a speed rule: {row.get('unstable_reason')}")
     value = figure(row, "speedup", "speedup_lo", "speedup_hi")
     if value.value is None:
         return Measure(None, missing="speedup is missing (no fp32 throughput at this workload/device/batch?)")
-    return _measure(value)
+    unstable = f"timing too noisy to pass on: {row.get('unstable_reason')}" if row.get("stable") is False else ""
+    return Measure(value.value, value.interval, unstable=unstable)
 
 
 @rule("max_embedding_bytes", "max", "embedding bytes", fmt_bytes)
@@ -136,6 +139,10 @@ def judge(r: Rule, threshold: float, m: Measure, inconclusive_fails: bool) -> tu
         # Part of the interval lies past the threshold and part does not.
         straddles = (lo <= t < hi) if r.bound == "max" else (lo < t <= hi)
     shown = f"{r.label} {r.fmt(m.value)}" + (f" (95% CI {r.fmt(m.interval[0])} .. {r.fmt(m.interval[1])})" if m.interval else "")
+    if m.unstable:  # a noisy figure fails only when its whole interval is past the threshold, and never passes
+        if crosses and not straddles:
+            return FAIL, f"{shown}, allowed {allowed} {r.fmt(t)}; the whole interval is past it although {m.unstable}"
+        return _inconclusive(f"{shown} against {allowed} {r.fmt(t)}: {m.unstable}", inconclusive_fails)
     if crosses:
         note = "; the CI straddles the threshold, so the crossing is not distinguishable from noise" if straddles else ""
         return FAIL, f"{shown}, allowed {allowed} {r.fmt(t)}{note}"

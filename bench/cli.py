@@ -26,12 +26,13 @@ from omegaconf import DictConfig
 
 from bench.compose import CONF_DIR, to_config
 from bench.config import register_configs
+from bench.distributed import enter_rank, one_job_per_host, writes_records
 from bench.errors import UserError
 from bench.pipeline import Session, run_job
 from bench.record import RunRecord, save_record
 
-GROUPS = ("workload", "model", "backend", "device", "gate", "sweep")
-POSITIVE_INT_KEYS = ("batch_size", "eval_batch_size", "calibration_batch_size", "threads")
+GROUPS = ("workload", "model", "backend", "device", "sharding", "gate", "sweep")
+POSITIVE_INT_KEYS = ("batch_size", "eval_batch_size", "calibration_batch_size", "threads", "world_size")
 log = logging.getLogger("bench")
 # The jobs of a sweep run in this process one after another and share their built work.
 SESSION = Session()
@@ -85,7 +86,14 @@ def summary(record: RunRecord) -> str:
 
 def task(cfg: DictConfig) -> str:
     config = to_config(cfg)
-    record, exc = run_job(config, SESSION)
+    with one_job_per_host(config) as window:
+        record, exc = run_job(config, SESSION)
+    if record.status == "ok" and not record.resumed_from:
+        record.metrics["job_window"] = window.span()
+    if not writes_records():  # a rank other than 0 of a multi-process job: rank 0 writes the record
+        if record.status == "error":
+            sys.exit(1)
+        return record.status
     hydra_cfg = HydraConfig.get()
     save_record(record, Path(hydra_cfg.runtime.output_dir), Path(config.reports_dir), store=record.resumed_from is None)
     if hydra_cfg.mode == RunMode.MULTIRUN:
@@ -106,6 +114,7 @@ def main() -> None:
     register_configs()
     try:
         check_overrides(sys.argv[1:])
+        enter_rank(sys.argv[1:])
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)

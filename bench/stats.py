@@ -9,6 +9,7 @@
   class, the same draw for both models) as a cross-check.
 - `ratio_interval`: ratio of median throughputs of two independent runs, bootstrap over their
   per-trial throughputs.
+- `median_interval`: the median of one run's per-trial throughputs, bootstrap over the trials.
 
 Only numpy and the standard library: the runner calls this inside every job.
 """
@@ -266,3 +267,19 @@ def ratio_interval(
     med_b = np.median(b[rng.integers(0, b.size, size=(n_boot, b.size))], axis=1)
     lo, hi = np.quantile(med_a / med_b, [alpha / 2.0, 1.0 - alpha / 2.0])
     return RatioInterval(ratio, float(min(lo, ratio)), float(max(hi, ratio)))
+
+
+def median_interval(values: Sequence[float], alpha: float = 0.05, n_boot: int = 2000, seed: int = 0) -> RatioInterval:
+    """median(values) with a percentile-bootstrap (1 - alpha) interval over the values (e.g. trials).
+
+    As with `ratio_interval`, a handful of trials gives a coarse interval, and one trial collapses it
+    to the point.
+    """
+    a = np.asarray(values, dtype=np.float64).ravel()
+    if a.size == 0 or not np.all(np.isfinite(a)):
+        raise ValueError("values must be a non-empty sequence of finite numbers")
+    point = float(np.median(a))
+    rng = np.random.default_rng(seed)
+    medians = np.median(a[rng.integers(0, a.size, size=(n_boot, a.size))], axis=1)
+    lo, hi = np.quantile(medians, [alpha / 2.0, 1.0 - alpha / 2.0])
+    return RatioInterval(point, float(min(lo, point)), float(max(hi, point)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -45,11 +45,13 @@ def time_module(
     trials: int,
     batches_per_trial: int,
     min_trial_seconds: float = 0.0,
+    agree_calls: Callable[[int], int] | None = None,
 ) -> Timing:
     """Call `module(*inputs[i])` in rounds; `inputs` already live on `device`.
 
     Each trial makes at least `batches_per_trial` calls, and more when the warm-up says that
-    many would take less than `min_trial_seconds`, cycling over `inputs`.
+    many would take less than `min_trial_seconds`, cycling over `inputs`. `agree_calls` turns this
+    process's count into the one every rank of a sharded job uses (their calls meet in collectives).
     """
     if not inputs:
         raise ValueError("no timing batches")
@@ -58,6 +60,8 @@ def time_module(
         warm = clock(module, [inputs[i % len(inputs)] for i in range(max(1, warmup_batches))], device)
         per_call_s = float(np.median(warm)) / 1e3
         calls = max(batches_per_trial, math.ceil(min_trial_seconds / per_call_s) if per_call_s > 0 else 0)
+        if agree_calls is not None:
+            calls = agree_calls(calls)
         latency = [clock(module, [inputs[j % len(inputs)] for j in range(calls)], device) for _ in range(trials)]
     return Timing(batch_size=batch_size, latency_ms=latency)
 

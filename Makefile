@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml requirements/cpu.txt requirements/torchrec.txt
 	$(BIN)/pip install --upgrade pip
 	$(BIN)/pip install -r requirements/cpu.txt
 	$(BIN)/pip install --no-deps -r requirements/torchrec.txt
-	$(BIN)/pip install -e ".[dev]"
+	$(BIN)/pip install -e ".[dev,cluster]"
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -5,26 +5,33 @@ torchrun (the launch route a sweep's job takes)."""
 
 import dataclasses
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
 from bench import registry
-from bench.distributed import engine, host
+from bench.distributed import engine, enter_rank, host
+from bench.errors import UserError
 from bench.distributed.launch import rank_pids, wait_gone
 from bench.distributed.measure import slice_rows, split_bounds
 from bench.distributed.worker import config_from_dict
 from bench.measure.memory import row_bytes
 from bench.pipeline import Session, run_job
-from bench.record import RunRecord
+from bench.record import read_jsonl
 from bench.report.sharding import plan_text, sharding_section
 from bench.report.table import results_table
 from bench.stats import median_interval
 from bench.testing import random_batch, tiny_tables
-from tests.conftest import TINY, compose_config
+from tests.conftest import REPO, TINY, compose_config, run_bench
+from tests.test_faults import multirun
 
 # Four small tables (rows 100, 50, 30, 20; dim 16): a job takes about a second.
 SMALL = [
@@ -243,3 +250,132 @@ def test_killed_launch_leaves_no_process(tmp_path):
     """wait_gone/rank_pids: the helpers the fault test relies on."""
     (tmp_path / "rank0.pid").write_text("999999999\n")
     assert rank_pids(tmp_path) == [999999999] and wait_gone([999999999], 0.1) == []
+
+
+# ------------------------------------------------------------------------------------- faults
+
+
+def _procs_mentioning(text: str) -> list[int]:
+    """Live processes whose command line mentions `text`."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline and wait_gone([int(proc.name)], 0) != []:
+            out.append(int(proc.name))
+    return out
+
+
+def kill_rank_1_once_measuring(ranks_root: Path, seen: dict, timeout_s: float = 240) -> None:
+    """Wait until rank 1 of a launched job is measuring, then SIGKILL it (what the fault test injects)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        phases = list(ranks_root.glob("*/rank1.phase")) if ranks_root.exists() else []
+        if phases and phases[0].read_text() == "measuring":
+            seen["workdir"] = phases[0].parent
+            os.kill(int((seen["workdir"] / "rank1.pid").read_text()), signal.SIGKILL)
+            seen["killed_at"] = time.time()
+            return
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_a_killed_rank_ends_in_an_error_record_within_the_timeout_and_the_sweep_goes_on(small_models, tmp_path, monkeypatch, capsys):
+    shutil.copytree(small_models, tmp_path / "cache" / "models")
+    reports, sweep_dir = tmp_path / "reports", tmp_path / "multirun"
+    seen: dict = {}
+    killer = threading.Thread(target=kill_rank_1_once_measuring, args=(tmp_path / "cache" / "ranks", seen), daemon=True)
+    killer.start()
+    code = multirun(monkeypatch, [
+        "+sweep=sharded", "backend=fp32,int8_tbe", "sharding=table_wise", "world_size=2", *SMALL,
+        "timing.trials=2", "timing.min_trial_seconds=1", "sharding.timeout_s=30",
+        f"cache_dir={tmp_path / 'cache'}", f"reports_dir={reports}", f"hydra.sweep.dir={sweep_dir}",
+    ])  # fmt: skip
+    killer.join(timeout=1)
+    out = capsys.readouterr().out
+    assert code == 0 and "killed_at" in seen, out[-3000:]
+    records = {r.backend: r for r in read_jsonl(reports / "records.jsonl")}
+    assert set(records) == {"fp32", "int8_tbe"}  # the sweep went on after the failed job
+    failed = records["fp32"]
+    assert failed.status == "error" and "rank 1 died: SIGKILL" in failed.error and "ranks last seen" in failed.error
+    written = next(p for p in sweep_dir.glob("*/record.json") if json.loads(p.read_text())["backend"] == "fp32")
+    assert written.stat().st_mtime - seen["killed_at"] < 30  # within sharding.timeout_s, not a hang
+    assert records["int8_tbe"].status == "ok"
+    assert "2 jobs (1 ok, 1 error, 0 skipped)" in out and "error: fp32@table_wise×2 cpu bs=256: RankFailure: rank 1 died: SIGKILL" in out
+    assert wait_gone(rank_pids(seen["workdir"]), 5) == []  # no rank left behind...
+    assert _procs_mentioning(str(seen["workdir"])) == []  # ...nor torchrun
+
+
+# ------------------------------------------------------------------- a user's own torchrun
+
+
+@pytest.mark.slow
+def test_torchrun_runs_each_ranks_shards_and_rank_0_writes_the_one_record(small_models, tmp_path):
+    shutil.copytree(small_models, tmp_path / "cache" / "models")
+    reports = tmp_path / "reports"
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "bench",
+         "backend=fp32", "sharding=row_wise", "world_size=2", *SMALL, f"cache_dir={tmp_path / 'cache'}",
+         f"reports_dir={reports}", f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = read_jsonl(reports / "records.jsonl")
+    assert len(records) == 1 and records[0].status == "ok"
+    info = records[0].metrics["sharding"]
+    assert (info["world_size"], info["route"], info["process_group"]) == (2, "process_group", "gloo")
+    assert [p["rank"] for p in info["per_rank"]] == [0, 1] and info["auc_delta_unsharded"] == 0.0
+    assert info["plan"]["sparse_arch.embedding_bag_collection"]["t_cat_0"]["ranks"] == [0, 1]
+    assert json.loads((tmp_path / "run" / "record.json").read_text())["record_id"] == records[0].record_id
+
+
+def test_a_rank_of_torchrun_refuses_a_sweep(monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(UserError, match="under torchrun, run one job"):
+        enter_rank(["+sweep=sharded"])
+
+
+# ------------------------------------------------------------------------ cluster launcher
+
+
+@pytest.mark.slow
+def test_submitit_local_sweep_writes_one_record_per_job_one_job_at_a_time(small_models, tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    shutil.copytree(small_models, tmp_path / "cache" / "models")
+    reports, sweep_dir = tmp_path / "reports", tmp_path / "multirun"
+    result = run_bench(
+        "+sweep=sharded", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10",
+        "backend=fp32,int8_tbe", "sharding=table_wise", "world_size=1", *SMALL,
+        f"cache_dir={tmp_path / 'cache'}", f"reports_dir={reports}", f"hydra.sweep.dir={sweep_dir}",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = read_jsonl(reports / "records.jsonl")
+    assert sorted(r.backend for r in records) == ["fp32", "int8_tbe"]  # exactly one record per job
+    assert all(r.status == "ok" for r in records) and len(list(sweep_dir.glob("*/record.json"))) == 2
+    assert len({r.env["hostname"] for r in records}) == 1 and host.overlapping(records) == []  # never two at once
+    assert len(list((sweep_dir / ".submitit").glob("*/*_log.out"))) == 2  # one submitit process per job
+    assert "2 jobs (2 ok, 0 error, 0 skipped)" in result.stdout
+
+
+@pytest.mark.slow
+def test_submitit_tasks_are_the_ranks_of_one_job(small_models, tmp_path):
+    """`hydra.launcher.tasks_per_node=2`: submitit starts the two ranks, its helper sets torch.distributed up."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    shutil.copytree(small_models, tmp_path / "cache" / "models")
+    reports = tmp_path / "reports"
+    result = run_bench(
+        "-m", "hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2", "hydra.launcher.timeout_min=10",
+        "backend=fp32", "sharding=table_wise", "world_size=2", *SMALL,
+        f"cache_dir={tmp_path / 'cache'}", f"reports_dir={reports}", f"hydra.sweep.dir={tmp_path / 'multirun'}",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = read_jsonl(reports / "records.jsonl")
+    assert len(records) == 1 and records[0].status == "ok"  # rank 0 wrote the one record
+    info = records[0].metrics["sharding"]
+    assert (info["route"], info["world_size"], [p["rank"] for p in info["per_rank"]]) == ("process_group", 2, [0, 1])
+    assert info["auc_delta_unsharded"] == 0.0 and not (tmp_path / "cache" / "ranks").exists()  # no torchrun launched

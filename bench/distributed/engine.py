@@ -23,6 +23,7 @@ processes.
 
 from __future__ import annotations
 
+import logging
 import os
 from contextlib import contextmanager
 from typing import Iterator, Sequence
@@ -49,6 +50,12 @@ PROCESS_GROUP = "process_group"
 ONE_PROCESS = "one_process"
 FLOAT_ROWS = ("fp32", "fp16", "bf16")
 QUANT_TYPES = [ShardingType.TABLE_WISE.value, ShardingType.ROW_WISE.value, ShardingType.COLUMN_WISE.value]
+
+
+def _quiet_planner() -> None:
+    """The planner logs hundreds of INFO lines per plan (partitioner steps, stats tables); the record
+    keeps the plan, so only its warnings are shown."""
+    logging.getLogger("torchrec.distributed").setLevel(logging.WARNING)
 
 
 def route(backend: Backend, tables: Sequence[str]) -> str:
@@ -121,6 +128,7 @@ class AutogradOff(nn.Module):
 
 def shard_one_process(prepared: nn.Module, cfg: Config, device: torch.device, split: bool) -> tuple[nn.Module, ShardingPlan]:
     """Quantized tables: torchrec's inference sharding over `world_size` ranks inside this process."""
+    _quiet_planner()
     dims = table_dims(prepared)
     allowed = QUANT_TYPES if split else [ShardingType.TABLE_WISE.value]
     constraints = planning.constraints(dims, cfg.sharding.name, cfg.world_size, cfg.sharding.column_shard_dim, allowed, [planning.QUANT_KERNEL])
@@ -141,6 +149,7 @@ def shard_one_process(prepared: nn.Module, cfg: Config, device: torch.device, sp
 
 def shard_process_group(prepared: nn.Module, cfg: Config, device: torch.device, pg: dist.ProcessGroup) -> tuple[nn.Module, ShardingPlan]:
     """Eager tables: DistributedModelParallel over the process group; this rank keeps its own shards."""
+    _quiet_planner()
     ws = dist.get_world_size(pg)
     sharders = [planning.eager_sharder()]
     constraints = planning.constraints(table_dims(prepared), cfg.sharding.name, ws, cfg.sharding.column_shard_dim, None, None)

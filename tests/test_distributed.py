@@ -14,13 +14,14 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from bench import registry
 from bench.distributed import engine, enter_rank, host
 from bench.errors import UserError
-from bench.distributed.launch import rank_pids, wait_gone
+from bench.distributed.launch import failure, rank_pids, wait_gone
 from bench.distributed.measure import slice_rows, split_bounds
 from bench.distributed.worker import config_from_dict
 from bench.measure.memory import row_bytes
@@ -28,7 +29,7 @@ from bench.pipeline import Session, run_job
 from bench.record import read_jsonl
 from bench.report.sharding import plan_text, sharding_section
 from bench.report.table import results_table
-from bench.stats import median_interval
+from bench.stats import median_interval, paired_auc_delta
 from bench.testing import random_batch, tiny_tables
 from tests.conftest import REPO, TINY, compose_config, run_bench
 from tests.test_faults import multirun
@@ -83,7 +84,7 @@ def test_quantized_tables_shard_with_every_score_unchanged(small_cfg, sharding):
     assert exc is None and record.status == "ok", record.error
     info = record.metrics["sharding"]
     assert info["auc_delta_unsharded"] == 0.0 and info["max_abs_logit_diff"] == 0.0
-    assert record.metrics["auc"] == info["auc_unsharded"]
+    assert info["auc_sharded"] == info["auc_unsharded"] == pytest.approx(record.metrics["auc"], abs=1e-12)
     assert (info["route"], info["world_size"], info["process_group"]) == ("one_process", 2, None)
     tables = info["plan"]["sparse_arch.embedding_bag_collection"]
     assert set(tables) == set(ROWS) and {t["sharding_type"] for t in tables.values()} == {sharding}
@@ -207,6 +208,27 @@ def test_config_round_trips_through_the_launch_file(small_cfg):
     cfg = small_cfg("backend=uint4", "+backend.per_table={t_cat_3: int8}", "sharding=row_wise", "world_size=2")
     assert config_from_dict(json.loads(json.dumps(dataclasses.asdict(cfg)))) == cfg
     assert type(config_from_dict(dataclasses.asdict(cfg)).backend) is registry.get("backend", "uint4").config
+
+
+def test_identical_scores_give_exactly_zero_delta_at_any_size():
+    """Both AUCs come from one computation: sklearn's AUC and the midrank AUC can differ in the last bit."""
+    rng = np.random.default_rng(0)
+    labels, scores = (rng.random(200_000) < 0.25).astype(np.float64), rng.standard_normal(200_000).astype(np.float32)
+    assert paired_auc_delta(labels, scores, scores.copy()).delta == 0.0
+
+
+def test_a_failed_launch_names_the_rank_that_died_first(tmp_path):
+    (tmp_path / "ranks.log").write_text(
+        "Root Cause (first observed failure):\n[0]:\n  time      : x\n  host      : h\n  rank      : 1 (local_rank: 1)\n"
+        "  exitcode  : -9 (pid: 42)\n  error_file: <N/A>\n  traceback : Signal 9 (SIGKILL) received by PID 42\n"
+    )
+    (tmp_path / "rank0.error").write_text("RuntimeError: Connection closed by peer\n")
+    (tmp_path / "rank1.error").write_text("")
+    (tmp_path / "rank0.phase").write_text("measuring")
+    (tmp_path / "rank1.phase").write_text("measuring")
+    text = failure(tmp_path, 1)
+    assert text.startswith("rank 1 died: SIGKILL (Signal 9 (SIGKILL) received by PID 42); rank 0: RuntimeError: Connection closed by peer")
+    assert "ranks last seen: rank 0 measuring, rank 1 measuring; torchrun exit 1" in text
 
 
 def test_median_interval_brackets_the_median():
@@ -379,3 +401,10 @@ def test_submitit_tasks_are_the_ranks_of_one_job(small_models, tmp_path):
     info = records[0].metrics["sharding"]
     assert (info["route"], info["world_size"], [p["rank"] for p in info["per_rank"]]) == ("process_group", 2, [0, 1])
     assert info["auc_delta_unsharded"] == 0.0 and not (tmp_path / "cache" / "ranks").exists()  # no torchrun launched
+
+
+def test_nccl_jobs_are_skipped_cleanly_without_a_gpu(small_cfg):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: tests/test_cuda.py runs the NCCL path")
+    record, exc = run_job(small_cfg("device=cuda", "backend=fp32", "sharding=table_wise", "world_size=2"))
+    assert exc is None and record.status == "skipped" and record.error == "no CUDA device on this machine"

@@ -104,33 +104,30 @@ def rank_pids(workdir: Path) -> list[int]:
 
 
 def failure(workdir: Path, code: int) -> str:
-    """One line: which rank failed and how, from the ranks' own error files and torchrun's summary."""
-    errors = []
-    for path in sorted(workdir.glob("rank*.error")):
-        text = path.read_text(errors="replace").strip()
-        if text:
-            errors.append(f"{path.stem.replace('rank', 'rank ')}: {text.splitlines()[-1]}")
+    """One line: which rank failed and how (torchrun's root cause first, then the ranks' own errors)."""
     root = _root_cause((workdir / LOG).read_text(errors="replace") if (workdir / LOG).exists() else "")
-    parts = [root] if root else []
-    # a rank that died first makes its peers fail too: its cause leads, theirs follow
-    parts += [e for e in errors if not root or not e.startswith(root.split(":")[0])]
+    parts = [root[1]] if root else []
+    for path in sorted(workdir.glob("rank*.error")):
+        rank, text = path.stem.removeprefix("rank"), path.read_text(errors="replace").strip()
+        if text and (root is None or rank != root[0]):  # the root cause's own error is already there
+            parts.append(f"rank {rank}: {text.splitlines()[-1]}")
     head = "; ".join(parts) if parts else "a rank failed"
-    phases = ", ".join(f"{p.stem.replace('rank', 'rank ')} {p.read_text().strip()}" for p in sorted(workdir.glob("rank*.phase")))
+    phases = ", ".join(f"rank {p.stem.removeprefix('rank')} {p.read_text().strip()}" for p in sorted(workdir.glob("rank*.phase")))
     return f"{head} (ranks last seen: {phases or 'none started'}; torchrun exit {code}; log: {workdir / LOG})"
 
 
 _ROOT = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+).*?traceback\s*:\s*([^\n]*)", re.S)
 
 
-def _root_cause(log: str) -> str | None:
-    """The first failure torchrun observed: its rank, exit code and cause (a signal for a killed rank)."""
+def _root_cause(log: str) -> tuple[str, str] | None:
+    """(rank, text) of the first failure torchrun observed: its exit code and cause (a signal for a killed rank)."""
     match = _ROOT.search(log)
     if match is None:
         return None
     rank, code, cause = match.group(1), int(match.group(2)), match.group(3).strip()
     if code < 0:
-        return f"rank {rank} died: {signal.Signals(-code).name} ({cause})"
-    return f"rank {rank} failed with exit code {code}" + (f" ({cause})" if cause and "To enable traceback" not in cause else "")
+        return rank, f"rank {rank} died: {signal.Signals(-code).name} ({cause})"
+    return rank, f"rank {rank} failed with exit code {code}" + (f" ({cause})" if cause and "To enable traceback" not in cause else "")
 
 
 def wait_gone(pids: list[int], timeout_s: float = 10.0) -> list[int]:

@@ -35,7 +35,7 @@ from bench.batch import Batch
 from bench.config import Config
 from bench.distributed import engine
 from bench.distributed import env as ranks
-from bench.distributed.plan import bytes_per_rank, plan_record, tables_per_rank
+from bench.distributed.plan import SHARDING_TYPES, bytes_per_rank, plan_record, tables_per_rank
 from bench.errors import UserError
 from bench.io import write_json_atomic
 from bench.measure.accuracy import CountMismatch, accuracy_metrics
@@ -76,7 +76,7 @@ def check(cfg: Config) -> None:
     ws = cfg.world_size
     if not isinstance(ws, int) or isinstance(ws, bool) or ws < 1:
         raise UserError(f"world_size must be a positive integer, got {ws!r} (world_size=N)")
-    if cfg.sharding.name not in ("none", "auto", *engine.planning.SHARDING_TYPES):
+    if cfg.sharding.name not in ("none", "auto", *SHARDING_TYPES):
         raise UserError(f"unknown sharding {cfg.sharding.name!r}: choose one of none, table_wise, row_wise, column_wise, auto (sharding=NAME)")
     env = ranks.rank_env()
     if env is not None and env.world_size != ws:
@@ -228,8 +228,10 @@ def sharded_metrics(cfg: Config, backend: Backend, device: torch.device, work: S
             "per_rank": per_rank,
             "throughput_lo": interval.lo,
             "throughput_hi": interval.hi,
+            # both AUCs by one computation (bench.stats), so identical scores give exactly 0
             "auc_unsharded": same.auc_base,
-            "auc_delta_unsharded": metrics["auc"] - same.auc_base,
+            "auc_sharded": same.auc_new,
+            "auc_delta_unsharded": same.delta,
             "max_abs_logit_diff": float(np.max(np.abs(run.logits - unsharded))),
         },
     )
@@ -253,6 +255,6 @@ def accuracy_error(metrics: dict[str, Any]) -> str | None:
     if delta is None or delta == 0:
         return None
     return (
-        f"sharded AUC {metrics['auc']:.6f} differs from the unsharded run's {info['auc_unsharded']:.6f} "
+        f"sharded AUC {info['auc_sharded']:.6f} differs from the unsharded run's {info['auc_unsharded']:.6f} "
         f"(ΔAUC {delta:+.3g}, max |Δlogit| {info['max_abs_logit_diff']:.3g}): sharding must leave every score as it was"
     )

@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml requirements/cpu.txt requirements/torchrec.txt
 	$(BIN)/pip install --upgrade pip
 	$(BIN)/pip install $(TORCH_PIP_OPTS) --no-deps $$(grep -m1 '^torch==' requirements/cpu.txt)
 	$(BIN)/pip install -r requirements/cpu.txt
-	$(BIN)/pip install -e ".[dev]"
+	$(BIN)/pip install -e ".[dev,cluster]"
 	$(BIN)/pip install --no-deps -r requirements/torchrec.txt
 	touch $(STAMP)
 

@@ -29,11 +29,12 @@ from bench import preflight
 from bench.compose import CONF_DIR, to_config
 from bench.config import register_configs
 from bench.console import quiet_library_noise
+from bench.distributed import enter_rank, one_job_per_host, writes_records
 from bench.errors import UserError
 from bench.record import RunRecord, save_record
 
-GROUPS = ("workload", "model", "backend", "device", "gate", "compare", "sweep")
-POSITIVE_INT_KEYS = ("batch_size", "eval_batch_size", "calibration_batch_size", "threads")
+GROUPS = ("workload", "model", "backend", "device", "sharding", "gate", "compare", "sweep")
+POSITIVE_INT_KEYS = ("batch_size", "eval_batch_size", "calibration_batch_size", "threads", "world_size")
 log = logging.getLogger("bench")
 
 
@@ -113,7 +114,14 @@ def task(cfg: DictConfig) -> str:
         if code:
             sys.exit(code)
         return "ok"
-    record, exc = run_job(config, shared_session())
+    with one_job_per_host(config) as window:
+        record, exc = run_job(config, shared_session())
+    if record.status == "ok" and not record.resumed_from:
+        record.metrics["job_window"] = window.span()
+    if not writes_records():  # a rank other than 0 of a multi-process job: rank 0 writes the record
+        if record.status == "error":
+            sys.exit(1)
+        return record.status
     hydra_cfg = HydraConfig.get()
     save_record(record, Path(hydra_cfg.runtime.output_dir), Path(config.reports_dir), store=record.resumed_from is None)
     if hydra_cfg.mode == RunMode.MULTIRUN:
@@ -140,6 +148,7 @@ def main() -> None:
         check_overrides(sys.argv[1:])
         preflight.check(sys.argv[1:])  # bad keys, values and input files: refused before any work
         register_configs()
+        enter_rank(sys.argv[1:])
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)

@@ -80,6 +80,21 @@ class DeviceConfig:
 
 
 @dataclass
+class ShardingConfig:
+    """How the embedding tables are split over ranks by torchrec's planner (`bench.distributed`)."""
+
+    name: str = MISSING  # none | table_wise | row_wise | column_wise | auto (the planner's choice)
+    # Columns per column-wise shard (torchrec's `min_partition`); None: the embedding dim split evenly
+    # over the ranks (torchrec's own default, 128 columns, keeps every dim up to 128 whole).
+    column_shard_dim: Optional[int] = None
+    # A rank that waits this long on a collective fails the job (gloo/NCCL timeout), and a job whose
+    # ranks were launched by the harness is killed after job_timeout_s: a dead or hung rank becomes
+    # an `error` record, not a hang.
+    timeout_s: float = 120.0
+    job_timeout_s: float = 1800.0
+
+
+@dataclass
 class TimingConfig:
     warmup_batches: int = 5
     # Trials of a backend alone; for a paired speedup, rounds of reference and candidate halves.
@@ -158,6 +173,10 @@ class Config:
     model: ModelConfig = MISSING
     backend: BackendConfig = MISSING
     device: DeviceConfig = MISSING
+    sharding: ShardingConfig = MISSING
+    # Ranks the tables are sharded over (sharding != none); batch_size is the global batch, split
+    # evenly over the ranks.
+    world_size: int = 1
     batch_size: int = 2048
     seed: int = 0
     threads: Optional[int] = None  # torch intra-op threads; None keeps torch's default
@@ -181,6 +200,9 @@ class Config:
     memory_fraction: Optional[float] = 0.8
     # Set by `+sweep=tune` (conf/sweep/tune.yaml): the run is a tune (bench.tune), not a job.
     tune: Optional[TuneConfig] = None
+    # Hold this host's job lock while a job runs, so parallel launchers never measure two jobs at once
+    # (bench.distributed.host).
+    one_job_per_host: bool = True
 
 
 def register_configs(plugins: bool = True) -> None:
@@ -193,6 +215,7 @@ def register_configs(plugins: bool = True) -> None:
     cs.store(name="base_config", node=Config)
     cs.store(group="model", name="base_model", node=ModelConfig)
     cs.store(group="device", name="base_device", node=DeviceConfig)
+    cs.store(group="sharding", name="base_sharding", node=ShardingConfig)
     cs.store(group="gate", name="base_gate", node=GateConfig)
     cs.store(group="compare", name="base_compare", node=CompareConfig)
     for kind in registry.KINDS if plugins else ():

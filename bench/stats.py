@@ -9,6 +9,7 @@
   class, the same draw for both models) as a cross-check.
 - `ratio_interval`: ratio of median throughputs of two independent runs, bootstrap over their
   per-trial throughputs.
+- `median_interval`: the median of one run's per-trial throughputs, bootstrap over the trials.
 
 Only numpy and the standard library: the runner calls this inside every job.
 """

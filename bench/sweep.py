@@ -20,6 +20,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from bench.distributed import overlapping
 from bench.progress import progress
 from bench.record import RunRecord
 
@@ -65,6 +66,7 @@ class SweepCallback(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from bench.report import publish_report
+        from bench.report.table import backend_label
 
         if self.bar is not None:
             self.bar.close()
@@ -78,7 +80,9 @@ class SweepCallback(Callback):
         for r in records:
             if r.status == "error":
                 reason = next(iter((r.error or "").strip().splitlines()), "no reason recorded")
-                print(f"  error: {r.backend} {r.device} bs={r.batch_size}: {reason}")
+                print(f"  error: {backend_label(r)} {r.device} bs={r.batch_size}: {reason}")
+        if overlapping(records):  # parallel launchers without the host lock (one_job_per_host=false)
+            print(f"warning: {len(overlapping(records))} pairs of jobs ran at the same time on one host: their timings disturbed each other")
         print(f"report: {report_dir / 'report.md'}")
         if config.get("run_gate"):
             from bench.gate import gate_sweep

@@ -28,3 +28,17 @@ def test_cuda_run_records_gpu(tiny_cfg):
     record = run_one(tiny_cfg("device=cuda"))
     assert record.status == "ok", record.error
     assert record.env["gpu"] and record.metrics["cuda_peak_bytes"] > 0
+
+
+@pytest.mark.parametrize("overrides", [
+    ["backend=fp32", "sharding=row_wise"],  # DistributedModelParallel over a one-rank NCCL group
+    ["backend=fp16_tbe", "sharding=table_wise"],  # quantized inference sharding on the GPU
+])  # fmt: skip
+def test_cuda_sharded_run_matches_the_unsharded_one(tiny_cfg, overrides):
+    from bench.pipeline import run_one
+
+    record = run_one(tiny_cfg("device=cuda", *overrides))
+    assert record.status == "ok", record.error
+    info = record.metrics["sharding"]
+    assert info["auc_delta_unsharded"] == 0.0
+    assert info["process_group"] in (None, "nccl")

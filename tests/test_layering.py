@@ -23,12 +23,12 @@ LAYERS = {
     "bench.models": 2,
     "bench.backends": 3, "bench.paramserver": 3,
     "bench.measure": 4,
-    "bench.record": 5, "bench.pipeline": 5,
+    "bench.record": 5, "bench.pipeline": 5, "bench.distributed": 5,
     "bench.report": 6, "bench.tune": 6, "bench.config_files": 0,
     "bench.gate": 7,
     # entry points: may import anything
     "bench.preflight": 9, "bench.help": 9, "bench.console": 0,
-    "bench.sweep": 9, "bench.cli": 9, "bench.__main__": 9, "bench.report.__main__": 9, "bench.gate.__main__": 9,
+    "bench.sweep": 9, "bench.cli": 9, "bench.__main__": 9, "bench.distributed.worker": 9, "bench.report.__main__": 9, "bench.gate.__main__": 9,
 }
 NAMES = ["config", "workload", "model", "backend", "measure", "record/pipeline", "report/tune", "gate", "", "entry point"]
 

@@ -51,8 +51,8 @@ def _quantized_tables(qebc: QuantEmbeddingBagCollection) -> Iterator[tuple[str, 
         holder = qebc.embedding_bags[cfg.name]
         w = holder.weight  # full stored rows, or weights only when scale/bias are split out
         row_bytes = _bytes_per_row(w)
-        for extra in ("weight_qscale", "weight_qbias"):
-            if hasattr(holder, extra):
+        for extra in ("weight_qscale", "weight_qbias"):  # split out (None for fp32/fp16 tables)
+            if getattr(holder, extra, None) is not None:
                 row_bytes += _bytes_per_row(getattr(holder, extra))
         yield cfg.name, {"dtype": dtypes[cfg.name], "rows": int(w.shape[0]), "row_bytes": row_bytes}
 

@@ -123,17 +123,21 @@ def time_module(
     batches_per_trial: int,
     min_trial_seconds: float = 0.0,
     clock: Clock = time.perf_counter_ns,
+    agree_calls: Callable[[int], int] | None = None,
     **_unused,
 ) -> Timing:
     """Call `module(*inputs[i])` in trials; `inputs` already live on `device`.
 
     Each trial makes at least `batches_per_trial` calls, and more when the warm-up says that
-    many would take less than `min_trial_seconds`, walking on through `inputs`.
+    many would take less than `min_trial_seconds`, walking on through `inputs`. `agree_calls` turns
+    this process's count into the one every rank of a sharded job uses (their calls meet in collectives).
     """
     calls, timed = _Calls(inputs), _clock_fn(device, clock)
     with torch.inference_mode():
         warm = timed(module, calls.take(max(1, warmup_batches)), device)
         n = _calls_per_trial(warm, batches_per_trial, min_trial_seconds)
+        if agree_calls is not None:
+            n = agree_calls(n)
         latency = [timed(module, calls.take(n), device) for _ in range(trials)]
     return Timing(batch_size=batch_size, latency_ms=latency, distinct_batches=len(inputs))
 

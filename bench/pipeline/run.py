@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from bench import registry
+from bench import distributed, registry
 from bench.config import Config
 from bench.errors import UserError
 from bench.hardware import prepare_process, resolve
@@ -30,7 +30,8 @@ from bench.record import RunRecord
 log = logging.getLogger(__name__)
 
 # Keys that change where output goes or how it is shown, never what is measured.
-NON_SEMANTIC_KEYS = ("reports_dir", "cache_dir", "sweep_name", "gate", "compare", "run_gate", "resume", "memory_fraction", "tune")
+NON_SEMANTIC_KEYS = ("reports_dir", "cache_dir", "sweep_name", "gate", "compare", "run_gate", "resume", "memory_fraction", "tune",
+                     "one_job_per_host")
 OUT_OF_MEMORY = (MemoryError, torch.OutOfMemoryError)
 
 
@@ -76,7 +77,7 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
         if skip is None:
             backend = registry.get("backend", cfg.backend.name).factory(cfg.backend)
             record.backend = backend.record_name()
-            skip = backend.unsupported_reason(device)
+            skip = backend.unsupported_reason(device) or distributed.unsupported_reason(cfg, backend, device, session.work)
         if skip is not None:
             device = None  # not usable here: describe the machine without it
         if cfg.resume:
@@ -89,6 +90,10 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
             skip = memory_skip_reason(estimate, device, cfg.memory_fraction)
         if skip is not None:
             record.status, record.error = "skipped", skip
+        elif distributed.sharded(cfg):
+            record.metrics = distributed.measure_sharded(cfg, backend, device, session.work)
+            record.error = distributed.accuracy_error(record.metrics)  # sharding changed a score
+            record.status = "error" if record.error else "ok"
         else:
             record.metrics = measure(cfg, backend, device, session.work)
         return record, None

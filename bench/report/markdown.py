@@ -13,6 +13,7 @@ from bench.record import RunRecord
 from bench.report import fmt
 from bench.report.paramserver import ps_section
 from bench.report.protocol import measured_section
+from bench.report.sharding import sharding_section
 from bench.report.table import BASELINE, latest_records, trials
 from bench.stats import indistinguishable_from_zero, interval_contains, ratio_interval
 
@@ -290,6 +291,7 @@ def render_report(
     for _, g in df.groupby(["workload", "device"], sort=False):
         key = (g["workload"].iloc[0], g["device"].iloc[0])
         lines += _group_section(g, latest, plots.get(key, []), out_dir)
+    lines += sharding_section(latest.values())
     lines += _problems(df)
     lines += _env_block(records)
     return "\n".join(lines).rstrip() + "\n"

@@ -97,8 +97,16 @@ def _created(record: RunRecord) -> datetime:
         return datetime.min
 
 
+def backend_label(record: RunRecord) -> str:
+    """The backend column: the backend's name, and its sharding when it did not run unsharded in one
+    process (`int8_tbe@row_wise×2`), so that sharded and unsharded runs are separate rows."""
+    config = record.config or {}
+    sharding, world_size = (config.get("sharding") or {}).get("name", "none"), config.get("world_size", 1)
+    return record.backend if (sharding, world_size) == ("none", 1) else f"{record.backend}@{sharding}×{world_size}"
+
+
 def key_of(record: RunRecord) -> tuple[str, str, str, int]:
-    return (record.workload, record.device, record.backend, int(record.batch_size))
+    return (record.workload, record.device, backend_label(record), int(record.batch_size))
 
 
 def latest_records(records: Iterable[RunRecord | dict[str, Any]]) -> dict[tuple, RunRecord]:
@@ -111,10 +119,11 @@ def latest_records(records: Iterable[RunRecord | dict[str, Any]]) -> dict[tuple,
     return latest
 
 
-def backend_rank(backend: str) -> tuple[int, str]:
-    if backend in LEADING_BACKENDS:
-        return (LEADING_BACKENDS.index(backend), "")
-    return (len(LEADING_BACKENDS), backend)
+def backend_rank(backend: str) -> tuple[int, str, str]:
+    name, _, sharding = backend.partition("@")  # a sharded row follows its backend's unsharded one
+    if name in LEADING_BACKENDS:
+        return (LEADING_BACKENDS.index(name), "", sharding)
+    return (len(LEADING_BACKENDS), name, sharding)
 
 
 def trials(record: RunRecord | None) -> list[float]:
@@ -136,7 +145,7 @@ def _row(r: RunRecord) -> dict[str, Any]:
     row: dict[str, Any] = {
         "workload": r.workload,
         "device": r.device,
-        "backend": r.backend,
+        "backend": backend_label(r),
         "batch_size": int(r.batch_size),
         "status": r.status,
         "error": r.error,

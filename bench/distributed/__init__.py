@@ -1,0 +1,84 @@
+"""Sharded inference on torchrec's distributed engine, and what multi-process launchers need.
+
+    env.py      ranks from torchrun's (or submitit's) environment; the process group; gathers to rank 0
+    plan.py     torchrec's planner constraints and sharders; the plan it produced, as a record
+    engine.py   shard a prepared model: DistributedModelParallel over a process group, or torchrec's
+                quantized inference sharding inside one process
+    measure.py  a rank's part of a sharded job (`collect`) and the record's metrics (`sharded_metrics`)
+    launch.py   start the ranks of a world_size > 1 job from a single `python -m bench` (a sweep's job)
+    worker.py   the entry point of those ranks
+    host.py     one job at a time per host under parallel launchers
+
+The pipeline calls `unsupported_reason`, `measure_sharded` and `accuracy_error`; the CLI calls
+`enter_rank`, `writes_records` and `one_job_per_host`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from bench.backends.base import Backend
+from bench.config import Config
+from bench.distributed import engine
+from bench.distributed.env import (
+    RankTerminated,
+    process_group,
+    raise_on_sigterm,
+    rank_device,
+    rank_env,
+    writes_records,
+)
+from bench.distributed.host import one_job_per_host, overlapping
+from bench.distributed.measure import accuracy_error, check, collect, sharded_metrics
+from bench.errors import UserError
+from bench.pipeline.shared import SharedWork
+
+__all__ = [
+    "accuracy_error", "enter_rank", "measure_sharded", "one_job_per_host", "overlapping", "sharded",
+    "unsupported_reason", "writes_records", "RankTerminated",
+]  # fmt: skip
+
+
+def sharded(cfg: Config) -> bool:
+    return cfg.sharding.name != "none"
+
+
+def unsupported_reason(cfg: Config, backend: Backend, device: torch.device, work: SharedWork) -> str | None:
+    """Why this sharding cannot run here (the job is `skipped`), or None; bad input raises UserError."""
+    check(cfg)
+    if not sharded(cfg):
+        return None if cfg.world_size == 1 else (
+            f"sharding=none is the unsharded model in one process: world_size={cfg.world_size} needs a sharding "
+            "(table_wise, row_wise, column_wise or auto)"
+        )
+    tables = [t.name for t in work.workload(cfg).tables]
+    return engine.unsupported_reason(cfg, backend, device, tables, rank_env())
+
+
+def measure_sharded(cfg: Config, backend: Backend, device: torch.device, work: SharedWork) -> dict[str, Any]:
+    """The record's metrics of a sharded job; {} on ranks other than 0 (rank 0 writes the record)."""
+    from bench.distributed.launch import launch
+
+    workload = work.workload(cfg)
+    way = engine.route(backend, [t.name for t in workload.tables])
+    if way == engine.PROCESS_GROUP and cfg.world_size > 1 and rank_env() is None:
+        work.model(cfg, workload)  # trained or loaded here once; the ranks load it from the cache
+        run = launch(cfg)
+    elif way == engine.PROCESS_GROUP:
+        rank_dev = rank_device(device)
+        with process_group(rank_dev, cfg.sharding.timeout_s):
+            run = collect(cfg, backend, rank_dev, work)
+    else:
+        run = collect(cfg, backend, device, work)
+    return {} if run is None else sharded_metrics(cfg, backend, device, work, run)
+
+
+def enter_rank(args: list[str]) -> None:
+    """In a rank of a user's torchrun (or submitit tasks): one job, and a SIGTERM becomes an error record."""
+    if rank_env() is None:
+        return
+    if any(a.startswith(("+sweep=", "sweep=")) or a in ("-m", "--multirun") for a in args):
+        raise UserError("under torchrun, run one job (no sweep): a sweep launches the ranks of its multi-process jobs itself")
+    raise_on_sigterm()

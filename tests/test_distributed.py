@@ -111,6 +111,13 @@ def test_int4_plan_is_half_the_bytes_of_int8(small_cfg):
     assert sum(int4.metrics["sharding"]["bytes_per_rank"]) < sum(int8.metrics["sharding"]["bytes_per_rank"])
 
 
+def test_column_shards_pay_their_own_scale_and_bias(small_cfg):
+    """INT2, dim 16 in two column shards of 8: each row of a shard is 8/4 + 4 = 6 bytes (the whole row: 8)."""
+    record = run_job(small_cfg("backend=int2_tbe", "sharding=column_wise", "world_size=2"))[0]
+    assert record.status == "ok" and record.metrics["sharding"]["auc_delta_unsharded"] == 0.0
+    assert record.metrics["sharding"]["bytes_per_rank"] == [sum(n * 6 for n in ROWS.values())] * 2
+
+
 def test_auto_is_the_planners_choice_among_what_the_engine_offers(small_cfg):
     record = run_job(small_cfg("backend=fp16_tbe", "sharding=auto", "world_size=2"))[0]
     assert record.status == "ok" and record.metrics["sharding"]["auc_delta_unsharded"] == 0.0

@@ -122,8 +122,7 @@ def collect(cfg: Config, backend: Backend, device: torch.device, work: SharedWor
         torch.manual_seed(cfg.seed)  # as the unsharded job prepares it
         with engine.split_scale_bias(model.module, split):
             prepared = backend.prepare(model.module, work.split_batches(cfg, workload, "calibration"), device)
-        dims = engine.table_dims(prepared)
-        storage = {name: {**info, "dim": dims[name]} for name, info in table_storage(prepared).items()}
+        storage = table_storage(prepared)
         dense_bytes = model_bytes(prepared)
         if way == engine.ONE_PROCESS:
             sharded, plan = engine.shard_one_process(prepared, cfg, device, split)

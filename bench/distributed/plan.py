@@ -34,6 +34,8 @@ SHARDING_TYPES = {
     "column_wise": ShardingType.COLUMN_WISE.value,
 }
 QUANT_KERNEL = "quant"
+# Sharding types whose shards are whole tables.
+WHOLE_TABLE_TYPES = (ShardingType.TABLE_WISE.value, ShardingType.DATA_PARALLEL.value)
 
 
 class EmbeddingBagCollectionSharderCpuRowWise(EmbeddingBagCollectionSharder):
@@ -69,7 +71,7 @@ def constraints(
 
 
 def plan_record(plan: ShardingPlan, storage: dict[str, dict], alignment: int) -> dict[str, dict[str, Any]]:
-    """The plan as plain data: module path -> table -> {sharding_type, compute_kernel, ranks, shards}.
+    """The plan as plain data: module path -> table -> {sharding_type, compute_kernel, ranks, dtype, shards}.
 
     `storage`: table -> {"dtype", "rows", "row_bytes"} of the unsharded prepared module.
     """
@@ -78,12 +80,12 @@ def plan_record(plan: ShardingPlan, storage: dict[str, dict], alignment: int) ->
         tables = {}
         for table, ps in module_plan.items():
             info = storage[table]
-            shards = []
             if ps.sharding_spec is None:  # data parallel: every listed rank holds the whole table
-                shards = [_shard(r, [0, 0], [info["rows"], None], info, alignment) for r in ps.ranks or []]
+                placed = [(r, [0, 0], [info["rows"], None]) for r in ps.ranks or []]
             else:
-                for meta in ps.sharding_spec.shards:
-                    shards.append(_shard(meta.placement.rank(), meta.shard_offsets, meta.shard_sizes, info, alignment))
+                placed = [(m.placement.rank(), m.shard_offsets, m.shard_sizes) for m in ps.sharding_spec.shards]
+            whole = ps.sharding_type in WHOLE_TABLE_TYPES
+            shards = [_shard(rank, offsets, sizes, info, alignment, whole) for rank, offsets, sizes in placed]
             tables[table] = {
                 "sharding_type": ps.sharding_type,
                 "compute_kernel": ps.compute_kernel,
@@ -95,19 +97,12 @@ def plan_record(plan: ShardingPlan, storage: dict[str, dict], alignment: int) ->
     return out
 
 
-def _shard(rank: int, offsets: list[int], sizes: list[int | None], info: dict, alignment: int) -> dict[str, Any]:
+def _shard(rank: int, offsets: list[int], sizes: list[int | None], info: dict, alignment: int, whole: bool) -> dict[str, Any]:
     rows, cols = int(sizes[0]), sizes[1]
-    if rows == info["rows"] and (cols is None or list(offsets) == [0, 0] and _whole_width(cols, info)):
-        nbytes = rows * info["row_bytes"]  # the whole table, as stored
-    else:
-        nbytes = rows * row_bytes(info["dtype"], int(cols), alignment)
+    # A whole table counts as stored. (The planner reads a quantized fp16/fp32 table, which has no split
+    # scale/bias, by its byte width: its sizes are bytes, not columns; such tables shard table-wise only.)
+    nbytes = rows * info["row_bytes"] if whole else rows * row_bytes(info["dtype"], int(cols), alignment)
     return {"rank": int(rank), "offsets": [int(o) for o in offsets], "sizes": [rows, None if cols is None else int(cols)], "bytes": int(nbytes)}
-
-
-def _whole_width(cols: int, info: dict) -> bool:
-    """True when `cols` covers the table's full width (as dim, or as stored bytes: the planner reads an
-    fp16/fp32 TBE table without split scale/bias by its byte width)."""
-    return cols >= info["dim"] or cols == info["row_bytes"]
 
 
 def bytes_per_rank(plan: dict[str, dict[str, Any]], world_size: int) -> list[int]:

@@ -40,22 +40,25 @@ def die_with_parent() -> None:
 
 
 def main(workdir: Path) -> None:
-    from bench.distributed import env as ranks
-    from bench.distributed.measure import collect
-    from bench.hardware import prepare_process
-    from bench.pipeline.shared import SharedWork
-
     die_with_parent()
-    me = ranks.rank_env()
-    rank = me.rank if me else 0
+    rank = int(os.environ.get("RANK", 0))
     (workdir / f"rank{rank}.pid").write_text(str(os.getpid()))
     phase = workdir / f"rank{rank}.phase"
     phase.write_text("starting")
     try:
+        # torch, torchrec and the pipeline load only now: the pid is on disk and the parent-death
+        # signal armed before the seconds these imports take
+        import torch
+
+        from bench.distributed import env as ranks
+        from bench.distributed.measure import collect
+        from bench.hardware import prepare_process
+        from bench.pipeline.shared import SharedWork
+
         cfg = config_from_dict(json.loads((workdir / "job.json").read_text()))
         prepare_process(cfg.device, cfg.threads)
         backend = registry.get("backend", cfg.backend.name).factory(cfg.backend)
-        device = ranks.rank_device(_device(cfg))
+        device = ranks.rank_device(torch.device(cfg.device.type))
         with ranks.process_group(device, cfg.sharding.timeout_s):
             phase.write_text("measuring")
             run = collect(cfg, backend, device, SharedWork())
@@ -65,12 +68,6 @@ def main(workdir: Path) -> None:
     except BaseException as exc:
         (workdir / f"rank{rank}.error").write_text(f"{type(exc).__name__}: {exc}\n")
         raise
-
-
-def _device(cfg: Config):
-    import torch
-
-    return torch.device(cfg.device.type)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,13 @@ class WorkloadConfig:
     train_samples: int = MISSING
     eval_samples: int = MISSING
     calibration_samples: int = 16384
+    # Appended to the name in records and reports (`name:tag`), so one workload swept over its own
+    # options (access pattern, table size) gives rows that do not collide.
+    tag: Optional[str] = None
+
+
+def workload_label(cfg: WorkloadConfig) -> str:
+    return f"{cfg.name}:{cfg.tag}" if cfg.tag else cfg.name
 
 
 @dataclass
@@ -46,6 +53,9 @@ class ModelConfig:
     dcn_low_rank_dim: int = 512
     # A state dict to load instead of training (weights_only).
     checkpoint: Optional[str] = None
+    # trained: trained on the workload (or the checkpoint); random: untrained, tables never built in
+    # fp32 (bench.models.random_weights) - speed and memory only, no accuracy.
+    weights: str = "trained"
     train: TrainConfig = field(default_factory=TrainConfig)
 
 
@@ -71,6 +81,11 @@ class TimingConfig:
     # A trial of a few milliseconds is at the mercy of one preemption; small batches get more
     # calls per trial so every trial lasts about this long.
     min_trial_seconds: float = 0.25
+    # Distinct samples the timing loop cycles through (in whole batches, at least batches_per_trial,
+    # at most the eval split). A handful of batches replayed keeps their rows in cache: at 26 x 300k
+    # rows, 10 Zipf-1.1 batches of 1024 touch 1.2% of each table (22 MiB fp32, inside a 32 MiB LLC)
+    # where a stream of requests touches far more. 0: only batches_per_trial batches, the old replay.
+    pool_samples: int = 262144
 
 
 @dataclass

@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 # What may differ between two runs of the same job: timings, memory peaks, when and which record,
 # where the caches were, and whether the model was trained or loaded.
-TIMING_METRICS = {"throughput", "throughput_trials", "latency_ms", "latency_samples_ms", "peak_rss_bytes", "peak_rss_scope", "cuda_peak_bytes"}
+TIMING_METRICS = {"throughput", "throughput_trials", "latency_ms", "latency_samples_ms", "peak_rss_bytes", "peak_rss_scope", "cuda_peak_bytes",
+                  "rss_start_bytes", "page_faults_per_call", "prepare_seconds", "timing_pool", "roofline"}  # fmt: skip
 VOLATILE = {"created_at", "record_id"}
 PATHS = {"cache_dir"}
 

@@ -23,6 +23,7 @@ from bench.backends.base import Backend
 from bench.backends.linear import MLP_CHOICES, MODES, check_choice, fake_quantize
 from bench.backends.modules import (
     embedding_bag_collections,
+    materialize_random_tables,
     require_embedding_bag_collections,
     table_dims,
 )
@@ -63,7 +64,7 @@ class FakeQuantBackend(Backend):
         for key, b in [("backend.bits", cfg.bits), *((f"backend.per_table.{n}", b) for n, b in cfg.per_table.items())]:
             if int(b) not in ROW_BITS:
                 raise UserError(f"{key}={b} is not one of {', '.join(map(str, ROW_BITS))}")
-        model = copy.deepcopy(model).eval()
+        model = materialize_random_tables(copy.deepcopy(model)).eval()
         require_embedding_bag_collections(model, cfg.name)
         bits = resolve_table_bits(table_dims(model), cfg.bits, dict(cfg.per_table), "backend.per_table")
         with torch.no_grad():

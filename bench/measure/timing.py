@@ -7,6 +7,7 @@ recompute any statistic. On CUDA, CUDA events bracket each call and the trial sy
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass
@@ -15,6 +16,14 @@ from typing import Sequence
 import numpy as np
 import torch
 from torch import nn
+
+
+# The timing config's keys that drive the loop (`pool_samples` chose the inputs: the caller's business).
+LOOP_KEYS = ("warmup_batches", "trials", "batches_per_trial", "min_trial_seconds")
+
+
+def loop_options(timing_cfg) -> dict:
+    return {key: getattr(timing_cfg, key) for key in LOOP_KEYS}
 
 
 @dataclass
@@ -49,16 +58,19 @@ def time_module(
     """Call `module(*inputs[i])` in rounds; `inputs` already live on `device`.
 
     Each trial makes at least `batches_per_trial` calls, and more when the warm-up says that
-    many would take less than `min_trial_seconds`, cycling over `inputs`.
+    many would take less than `min_trial_seconds`. The calls cycle over `inputs` with one cursor
+    that runs on from the warm-up through every trial, so every distinct batch is used before any
+    is used again (trials do not each restart at the first batch).
     """
     if not inputs:
         raise ValueError("no timing batches")
     clock = _cuda_clock if device.type == "cuda" else _cpu_clock
+    cursor = itertools.cycle(inputs)
     with torch.inference_mode():
-        warm = clock(module, [inputs[i % len(inputs)] for i in range(max(1, warmup_batches))], device)
+        warm = clock(module, [next(cursor) for _ in range(max(1, warmup_batches))], device)
         per_call_s = float(np.median(warm)) / 1e3
         calls = max(batches_per_trial, math.ceil(min_trial_seconds / per_call_s) if per_call_s > 0 else 0)
-        latency = [clock(module, [inputs[j % len(inputs)] for j in range(calls)], device) for _ in range(trials)]
+        latency = [clock(module, [next(cursor) for _ in range(calls)], device) for _ in range(trials)]
     return Timing(batch_size=batch_size, latency_ms=latency)
 
 

@@ -12,7 +12,7 @@ from bench.errors import UserError
 from bench.workloads.base import TableSpec
 
 
-def embedding_bag_collection(tables: list[TableSpec], embedding_dim: int) -> EmbeddingBagCollection:
+def embedding_bag_collection(tables: list[TableSpec], embedding_dim: int, device: torch.device | str = "cpu") -> EmbeddingBagCollection:
     configs = [
         EmbeddingBagConfig(
             name=t.name,
@@ -23,11 +23,12 @@ def embedding_bag_collection(tables: list[TableSpec], embedding_dim: int) -> Emb
         )
         for t in tables
     ]
-    return EmbeddingBagCollection(tables=configs, device=torch.device("cpu"))
+    return EmbeddingBagCollection(tables=configs, device=torch.device(device))
 
 
-def build_dlrm(cfg, tables: list[TableSpec], num_dense: int) -> nn.Module:
-    """`cfg` is a `bench.config.ModelConfig`; the model is built on CPU."""
+def build_dlrm(cfg, tables: list[TableSpec], num_dense: int, table_device: torch.device | str = "cpu") -> nn.Module:
+    """`cfg` is a `bench.config.ModelConfig`; the model is built on CPU, its tables on `table_device`
+    (meta: tables without memory, for untrained models whose backends build them themselves)."""
     if cfg.dense_arch_layer_sizes[-1] != cfg.embedding_dim:
         raise UserError(
             f"model.dense_arch_layer_sizes must end with embedding_dim={cfg.embedding_dim}, "
@@ -35,7 +36,7 @@ def build_dlrm(cfg, tables: list[TableSpec], num_dense: int) -> nn.Module:
         )
     if cfg.over_arch_layer_sizes[-1] != 1:
         raise UserError(f"model.over_arch_layer_sizes must end with 1 (one logit), got {list(cfg.over_arch_layer_sizes)}")
-    ebc = embedding_bag_collection(tables, cfg.embedding_dim)
+    ebc = embedding_bag_collection(tables, cfg.embedding_dim, table_device)
     common = dict(
         embedding_bag_collection=ebc,
         dense_in_features=num_dense,

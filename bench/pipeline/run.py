@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from bench import registry
-from bench.config import Config
+from bench.config import Config, workload_label
 from bench.errors import UserError
 from bench.hardware import prepare_process, resolve
 from bench.hashing import config_hash
@@ -60,7 +60,7 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
     resolved = dataclasses.asdict(cfg)
     record = RunRecord(
         status="ok",
-        workload=cfg.workload.name,
+        workload=workload_label(cfg.workload),
         backend=cfg.backend.name,
         device=cfg.device.type,
         batch_size=cfg.batch_size,
@@ -83,6 +83,7 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
             if prior is not None:
                 return resumed(prior, record), None
         if skip is None and cfg.memory_fraction is not None:
+            session.work.release_leftovers(cfg, backend, device)  # earlier jobs' leftovers are not in the way
             workload = session.work.workload(cfg)
             estimate = memory_estimate(cfg, backend, workload, session.work.model_resident(cfg), device)
             skip = memory_skip_reason(estimate, device, cfg.memory_fraction)

@@ -14,6 +14,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from bench.record import RunRecord
+from bench.report.machine import EXTRA_COLUMNS, row_extras
 from bench.stats import ratio_interval
 
 KEY = ["workload", "device", "backend", "batch_size"]
@@ -53,6 +54,8 @@ COLUMNS = [
     "fingerprint",
     "git_sha",
     "created_at",
+    "fp32_embedding_bytes",
+    *EXTRA_COLUMNS,  # where each job stood against the machine (bench.report.machine)
 ]
 
 _METRICS = ["auc", "auc_delta", "auc_delta_lo", "auc_delta_hi", "auc_delta_p", "auc_fp32", "oracle_auc",
@@ -126,6 +129,7 @@ def _row(r: RunRecord) -> dict[str, Any]:
     row.update({name: _num(m.get(name)) for name in _METRICS})
     for q in ("p50", "p90", "p99"):
         row[f"latency_{q}_ms"] = _num(lat.get(q))
+    row.update(row_extras(r))
     return row
 
 
@@ -141,7 +145,7 @@ def speedup(new: RunRecord, base: RunRecord) -> tuple[float, float, float]:
 
 def _relative_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord]) -> pd.DataFrame:
     speed = {"speedup": [], "speedup_lo": [], "speedup_hi": []}
-    compression = []
+    compression, fp32_table_bytes = [], []
     fp32_bytes = {}
     for r in latest.values():  # embedding bytes do not depend on the batch size
         if r.backend == BASELINE and r.status == "ok" and r.metrics.get("embedding_bytes"):
@@ -156,7 +160,8 @@ def _relative_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord]) -> pd.Da
             speed[name].append(value)
         fb = fp32_bytes.get((row.workload, row.device), math.nan)
         compression.append(fb / row.embedding_bytes if row.embedding_bytes and row.embedding_bytes > 0 else math.nan)
-    return df.assign(**speed, compression=compression)
+        fp32_table_bytes.append(fb)
+    return df.assign(**speed, compression=compression, fp32_embedding_bytes=fp32_table_bytes)
 
 
 def results_table(records: Iterable[RunRecord | dict[str, Any]]) -> pd.DataFrame:

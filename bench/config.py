@@ -86,6 +86,10 @@ class TimingConfig:
     # rows, 10 Zipf-1.1 batches of 1024 touch 1.2% of each table (22 MiB fp32, inside a 32 MiB LLC)
     # where a stream of requests touches far more. 0: only batches_per_trial batches, the old replay.
     pool_samples: int = 262144
+    # wall: elapsed time. thread_cpu: CPU time of the calling thread (needs threads=1, CPU only): on a
+    # machine shared with other work it leaves out the time the thread waited for a core, which
+    # moved wall-clock throughput by 2x between jobs minutes apart on the 2 shared cores here.
+    clock: str = "wall"
 
 
 @dataclass

@@ -215,3 +215,31 @@ def test_peak_rss_of_a_job_leaves_out_what_earlier_jobs_left(tiny_cfg):
     assert first.status == after.status == "ok"
     assert after.metrics["peak_rss_bytes"] < fresh.metrics["peak_rss_bytes"] + tables / 2
     assert after.metrics["rss_start_bytes"] < first.metrics["peak_rss_bytes"] - tables
+
+
+class Sleeps(nn.Module):
+    """Waits without using the CPU, as a thread that is off its core does."""
+
+    def forward(self, dense, sparse):
+        import time
+
+        time.sleep(0.003)
+        return dense[:, :1]
+
+
+def test_thread_cpu_clock_leaves_out_waiting():
+    batch = [(torch.zeros(4, 13), None)]
+    wall = time_module(Sleeps(), batch, 4, CPU, warmup_batches=1, trials=1, batches_per_trial=3)
+    cpu = time_module(Sleeps(), batch, 4, CPU, warmup_batches=1, trials=1, batches_per_trial=3, clock="thread_cpu")
+    assert min(wall.latency_ms[0]) >= 3.0 and max(cpu.latency_ms[0]) < 1.0
+
+
+def test_thread_cpu_clock_needs_one_thread(tiny_cfg):
+    from bench.errors import UserError
+    from bench.pipeline.run import validate
+
+    validate(tiny_cfg("timing.clock=thread_cpu", "threads=1"))
+    with pytest.raises(UserError, match="set threads=1"):
+        validate(tiny_cfg("timing.clock=thread_cpu"))
+    with pytest.raises(UserError, match="not a clock"):
+        validate(tiny_cfg("timing.clock=sundial"))

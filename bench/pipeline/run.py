@@ -22,6 +22,7 @@ from bench.hardware import prepare_process, resolve
 from bench.hashing import config_hash
 from bench.measure.env import environment
 from bench.measure.memory import memory_skip_reason
+from bench.measure.timing import check_timing
 from bench.pipeline.guard import ResumeIndex, memory_estimate, resumed
 from bench.pipeline.job import measure
 from bench.pipeline.shared import SharedWork
@@ -127,3 +128,4 @@ def validate(cfg: Config) -> None:
     for key in ("warmup_batches", "trials", "batches_per_trial"):
         if getattr(cfg.timing, key) < (0 if key == "warmup_batches" else 1):
             raise UserError(f"timing.{key} must be positive, got {getattr(cfg.timing, key)}")
+    check_timing(cfg.timing, cfg.threads)

@@ -68,12 +68,15 @@ def summary(record: RunRecord) -> str:
         return f"{head} ({record.error})"
     m = record.metrics
     lines = [head]
-    auc = f"  AUC {m['auc']:.4f}"
-    if m.get("oracle_auc") is not None:
-        auc += f" (oracle {m['oracle_auc']:.4f}, gap {m['oracle_auc'] - m['auc']:.4f})"
-    if record.backend != "fp32":
-        auc += f"; ΔAUC vs fp32 {m['auc_delta']:+.4f} [{m['auc_delta_lo']:+.4f}, {m['auc_delta_hi']:+.4f}]"
-    lines.append(auc + f"; log loss {m['logloss']:.4f}, NE {m['ne']:.4f}, {m['n_eval']} eval samples")
+    if "auc" in m:
+        auc = f"  AUC {m['auc']:.4f}"
+        if m.get("oracle_auc") is not None:
+            auc += f" (oracle {m['oracle_auc']:.4f}, gap {m['oracle_auc'] - m['auc']:.4f})"
+        if record.backend != "fp32":
+            auc += f"; ΔAUC vs fp32 {m['auc_delta']:+.4f} [{m['auc_delta_lo']:+.4f}, {m['auc_delta_hi']:+.4f}]"
+        lines.append(auc + f"; log loss {m['logloss']:.4f}, NE {m['ne']:.4f}, {m['n_eval']} eval samples")
+    else:
+        lines.append(f"  {m.get('accuracy', 'no accuracy measured')}")
     lat = m["latency_ms"]
     lines.append(
         f"  throughput {m['throughput']:,.0f} samples/s; latency p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, p99 {lat['p99']:.2f} ms; {m['threads']} threads"
@@ -84,11 +87,18 @@ def summary(record: RunRecord) -> str:
         lines.append(f"  UNSTABLE timing: {m['unstable_reason']}")
     lines.append(
         f"  embeddings {m['embedding_bytes'] / 1e6:.2f} MB; model {m['model_bytes'] / 1e6:.2f} MB; peak RSS {m['peak_rss_bytes'] / 1e6:.0f} MB"
+        + (f"; built in {m['prepare_seconds']:.1f} s" if m.get("prepare_seconds") is not None else "")
     )
     if m.get("ps_twin"):
         from bench.paramserver.module import summary_line
 
         lines.append(summary_line(m))
+    roof = m.get("roofline")
+    if roof:
+        lines.append(
+            f"  embedding traffic {roof['embedding_bytes_per_s'] / 1e9:.2f} GB/s = {100 * roof['embedding_share']:.0f}% of the gather "
+            f"roofline; matrix products at {100 * roof['dense_share']:.0f}% of the GEMM roofline"
+        )
     return "\n".join(lines)
 
 

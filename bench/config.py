@@ -25,6 +25,13 @@ class WorkloadConfig:
     train_samples: int = MISSING
     eval_samples: int = MISSING
     calibration_samples: int = 16384
+    # Appended to the name in records and reports (`name:tag`), so one workload swept over its own
+    # options (access pattern, table size) gives rows that do not collide.
+    tag: Optional[str] = None
+
+
+def workload_label(cfg: WorkloadConfig) -> str:
+    return f"{cfg.name}:{cfg.tag}" if cfg.tag else cfg.name
 
 
 @dataclass
@@ -47,6 +54,9 @@ class ModelConfig:
     dcn_low_rank_dim: int = 512
     # A state dict to load instead of training (weights_only).
     checkpoint: Optional[str] = None
+    # trained: trained on the workload (or the checkpoint); random: untrained, tables never built in
+    # fp32 (bench.models.random_weights) - speed and memory only, no accuracy.
+    weights: str = "trained"
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def validate(self) -> None:
@@ -105,9 +115,15 @@ class TimingConfig:
     min_trial_seconds: float = 0.25
     # Time the speedup against fp32 in the same process and window, in alternating (ABBA) rounds.
     paired: bool = True
-    # Distinct timing batches: all full eval batches at the job's batch size, up to this many
-    # samples, so timed calls walk through fresh ids instead of replaying a few cached batches.
-    max_distinct_samples: int = 262_144
+    # Distinct samples the timing loop walks through (in whole batches, at least batches_per_trial,
+    # at most the eval split), never restarting at the first. A handful of batches replayed keeps their
+    # rows in cache: at 26 x 300k rows, 10 Zipf-1.1 batches of 1024 touch 1.2% of each table (22 MiB
+    # fp32, inside a 32 MiB LLC) where a stream of requests touches far more. 0: batches_per_trial only.
+    pool_samples: int = 262144
+    # wall: elapsed time. thread_cpu: CPU time of the calling thread (needs threads=1, CPU only): on a
+    # machine shared with other work it leaves out the time the thread waited for a core, which
+    # moved wall-clock throughput by 2x between jobs minutes apart on the 2 shared cores here.
+    clock: str = "wall"
     # A figure is marked unstable (stable=false) when its trials vary more than this (std/mean) ...
     max_trial_cv: float = 0.10
     # ... or the paired speedup's 95% interval is wider than this share of the speedup.

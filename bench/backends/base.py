@@ -9,7 +9,8 @@ copy it first.
 Besides `prepare`, the runner asks a backend:
 - `unsupported_reason(device)`: why it cannot run there (the job is `skipped`), or None;
 - `stored_table_dtypes(tables)`: the weight type each table is stored in once prepared, for the
-  memory guard (None: the backend keeps a copy of the fp32 tables);
+  memory guard (None: the backend keeps a copy of the fp32 tables); `tables` maps each table name
+  to its rows;
 - `emulation()`: the `fake_quant` backend config that emulates it with fp32 kernels, whose AUC gap
   is recorded as `fidelity_gap` (None: nothing to emulate);
 - `record_name()`: its name in records and reports; a backend with variants worth telling apart
@@ -24,7 +25,7 @@ Besides `prepare`, the runner asks a backend:
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -47,7 +48,7 @@ class Backend:
     def prepare(self, model: nn.Module, calibration_batches: Sequence[Batch], device: torch.device) -> nn.Module:
         raise NotImplementedError
 
-    def stored_table_dtypes(self, tables: Sequence[str]) -> dict[str, str] | None:
+    def stored_table_dtypes(self, tables: Mapping[str, int]) -> dict[str, str] | None:
         return None
 
     def emulation(self) -> dict | None:

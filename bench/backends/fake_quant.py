@@ -23,6 +23,7 @@ from bench.backends.base import Backend
 from bench.backends.linear import MLP_CHOICES, MODES, check_choice, fake_quantize
 from bench.backends.modules import (
     embedding_bag_collections,
+    materialize_random_tables,
     require_embedding_bag_collections,
     table_dims,
 )
@@ -74,7 +75,7 @@ class FakeQuantBackend(Backend):
     def prepare(self, model, calibration_batches, device):
         cfg = self.cfg
         check_config(cfg)
-        model = copy.deepcopy(model).eval()
+        model = materialize_random_tables(copy.deepcopy(model)).eval()
         require_embedding_bag_collections(model, cfg.name)
         bits = resolve_table_bits(table_dims(model), cfg.bits, dict(cfg.per_table), "backend.per_table")
         with torch.no_grad():

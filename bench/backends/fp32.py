@@ -6,6 +6,7 @@ import copy
 from dataclasses import dataclass
 
 from bench.backends.base import Backend
+from bench.backends.modules import materialize_random_tables
 from bench.config import BackendConfig
 from bench.registry import register
 
@@ -18,4 +19,4 @@ class Fp32Config(BackendConfig):
 @register("backend", "fp32", config=Fp32Config)
 class Fp32Backend(Backend):
     def prepare(self, model, calibration_batches, device):
-        return copy.deepcopy(model).to(device).eval()
+        return materialize_random_tables(copy.deepcopy(model)).to(device).eval()

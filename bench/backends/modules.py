@@ -9,6 +9,11 @@ from torchrec.quant.embedding_modules import (
 )
 
 from bench.errors import UserError
+from bench.models.random_weights import (
+    materialize_tables,
+    random_weights_seed,
+    unmaterialized,
+)
 
 EMBEDDING_TYPES = (EmbeddingBagCollection, QuantEmbeddingBagCollection)
 
@@ -31,6 +36,20 @@ def require_embedding_bag_collections(model: nn.Module, backend: str) -> list[tu
 def table_dims(model: nn.Module) -> dict[str, int]:
     """Table name -> embedding dim, over every eager EmbeddingBagCollection."""
     return {cfg.name: cfg.embedding_dim for _, ebc in embedding_bag_collections(model) for cfg in ebc.embedding_bag_configs()}
+
+
+def table_rows(model: nn.Module) -> dict[str, int]:
+    """Table name -> rows, over every eager EmbeddingBagCollection."""
+    return {cfg.name: cfg.num_embeddings for _, ebc in embedding_bag_collections(model) for cfg in ebc.embedding_bag_configs()}
+
+
+def materialize_random_tables(model: nn.Module) -> nn.Module:
+    """Give the meta-device tables of a random-weights model their fp32 rows (in place), for the backends
+    that compute with fp32 tables; the TBE backends build their stored rows directly instead."""
+    for _, ebc in embedding_bag_collections(model):
+        if unmaterialized(ebc):
+            materialize_tables(ebc, random_weights_seed(model))
+    return model
 
 
 def child_slots(model: nn.Module, kinds: tuple[type[nn.Module], ...]) -> list[tuple[nn.Module, str]]:

@@ -23,7 +23,7 @@ import copy
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Optional, Sequence
+from typing import ClassVar, Mapping, Optional, Sequence
 
 import torch
 import yaml
@@ -35,16 +35,19 @@ from torchrec.quant.embedding_modules import quant_prep_customize_row_alignment
 
 from bench.backends.ao_notice import torch_ao_calls
 from bench.backends.base import Backend
+from bench.backends.direct import build_tables_directly
 from bench.backends.linear import MLP_CHOICES, MODES, check_choice, quantize_int8
 from bench.backends.modules import (
     embedding_bag_collections,
     require_embedding_bag_collections,
     table_dims,
+    table_rows,
 )
 from bench.backends.tables import table_storage
 from bench.batch import Batch
 from bench.config import BackendConfig
 from bench.errors import UserError
+from bench.models.random_weights import unmaterialized
 
 # Table weight types: the names used in configs, FBGEMM's SparseType values (as `table_storage` reports them).
 WEIGHT_DTYPES = {
@@ -66,6 +69,13 @@ class TbeConfig(BackendConfig):
     per_table: dict[str, str] = field(default_factory=dict)
     # A YAML file of the same mapping (`bench.tune` writes one); `per_table` entries win over its entries.
     per_table_file: Optional[str] = None
+    # Tables with fewer rows than this are stored as `small_table_dtype` instead (per_table still wins):
+    # the mixed recipe keeps small tables at int8 and quantizes only the big ones further. null: off.
+    small_table_rows: Optional[int] = None
+    small_table_dtype: str = "int8"
+
+    def validate(self) -> None:
+        check_config(self)
 
 
 def read_per_table_file(path: str) -> dict[str, str]:
@@ -80,9 +90,6 @@ def read_per_table_file(path: str) -> dict[str, str]:
     if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
         raise UserError(f"{key} must hold a mapping of table name -> weight type, one `table: dtype` per line")
     return data
-
-    def validate(self) -> None:
-        check_config(self)
 
 
 def check_config(cfg) -> None:
@@ -159,13 +166,20 @@ class TbeBackend(Backend):
             return f"backend {self.cfg.name!r}: the int8 MLP (torch.ao int8 Linear) runs on CPU only; set backend.mlp=fp32"
         return reason
 
+    def _overrides(self, rows: Mapping[str, int]) -> dict[str, str]:
+        """Weight types that differ from the backend's: small tables (by rows), then `per_table`."""
+        small = self.cfg.small_table_rows
+        by_rows = {name: self.cfg.small_table_dtype for name, n in rows.items() if small is not None and n < small}
+        return {**by_rows, **self.cfg.per_table}
+
     def table_dtypes(self, model: nn.Module) -> dict[str, str]:
+        check_dtype(self.cfg.small_table_dtype, "backend.small_table_dtype")
         for name, dtype in self.cfg.per_table.items():
             check_dtype(dtype, f"backend.per_table.{name}")
         dims = table_dims(model)
         inverse = {b: d for d, b in BITS.items()}
-        per_table_bits = {name: BITS[d] for name, d in self.cfg.per_table.items()}
-        bits = resolve_table_bits(dims, BITS[self.weight_dtype], per_table_bits, "backend.per_table")
+        overrides = {name: BITS[d] for name, d in self._overrides(table_rows(model)).items()}
+        bits = resolve_table_bits(dims, BITS[self.weight_dtype], overrides, "backend.per_table")
         return {name: inverse[b] for name, b in bits.items()}
 
     def prepare(self, model: nn.Module, calibration_batches: Sequence[Batch], device: torch.device) -> nn.Module:
@@ -176,16 +190,21 @@ class TbeBackend(Backend):
         model = copy.deepcopy(model).eval()
         require_embedding_bag_collections(model, self.cfg.name)
         dtypes = self.table_dtypes(model)
-        model.to(device)
-        quantize_tables(model, dtypes, device)
+        if any(unmaterialized(m) for m in model.modules()):  # random weights: built straight into their stored form
+            build_tables_directly(model, dtypes, device, row_alignment(device))
+            check_tables(model, dtypes)
+            model.to(device)
+        else:
+            model.to(device)
+            quantize_tables(model, dtypes, device)
         if self.cfg.mlp == "int8":
             quantize_int8(model, self.cfg.mlp_mode, calibration_batches, device)
         return model
 
-    def stored_table_dtypes(self, tables: Sequence[str]) -> dict[str, str]:
-        # a per-table weight type that is not one leaves the default here; prepare() then names the mistake
-        per_table = {k: str(v) for k, v in self.cfg.per_table.items() if str(v) in WEIGHT_DTYPES}
-        return {name: per_table.get(name, self.weight_dtype) for name in tables}
+    def stored_table_dtypes(self, tables: Mapping[str, int]) -> dict[str, str]:
+        # a weight type that is not one leaves the default here; prepare() then names the mistake
+        overrides = {k: str(v) for k, v in self._overrides(tables).items() if str(v) in WEIGHT_DTYPES}
+        return {name: overrides.get(name, self.weight_dtype) for name in tables}
 
     def emulation(self) -> dict | None:
         """The `fake_quant` config that emulates this backend with fp32 kernels (None: nothing quantized)."""

@@ -9,45 +9,51 @@ from typing import Mapping
 import torch
 from fbgemm_gpu.split_embedding_configs import SparseType
 from fbgemm_gpu.split_table_batched_embeddings_ops_inference import (
+    IntNBitTableBatchedEmbeddingBagsCodegen,
     rounded_row_size_in_bytes,
 )
 from torch import nn
+from torchrec.tensor_types import UIntXTensor
 
 from bench import hardware
 
 
 def model_bytes(module: nn.Module) -> int:
-    """Bytes of every parameter and buffer, each storage counted once.
+    """Bytes the module's weights and state occupy: every storage counted once, at its real size.
 
-    Walks the state dict too, because quantized Linear layers keep their int8 weights in packed
-    params (tuples of tensors) that are neither parameters nor buffers.
+    Walks what holds memory, not the state dict (which materializes tensors a module does not hold,
+    such as a dynamic int8 Linear's output scale):
+    - parameters and buffers; a packed INT4/INT2 table (torchrec's UIntXTensor) is a wrapper whose
+      shape counts sub-byte elements: its uint8 data is what is counted;
+    - the weight buffer of every FBGEMM table-batched kernel (`weights_host`/`_dev`/`_uvm`), which is
+      not registered with the module; the per-table weights are views into it, so the buffer is counted
+      once, 128-byte table alignment included;
+    - quantized Linear weights inside packed params: int8 data, bias, and the per-channel scale and
+      zero point the quantized tensor holds.
     """
     tensors: list[torch.Tensor] = [*module.parameters(), *module.buffers()]
-    stack = list(module.state_dict().values())
-    while stack:
-        item = stack.pop()
-        if isinstance(item, torch.Tensor):
-            tensors.append(item)
-        elif isinstance(item, (tuple, list)):
-            stack.extend(item)
+    for m in module.modules():
+        if isinstance(m, IntNBitTableBatchedEmbeddingBagsCodegen):
+            tensors += [getattr(m, n) for n in ("weights_host", "weights_dev", "weights_uvm") if isinstance(getattr(m, n, None), torch.Tensor)]
+        packed = getattr(m, "_packed_params", None)
+        if packed is not None and hasattr(packed, "_weight_bias"):
+            tensors += [t for t in packed._weight_bias() if t is not None]
     seen: dict[tuple, int] = {}
     for t in tensors:
+        t = t.elem if isinstance(t, UIntXTensor) else t
         seen.setdefault(_storage_key(t), _storage_bytes(t))
+        if t.is_quantized and t.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
+            for qparams in (t.q_per_channel_scales(), t.q_per_channel_zero_points()):
+                seen[("qparams", id(t), qparams.dtype)] = qparams.numel() * qparams.element_size()
     return sum(seen.values())
 
 
 def _storage_key(t: torch.Tensor) -> tuple:
-    try:
-        return (t.device.type, t.untyped_storage().data_ptr())
-    except (RuntimeError, NotImplementedError):  # quantized or opaque tensors
-        return ("opaque", id(t))
+    return (t.device.type, t.untyped_storage().data_ptr()) if t.untyped_storage().nbytes() else ("empty", id(t))
 
 
 def _storage_bytes(t: torch.Tensor) -> int:
-    try:
-        return int(t.untyped_storage().nbytes())
-    except (RuntimeError, NotImplementedError):
-        return int(t.numel() * t.element_size())
+    return 0 if t.device.type == "meta" else int(t.untyped_storage().nbytes())
 
 
 class PeakMemory:
@@ -55,18 +61,22 @@ class PeakMemory:
 
     Linux resets the RSS high-water mark through /proc/self/clear_refs, so the peak belongs to the
     block, not to everything the process did before. Where that is not allowed, the peak is the
-    process's lifetime maximum, and `rss_scope` says so.
+    process's lifetime maximum, and `rss_scope` says so. `rss_start_bytes` is what was resident when
+    the block began (what the block's peak stands on); the caller frees leftovers it does not need
+    before entering, so they are part of neither figure.
     """
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.rss_scope = "process"
         self.peak_rss_bytes = 0
+        self.rss_start_bytes: int | None = None
         self.cuda_peak_bytes: int | None = None
 
     def __enter__(self) -> "PeakMemory":
         if hardware.reset_peak_rss():
             self.rss_scope = "job"
+        self.rss_start_bytes = hardware.rss_bytes()
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         return self
@@ -99,6 +109,7 @@ class MemoryEstimate:
     fp32_model_bytes: int
     backend_tables_bytes: int
     model_resident: bool
+    model_has_tables: bool = True  # False: an untrained model whose tables only its backend builds
 
     @property
     def host_bytes(self) -> int:
@@ -109,7 +120,8 @@ class MemoryEstimate:
         return self.host_bytes + self.backend_tables_bytes
 
     def describe(self) -> str:
-        parts = [] if self.model_resident else [f"fp32 model {_gb(self.fp32_model_bytes)}"]
+        model = "fp32 model" if self.model_has_tables else "fp32 model without tables (untrained)"
+        parts = [] if self.model_resident else [f"{model} {_gb(self.fp32_model_bytes)}"]
         parts.append(f"backend copy {_gb(self.fp32_model_bytes)}")
         if self.backend_tables_bytes:
             parts.append(f"backend tables {_gb(self.backend_tables_bytes)}")
@@ -117,9 +129,15 @@ class MemoryEstimate:
 
 
 def estimate_job(
-    tables: Mapping[str, tuple[int, int]], dense_bytes: int, dtypes: Mapping[str, str] | None, model_resident: bool, alignment: int = 1
+    tables: Mapping[str, tuple[int, int]], dense_bytes: int, dtypes: Mapping[str, str] | None, model_resident: bool,
+    alignment: int = 1, fp32_tables: bool = True,
 ) -> MemoryEstimate:
-    """`dtypes` None: the backend keeps fp32 tables in its copy (fp32, fake_quant); else its TBE weight types."""
+    """`dtypes` None: the backend keeps fp32 tables in its copy (fp32, fake_quant); else its TBE weight types.
+
+    `fp32_tables` False: the model holds no tables (untrained, tables on the meta device); the backend
+    builds its own, as fp32 rows when `dtypes` is None."""
+    if not fp32_tables:
+        return MemoryEstimate(int(dense_bytes), tables_bytes(tables, dtypes, alignment), model_resident, model_has_tables=False)
     fp32 = tables_bytes(tables) + int(dense_bytes)
     backend = tables_bytes(tables, dtypes, alignment) if dtypes is not None else 0
     return MemoryEstimate(fp32, backend, model_resident)

@@ -2,7 +2,9 @@
 
 The timed region holds only the model call: batches are built and moved to the device before
 timing starts. Warm-up first, then several trials; every per-batch latency is kept so a report can
-recompute any statistic. On CUDA, CUDA events bracket each call and the trial synchronises once.
+recompute any statistic. On CPU the clock is wall time, or with `timing.clock=thread_cpu` the CPU time
+of the calling thread (one thread only): on a machine shared with other work it leaves out the time
+spent waiting for a core. On CUDA, CUDA events bracket each call and the trial synchronises once.
 
 Fresh data: calls walk through the distinct timing batches in order across trials (they never
 restart at the first batch), so with enough distinct batches no timed call replays ids whose rows
@@ -30,9 +32,28 @@ import numpy as np
 import torch
 from torch import nn
 
+from bench.errors import UserError
 from bench.stats import median_interval
 
 Clock = Callable[[], int]  # nanoseconds
+# The timing config's keys that drive the loop (`pool_samples` chose the inputs: the caller's business).
+LOOP_KEYS = ("warmup_batches", "trials", "batches_per_trial", "min_trial_seconds")
+CLOCKS = {"wall": time.perf_counter_ns, "thread_cpu": time.thread_time_ns}
+
+
+def loop_options(timing_cfg) -> dict:
+    """The loop's keyword arguments from a TimingConfig, `timing.clock` turned into the clock it names."""
+    return {**{key: getattr(timing_cfg, key) for key in LOOP_KEYS}, "clock": CLOCKS[timing_cfg.clock]}
+
+
+def check_timing(timing_cfg, threads: int | None) -> None:
+    """One clear line for timing options that cannot work."""
+    if timing_cfg.clock not in CLOCKS:
+        raise UserError(f"timing.clock={timing_cfg.clock!r} is not a clock: choose one of {', '.join(CLOCKS)}")
+    if timing_cfg.clock == "thread_cpu" and threads != 1:
+        raise UserError("timing.clock=thread_cpu times the calling thread only: set threads=1 with it")
+    if timing_cfg.pool_samples < 0:
+        raise UserError(f"timing.pool_samples must be 0 or more, got {timing_cfg.pool_samples}")
 
 
 @dataclass
@@ -102,7 +123,8 @@ class _Calls:
         return out
 
 
-def _clock_fn(device: torch.device, clock: Clock):
+def _clock_fn(device: torch.device, clock: Clock | str):
+    clock = CLOCKS[clock] if isinstance(clock, str) else clock  # a name: timing.clock's
     if device.type == "cuda":
         return _cuda_clock
     return lambda module, trial_inputs, device: _cpu_clock(module, trial_inputs, clock)

@@ -12,7 +12,7 @@ from bench.config import check_model_config
 from bench.workloads.base import TableSpec
 
 
-def embedding_bag_collection(tables: list[TableSpec], embedding_dim: int) -> EmbeddingBagCollection:
+def embedding_bag_collection(tables: list[TableSpec], embedding_dim: int, device: torch.device | str = "cpu") -> EmbeddingBagCollection:
     configs = [
         EmbeddingBagConfig(
             name=t.name,
@@ -23,13 +23,14 @@ def embedding_bag_collection(tables: list[TableSpec], embedding_dim: int) -> Emb
         )
         for t in tables
     ]
-    return EmbeddingBagCollection(tables=configs, device=torch.device("cpu"))
+    return EmbeddingBagCollection(tables=configs, device=torch.device(device))
 
 
-def build_dlrm(cfg, tables: list[TableSpec], num_dense: int) -> nn.Module:
-    """`cfg` is a `bench.config.ModelConfig`; the model is built on CPU."""
+def build_dlrm(cfg, tables: list[TableSpec], num_dense: int, table_device: torch.device | str = "cpu") -> nn.Module:
+    """`cfg` is a `bench.config.ModelConfig`; the model is built on CPU, its tables on `table_device`
+    (meta: tables without memory, for untrained models whose backends build them themselves)."""
     check_model_config(cfg)
-    ebc = embedding_bag_collection(tables, cfg.embedding_dim)
+    ebc = embedding_bag_collection(tables, cfg.embedding_dim, table_device)
     common = dict(
         embedding_bag_collection=ebc,
         dense_in_features=num_dense,

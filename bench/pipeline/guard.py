@@ -1,7 +1,8 @@
 """Guards that run before anything is built: the memory estimate and resume.
 
 - Memory: a job whose estimated peak (fp32 model unless resident, the backend's copy, its stored
-  tables at FBGEMM's row bytes) exceeds `memory_fraction` of what is available is `skipped`.
+  tables at FBGEMM's row bytes) exceeds `memory_fraction` of what is available is `skipped`. An
+  untrained model (`model.weights=random`) has no fp32 tables: each backend builds only its own.
 - Resume: with `resume=true`, a job whose ok or skipped record is already in
   `<reports_dir>/records.jsonl` for the same config hash and machine fingerprint is not measured
   again; that record is re-emitted with `resumed_from` set to its id.
@@ -23,6 +24,7 @@ from bench.config import Config, ModelConfig
 from bench.hashing import plain
 from bench.measure.memory import MemoryEstimate, estimate_job
 from bench.models.dlrm import build_dlrm
+from bench.models.random_weights import RANDOM
 from bench.record import RunRecord, StoreIndex
 from bench.workloads.base import TableSpec, Workload
 
@@ -33,9 +35,10 @@ def memory_estimate(cfg: Config, backend: Backend, workload: Workload, model_res
     """The job's memory at its peak, from the workload's table sizes and the model config (nothing built)."""
     dim = int(cfg.model.embedding_dim)
     tables = {t.name: (int(t.num_embeddings), dim) for t in workload.tables}
-    dtypes = backend.stored_table_dtypes(list(tables))
+    dtypes = backend.stored_table_dtypes({name: rows for name, (rows, _) in tables.items()})
     dense = _dense_bytes(json.dumps(plain(cfg.model), sort_keys=True), tuple((t.name, t.feature) for t in workload.tables), workload.num_dense)
-    return estimate_job(tables, dense, dtypes, model_resident, row_alignment(device))
+    # random weights: no fp32 tables in the model; the backend builds its own (fp32 ones for fp32 backends)
+    return estimate_job(tables, dense, dtypes, model_resident, row_alignment(device), fp32_tables=cfg.model.weights != RANDOM)
 
 
 @functools.lru_cache(maxsize=8)

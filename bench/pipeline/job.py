@@ -19,14 +19,25 @@ from bench.hashing import plain
 from bench.measure.accuracy import accuracy_metrics, score
 from bench.measure.memory import PeakMemory, model_bytes
 from bench.measure.noise import LoadWatch, stability
-from bench.measure.timing import PairedTiming, Timing, time_module, time_paired
+from bench.measure.timing import (
+    PairedTiming,
+    Timing,
+    loop_options,
+    time_module,
+    time_paired,
+)
+from bench.models.random_weights import RANDOM
 from bench.pipeline.attribution import attribute_delta
 from bench.pipeline.guard import memory_estimate
+from bench.pipeline.profile import job_profile
 from bench.pipeline.scores import Scores, scores_key
 from bench.pipeline.shared import SharedWork, TrainedModel
 from bench.registry import BASELINE_BACKEND
 from bench.stats import paired_auc_delta
 from bench.workloads.base import Workload
+
+# What the record and the report say of a model with random weights (`model.weights=random`).
+PERFORMANCE_ONLY = "performance only, no accuracy (untrained weights)"
 
 
 def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedWork) -> dict[str, Any]:
@@ -35,39 +46,51 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
     if cfg.batch_size > n_eval:  # checked before the model is trained or loaded
         raise UserError(f"batch_size {cfg.batch_size} is larger than the eval split ({n_eval} samples): lower batch_size")
     model = shared.model(cfg, workload)
+    performance_only = model.info.get("source") == RANDOM
 
+    shared.release_leftovers(cfg, backend, device)  # earlier jobs' leftovers are not this job's memory
     with PeakMemory(device) as peak:
         prepared = shared.prepared(cfg, backend, model, workload, device)
-        labels, logits = _scores(cfg, backend.cfg, model, workload, device, shared, lambda: prepared)
+        if not performance_only:
+            labels, logits = _scores(cfg, backend.cfg, model, workload, device, shared, lambda: prepared)
         inputs = shared.timing_inputs(cfg, workload, device)
-        reference, why_unpaired = _reference(cfg, backend, model, workload, device, shared)
+        if performance_only:
+            reference, why_unpaired = None, "performance only (random weights): no fp32 reference is built"
+        else:
+            reference, why_unpaired = _reference(cfg, backend, model, workload, device, shared)
         backend.before_timing(prepared, max(1, cfg.timing.warmup_batches))
+        faults = hardware.minor_faults()
         with LoadWatch() as load:
             if reference is None:
-                timing, paired = time_module(prepared, inputs, cfg.batch_size, device, **vars(cfg.timing)), None
+                timing, paired = time_module(prepared, inputs, cfg.batch_size, device, **loop_options(cfg.timing)), None
             else:
-                paired = time_paired(prepared, reference, inputs, cfg.batch_size, device, **vars(cfg.timing))
+                paired = time_paired(prepared, reference, inputs, cfg.batch_size, device, **loop_options(cfg.timing))
                 timing = paired.candidate
+        faults = hardware.minor_faults() - faults
 
-    metrics: dict[str, Any] = accuracy_metrics(labels, logits)
-    metrics["oracle_auc"] = workload.oracle_auc()
-    _, base_logits = _scores_of(cfg, backend_config({"name": "fp32"}), model, workload, device, shared)
-    delta = paired_auc_delta(labels, base_logits, logits)
-    metrics.update(auc_fp32=delta.auc_base, **delta.as_metrics())
-    metrics.update(_fidelity(cfg, backend, model, workload, device, shared, labels, logits))
+    if performance_only:
+        metrics: dict[str, Any] = {"accuracy": PERFORMANCE_ONLY}
+    else:
+        metrics = _accuracy(cfg, backend, model, workload, device, shared, labels, logits)
+        # issue 16: the embeddings' and the dense layers' shares of the delta (bench.pipeline.attribution)
+        _, base_logits = _scores_of(cfg, backend_config({"name": "fp32"}), model, workload, device, shared)
+        metrics.update(attribute_delta(backend.cfg, labels, base_logits, logits,
+                                       lambda other: _scores_of(cfg, other, model, workload, device, shared)))
     metrics.update(_timing_figures(cfg, backend, timing, paired, why_unpaired, load.figures, inputs))
-    # issue 16: the embeddings' and the dense layers' shares of the delta (bench.pipeline.attribution)
-    metrics.update(attribute_delta(backend.cfg, labels, base_logits, logits,
-                                   lambda other: _scores_of(cfg, other, model, workload, device, shared)))
+    calls = timing.timed_calls + (paired.reference.timed_calls if paired else 0)
+    calls += cfg.timing.warmup_batches * (2 if paired else 1)
     metrics.update(
         throughput=timing.throughput,
         throughput_trials=timing.trial_throughput,
         latency_ms=timing.latency_percentiles(),
         latency_samples_ms=timing.latency_ms,
+        page_faults_per_call=faults / calls,
         embedding_bytes=embedding_bytes(prepared),
         model_bytes=model_bytes(prepared),
+        prepare_seconds=shared.prepare_seconds(backend, model, device),
         peak_rss_bytes=peak.peak_rss_bytes,
         peak_rss_scope=peak.rss_scope,
+        rss_start_bytes=peak.rss_start_bytes,
         cuda_peak_bytes=peak.cuda_peak_bytes,
         threads=torch.get_num_threads(),
         model_source=model.info.get("source"),
@@ -75,6 +98,7 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
         table_rows=[int(t.num_embeddings) for t in workload.tables],
         sample="one row (user-item pair) of the workload",
     )
+    metrics.update(job_profile(cfg, prepared, inputs, workload, timing, device, shared))
     metrics.update(backend.job_metrics(prepared))
     return metrics
 
@@ -130,6 +154,18 @@ def _distinct_ids(sparse: list) -> int:
         ids = torch.cat([kjt[key].values() for kjt in sparse])
         total += int(torch.unique(ids).numel())
     return total
+
+
+def _accuracy(cfg: Config, backend: Backend, model: TrainedModel, workload: Workload, device: torch.device,
+              shared: SharedWork, labels, logits) -> dict[str, Any]:
+    """Accuracy on the eval split, its delta against fp32 and the fidelity gap to the fake-quant twin."""
+    metrics: dict[str, Any] = accuracy_metrics(labels, logits)
+    metrics["oracle_auc"] = workload.oracle_auc()
+    _, base_logits = _scores_of(cfg, backend_config({"name": "fp32"}), model, workload, device, shared)
+    delta = paired_auc_delta(labels, base_logits, logits)
+    metrics.update(auc_fp32=delta.auc_base, **delta.as_metrics())
+    metrics.update(_fidelity(cfg, backend, model, workload, device, shared, labels, logits))
+    return metrics
 
 
 def backend_config(overrides: dict[str, Any]) -> BackendConfig:

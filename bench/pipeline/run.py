@@ -16,12 +16,13 @@ from typing import Any
 import torch
 
 from bench import distributed, registry
-from bench.config import Config
+from bench.config import Config, workload_label
 from bench.errors import UserError
 from bench.hardware import prepare_process, resolve
 from bench.hashing import config_hash
 from bench.measure.env import environment
 from bench.measure.memory import memory_skip_reason
+from bench.measure.timing import check_timing
 from bench.pipeline.guard import ResumeIndex, memory_estimate, resumed
 from bench.pipeline.job import measure
 from bench.pipeline.shared import SharedWork
@@ -61,7 +62,7 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
     resolved = dataclasses.asdict(cfg)
     record = RunRecord(
         status="ok",
-        workload=cfg.workload.name,
+        workload=workload_label(cfg.workload),
         backend=cfg.backend.name,
         device=cfg.device.type,
         batch_size=cfg.batch_size,
@@ -85,6 +86,7 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
             if prior is not None:
                 return resumed(prior, record), None
         if skip is None and cfg.memory_fraction is not None:
+            session.work.release_leftovers(cfg, backend, device)  # earlier jobs' leftovers are not in the way
             workload = session.work.workload(cfg)
             estimate = memory_estimate(cfg, backend, workload, session.work.model_resident(cfg), device)
             skip = memory_skip_reason(estimate, device, cfg.memory_fraction)
@@ -132,3 +134,4 @@ def validate(cfg: Config) -> None:
     for key in ("warmup_batches", "trials", "batches_per_trial"):
         if getattr(cfg.timing, key) < (0 if key == "warmup_batches" else 1):
             raise UserError(f"timing.{key} must be positive, got {getattr(cfg.timing, key)}")
+    check_timing(cfg.timing, cfg.threads)

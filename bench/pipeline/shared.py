@@ -10,6 +10,7 @@ be large). `clear()` drops everything, after an out-of-memory or between indepen
 from __future__ import annotations
 
 import gc
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -22,6 +23,7 @@ from bench.backends.base import Backend
 from bench.batch import Batch
 from bench.config import Config
 from bench.hashing import config_hash, plain
+from bench.measure.access import access_profile
 from bench.models.train import trained_model
 from bench.pipeline.scores import ScoreCache
 from bench.workloads.base import Workload
@@ -51,6 +53,9 @@ class _Slot:
     def holds(self, key: str) -> bool:
         return self.key == key
 
+    def drop(self) -> None:
+        self.key, self.value = None, None
+
 
 @dataclass
 class SharedWork:
@@ -60,12 +65,15 @@ class SharedWork:
     _prepared: _Slot = field(default_factory=_Slot)
     _timing: _Slot = field(default_factory=_Slot)
     _reference: _Slot = field(default_factory=_Slot)
+    _access: _Slot = field(default_factory=_Slot)
+    _prepare_seconds: dict[str, float] = field(default_factory=dict)  # build time of each prepared module
+    _prepared_owner: str | None = None  # the (model config, backend, device) the prepared module serves
     scores: ScoreCache = field(default_factory=ScoreCache)
 
     def clear(self) -> None:
         self._workloads.clear()
-        for slot in (self._model, self._prepared, self._timing, self._reference, *self._splits.values()):
-            slot.key, slot.value = None, None
+        for slot in (self._model, self._prepared, self._timing, self._reference, self._access, *self._splits.values()):
+            slot.drop()
         self.scores.clear()
         gc.collect()
         hardware.release_gpu_cache()
@@ -76,6 +84,23 @@ class SharedWork:
                  **{f"{k} batches": v for k, v in self._splits.items()}}
         held = ["workload"] if self._workloads else []
         return held + [name for name, slot in slots.items() if slot.key is not None] + (["scores"] if self.scores else [])
+
+    def release_leftovers(self, cfg: Config, backend: Backend, device: torch.device) -> None:
+        """Free what earlier jobs built and this one does not use (another backend's module, another
+        batch size's timing batches) and hand the memory back to the kernel, so that neither the
+        memory guard's view of what is available nor this job's peak RSS carries them."""
+        if self._prepared_owner != self._owner(cfg, backend, device):
+            self._prepared.drop()
+        if not self._timing.holds(self._timing_key(cfg, device)):
+            self._timing.drop()
+            self._access.drop()
+        if backend.cfg.name == registry.BASELINE_BACKEND or not cfg.timing.paired:
+            self._reference.drop()  # the fp32 copy paired jobs time against: this job does not
+        gc.collect()
+        hardware.release_free_memory()
+
+    def _owner(self, cfg: Config, backend: Backend, device: torch.device) -> str:
+        return config_hash({"model": self.model_ident(cfg), "backend": plain(backend.cfg), "device": str(device)})
 
     # ------------------------------------------------------------------------------ the pieces
 
@@ -109,13 +134,22 @@ class SharedWork:
         slot = self._splits.setdefault(split, _Slot())
         return slot.get(key, lambda: list(workload.batches(split, batch_size)))
 
+    @staticmethod
+    def _prepared_key(backend: Backend, model: TrainedModel, device: torch.device) -> str:
+        return config_hash({"model": model.key, "backend": plain(backend.cfg), "device": str(device)})
+
     def prepared(self, cfg: Config, backend: Backend, model: TrainedModel, workload: Workload, device: torch.device) -> nn.Module:
         """The backend's module for this model and device; the sweep runs batch sizes innermost."""
-        key = config_hash({"model": model.key, "backend": plain(backend.cfg), "device": str(device)})
+        key = self._prepared_key(backend, model, device)
 
         def build() -> nn.Module:
+            calibration = self.split_batches(cfg, workload, "calibration")
             torch.manual_seed(cfg.seed)
-            return backend.prepare(model.module, self.split_batches(cfg, workload, "calibration"), device)
+            start = time.perf_counter()
+            module = backend.prepare(model.module, calibration, device)
+            self._prepare_seconds[key] = time.perf_counter() - start
+            self._prepared_owner = self._owner(cfg, backend, device)
+            return module
 
         return self._prepared.get(key, build)
 
@@ -129,11 +163,21 @@ class SharedWork:
 
         return self._reference.get(key, build)
 
+    def prepare_seconds(self, backend: Backend, model: TrainedModel, device: torch.device) -> float | None:
+        """How long `backend.prepare` took to build the module held for this backend (in this job or an earlier one)."""
+        return self._prepare_seconds.get(self._prepared_key(backend, model, device))
+
+    @staticmethod
+    def _timing_key(cfg: Config, device: torch.device) -> str:
+        return config_hash({"w": plain(cfg.workload), "seed": cfg.seed, "bs": cfg.batch_size, "dev": str(device),
+                            "n": cfg.timing.batches_per_trial, "pool": cfg.timing.pool_samples})
+
     def timing_inputs(self, cfg: Config, workload: Workload, device: torch.device) -> list[tuple]:
-        """Distinct full eval batches at the job's batch size, already on device: at least
-        `batches_per_trial`, up to `max_distinct_samples` samples (fresh ids for every timed call)."""
-        n = max(cfg.timing.batches_per_trial, cfg.timing.max_distinct_samples // cfg.batch_size)
-        key = config_hash({"w": plain(cfg.workload), "seed": cfg.seed, "bs": cfg.batch_size, "dev": str(device), "n": n})
+        """Distinct full eval batches at the job's batch size, already on device: `batches_per_trial` of
+        them, and more (up to the eval split) until they hold `timing.pool_samples` samples. The timing
+        loop cycles through them, so a pool much larger than the cache keeps the loop from replaying a
+        working set that a stream of fresh requests would not keep in cache."""
+        n = max(cfg.timing.batches_per_trial, -(-cfg.timing.pool_samples // cfg.batch_size))
 
         def build() -> list[tuple]:
             inputs = []
@@ -143,7 +187,12 @@ class SharedWork:
                 inputs.append(batch.to(device).model_inputs())
             return inputs
 
-        return self._timing.get(key, build)
+        return self._timing.get(self._timing_key(cfg, device), build)
+
+    def timing_access(self, cfg: Config, workload: Workload, device: torch.device) -> dict:
+        """What the timing batches touch (`bench.measure.access`), computed once per pool."""
+        inputs = self.timing_inputs(cfg, workload, device)
+        return self._access.get(self._timing_key(cfg, device), lambda: access_profile(inputs, workload.tables))
 
 
 def _file_key(path: str) -> str:

@@ -11,6 +11,13 @@ import pandas as pd
 
 from bench.record import RunRecord
 from bench.report import fmt
+from bench.report.machine import (
+    PERFORMANCE_ONLY_NOTE,
+    SCALE_PLOTS,
+    access_table,
+    roofline_cell,
+    scale_section,
+)
 from bench.report.paramserver import ps_section
 from bench.report.protocol import measured_section
 from bench.report.sharding import sharding_section
@@ -43,7 +50,12 @@ READING_NOTES = [
     "row whose trials varied too much or whose paired interval is too wide is marked ⚠ unstable "
     "(limits timing.max_trial_cv, timing.max_ratio_spread): its speedup is not a finding, the "
     "gate reads speed rules on it as inconclusive, and comparisons do not flag it.",
-    "Compression is fp32 embedding bytes / embedding bytes. MB = 10^6 bytes.",
+    "Compression is fp32 embedding bytes / embedding bytes. MB = 10^6 bytes. Model MB counts every "
+    "storage the prepared model holds once, at its real size (packed INT4/INT2 rows by their bytes).",
+    "Emb GB/s is the embedding traffic (rows looked up per sample × stored row bytes × samples/s); in "
+    "brackets, its share of this machine's random-row-gather bandwidth at the same row width, measured "
+    "once per machine (the roofline). Above 100% means rows came from cache, as a skewed (Zipf) access "
+    "pattern allows; far below means the time went elsewhere (the MLP, the interaction, overheads).",
     "`fp32_tbe` (fp32 tables through FBGEMM's table-batched kernel) splits a speedup in two: "
     "fp32_tbe vs fp32 is the table-batching part, int8_tbe vs fp32_tbe the quantization part. "
     "Both ratios are computed below wherever the three rows exist.",
@@ -53,9 +65,13 @@ READING_NOTES = [
 def _group_table(g: pd.DataFrame) -> str:
     with_status = (g["status"] != "ok").any()
     with_fidelity = g["fidelity_gap"].notna().any()
+    with_accuracy = not g["performance_only"].all()  # untrained models have no AUC to show
+    with_build = g["performance_only"].any()  # building their tables is part of what they measure
     headers = ["backend", "batch"] + (["status"] if with_status else [])
-    headers += ["AUC", f"ΔAUC [{CONFIDENCE} CI]", "p"] + (["fidelity gap"] if with_fidelity else [])
-    headers += ["ΔAUC verdict", "samples/s", f"speedup [{CONFIDENCE} CI]", "speed verdict", "p50 ms", "p99 ms",
+    headers += ["AUC", f"ΔAUC [{CONFIDENCE} CI]", "p"] if with_accuracy else []
+    headers += ["fidelity gap"] if with_fidelity else []
+    headers += ["ΔAUC verdict"] if with_accuracy else []
+    headers += ["samples/s", f"speedup [{CONFIDENCE} CI]", "speed verdict", "p50 ms", "p99 ms", "emb GB/s (roofline)",
                 "emb MB", "compression", "model MB", "peak RSS MB"]  # fmt: skip
     rows = []
     for r in g.itertuples(index=False):
@@ -65,23 +81,27 @@ def _group_table(g: pd.DataFrame) -> str:
             fmt.number(r.auc),
             "0 (reference)" if baseline else fmt.delta_ci(r.auc_delta, r.auc_delta_lo, r.auc_delta_hi),
             "" if baseline else fmt.p_value(r.auc_delta_p),
-        ]
+        ] if with_accuracy else []
         row += [fmt.number(r.fidelity_gap)] if with_fidelity else []
         speed = fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi) + (" ⚠ unstable" if r.stable is False else "")
+        row += [fmt.word(r.auc_verdict)] if with_accuracy else []
         row += [
-            fmt.word(r.auc_verdict),
             fmt.count(r.throughput),
             "1.00× (reference)" if baseline else speed,
             fmt.word(r.speed_verdict),
             fmt.ms(r.latency_p50_ms),
             fmt.ms(r.latency_p99_ms),
+            roofline_cell(r),
             fmt.megabytes(r.embedding_bytes),
             fmt.DASH if fmt.missing(r.compression) else f"{r.compression:.2f}×",
             fmt.megabytes(r.model_bytes),
             fmt.megabytes(r.peak_rss_bytes),
         ]
+        row += [fmt.DASH if fmt.missing(r.prepare_seconds) else f"{r.prepare_seconds:.1f}"] if with_build else []
         rows.append(row)
-    align = "lr" + ("l" if with_status else "") + "rlr" + ("r" if with_fidelity else "") + "lrllrrrrrr"
+    headers += ["build s"] if with_build else []
+    align = "lr" + ("l" if with_status else "") + ("rlr" if with_accuracy else "") + ("r" if with_fidelity else "")
+    align += ("l" if with_accuracy else "") + "rllrrrrrrr" + ("r" if with_build else "")
     return fmt.markdown_table(headers, rows, align)
 
 
@@ -196,7 +216,10 @@ def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Seque
         lines += [oracle, ""]
     if (g["backend"] != BASELINE).any() and not ((g["backend"] == BASELINE) & (g["status"] == "ok")).any():
         lines += ["No ok fp32 row here: speedup, compression and deltas have no reference.", ""]
+    if g["performance_only"].any():
+        lines += [f"**{PERFORMANCE_ONLY_NOTE[0].upper()}{PERFORMANCE_ONLY_NOTE[1:]}.**", ""]
     lines += [_group_table(g), ""]
+    lines += access_table(g)
     sentences = delta_sentences(g) + speedup_sentences(g)
     if sentences:
         lines += ["Reading the deltas:", ""] + [f"- {s}" for s in sentences] + [""]
@@ -288,6 +311,8 @@ def render_report(
         "",
         *measured_section(records),
     ]
+    lines += scale_section(df)
+    lines += [f"![{p.stem}]({Path(p).relative_to(out_dir).as_posix()})\n" for p in plots.get(SCALE_PLOTS, [])]
     for _, g in df.groupby(["workload", "device"], sort=False):
         key = (g["workload"].iloc[0], g["device"].iloc[0])
         lines += _group_section(g, latest, plots.get(key, []), out_dir)

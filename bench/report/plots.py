@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from bench.report import fmt
+from bench.report.machine import SCALE_PLOTS, scale_rows
 from bench.report.paramserver import cache_plot
 from bench.report.table import backend_rank
 
@@ -126,9 +127,49 @@ def frontier_plot(df: pd.DataFrame, workload: str, device: str, path: Path) -> P
     return _save(fig, path)
 
 
+def scale_plot(df: pd.DataFrame, access: str, path: Path) -> Path | None:
+    """Speedup over fp32 against fp32 table bytes (left, one line per backend and batch size >= 1024)
+    and against batch size on the largest tables (right), for one access pattern; bars span the 95% CI."""
+    rows = scale_rows(df)
+    rows = rows[(rows["access"] == access) & (rows["backend"] != "fp32") & rows["speedup"].notna()]
+    if rows.empty or rows["fp32_embedding_bytes"].nunique() < 2:
+        return None
+    fig = Figure(figsize=(11, 4.2))
+    left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+
+    def bars(b: pd.DataFrame) -> np.ndarray:
+        return np.array([(b["speedup"] - b["speedup_lo"]).clip(lower=0).fillna(0), (b["speedup_hi"] - b["speedup"]).clip(lower=0).fillna(0)])
+
+    for backend in sorted(rows["backend"].unique(), key=backend_rank):
+        for bs in sorted(s for s in rows["batch_size"].unique() if s >= 1024):
+            b = rows[(rows["backend"] == backend) & (rows["batch_size"] == bs)].sort_values("fp32_embedding_bytes")
+            if not b.empty:
+                left.errorbar(b["fp32_embedding_bytes"] / fmt.MB, b["speedup"], yerr=bars(b), marker="o", capsize=3, label=f"{backend} bs {bs}")
+        largest = rows[(rows["backend"] == backend) & (rows["fp32_embedding_bytes"] == rows["fp32_embedding_bytes"].max())].sort_values("batch_size")
+        right.errorbar(largest["batch_size"], largest["speedup"], yerr=bars(largest), marker="o", capsize=3, label=backend)
+    left.set_xscale("log")
+    left.set_xticks(sorted(rows["fp32_embedding_bytes"].unique() / fmt.MB))
+    left.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    left.xaxis.set_minor_formatter(NullFormatter())
+    left.set_xlabel("tables in fp32 (MB, log)")
+    right.set_xscale("log", base=2)
+    right.set_xticks(sorted(rows["batch_size"].unique()))
+    right.set_xticklabels([str(b) for b in sorted(rows["batch_size"].unique())])
+    right.xaxis.set_minor_formatter(NullFormatter())
+    right.set_xlabel(f"batch size (largest tables, {rows['fp32_embedding_bytes'].max() / fmt.MB:,.0f} MB fp32)")
+    for ax in (left, right):
+        ax.axhline(1.0, color="grey", linewidth=0.8)
+        ax.set_ylabel("speedup over fp32 (95% CI)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize="x-small")
+    fig.suptitle(f"access {access}: speedup against table bytes and batch size")
+    return _save(fig, path)
+
+
 def write_plots(df: pd.DataFrame, out_dir: Path, trials_of=None) -> dict[tuple[str, str], list[Path]]:
-    """Both plots for every (workload, device); returns the files written per group.
-    `trials_of(row)` gives a row's per-trial throughputs for the error bars."""
+    """Both plots for every (workload, device), and the scale plots per access pattern under
+    `SCALE_PLOTS`; returns the files written per group. `trials_of(row)` gives a row's per-trial
+    throughputs for the error bars."""
     out_dir = Path(out_dir)
     written: dict[tuple[str, str], list[Path]] = {}
     for (workload, device), _ in df.groupby(["workload", "device"], sort=False):
@@ -138,4 +179,7 @@ def write_plots(df: pd.DataFrame, out_dir: Path, trials_of=None) -> dict[tuple[s
             cache_plot(df, workload, device, out_dir / f"ps_cache_{slug(workload, device)}.png"),
         ]
         written[(workload, device)] = [p for p in paths if p is not None]
+    scale = [scale_plot(df, access, out_dir / f"scale_{slug(access)}.png") for access in sorted(df["access"].dropna().unique())]
+    if any(scale):
+        written[SCALE_PLOTS] = [p for p in scale if p is not None]
     return written

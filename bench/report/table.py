@@ -20,6 +20,7 @@ import pandas as pd
 
 from bench.compare import finite, ratio, samples
 from bench.record import RunRecord
+from bench.report.machine import EXTRA_COLUMNS, row_extras
 from bench.stats import INCONCLUSIVE, practical_verdict
 
 KEY = ["workload", "device", "backend", "batch_size"]
@@ -77,6 +78,8 @@ COLUMNS = [
     "fingerprint",
     "git_sha",
     "created_at",
+    "fp32_embedding_bytes",
+    *EXTRA_COLUMNS,  # where each job stood against the machine (bench.report.machine)
 ]
 
 _METRICS = ["auc", "auc_delta", "auc_delta_lo", "auc_delta_hi", "auc_delta_p", "auc_fp32", "oracle_auc",
@@ -169,6 +172,7 @@ def _row(r: RunRecord) -> dict[str, Any]:
         timing_distinct_batches=_num(m.get("timing_distinct_batches")),
         timing_calls_per_batch=_num(m.get("timing_calls_per_batch")),
     )
+    row.update(row_extras(r))
     return row
 
 
@@ -190,7 +194,7 @@ def _paired_speedup(rec: RunRecord) -> tuple[float, float, float] | None:
 
 def _relative_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord], alpha: float) -> pd.DataFrame:
     speed = {"speedup": [], "speedup_lo": [], "speedup_hi": [], "speedup_method": []}
-    compression = []
+    compression, fp32_table_bytes = [], []
     fp32_bytes = {}
     for r in latest.values():  # embedding bytes do not depend on the batch size
         if r.backend == BASELINE and r.status == "ok" and r.metrics.get("embedding_bytes"):
@@ -209,7 +213,8 @@ def _relative_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord], alpha: f
             speed[name].append(value)
         fb = fp32_bytes.get((row.workload, row.device), math.nan)
         compression.append(fb / row.embedding_bytes if row.embedding_bytes and row.embedding_bytes > 0 else math.nan)
-    return df.assign(**speed, compression=compression)
+        fp32_table_bytes.append(fb)
+    return df.assign(**speed, compression=compression, fp32_embedding_bytes=fp32_table_bytes)
 
 
 # Margins of practical equivalence when a record's config names none (compare's tolerances).

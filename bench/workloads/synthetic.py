@@ -3,8 +3,10 @@
 Features
     13 dense features: counts drawn log-normally (as Criteo's I1..I13 are heavy-tailed counts),
     delivered as log(1 + count), the transform Criteo models use.
-    26 sparse features with configurable cardinalities; ids follow a Zipf law of exponent
-    `zipf_alpha` over a random permutation of each table (frequent ids are not the small ids).
+    26 sparse features with configurable cardinalities (or `table_rows` rows in every table); ids
+    follow a Zipf law over a random permutation of each table (frequent ids are not the small ids),
+    with the exponent `access` gives each feature (`bench.workloads.access`): `zipf_alpha` for all
+    (zipf, the default), 0 (uniform), or one fitted per feature to real Criteo rows (criteo).
     A feature may be multi-hot: `pooling[f]` ids per sample.
 
 Teacher (the generative model of the label)
@@ -32,6 +34,7 @@ split of any size streams chunk by chunk without being held in memory.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Iterator, Optional
@@ -46,6 +49,7 @@ from bench.batch import Batch
 from bench.config import WorkloadConfig
 from bench.errors import UserError
 from bench.registry import register
+from bench.workloads.access import check_access, feature_alphas, zipf_cdf
 from bench.workloads.base import SPLITS, TableSpec, Workload
 
 # Scaled-down Criteo Kaggle cardinalities (the real ones reach 10M rows per table).
@@ -65,6 +69,8 @@ class SyntheticConfig(WorkloadConfig):
     num_dense: int = 13
     cardinalities: list[int] = field(default_factory=lambda: list(DEFAULT_CARDINALITIES))
     pooling: Optional[list[int]] = None  # ids per sample per feature; None = one-hot everywhere
+    table_rows: Optional[int] = None  # rows of every table (cardinalities then only give the table count)
+    access: str = "zipf"  # zipf | uniform | criteo (bench.workloads.access)
     zipf_alpha: float = 1.1
     positive_rate: float = 0.25
     id_effect_std: float = 0.8  # per-id effect scale of the most frequent id
@@ -86,11 +92,11 @@ class Teacher:
         n_sparse = len(cfg.cardinalities)
         # Some features matter a lot, some barely: scale each feature's effects differently.
         feature_scale = cfg.id_effect_std * rng.uniform(0.2, 1.2, size=n_sparse)
-        # Zipf ranks over a random permutation of each table.
+        # Zipf ranks over a random permutation of each table, one exponent per feature.
+        self.alphas = feature_alphas(cfg.access, cfg.zipf_alpha, list(cfg.cardinalities))
         self.cdfs, self.perms = [], []
-        for c in cfg.cardinalities:
-            p = 1.0 / np.arange(1, c + 1) ** cfg.zipf_alpha
-            self.cdfs.append(np.cumsum(p) / p.sum())
+        for c, alpha in zip(cfg.cardinalities, self.alphas):
+            self.cdfs.append(zipf_cdf(c, alpha))
             self.perms.append(rng.permutation(c))
         # Effects are drawn by frequency rank and shrink along the tail: rare ids behave more like
         # the average id, as they do in click logs (and as shrinkage estimators assume).
@@ -190,8 +196,11 @@ class SyntheticWorkload(Workload):
             raise UserError(
                 f"workload.pooling has {len(c.pooling)} entries but there are {len(c.cardinalities)} sparse features: give one per feature"
             )
-        if min(c.cardinalities) < 1 or (c.pooling and min(c.pooling) < 1):
-            raise UserError("workload.cardinalities and workload.pooling must be positive integers")
+        if min(c.cardinalities) < 1 or (c.pooling and min(c.pooling) < 1) or (c.table_rows is not None and c.table_rows < 1):
+            raise UserError("workload.cardinalities, workload.table_rows and workload.pooling must be positive integers")
+        check_access(c.access)
+        if c.table_rows is not None:
+            self.cfg = dataclasses.replace(c, cardinalities=[c.table_rows] * len(c.cardinalities))
 
     @cached_property
     def teacher(self) -> Teacher:

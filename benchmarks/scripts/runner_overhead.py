@@ -18,7 +18,7 @@ import torch
 
 from bench import registry
 from bench.compose import compose
-from bench.measure.timing import time_module
+from bench.measure.timing import loop_options, time_module
 from bench.pipeline import Session, run_one
 
 
@@ -47,7 +47,7 @@ def main() -> None:
     backend = registry.get("backend", cfg.backend.name).factory(cfg.backend)
     module = work.prepared(cfg, backend, work.model(cfg, workload), workload, device)  # held: not prepared again
     inputs = work.timing_inputs(cfg, workload, device)
-    t = vars(cfg.timing)
+    t = loop_options(cfg.timing)
 
     runner_tp, bare_tp = [], []
     for _ in range(args.rounds):

@@ -1,0 +1,82 @@
+"""Quantized tables built directly, for models with random weights (`model.weights=random`).
+
+torchrec's quantized EmbeddingBagCollection is built from the table configs with each table's
+`data_type`; its FBGEMM kernel allocates one zeroed uint8 buffer (pages untouched until written),
+and each table's rows are written into it chunk by chunk from `bench.models.random_weights`, so an
+fp32 table never exists: the full MLPerf DLRM-v2 tables in INT4 peak at their own 13.9 GB.
+
+Row layout: FBGEMM's table stores, for INT8/INT4/INT2 rows, the fp16 scale and fp16 bias FIRST and
+then the packed codes; FBGEMM's quantize op (`FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf`, the
+one torchrec's own quantize path uses) returns the codes first and scale/bias last, so each chunk is
+rotated by 4 bytes. fp32 and fp16 rows are their raw bytes. tests/test_direct_build.py checks the
+result is bit-identical to torchrec's quantize path on the same weights.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import fbgemm_gpu  # noqa: F401  (registers torch.ops.fbgemm)
+import torch
+from torch import nn
+from torchrec.modules.embedding_configs import DataType
+from torchrec.quant.embedding_modules import (
+    EmbeddingBagCollection as QuantEmbeddingBagCollection,
+)
+from torchrec.tensor_types import UIntXTensor
+
+from bench.models.random_weights import (
+    random_weights_seed,
+    table_chunks,
+    unmaterialized,
+)
+
+DATA_TYPES = {"fp32": DataType.FP32, "fp16": DataType.FP16, "int8": DataType.INT8, "int4": DataType.INT4, "int2": DataType.INT2}
+BITS = {"int8": 8, "int4": 4, "int2": 2}
+SCALE_BIAS_BYTES = 4  # fp16 scale + fp16 bias
+
+
+def stored_rows(rows: torch.Tensor, dtype: str) -> torch.Tensor:
+    """fp32 rows as the bytes FBGEMM's table stores for weight type `dtype` (uint8, unpadded)."""
+    if dtype == "fp32":
+        return rows.contiguous().view(torch.uint8)
+    if dtype == "fp16":
+        return rows.half().view(torch.uint8)
+    fused = torch.ops.fbgemm.FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf(rows.contiguous(), BITS[dtype])  # codes, then scale/bias
+    return torch.cat([fused[:, -SCALE_BIAS_BYTES:], fused[:, :-SCALE_BIAS_BYTES]], dim=1)
+
+
+def _stored(weight: torch.Tensor) -> torch.Tensor:
+    return weight.elem if isinstance(weight, UIntXTensor) else weight
+
+
+@torch.no_grad()
+def build_quantized_ebc(ebc: nn.Module, dtypes: dict[str, str], device: torch.device, row_alignment: int, seed: int) -> QuantEmbeddingBagCollection:
+    """A quantized EmbeddingBagCollection with the tables of meta-device `ebc`, stored as `dtypes`, filled
+    with the random-weights rows of `seed`; configured as torchrec's inference path configures it."""
+    configs = []
+    for cfg in ebc.embedding_bag_configs():
+        cfg = copy.deepcopy(cfg)
+        cfg.data_type = DATA_TYPES[dtypes[cfg.name]]
+        configs.append(cfg)
+    qebc = QuantEmbeddingBagCollection(
+        configs, is_weighted=ebc.is_weighted(), device=device, output_dtype=torch.float32,
+        register_tbes=True, row_alignment=row_alignment, cache_features_order=True,
+    )
+    for cfg in configs:
+        target = _stored(qebc.embedding_bags[cfg.name].weight)  # a view into the kernel's buffer
+        for start, rows in table_chunks(seed, cfg.name, cfg.num_embeddings, cfg.embedding_dim):
+            chunk = stored_rows(rows, dtypes[cfg.name])
+            target[start:start + len(chunk), : chunk.shape[1]].copy_(chunk)
+    return qebc
+
+
+def build_tables_directly(model: nn.Module, dtypes: dict[str, str], device: torch.device, row_alignment: int) -> None:
+    """Replace every meta-device EmbeddingBagCollection of `model` by its directly built quantized one, in place."""
+    seed = random_weights_seed(model)
+    for name, module in list(model.named_modules()):
+        if unmaterialized(module):
+            parent_name, _, attr = name.rpartition(".")
+            parent = model.get_submodule(parent_name) if parent_name else model
+            tables = {cfg.name: dtypes[cfg.name] for cfg in module.embedding_bag_configs()}
+            setattr(parent, attr, build_quantized_ebc(module, tables, device, row_alignment, seed))

@@ -1,0 +1,44 @@
+"""What the timed batches touch: per table, ids per sample, unique ids per batch, and the rows the
+whole timing pool reads (as a count and as a fraction of the table).
+
+The timing loop cycles through its pool of batches, so the pool's distinct rows are the working
+set it keeps warm: if they fit in the last-level cache, the loop measures cache speed whatever the
+table size. `working_set_bytes` turns the distinct rows into bytes at each backend's stored row width.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import torch
+
+from bench.workloads.base import TableSpec
+
+
+def access_profile(inputs: Sequence[tuple], tables: Sequence[TableSpec]) -> dict:
+    """`inputs`: the timing batches as `(dense, KeyedJaggedTensor)`; `tables`: the workload's tables."""
+    samples = sum(int(dense.shape[0]) for dense, _ in inputs)
+    per_table: dict[str, dict] = {}
+    for t in tables:
+        ids = [kjt[t.feature].values() for _, kjt in inputs]
+        distinct = int(torch.unique(torch.cat(ids)).numel()) if ids else 0
+        per_table[t.name] = {
+            "lookups_per_sample": sum(int(i.numel()) for i in ids) / samples if samples else 0.0,
+            "unique_ids_per_batch": sum(int(torch.unique(i).numel()) for i in ids) / len(ids) if ids else 0.0,
+            "distinct_rows": distinct,
+            "rows_touched_fraction": distinct / t.num_embeddings,
+        }
+    n = len(per_table) or 1
+    return {
+        "pool_batches": len(inputs),
+        "pool_samples": samples,
+        "tables": per_table,
+        "unique_ids_per_batch_mean": sum(p["unique_ids_per_batch"] for p in per_table.values()) / n,
+        "rows_touched_fraction_mean": sum(p["rows_touched_fraction"] for p in per_table.values()) / n,
+        "distinct_rows": sum(p["distinct_rows"] for p in per_table.values()),
+    }
+
+
+def working_set_bytes(profile: dict, row_bytes: Mapping[str, int]) -> int:
+    """Bytes of the distinct rows the pool reads, at the stored row width of each table."""
+    return sum(p["distinct_rows"] * row_bytes[name] for name, p in profile["tables"].items() if name in row_bytes)

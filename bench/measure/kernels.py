@@ -1,0 +1,79 @@
+"""Which operators a prepared module really runs, and the dense FLOPs of one call.
+
+One call runs under a `TorchDispatchMode` that sees every operator the dispatcher runs, ATen's and
+the custom ones (FBGEMM's `fbgemm::*`, torch.ao's `quantized::*`). That answers "which kernel does
+this backend use" from what ran, not from what the code meant: torchrec's eager
+EmbeddingBagCollection goes through ATen's `embedding_bag`, the TBE backends through FBGEMM's
+`int_nbit_split_embedding_codegen_lookup_function` (fp32 rows included), an int8 MLP through
+`quantized::linear_dynamic`. The FLOPs of the matrix products (2*M*K*N each) give the dense
+work per sample for the roofline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+EMBEDDING_WORDS = ("embedding", "lookup")
+GEMM_OPS = {"aten::linear", "aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "quantized::linear_dynamic",
+            "quantized::linear_relu_dynamic", "quantized::linear", "quantized::linear_relu"}  # fmt: skip
+
+
+@dataclass
+class OperatorLog:
+    embedding: set[str] = field(default_factory=set)  # embedding lookup operators
+    gemm: set[str] = field(default_factory=set)  # matrix products
+    gemm_flops: int = 0  # 2*M*K*N summed over the matrix products of the call
+    int8_gemm_flops: int = 0  # of which in int8 kernels
+
+    def as_metrics(self, batch_size: int) -> dict:
+        return {
+            "kernels": {"embedding": sorted(self.embedding), "gemm": sorted(self.gemm)},
+            "dense_flops_per_sample": self.gemm_flops / batch_size,
+            "dense_int8_fraction": self.int8_gemm_flops / self.gemm_flops if self.gemm_flops else 0.0,
+        }
+
+
+def _flops(name: str, args: tuple, out) -> int:
+    """2*M*K*N of a matrix product from its operands (batched products times the batch)."""
+    if name == "aten::bmm":
+        b, m, k = args[0].shape
+        return 2 * b * m * k * args[1].shape[-1]
+    if name in ("aten::addmm",):
+        m, k = args[1].shape
+        return 2 * m * k * args[2].shape[-1]
+    x = args[0]
+    if not isinstance(x, torch.Tensor) or not isinstance(out, torch.Tensor):
+        return 0
+    k = x.shape[-1]
+    return 2 * (x.numel() // max(k, 1)) * k * out.shape[-1]
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.log = OperatorLog()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.name()
+        if any(word in name for word in EMBEDDING_WORDS):
+            self.log.embedding.add(name)
+        elif name in GEMM_OPS:
+            self.log.gemm.add(name)
+            flops = _flops(name, args, out)
+            self.log.gemm_flops += flops
+            if name.startswith("quantized::"):
+                self.log.int8_gemm_flops += flops
+        return out
+
+
+def operators(module: nn.Module, inputs: tuple) -> OperatorLog:
+    """The operators one call of `module(*inputs)` runs (not timed: the mode slows the call)."""
+    recorder = _Recorder()
+    with torch.inference_mode(), recorder:
+        module(*inputs)
+    return recorder.log

@@ -1,0 +1,56 @@
+"""Where a job stands against the machine: what its timed batches touched, which operators ran,
+and what share of the roofline its embedding traffic and matrix products reached.
+
+Every figure is recorded so a reader can tell a fast backend from a cache-resident working set:
+the timing pool (distinct batches and samples, calls timed, passes over the pool), the access
+profile (ids per sample, unique ids per batch, rows touched per table, the working set at this
+backend's row width against the last-level cache), the embedding and GEMM operators of one call,
+and the roofline shares (CPU only: the limits are measured on the host).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from bench import hardware
+from bench.backends.tables import table_storage
+from bench.config import Config
+from bench.measure.access import working_set_bytes
+from bench.measure.env import environment
+from bench.measure.kernels import operators
+from bench.measure.roofline import Limits, roofline_metrics
+from bench.measure.timing import Timing
+from bench.pipeline.shared import SharedWork
+from bench.workloads.base import Workload
+
+
+def job_profile(cfg: Config, prepared: nn.Module, inputs: list[tuple], workload: Workload, timing: Timing,
+                device: torch.device, shared: SharedWork) -> dict[str, Any]:
+    access = shared.timing_access(cfg, workload, device)
+    row_bytes = {name: int(info["row_bytes"]) for name, info in table_storage(prepared).items()}
+    calls = sum(len(trial) for trial in timing.latency_ms)
+    ops = operators(prepared, inputs[0])
+    metrics: dict[str, Any] = {
+        "timing_pool": {
+            "batches": access["pool_batches"],
+            "samples": access["pool_samples"],
+            "calls_timed": calls,
+            "passes": calls / access["pool_batches"],  # how often the timed calls went round the pool
+        },
+        "access": {
+            **{k: v for k, v in access.items() if k not in ("pool_batches", "pool_samples")},
+            "working_set_bytes": working_set_bytes(access, row_bytes),
+            "llc_bytes": hardware.llc_bytes(),
+        },
+        **ops.as_metrics(cfg.batch_size),
+    }
+    if device.type == "cpu" and row_bytes:
+        limits = Limits(cfg.cache_dir, environment(device)["fingerprint"]).ensure(row_bytes.values())
+        lookups = {name: p["lookups_per_sample"] for name, p in access["tables"].items() if name in row_bytes}
+        metrics["roofline"] = roofline_metrics(
+            timing.throughput, lookups, row_bytes, metrics["dense_flops_per_sample"], metrics["dense_int8_fraction"], limits
+        )
+    return metrics

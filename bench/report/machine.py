@@ -1,0 +1,165 @@
+"""Report views of where each job stood against the machine, read from the stored records:
+
+- per row: the roofline shares, the embedding traffic, build time, page faults per call, and
+  whether the row has accuracy at all (untrained models are performance only);
+- per workload and device: what the timed batches touched at each batch size (the timing pool,
+  unique ids per batch, rows touched, the working set against the last-level cache) and which
+  kernels each backend ran;
+- across a swept workload (`synthetic_scale:<access>-<rows>rows`): the speedups of the quantized
+  backends against table bytes and batch size, with their intervals and roofline shares.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+import pandas as pd
+
+from bench.record import RunRecord
+from bench.report import fmt
+
+EXTRA_COLUMNS = [
+    "performance_only", "access", "embedding_share", "embedding_gbps", "dense_share", "prepare_seconds",
+    "page_faults_per_call", "pool_batches", "pool_samples", "unique_ids_per_batch", "rows_touched",
+    "working_set_bytes", "llc_bytes", "rss_start_bytes", "embedding_kernel", "gemm_kernel",
+]  # fmt: skip
+PERFORMANCE_ONLY_NOTE = "performance only, no accuracy: the weights are untrained (random), so no AUC or ΔAUC is measured"
+SCALE_BACKENDS = ("int8_tbe", "uint4")
+
+
+def _num(value: Any) -> float:
+    try:
+        return math.nan if value is None else float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def row_extras(r: RunRecord) -> dict[str, Any]:
+    m = r.metrics or {}
+    roof = m.get("roofline") or {}
+    access = m.get("access") or {}
+    pool = m.get("timing_pool") or {}
+    kernels = m.get("kernels") or {}
+    return {
+        "performance_only": str(m.get("accuracy", "")).startswith("performance only"),
+        "access": ((r.config or {}).get("workload") or {}).get("access"),
+        "embedding_share": _num(roof.get("embedding_share")),
+        "embedding_gbps": _num(roof.get("embedding_bytes_per_s")) / 1e9,
+        "dense_share": _num(roof.get("dense_share")),
+        "prepare_seconds": _num(m.get("prepare_seconds")),
+        "page_faults_per_call": _num(m.get("page_faults_per_call")),
+        "pool_batches": _num(pool.get("batches")),
+        "pool_samples": _num(pool.get("samples")),
+        "unique_ids_per_batch": _num(access.get("unique_ids_per_batch_mean")),
+        "rows_touched": _num(access.get("rows_touched_fraction_mean")),
+        "working_set_bytes": _num(access.get("working_set_bytes")),
+        "llc_bytes": _num(access.get("llc_bytes")),
+        "rss_start_bytes": _num(m.get("rss_start_bytes")),
+        "embedding_kernel": " + ".join(kernels.get("embedding") or []) or None,
+        "gemm_kernel": " + ".join(kernels.get("gemm") or []) or None,
+    }
+
+
+def roofline_cell(r) -> str:
+    """'3.21 (41%)': embedding GB/s and its share of the gather roofline."""
+    if fmt.missing(r.embedding_gbps):
+        return fmt.DASH
+    return f"{r.embedding_gbps:.2f} ({100 * r.embedding_share:.0f}%)"
+
+
+def percent(x: float) -> str:
+    return fmt.DASH if fmt.missing(x) else f"{100 * float(x):.0f}%"
+
+
+def access_table(g: pd.DataFrame) -> list[str]:
+    """Per batch size: what the timed batches touched, with the working set at each backend's row width."""
+    ok = g[(g["status"] == "ok") & g["pool_batches"].notna()]
+    if ok.empty:
+        return []
+    rows = []
+    for bs, b in ok.groupby("batch_size", sort=True):
+        first = b.iloc[0]
+        sets = ", ".join(f"{r.backend} {fmt.megabytes(r.working_set_bytes)}" for r in b.itertuples(index=False) if not fmt.missing(r.working_set_bytes))
+        rows.append([
+            str(bs), f"{fmt.count(first.pool_batches)} × {bs} = {fmt.count(first.pool_samples)}", fmt.count(first.unique_ids_per_batch),
+            percent(first.rows_touched), sets, fmt.megabytes(first.llc_bytes),
+        ])
+    header = ["batch", "timing pool (distinct batches × size = samples)", "unique ids / batch / table", "rows touched / table",
+              "working set MB (distinct rows × row bytes)", "LLC MB"]  # fmt: skip
+    kernels = ok.drop_duplicates("backend")
+    lines = [
+        "What the timed batches touched (the timing loop cycles through the pool; a working set far above the "
+        "last-level cache cannot be served from it):",
+        "",
+        fmt.markdown_table(header, rows, "rlrrlr"),
+        "",
+        "Kernels each backend ran (one call, recorded by a dispatch mode): "
+        + "; ".join(f"{r.backend}: {r.embedding_kernel} + {r.gemm_kernel}" for r in kernels.itertuples(index=False)) + ".",
+        "",
+    ]
+    faults = ok["page_faults_per_call"].dropna()
+    if not faults.empty:
+        lines += [f"Minor page faults per timed call: median {faults.median():,.0f}, at most {faults.max():,.0f}.", ""]
+    return lines
+
+
+def scale_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of swept workloads (name:tag with an access pattern), with their fp32 table bytes."""
+    ok = df[(df["status"] == "ok") & df["access"].notna() & df["workload"].str.contains(":")]
+    return ok[ok["fp32_embedding_bytes"].notna()]
+
+
+def scale_section(df: pd.DataFrame) -> list[str]:
+    """Speedups of the quantized backends against table bytes and batch size, with roofline shares."""
+    rows = scale_rows(df)
+    if rows.empty or rows["fp32_embedding_bytes"].nunique() < 2:
+        return []
+    lines = [
+        "## Scale: speedup against table bytes and batch size",
+        "",
+        "Speedup over fp32 at the same workload, device and batch size (95% CI); in brackets after each "
+        "backend, the share of the gather roofline its embedding traffic reached.",
+        "",
+    ]
+    present = [b for b in SCALE_BACKENDS if (rows["backend"] == b).any()]
+    header = ["access", "tables MB fp32", "batch", "fp32 samples/s (roofline)"] + [f"{b} speedup (roofline)" for b in present]
+    table = []
+    by_key = {(r.workload, r.batch_size, r.backend): r for r in rows.itertuples(index=False)}
+    for (access, size, workload), _ in rows.groupby(["access", "fp32_embedding_bytes", "workload"], sort=True):
+        for bs in sorted(rows[rows["workload"] == workload]["batch_size"].unique()):
+            base = by_key.get((workload, bs, "fp32"))
+            cells = [access, fmt.megabytes(size), str(bs),
+                     fmt.DASH if base is None else f"{fmt.count(base.throughput)} ({percent(base.embedding_share)})"]
+            for b in present:
+                r = by_key.get((workload, bs, b))
+                cells.append(fmt.DASH if r is None else f"{fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi)} ({percent(r.embedding_share)})")
+            table.append(cells)
+    lines += [fmt.markdown_table(header, table, "lrrr" + "l" * len(present)), ""]
+    lines += scale_verdicts(rows, present)
+    return lines
+
+
+def scale_verdicts(rows: pd.DataFrame, backends: list[str]) -> list[str]:
+    """One sentence per backend: at batch >= 1024 on the largest tables, how many intervals lie above 1."""
+    largest = rows[rows["fp32_embedding_bytes"] == rows["fp32_embedding_bytes"].max()]
+    out = []
+    for b in backends:
+        big = largest[(largest["backend"] == b) & (largest["batch_size"] >= 1024)]
+        if big.empty:
+            continue
+        above = big[big["speedup_lo"] > 1]
+        below = big[big["speedup_hi"] < 1]
+        by_access = defaultdict(list)
+        for r in big.itertuples(index=False):
+            by_access[r.access].append(f"{r.batch_size}: {r.speedup:.2f}×")
+        detail = "; ".join(f"{a} ({', '.join(v)})" for a, v in by_access.items())
+        out.append(
+            f"- **{b}** on the largest tables ({fmt.megabytes(big['fp32_embedding_bytes'].iloc[0])} MB fp32), batch ≥ 1024: "
+            f"{len(above)} of {len(big)} speedup intervals lie above 1, {len(below)} below 1 ({detail})."
+        )
+    return out + [""] if out else []
+
+
+SCALE_PLOTS = ("scale", "")  # key of the scale plots among write_plots' groups

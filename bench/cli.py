@@ -29,7 +29,6 @@ from bench import preflight
 from bench.compose import CONF_DIR, to_config
 from bench.config import register_configs
 from bench.console import quiet_library_noise
-from bench.distributed import enter_rank, one_job_per_host, writes_records
 from bench.errors import UserError
 from bench.record import RunRecord, save_record
 
@@ -158,6 +157,8 @@ def main() -> None:
         check_overrides(sys.argv[1:])
         preflight.check(sys.argv[1:])  # bad keys, values and input files: refused before any work
         register_configs()
+        from bench.distributed import enter_rank  # torch: imported after the pre-flight checks
+
         enter_rank(sys.argv[1:])
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -84,3 +84,9 @@ def test_sweep_backends_come_from_the_registry(sweep):
 def test_importing_the_config_loads_neither_gate_nor_report():
     code = "import bench.config, sys; assert 'pandas' not in sys.modules and not any(m.startswith(('bench.gate', 'bench.report')) for m in sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_command_line_loads_no_torch_before_its_checks():
+    """Bad input is refused in about a second: the CLI imports torch only after the pre-flight checks."""
+    code = "import bench.cli, sys; assert not any(m in sys.modules for m in ('torch', 'torchrec', 'pandas')), 'imported too early'"
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -111,9 +111,8 @@ def shared_session():
 
 def task(cfg: DictConfig) -> str:
     config = to_config(cfg)
-    from bench.pipeline import (
-        run_job,  # torch and the plug-ins: imported after the pre-flight checks
-    )
+    from bench.distributed import one_job_per_host, writes_records
+    from bench.pipeline import run_job  # torch and the plug-ins: imported after the pre-flight checks
 
     quiet_library_noise()
     if config.tune is not None:  # +sweep=tune: one tune, not a job (bench.tune)

@@ -53,7 +53,7 @@ def unsupported_reason(cfg: Config, backend: Backend, device: torch.device, work
             f"sharding=none is the unsharded model in one process: world_size={cfg.world_size} needs a sharding "
             "(table_wise, row_wise, column_wise or auto)"
         )
-    tables = [t.name for t in work.workload(cfg).tables]
+    tables = {t.name: int(t.num_embeddings) for t in work.workload(cfg).tables}
     return engine.unsupported_reason(cfg, backend, device, tables, rank_env())
 
 
@@ -62,7 +62,7 @@ def measure_sharded(cfg: Config, backend: Backend, device: torch.device, work: S
     from bench.distributed.launch import launch
 
     workload = work.workload(cfg)
-    way = engine.route(backend, [t.name for t in workload.tables])
+    way = engine.route(backend, {t.name: int(t.num_embeddings) for t in workload.tables})
     if way == engine.PROCESS_GROUP and cfg.world_size > 1 and rank_env() is None:
         work.model(cfg, workload)  # trained or loaded here once; the ranks load it from the cache
         run = launch(cfg)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import os
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping
 
 import torch
 import torch.distributed as dist
@@ -66,17 +66,18 @@ def _quiet_planner() -> None:
     logging.getLogger("torchrec.distributed").setLevel(logging.WARNING)
 
 
-def route(backend: Backend, tables: Sequence[str]) -> str:
-    """`one_process` for backends that store quantized TBE tables, `process_group` for eager tables."""
-    return PROCESS_GROUP if backend.stored_table_dtypes(list(tables)) is None else ONE_PROCESS
+def route(backend: Backend, tables: Mapping[str, int]) -> str:
+    """`one_process` for backends that store quantized TBE tables, `process_group` for eager tables.
+    `tables`: table name -> rows."""
+    return PROCESS_GROUP if backend.stored_table_dtypes(tables) is None else ONE_PROCESS
 
 
-def float_tables(backend: Backend, tables: Sequence[str]) -> list[str]:
-    dtypes = backend.stored_table_dtypes(list(tables)) or {}
+def float_tables(backend: Backend, tables: Mapping[str, int]) -> list[str]:
+    dtypes = backend.stored_table_dtypes(tables) or {}
     return sorted(t for t, d in dtypes.items() if d in FLOAT_ROWS)
 
 
-def unsupported_reason(cfg: Config, backend: Backend, device: torch.device, tables: Sequence[str], env: RankEnv | None) -> str | None:
+def unsupported_reason(cfg: Config, backend: Backend, device: torch.device, tables: Mapping[str, int], env: RankEnv | None) -> str | None:
     """Why the engine cannot shard this backend this way here (a `skipped` reason), or None."""
     name, ws = cfg.sharding.name, cfg.world_size
     way = route(backend, tables)
@@ -85,7 +86,7 @@ def unsupported_reason(cfg: Config, backend: Backend, device: torch.device, tabl
         if floats and name in ("row_wise", "column_wise"):
             return (
                 f"torchrec 1.8 shards quantized tables with float rows table-wise only ({backend.cfg.name} stores "
-                f"{_names(floats)} as {backend.stored_table_dtypes(floats)[floats[0]]}): row- and column-wise need the "
+                f"{_names(floats)} as {backend.stored_table_dtypes(tables)[floats[0]]}): row- and column-wise need the "
                 "split scale/bias state dict, which float rows lack; use sharding=table_wise or auto"
             )
         if env is not None and ws > 1:

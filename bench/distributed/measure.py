@@ -108,7 +108,7 @@ def collect(cfg: Config, backend: Backend, device: torch.device, work: SharedWor
     workload = work.workload(cfg)
     if cfg.batch_size > workload.num_samples("eval"):
         raise UserError(f"batch_size {cfg.batch_size} is larger than the eval split ({workload.num_samples('eval')} samples): lower batch_size")
-    tables = [t.name for t in workload.tables]
+    tables = {t.name: int(t.num_embeddings) for t in workload.tables}
     way = engine.route(backend, tables)
     split = way == engine.ONE_PROCESS and not engine.float_tables(backend, tables)
     rank, n_ranks = ranks.rank(), ranks.world_size()

@@ -106,7 +106,7 @@ def test_help_explains_the_tool(tmp_path):
                  "batch_size=2048", "<reports_dir>/<sweep>/latest", "exit code 2"):
         assert text in out, text
     assert "base_" not in out and "_target_" not in out  # no schema names, no config dump
-    assert len(out.splitlines()) < 90
+    assert len(out.splitlines()) < 120  # a screenful or two: groups grew with sharding, tune and compare
 
 
 def test_the_readme_describes_backend_bits_as_the_error_does():

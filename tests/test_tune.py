@@ -153,7 +153,8 @@ def test_per_table_file_joins_per_table_which_wins(tmp_path):
     path.write_text("{t_cat_0: int8, t_cat_1: int2}\n")
     backend = _tbe({"per_table_file": str(path), "per_table": {"t_cat_1": "fp16"}})
     assert backend.cfg.per_table == {"t_cat_0": "int8", "t_cat_1": "fp16"}
-    assert backend.stored_table_dtypes(["t_cat_0", "t_cat_1", "t_cat_2"]) == {"t_cat_0": "int8", "t_cat_1": "fp16", "t_cat_2": "int4"}
+    rows = {"t_cat_0": 100, "t_cat_1": 100, "t_cat_2": 100}  # table name -> rows
+    assert backend.stored_table_dtypes(rows) == {"t_cat_0": "int8", "t_cat_1": "fp16", "t_cat_2": "int4"}
     assert backend.emulation()["per_table"] == {"t_cat_0": 8, "t_cat_1": 16}
     # the same file composes from the command line
     cfg = compose(["backend=uint4", f"backend.per_table_file={path}"])

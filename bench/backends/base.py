@@ -8,7 +8,7 @@ copy it first.
 
 Besides `prepare`, the runner asks a backend:
 - `unsupported_reason(device)`: why it cannot run there (the job is `skipped`), or None;
-- `stored_table_dtypes(tables)`: the weight type each table is stored in once prepared, for the
+- `stored_table_dtypes(tables)`: given table name -> rows, the weight type each table is stored in once prepared, for the
   memory guard (None: the backend keeps a copy of the fp32 tables); `tables` maps each table name
   to its rows;
 - `emulation()`: the `fake_quant` backend config that emulates it with fp32 kernels, whose AUC gap

@@ -171,3 +171,14 @@ def test_torch_ao_notice_at_most_once(model, data, monkeypatch):
     kinds = [ao_notice.notice_kind(str(w.message)) for w in caught]
     assert kinds.count("torch.ao.quantization") == 1  # many calls, one notice
     assert kinds.count("quantized tensors") <= 1
+
+
+def test_mixed_recipe_twin_matches_it(model, data):
+    """uint4_mixed (INT8 below small_table_rows, INT4 above) and its fake_quant twin store the same tables."""
+    rows = sorted(t.num_embeddings for t in TABLES)
+    threshold = rows[len(rows) // 2]  # about half the tables small
+    got, want, backend = twin_logits("uint4_mixed", model, data, mlp="fp32", small_table_rows=threshold)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    dtypes = backend.stored_table_dtypes({t.name: t.num_embeddings for t in TABLES})
+    assert {dtypes[t.name] for t in TABLES if t.num_embeddings < threshold} == {"int8"}
+    assert {dtypes[t.name] for t in TABLES if t.num_embeddings >= threshold} == {"int4"}

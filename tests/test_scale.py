@@ -248,3 +248,16 @@ def test_thread_cpu_clock_needs_one_thread(tiny_cfg):
         validate(tiny_cfg("timing.clock=thread_cpu"))
     with pytest.raises(UserError, match="not a clock"):
         validate(tiny_cfg("timing.clock=sundial"))
+
+
+def test_cli_summary_of_a_performance_only_record():
+    from bench.cli import summary
+    from bench.record import RunRecord
+
+    metrics = {"accuracy": "performance only, no accuracy (untrained weights)", "throughput": 1819.0, "threads": 1,
+               "latency_ms": {"p50": 1.0, "p90": 2.0, "p99": 3.0}, "embedding_bytes": 13.9e9, "model_bytes": 13.9e9,
+               "peak_rss_bytes": 15.1e9, "prepare_seconds": 232.6,
+               "roofline": {"embedding_bytes_per_s": 2.6e7, "embedding_share": 0.011, "dense_share": 0.49}}  # fmt: skip
+    text = summary(RunRecord("ok", "synthetic_ids", "uint4", "cpu", 2048, {}, "h", {}, metrics))
+    assert "performance only, no accuracy" in text and "AUC" not in text
+    assert "built in 232.6 s" in text and "1% of the gather roofline" in text and "49% of the GEMM roofline" in text

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from typing import Optional
 
 import fbgemm_gpu  # noqa: F401  (registers torch.ops.fbgemm)
 import torch
@@ -26,6 +27,7 @@ from bench.backends.modules import (
     materialize_random_tables,
     require_embedding_bag_collections,
     table_dims,
+    table_rows,
 )
 from bench.backends.tbe import BITS, resolve_table_bits
 from bench.config import BackendConfig
@@ -43,6 +45,8 @@ class FakeQuantConfig(BackendConfig):
     name: str = "fake_quant"
     bits: int = 8  # embedding rows: 8 | 4 | 2 (16: fp16 round trip, 32: unchanged)
     per_table: dict[str, int] = field(default_factory=dict)  # table name -> bits; CLI: +backend.per_table={t: 8}
+    small_table_rows: Optional[int] = None  # tables with fewer rows get small_table_bits (per_table still wins)
+    small_table_bits: int = 8
     mlp: str = "int8"  # fp32 | int8 (fake-quantized)
     activations: str = "static"  # static (calibrated) | dynamic (per batch)
 
@@ -54,7 +58,8 @@ def check_config(cfg) -> None:
     """The choices of a fake_quant config (the schema, or its composed DictConfig), before anything is built."""
     check_choice(cfg.mlp, MLP_CHOICES, "backend.mlp")
     check_choice(cfg.activations, MODES, "backend.activations")
-    for key, b in [("backend.bits", cfg.bits), *((f"backend.per_table.{n}", b) for n, b in cfg.per_table.items())]:
+    for key, b in [("backend.bits", cfg.bits), ("backend.small_table_bits", cfg.small_table_bits),
+                   *((f"backend.per_table.{n}", b) for n, b in cfg.per_table.items())]:
         if int(b) not in ROW_BITS:
             raise UserError(f"{key}={b}: choose {ROW_BITS_TEXT}")
 
@@ -77,7 +82,8 @@ class FakeQuantBackend(Backend):
         check_config(cfg)
         model = materialize_random_tables(copy.deepcopy(model)).eval()
         require_embedding_bag_collections(model, cfg.name)
-        bits = resolve_table_bits(table_dims(model), cfg.bits, dict(cfg.per_table), "backend.per_table")
+        small = {n: cfg.small_table_bits for n, rows in table_rows(model).items() if cfg.small_table_rows is not None and rows < cfg.small_table_rows}
+        bits = resolve_table_bits(table_dims(model), cfg.bits, {**small, **cfg.per_table}, "backend.per_table")
         with torch.no_grad():
             for _, ebc in embedding_bag_collections(model):
                 for table in ebc.embedding_bag_configs():

@@ -209,12 +209,16 @@ class TbeBackend(Backend):
     def emulation(self) -> dict | None:
         """The `fake_quant` config that emulates this backend with fp32 kernels (None: nothing quantized)."""
         per_table = {name: BITS[d] for name, d in self.cfg.per_table.items()}
-        if BITS[self.weight_dtype] == 32 and all(b == 32 for b in per_table.values()) and self.cfg.mlp == "fp32":
+        small = self.cfg.small_table_rows is not None and BITS[self.cfg.small_table_dtype] != 32
+        if BITS[self.weight_dtype] == 32 and all(b == 32 for b in per_table.values()) and not small and self.cfg.mlp == "fp32":
             return None
-        return {
+        twin = {
             "name": "fake_quant",
             "bits": BITS[self.weight_dtype],
             "per_table": per_table,
             "mlp": self.cfg.mlp,
             "activations": self.cfg.mlp_mode,
         }
+        if self.cfg.small_table_rows is not None:
+            twin.update(small_table_rows=self.cfg.small_table_rows, small_table_bits=BITS[self.cfg.small_table_dtype])
+        return twin

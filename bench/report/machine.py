@@ -142,9 +142,17 @@ def scale_section(df: pd.DataFrame) -> list[str]:
 
 
 def scale_verdicts(rows: pd.DataFrame, backends: list[str]) -> list[str]:
-    """One sentence per backend: at batch >= 1024 on the largest tables, how many intervals lie above 1."""
+    """One sentence per backend: at batch >= 1024 on the largest tables, how many intervals lie above 1;
+    and how close fp32's embedding traffic came to the gather roofline (how much fewer bytes can buy)."""
     largest = rows[rows["fp32_embedding_bytes"] == rows["fp32_embedding_bytes"].max()]
     out = []
+    base = largest[largest["backend"] == "fp32"]["embedding_share"].dropna()
+    if not base.empty:
+        out.append(
+            f"- fp32's embedding traffic on the largest tables reached {100 * base.min():.0f}-{100 * base.max():.0f}% of the "
+            "gather roofline: where that share is small, the lookups are not waiting on memory, and rows with fewer "
+            "bytes can only save the lookups' own share of the time."
+        )
     for b in backends:
         big = largest[(largest["backend"] == b) & (largest["batch_size"] >= 1024)]
         if big.empty:

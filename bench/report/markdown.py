@@ -15,6 +15,7 @@ from bench.report.machine import (
     PERFORMANCE_ONLY_NOTE,
     SCALE_PLOTS,
     access_table,
+    percent,
     roofline_cell,
     scale_section,
 )
@@ -55,7 +56,9 @@ READING_NOTES = [
     "Emb GB/s is the embedding traffic (rows looked up per sample × stored row bytes × samples/s); in "
     "brackets, its share of this machine's random-row-gather bandwidth at the same row width, measured "
     "once per machine (the roofline). Above 100% means rows came from cache, as a skewed (Zipf) access "
-    "pattern allows; far below means the time went elsewhere (the MLP, the interaction, overheads).",
+    "pattern allows; far below means the time went elsewhere (the MLP, the interaction, overheads). "
+    "GEMM roofline is the same for the matrix products: their FLOPs per sample × samples/s against the "
+    "measured fp32 or int8 GEMM throughput of the kernels that ran them.",
     "`fp32_tbe` (fp32 tables through FBGEMM's table-batched kernel) splits a speedup in two: "
     "fp32_tbe vs fp32 is the table-batching part, int8_tbe vs fp32_tbe the quantization part. "
     "Both ratios are computed below wherever the three rows exist.",
@@ -65,14 +68,14 @@ READING_NOTES = [
 def _group_table(g: pd.DataFrame) -> str:
     with_status = (g["status"] != "ok").any()
     with_fidelity = g["fidelity_gap"].notna().any()
-    with_accuracy = not g["performance_only"].all()  # untrained models have no AUC to show
+    with_accuracy = g["auc"].notna().any() or not g["performance_only"].any()  # untrained models have no AUC to show
     with_build = g["performance_only"].any()  # building their tables is part of what they measure
     headers = ["backend", "batch"] + (["status"] if with_status else [])
     headers += ["AUC", f"ΔAUC [{CONFIDENCE} CI]", "p"] if with_accuracy else []
     headers += ["fidelity gap"] if with_fidelity else []
     headers += ["ΔAUC verdict"] if with_accuracy else []
     headers += ["samples/s", f"speedup [{CONFIDENCE} CI]", "speed verdict", "p50 ms", "p99 ms", "emb GB/s (roofline)",
-                "emb MB", "compression", "model MB", "peak RSS MB"]  # fmt: skip
+                "GEMM roofline", "emb MB", "compression", "model MB", "peak RSS MB"]  # fmt: skip
     rows = []
     for r in g.itertuples(index=False):
         baseline = r.backend == BASELINE and r.status == "ok"
@@ -92,6 +95,7 @@ def _group_table(g: pd.DataFrame) -> str:
             fmt.ms(r.latency_p50_ms),
             fmt.ms(r.latency_p99_ms),
             roofline_cell(r),
+            percent(r.dense_share),
             fmt.megabytes(r.embedding_bytes),
             fmt.DASH if fmt.missing(r.compression) else f"{r.compression:.2f}×",
             fmt.megabytes(r.model_bytes),
@@ -101,7 +105,7 @@ def _group_table(g: pd.DataFrame) -> str:
         rows.append(row)
     headers += ["build s"] if with_build else []
     align = "lr" + ("l" if with_status else "") + ("rlr" if with_accuracy else "") + ("r" if with_fidelity else "")
-    align += ("l" if with_accuracy else "") + "rllrrrrrrr" + ("r" if with_build else "")
+    align += ("l" if with_accuracy else "") + "rllrrrrrrrr" + ("r" if with_build else "")
     return fmt.markdown_table(headers, rows, align)
 
 

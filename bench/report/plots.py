@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from bench.report import fmt
-from bench.report.machine import SCALE_PLOTS, scale_rows
+from bench.report.machine import SCALE_BACKENDS, SCALE_PLOTS, scale_rows
 from bench.report.paramserver import cache_plot
 from bench.report.table import backend_rank
 
@@ -128,41 +128,46 @@ def frontier_plot(df: pd.DataFrame, workload: str, device: str, path: Path) -> P
 
 
 def scale_plot(df: pd.DataFrame, access: str, path: Path) -> Path | None:
-    """Speedup over fp32 against fp32 table bytes (left, one line per backend and batch size >= 1024)
-    and against batch size on the largest tables (right), for one access pattern; bars span the 95% CI."""
+    """Speedup over fp32 of each quantized backend (one row of panels each) against fp32 table bytes
+    (left: one line per batch size >= 1024) and against batch size (right: one line per table size),
+    for one access pattern; bars span the 95% CI."""
     rows = scale_rows(df)
-    rows = rows[(rows["access"] == access) & (rows["backend"] != "fp32") & rows["speedup"].notna()]
+    rows = rows[(rows["access"] == access) & rows["backend"].isin(SCALE_BACKENDS) & rows["speedup"].notna()]
     if rows.empty or rows["fp32_embedding_bytes"].nunique() < 2:
         return None
-    fig = Figure(figsize=(11, 4.2))
-    left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    backends = [b for b in SCALE_BACKENDS if (rows["backend"] == b).any()]
+    fig = Figure(figsize=(11, 3.6 * len(backends)))
+    sizes = sorted(rows["fp32_embedding_bytes"].unique())
+    batches = sorted(rows["batch_size"].unique())
 
     def bars(b: pd.DataFrame) -> np.ndarray:
         return np.array([(b["speedup"] - b["speedup_lo"]).clip(lower=0).fillna(0), (b["speedup_hi"] - b["speedup"]).clip(lower=0).fillna(0)])
 
-    for backend in sorted(rows["backend"].unique(), key=backend_rank):
-        for bs in sorted(s for s in rows["batch_size"].unique() if s >= 1024):
-            b = rows[(rows["backend"] == backend) & (rows["batch_size"] == bs)].sort_values("fp32_embedding_bytes")
-            if not b.empty:
-                left.errorbar(b["fp32_embedding_bytes"] / fmt.MB, b["speedup"], yerr=bars(b), marker="o", capsize=3, label=f"{backend} bs {bs}")
-        largest = rows[(rows["backend"] == backend) & (rows["fp32_embedding_bytes"] == rows["fp32_embedding_bytes"].max())].sort_values("batch_size")
-        right.errorbar(largest["batch_size"], largest["speedup"], yerr=bars(largest), marker="o", capsize=3, label=backend)
-    left.set_xscale("log")
-    left.set_xticks(sorted(rows["fp32_embedding_bytes"].unique() / fmt.MB))
-    left.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
-    left.xaxis.set_minor_formatter(NullFormatter())
-    left.set_xlabel("tables in fp32 (MB, log)")
-    right.set_xscale("log", base=2)
-    right.set_xticks(sorted(rows["batch_size"].unique()))
-    right.set_xticklabels([str(b) for b in sorted(rows["batch_size"].unique())])
-    right.xaxis.set_minor_formatter(NullFormatter())
-    right.set_xlabel(f"batch size (largest tables, {rows['fp32_embedding_bytes'].max() / fmt.MB:,.0f} MB fp32)")
-    for ax in (left, right):
-        ax.axhline(1.0, color="grey", linewidth=0.8)
-        ax.set_ylabel("speedup over fp32 (95% CI)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize="x-small")
-    fig.suptitle(f"access {access}: speedup against table bytes and batch size")
+    for i, backend in enumerate(backends):
+        mine = rows[rows["backend"] == backend]
+        left, right = fig.add_subplot(len(backends), 2, 2 * i + 1), fig.add_subplot(len(backends), 2, 2 * i + 2)
+        for bs in (s for s in batches if s >= 1024):
+            b = mine[mine["batch_size"] == bs].sort_values("fp32_embedding_bytes")
+            left.errorbar(b["fp32_embedding_bytes"] / fmt.MB, b["speedup"], yerr=bars(b), marker="o", capsize=3, label=f"batch {bs}")
+        for size in sizes:
+            b = mine[mine["fp32_embedding_bytes"] == size].sort_values("batch_size")
+            right.errorbar(b["batch_size"], b["speedup"], yerr=bars(b), marker="o", capsize=3, label=f"{size / fmt.MB:,.0f} MB")
+        left.set_xscale("log")
+        left.set_xticks([x / fmt.MB for x in sizes])
+        left.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        left.xaxis.set_minor_formatter(NullFormatter())
+        left.set_xlabel("tables in fp32 (MB, log)")
+        right.set_xscale("log", base=2)
+        right.set_xticks(batches)
+        right.set_xticklabels([str(b) for b in batches])
+        right.xaxis.set_minor_formatter(NullFormatter())
+        right.set_xlabel("batch size (lines: tables in fp32)")
+        for ax in (left, right):
+            ax.axhline(1.0, color="grey", linewidth=0.8)
+            ax.set_ylabel(f"{backend} / fp32 (95% CI)")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize="x-small")
+    fig.suptitle(f"access {access}: speedup over fp32 against table bytes and batch size")
     return _save(fig, path)
 
 

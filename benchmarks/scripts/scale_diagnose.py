@@ -13,12 +13,14 @@ For every access pattern, batch size and backend it times:
 for the whole model and for its embedding module alone, and prints per cell the samples/s, the
 ratio to fp32, and the minor page faults per call. It also prints what the replayed and the pooled
 batches touch (unique ids per batch, rows touched per table, working set against the last-level
-cache) and the kernels each backend runs. `--malloc mmap` runs with glibc's mmap left on above
+cache) and the kernels each backend runs. `--clock thread_cpu` times the thread's CPU time instead
+of wall time (with `--threads 1`), for a machine shared with other work. `--malloc mmap` runs with glibc's mmap left on above
 32 MiB (the harness's allocator settings before this change) to show the page-fault factor;
 `--threads` sets torch's thread count.
 
     python benchmarks/scripts/scale_diagnose.py [--rows 300000] [--access zipf uniform] [--batch-sizes 1024 4096]
-        [--backends fp32 fp32_tbe int8_tbe uint4] [--rounds 5] [--threads 1] [--malloc pinned|mmap]
+        [--backends fp32 fp32_tbe int8_tbe uint4] [--rounds 5] [--threads 1] [--clock wall|thread_cpu]
+        [--pooling 1] [--malloc pinned|mmap]
 """
 
 from __future__ import annotations
@@ -44,16 +46,19 @@ warnings.filterwarnings("ignore")
 ROW_BYTES = {"fp32": 256, "int8": 68, "int4": 36}
 
 
-def throughput(module, batches, calls: int, cursor: list[int]) -> tuple[float, float]:
+CLOCK = {"wall": time.perf_counter, "thread_cpu": time.thread_time}
+
+
+def throughput(module, batches, calls: int, cursor: list[int], clock) -> tuple[float, float]:
     """(samples/s, minor faults per call) over `calls` calls, cycling `batches` from a cursor that runs on."""
     bs = batches[0][0].shape[0]
     faults = hardware.minor_faults()
     with torch.inference_mode():
-        start = time.perf_counter()
+        start = clock()
         for _ in range(calls):
             module(*batches[cursor[0] % len(batches)])
             cursor[0] += 1
-        seconds = time.perf_counter() - start
+        seconds = clock() - start
     return bs * calls / seconds, (hardware.minor_faults() - faults) / calls
 
 
@@ -85,7 +90,10 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20, help="calls per measurement on the pool")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--malloc", choices=["pinned", "mmap"], default="pinned")
+    parser.add_argument("--clock", choices=list(CLOCK), default="wall", help="thread_cpu needs --threads 1")
+    parser.add_argument("--pooling", type=int, default=1, help="ids per sample per table")
     args = parser.parse_args()
+    clock = CLOCK[args.clock]
     hardware.pin_malloc()
     if args.malloc == "mmap":  # back to mmap for blocks of 32 MiB and more (glibc's default count)
         ctypes.CDLL("libc.so.6").mallopt(-4, 65536)
@@ -93,13 +101,14 @@ def main() -> None:
     llc = hardware.llc_bytes()
 
     work = SharedWork()
-    base = ["workload=synthetic_scale", "model=scale", f"workload.table_rows={args.rows}", f"workload.eval_samples={args.pool_samples}"]
+    base = ["workload=synthetic_scale", "model=scale", f"workload.table_rows={args.rows}", f"workload.eval_samples={args.pool_samples}",
+            f"workload.pooling=[{','.join([str(args.pooling)] * 26)}]"]
     cfg = compose(base)
     workload = work.workload(cfg)
     tables = workload.tables
     gb = sum(t.num_embeddings for t in tables) * cfg.model.embedding_dim * 4 / 1e9
     print(f"{len(tables)} tables x {args.rows:,} rows x dim {cfg.model.embedding_dim}: {gb:.2f} GB fp32, {gb * 1e9 / llc:.0f}x the "
-          f"{llc / 2**20:.0f} MiB LLC; {torch.get_num_threads()} threads; malloc {args.malloc}; load {open('/proc/loadavg').read().split()[:3]}")
+          f"{llc / 2**20:.0f} MiB LLC; pooling {args.pooling}; {torch.get_num_threads()} threads; clock {args.clock}; malloc {args.malloc}; load {open('/proc/loadavg').read().split()[:3]}")
     torch.manual_seed(0)
     model = build_dlrm(cfg.model, tables, workload.num_dense).eval()
 
@@ -131,9 +140,9 @@ def main() -> None:
                     for part, module in (("model", prepared[name]), ("emb", EmbeddingOnly(prepared[name]))):
                         cursor = cursors.setdefault((name, *key, mode, part), [0])
                         if round_index == 0:
-                            throughput(module, batches, 2, cursor)  # warm-up
+                            throughput(module, batches, 2, cursor, clock)  # warm-up
                         calls = len(batches) if mode == "replay" else args.calls
-                        results.setdefault((name, *key, mode, part), []).append(throughput(module, batches, calls, cursor))
+                        results.setdefault((name, *key, mode, part), []).append(throughput(module, batches, calls, cursor, clock))
         print(f"round {round_index + 1}/{args.rounds}; load {open('/proc/loadavg').read().split()[:3]}", flush=True)
 
     def ratio(a, b):  # paired: per round, then the median over rounds

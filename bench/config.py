@@ -115,6 +115,12 @@ class TimingConfig:
     min_trial_seconds: float = 0.25
     # Time the speedup against fp32 in the same process and window, in alternating (ABBA) rounds.
     paired: bool = True
+    # Paired rounds go on past `trials` (two at a time, so both orders stay equally many) until the
+    # speedup's 95% interval spans at most `target_spread` of it, or `max_rounds` rounds are done. Seven
+    # rounds left intervals of 10-20% on a quiet 2-core machine, and two sweeps' speedups 5% apart in 10 of
+    # 21 rows; a fixed count cannot fit both a quiet and a busy machine. max_rounds <= trials: fixed count.
+    target_spread: float = 0.05
+    max_rounds: int = 48
     # Distinct samples the timing loop walks through (in whole batches, at least batches_per_trial,
     # at most the eval split), never restarting at the first. A handful of batches replayed keeps their
     # rows in cache: at 26 x 300k rows, 10 Zipf-1.1 batches of 1024 touch 1.2% of each table (22 MiB

@@ -23,6 +23,7 @@ TINY_OVERRIDES = [
     "batch_size=512",
     "timing.warmup_batches=1",
     "timing.trials=2",
+    "timing.max_rounds=2",
     "timing.batches_per_trial=2",
     "timing.min_trial_seconds=0",
 ]

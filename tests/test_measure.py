@@ -182,6 +182,39 @@ def test_paired_rounds_alternate_order_over_the_same_batches():
     assert paired.ratios == [2.0] * 4 and paired.speedup() == (2.0, 2.0, 2.0)
 
 
+def _jittery(clock: FakeClock, base_ns: int, jitter: list[float]) -> Costs:
+    """A module whose n-th call costs base_ns times jitter[n] (cycling)."""
+    return Costs(clock, lambda n: int(base_ns * jitter[n % len(jitter)]))
+
+
+def test_paired_rounds_go_on_until_the_interval_is_narrow():
+    clock = FakeClock()
+    # The candidate's first calls are erratic (ratios 1.0-3.0), then steady at 2x: the interval narrows.
+    erratic = [1.0, 0.5, 1.0, 1.5, 0.7, 1.2, 0.9, 1.4] + [1.0] * 400
+    cand, ref = Costs(clock, lambda n: int(1_000_000 * erratic[min(n, len(erratic) - 1)])), Costs(clock, 2_000_000)
+    paired = time_paired(cand, ref, numbered_inputs(100), 4, torch.device("cpu"), warmup_batches=1, trials=4,
+                         batches_per_trial=1, clock=clock, target_spread=0.05, max_rounds=40)
+    assert paired.stopped == "target" and 4 < len(paired.ratios) < 40
+    assert len(paired.ratios) % 2 == 0 and paired.first.count("reference") == paired.first.count("candidate")
+    assert paired.spread <= 0.05 and paired.speedup()[0] == pytest.approx(2.0)
+
+
+def test_paired_rounds_stop_at_the_bound_when_the_noise_never_settles():
+    clock = FakeClock()
+    cand, ref = _jittery(clock, 1_000_000, [1.0, 0.5, 1.6, 0.8, 1.3]), Costs(clock, 2_000_000)
+    paired = time_paired(cand, ref, numbered_inputs(100), 4, torch.device("cpu"), warmup_batches=1, trials=4,
+                         batches_per_trial=1, clock=clock, target_spread=0.05, max_rounds=12)
+    assert paired.stopped == "max_rounds" and len(paired.ratios) == 12 and paired.spread > 0.05
+
+
+def test_paired_rounds_are_a_fixed_count_without_a_larger_bound():
+    clock = FakeClock()
+    cand, ref = _jittery(clock, 1_000_000, [1.0, 0.5, 1.6]), Costs(clock, 2_000_000)
+    paired = time_paired(cand, ref, numbered_inputs(100), 4, torch.device("cpu"), warmup_batches=1, trials=5,
+                         batches_per_trial=1, clock=clock, target_spread=0.05, max_rounds=5)
+    assert paired.stopped == "fixed" and len(paired.ratios) == 5
+
+
 def test_paired_speedup_cancels_load_that_changes_between_rounds():
     """Background load that slows round r by a factor hits both halves alike: the ratio holds."""
     clock = FakeClock()

@@ -8,6 +8,7 @@ import os
 
 from bench.record import RunRecord
 from bench.report import publish_report, write_report
+from bench.report.protocol import timing_lines
 from bench.sweep import sweep_variant
 
 
@@ -75,3 +76,13 @@ def test_latest_follows_the_sweep_as_configured(tmp_path):
     assert os.readlink(folder / "latest") == full.name  # the partial run did not move it
     assert os.readlink(folder / "latest-batch_size=2048,device=cpu") == partial.name
     assert (partial / "report.md").read_text().startswith("# Sweep quant with batch_size=2048 device=cpu")
+
+
+def test_timing_line_says_how_many_paired_rounds_the_interval_needed():
+    recs = [record("int8_tbe", 1024, speedup_method="paired: 8 ABBA rounds", speedup_rounds=[1.1] * 8),
+            record("int8_tbe", 256, speedup_method="paired: 30 ABBA rounds", speedup_rounds=[1.1] * 30)]
+    for r in recs:
+        r.config = copy.deepcopy(r.config)
+        r.config["timing"].update(trials=7, max_rounds=48, target_spread=0.05)
+    [line] = timing_lines(recs)
+    assert "then 7 to 48 rounds per job" in line and "at most 5% of it (8-30 rounds here)" in line

@@ -15,7 +15,9 @@ the same process and time window, in rounds that alternate the order (ABBA: ref-
 ...). Both sides of a round run over the same batches, and each side takes the second place in
 half the rounds, so neither gains from the other's warm caches on average. The speedup is the
 median of per-round ratios with a bootstrap interval over rounds: background load that changes
-between rounds hits both sides of each ratio alike.
+between rounds hits both sides of each ratio alike. The number of rounds adapts: past the minimum
+(`trials`), rounds go on until the interval is as narrow as asked (`target_spread`) or `max_rounds`
+are done, so a quiet machine stops early and a busy one buys precision with time, up to a bound.
 
 The clock is injectable (`clock`: nanoseconds, `time.perf_counter_ns` by default), so the logic is
 tested without timing anything.
@@ -37,7 +39,7 @@ from bench.stats import median_interval
 
 Clock = Callable[[], int]  # nanoseconds
 # The timing config's keys that drive the loop (`pool_samples` chose the inputs: the caller's business).
-LOOP_KEYS = ("warmup_batches", "trials", "batches_per_trial", "min_trial_seconds")
+LOOP_KEYS = ("warmup_batches", "trials", "batches_per_trial", "min_trial_seconds", "target_spread", "max_rounds")
 CLOCKS = {"wall": time.perf_counter_ns, "thread_cpu": time.thread_time_ns}
 
 
@@ -54,6 +56,8 @@ def check_timing(timing_cfg, threads: int | None) -> None:
         raise UserError("timing.clock=thread_cpu times the calling thread only: set threads=1 with it")
     if timing_cfg.pool_samples < 0:
         raise UserError(f"timing.pool_samples must be 0 or more, got {timing_cfg.pool_samples}")
+    if not timing_cfg.target_spread > 0:
+        raise UserError(f"timing.target_spread must be above 0 (0.05: stop when the speedup's interval spans 5% of it), got {timing_cfg.target_spread}")
 
 
 @dataclass
@@ -98,6 +102,9 @@ class PairedTiming:
     candidate: Timing  # one trial per round
     reference: Timing
     first: list[str]  # per round, which side ran first ("reference" or "candidate")
+    # Why the rounds stopped: "fixed" (trials rounds), "target" (the interval narrowed to the target
+    # spread), or "max_rounds" (it never did).
+    stopped: str = "fixed"
 
     @property
     def ratios(self) -> list[float]:
@@ -107,6 +114,12 @@ class PairedTiming:
     def speedup(self, alpha: float = 0.05) -> tuple[float, float, float]:
         """Median per-round ratio with its bootstrap (1 - alpha) interval over rounds."""
         return median_interval(self.ratios, alpha=alpha)
+
+    @property
+    def spread(self) -> float:
+        """Width of the speedup's 95% interval as a share of the speedup."""
+        point, lo, hi = self.speedup()
+        return (hi - lo) / point
 
 
 class _Calls:
@@ -175,32 +188,47 @@ def time_paired(
     batches_per_trial: int,
     min_trial_seconds: float = 0.0,
     clock: Clock = time.perf_counter_ns,
+    target_spread: float = 0.05,
+    max_rounds: int = 0,
     **_unused,
 ) -> PairedTiming:
-    """`trials` rounds; in each, both modules run the same next batches, in ABBA order.
+    """At least `trials` rounds; in each, both modules run the same next batches, in ABBA order.
 
     The number of calls per half is sized from the slower side's warm-up, so every half lasts
-    at least `min_trial_seconds`.
+    at least `min_trial_seconds`. With `max_rounds` above `trials`, rounds go on two at a time
+    (as many of each order) until the speedup's interval spans at most `target_spread` of it.
     """
     calls, timed = _Calls(inputs), _clock_fn(device, clock)
     sides = {"candidate": candidate, "reference": reference}
     lat: dict[str, list[list[float]]] = {"candidate": [], "reference": []}
-    first = []
+    first: list[str] = []
+
+    def paired() -> PairedTiming:
+        return PairedTiming(Timing(batch_size, lat["candidate"], len(inputs)),
+                            Timing(batch_size, lat["reference"], len(inputs)), first)
+
     with torch.inference_mode():
         warm_batches = calls.take(max(1, warmup_batches))
         warm = [timed(m, warm_batches, device) for m in sides.values()]
         n = max(_calls_per_trial(w, batches_per_trial, min_trial_seconds) for w in warm)
-        for r in range(trials):
+        while True:
+            r = len(first)
             order = ("reference", "candidate") if r % 4 in (0, 3) else ("candidate", "reference")  # ABBA
             batch_window = calls.take(n)
             for side in order:
                 lat[side].append(timed(sides[side], batch_window, device))
             first.append(order[0])
-    return PairedTiming(
-        candidate=Timing(batch_size, lat["candidate"], len(inputs)),
-        reference=Timing(batch_size, lat["reference"], len(inputs)),
-        first=first,
-    )
+            result = paired()
+            if len(first) < trials:
+                continue
+            if max_rounds <= trials:
+                return result
+            if len(first) % 2 == 0 and result.spread <= target_spread:
+                result.stopped = "target"
+                return result
+            if len(first) >= max_rounds:
+                result.stopped = "max_rounds"
+                return result
 
 
 def _cpu_clock(module: nn.Module, trial_inputs: list[tuple], clock: Clock) -> list[float]:

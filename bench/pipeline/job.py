@@ -137,6 +137,7 @@ def _timing_figures(cfg: Config, backend: Backend, timing: Timing, paired: Paire
         out.update(
             speedup=point, speedup_lo=lo, speedup_hi=hi, speedup_rounds=paired.ratios, speedup_first=paired.first,
             speedup_method=f"paired: {len(paired.ratios)} ABBA rounds against {BASELINE_BACKEND} in this process",
+            speedup_stop=paired.stopped,
             reference_throughput=paired.reference.throughput, reference_throughput_trials=paired.reference.trial_throughput,
         )
     else:

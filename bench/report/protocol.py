@@ -72,7 +72,13 @@ def timing_lines(records: Sequence[RunRecord]) -> list[str]:
         distinct = sorted({(r.metrics or {}).get("timing_distinct_batches") for r in recs} - {None})
         paired = any(str((r.metrics or {}).get("speedup_method", "")).startswith("paired") for r in recs)
         text = f"- Timing: {t.get('warmup_batches', '?')} warm-up calls, then {t.get('trials', '?')} "
-        text += "rounds per job, each timing fp32 and the backend in turn (ABBA order) over the same batches" if paired else "trials per job"
+        if paired and t.get("max_rounds", 0) > t.get("trials", 0):
+            rounds = sorted({len((r.metrics or {}).get("speedup_rounds") or []) for r in recs} - {0})
+            text += (f"to {t['max_rounds']} rounds per job, each timing fp32 and the backend in turn (ABBA order) over the same "
+                     f"batches, until the speedup's 95% interval spans at most {t.get('target_spread', 0):.0%} of it")
+            text += f" ({rounds[0]}-{rounds[-1]} rounds here)" if len(rounds) > 1 else (f" ({rounds[0]} rounds here)" if rounds else "")
+        else:
+            text += "rounds per job, each timing fp32 and the backend in turn (ABBA order) over the same batches" if paired else "trials per job"
         text += f"; each trial makes at least {t.get('batches_per_trial', '?')} calls"
         if t.get("min_trial_seconds"):
             text += f" and lasts at least {t['min_trial_seconds']} s"

@@ -59,7 +59,7 @@ def main() -> None:
     print("\nquiet:\n" + quiet[quiet.status == "ok"][SHOW].to_string(index=False, float_format=fmt))
     print("\nloaded:\n" + loaded[loaded.status == "ok"][SHOW].to_string(index=False, float_format=fmt))
 
-    joined = quiet.merge(loaded, on=KEY, suffixes=("_quiet", "_loaded"))
+    joined = quiet.merge(loaded, on=KEY, suffixes=("_quiet", "_loaded")).copy()  # a defragmented frame for the columns added below
     joined = joined[(joined.backend != "fp32") & (joined.status_quiet == "ok") & (joined.status_loaded == "ok")]
     joined["speedup_change"] = joined.speedup_loaded / joined.speedup_quiet - 1
     joined["within_10pct"] = joined.speedup_change.abs() <= 0.10

@@ -39,7 +39,7 @@ def main() -> None:
 
     key = ["workload", "device", "backend", "batch_size"]
     ok = (a.status == "ok")
-    joined = a[ok].merge(b[b.status == "ok"], on=key, suffixes=("_1", "_2"))
+    joined = a[ok].merge(b[b.status == "ok"], on=key, suffixes=("_1", "_2")).copy()  # a defragmented frame for the columns added below
     joined["auc_equal"] = joined.auc_1 == joined.auc_2
     joined["tp_ratio"] = joined.throughput_2 / joined.throughput_1
     joined["speedup_ratio"] = joined.speedup_2 / joined.speedup_1

@@ -262,9 +262,10 @@ def _paired(sweep_a, backend="int8_tbe", **metrics):
 
 
 def test_a_paired_speedup_in_the_record_is_the_row_s_speedup(sweep_a):
-    rec = _paired(sweep_a, speedup=1.7, speedup_lo=1.6, speedup_hi=1.8, stable=True)
+    rec = _paired(sweep_a, speedup=1.7, speedup_lo=1.6, speedup_hi=1.8, stable=True, speedup_rounds=[1.7] * 12, speedup_stop="target")
     r = row(results_table([*sweep_a, rec]), backend="int8_tbe")
     assert (r.speedup, r.speedup_lo, r.speedup_hi, r.speedup_method) == (1.7, 1.6, 1.8, "paired")
+    assert (r.speedup_rounds, r.speedup_stop) == (12, "target")
     assert r.speed_verdict == "gain" and bool(r.stable) is True
     unpaired = row(results_table(sweep_a), backend="int8_tbe")
     assert unpaired.speedup_method == "unpaired"

@@ -48,6 +48,8 @@ COLUMNS = [
     "speedup_lo",
     "speedup_hi",
     "speedup_method",
+    "speedup_rounds",
+    "speedup_stop",
     "auc_verdict",
     "speed_verdict",
     "auc_margin",
@@ -171,6 +173,8 @@ def _row(r: RunRecord) -> dict[str, Any]:
         steal_share=_num(noise.get("steal_share")),
         timing_distinct_batches=_num(m.get("timing_distinct_batches")),
         timing_calls_per_batch=_num(m.get("timing_calls_per_batch")),
+        speedup_rounds=len(m["speedup_rounds"]) if m.get("speedup_rounds") else math.nan,  # paired rounds timed
+        speedup_stop=m.get("speedup_stop"),  # fixed | target | max_rounds
     )
     row.update(row_extras(r))
     return row

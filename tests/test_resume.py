@@ -162,3 +162,18 @@ def test_a_sweep_stopped_by_ctrl_c_then_killed_resumes_to_one_record_per_job(tmp
     report = Path(re.search(r"^report: (.+)/report.md$", out, re.M).group(1))  # the run's own report (not `latest`: the jobs were overridden)
     assert len(read_jsonl(report / "records.jsonl")) == 4  # the sweep's report: one row per job
     assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp") or ".tmp." in p.name]
+
+
+def test_resume_tells_two_contents_of_one_per_table_file_apart(fast_cfg, tmp_path):
+    """The record carries the mapping the file held, so a changed file is a different job."""
+    path = tmp_path / "per_table.yaml"
+    path.write_text("{t_cat_0: int8}\n")
+    first = measured(fast_cfg("backend=uint4", "backend.mlp=fp32", f"backend.per_table_file={path}"))
+    assert first.status == "ok" and first.config["backend"]["per_table"] == {"t_cat_0": "int8"}
+    assert first.config["backend"]["per_table_file"] == str(path)
+    same, _ = run_job(fast_cfg("backend=uint4", "backend.mlp=fp32", f"backend.per_table_file={path}", "resume=true"))
+    assert same.resumed_from == first.record_id
+    path.write_text("{t_cat_0: int2}\n")
+    changed, _ = run_job(fast_cfg("backend=uint4", "backend.mlp=fp32", f"backend.per_table_file={path}", "resume=true"))
+    assert changed.status == "ok" and not changed.resumed_from and changed.config_hash != first.config_hash
+    assert changed.config["backend"]["per_table"] == {"t_cat_0": "int2"}

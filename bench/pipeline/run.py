@@ -78,6 +78,10 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
         if skip is None:
             backend = registry.get("backend", cfg.backend.name).factory(cfg.backend)
             record.backend = backend.record_name()
+            # The backend's config as it resolved it (a per_table_file's mapping joins per_table), so the
+            # record says what ran and resume tells two contents of one file apart.
+            record.config["backend"] = dataclasses.asdict(backend.cfg)
+            record.config_hash = job_hash(record.config)
             skip = backend.unsupported_reason(device) or distributed.unsupported_reason(cfg, backend, device, session.work)
         if skip is not None:
             device = None  # not usable here: describe the machine without it

@@ -70,7 +70,7 @@ def test_the_split_interleaves_plan_check_and_held_out_samples_and_keeps_every_i
 def planted():
     torch.manual_seed(0)
     model = PlantedModel().eval()
-    split = split_by_index(planted_batches(model, 80_000, 4096, seed=1))
+    split = split_by_index(planted_batches(model, 60_000, 4096, seed=1))
     calibration = planted_batches(model, 2048, 1024, seed=2)
     tables = [Table(t, ROWS[t], DIM) for t in SCALES]
     return model, split, calibration, tables

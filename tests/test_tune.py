@@ -268,6 +268,12 @@ def test_bad_budget_is_one_line_and_exit_2(tune_cfg, capsys):
     assert len(err) == 1 and "tune.max_auc_drop=0.001" in err[0]
 
 
+def test_an_eval_split_too_small_to_cut_is_one_line_and_exit_2(tune_cfg, capsys):
+    assert tune_main(tune_cfg("tune.max_auc_drop=0.001", "workload.eval_samples=2"), SharedWork()) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "workload.eval_samples" in err[0]
+
+
 def test_the_search_keeps_a_guard_so_the_held_out_check_is_likely_to_pass():
     row = Row("c", "probe", "search", 1, "fp32", "emulation", auc_delta=-0.0006, auc_delta_lo=-0.0009, auc_delta_hi=-0.0003, auc_fp32=0.8)
     coin = Budget(absolute=0.001, holdout_confidence=0.5)

@@ -124,9 +124,12 @@ def run_tune(cfg: Config, work: SharedWork, clock: Callable[[], float] = time.pe
         return result
     result.budget = budget
 
-    model = work.model(cfg, workload)
     split = split_by_index(work.split_batches(cfg, workload, "eval"))
     result.n_plan, result.n_check, result.n_holdout = (num_samples(split[k]) for k in (PLAN, CHECK, HOLDOUT))
+    if min(result.n_plan, result.n_check, result.n_holdout) == 0:
+        raise UserError(f"the eval split ({result.n_search + result.n_holdout} samples) is too small to cut into plan, "
+                        "check and held-out parts: raise workload.eval_samples")
+    model = work.model(cfg, workload)
     calibration = work.split_batches(cfg, workload, "calibration")
     result.seconds["model and data"] = clock() - started
     holdout_base, emulated = _search_half(result, model, split, calibration, device, clock)

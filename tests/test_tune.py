@@ -24,7 +24,7 @@ from bench.pipeline.shared import SharedWork
 from bench.testing import TINY_OVERRIDES
 from bench.tune import main as tune_main
 from bench.tune.candidate import SwappableModel
-from bench.tune.holdout import HOLDOUT, SEARCH, halves
+from bench.tune.holdout import CHECK, HOLDOUT, PLAN, split_by_index
 from bench.tune.measured import Budget, Row
 from bench.tune.outputs import CSV_COLUMNS
 from bench.tune.search import search
@@ -47,19 +47,20 @@ PRECISIONS = ["fp16", "int8", "int4", "int2"]
 # ----------------------------------------------------------------------------------- the split
 
 
-def test_halves_interleave_sample_indices_and_keep_every_id():
+def test_the_split_interleaves_plan_check_and_held_out_samples_and_keeps_every_id():
     cfg = compose(["workload.eval_samples=1001", "workload.cardinalities=[50,60,70]", "workload.pooling=[1,3,2]"])
     workload = SharedWork().workload(cfg)
-    split = halves(list(workload.batches("eval", 300)))  # batches of 300 do not line up with the parity
+    split = split_by_index(list(workload.batches("eval", 300)))  # batches of 300 do not line up with the parts
     [whole] = list(workload.batches("eval", 1001))
-    for name, parity in ((SEARCH, 0), (HOLDOUT, 1)):
-        assert torch.equal(torch.cat([b.dense for b in split[name]]), whole.dense[parity::2])
-        assert torch.equal(torch.cat([b.labels for b in split[name]]), whole.labels[parity::2])
+    for name, (start, step) in ((PLAN, (0, 4)), (CHECK, (2, 4)), (HOLDOUT, (1, 2))):
+        assert torch.equal(torch.cat([b.dense for b in split[name]]), whole.dense[start::step])
+        assert torch.equal(torch.cat([b.labels for b in split[name]]), whole.labels[start::step])
         for key in whole.sparse.keys():
             got = [x for b in split[name] for x in b.sparse.to_dict()[key].to_dense()]
-            want = whole.sparse.to_dict()[key].to_dense()[parity::2]
+            want = whole.sparse.to_dict()[key].to_dense()[start::step]
             assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))
-    assert sum(len(b) for b in split[SEARCH]) == 501 and sum(len(b) for b in split[HOLDOUT]) == 500
+    # disjoint and complete: the search's two quarters (plan 251, check 250) and the held-out half (500)
+    assert [sum(len(b) for b in split[k]) for k in (PLAN, CHECK, HOLDOUT)] == [251, 250, 500]
 
 
 # ------------------------------------------------------------------------------ swappable model
@@ -69,7 +70,7 @@ def test_halves_interleave_sample_indices_and_keep_every_id():
 def planted():
     torch.manual_seed(0)
     model = PlantedModel().eval()
-    split = halves(planted_batches(model, 60_000, 4096, seed=1))
+    split = split_by_index(planted_batches(model, 60_000, 4096, seed=1))
     calibration = planted_batches(model, 2048, 1024, seed=2)
     tables = [Table(t, ROWS[t], DIM) for t in SCALES]
     return model, split, calibration, tables
@@ -92,15 +93,16 @@ def test_planted_problem_finds_the_known_answer(planted):
     """Loud tables keep int8 (int4 costs more than the budget), quiet ones go to int2."""
     model, split, calibration, tables = planted
     swap = SwappableModel(model, calibration, CPU)
-    n = sum(len(b) for b in split[SEARCH])
-    base = swap.logits("fp32", split[SEARCH], n)
-    rows = sensitivity(swap, tables, PRECISIONS, split[SEARCH], base)
+    plan = split[PLAN]
+    rows = sensitivity(swap, tables, PRECISIONS, plan, swap.logits("fp32", plan, sum(len(b) for b in plan)))
     by = {r.candidate: r for r in rows}
     assert by["loud_0=int4"].auc_delta_hi < 0 and by["loud_0=int2"].auc_delta < by["loud_0=int4"].auc_delta
     assert all(abs(by[f"quiet_{i}={p}"].auc_delta) < 1e-4 for i in (0, 1) for p in PRECISIONS)
     assert {r.candidate for r in rows if r.kind == "dense"} == {"dense int8 dynamic", "dense int8 static"}
 
-    result = search(swap, tables, PRECISIONS, rows, "fp32", Budget(absolute=0.00025), split[SEARCH], base)
+    check = split[CHECK]
+    base = swap.logits("fp32", check, sum(len(b) for b in check))
+    result = search(swap, tables, PRECISIONS, rows, "fp32", Budget(absolute=0.00025), check, base, ratio=0.5)
     assert result.chosen == KNOWN_ANSWER
     chosen = [r for r in result.probes if r.chosen]
     assert len(chosen) == 1 and chosen[0].per_table == KNOWN_ANSWER and chosen[0].auc_delta_lo >= -0.00025
@@ -110,11 +112,17 @@ def test_planted_problem_finds_the_known_answer(planted):
     # the held-out check runs the real integer backends: stored bytes are the map's FBGEMM row bytes
     tune = SimpleNamespace(mlp="fp32", mlp_mode="dynamic", precisions=["int2"])  # the chosen map and uniform int2
     held = halves_base(swap, split)
-    checked = holdout_rows(result.chosen, tables, tune, model, calibration, CPU, split[HOLDOUT], held)
+    swap.set_tables(result.chosen)
+    _, emulated = swap.logits("fp32", split[HOLDOUT], len(held[0]))
+    checked, gap = holdout_rows(result.chosen, tables, tune, model, calibration, CPU, split[HOLDOUT], held, emulated)
     assert checked[0].chosen and checked[0].measured_by == "uint4"
+    # the search's emulation scores the held-out half as the real backend does (FBGEMM's own rows, fp32 dense)
+    emulation = checked[1]
+    assert emulation.kind == "emulation" and not emulation.chosen and gap < 1e-5
+    assert emulation.auc_delta == pytest.approx(checked[0].auc_delta, abs=1e-6)
     assert checked[0].embedding_bytes == map_bytes(tables, KNOWN_ANSWER)
     assert Budget(absolute=0.00025).verdict(checked[0]) == "within budget"
-    uniform = {r.candidate: r for r in checked[1:]}
+    uniform = {r.candidate: r for r in checked[2:]}
     assert uniform["uniform int2 (int2_tbe)"].auc_delta_hi < -0.00025  # uniform int2 is clearly over
 
 
@@ -220,13 +228,16 @@ def test_tiny_tune_end_to_end(tune_cfg, tmp_path, capsys):
     assert {p.name for p in folder.iterdir()} == {"tune.md", "tune.csv", "per_table.yaml", "frontier.png"}
     csv = pd.read_csv(folder / "tune.csv")
     assert list(csv.columns) == CSV_COLUMNS and set(csv["split"]) == {"search", "holdout"}
+    [emulation] = csv[csv["kind"] == "emulation"].itertuples()  # the chosen map's emulation, held out, never chosen
+    assert emulation.split == "holdout" and not emulation.chosen and emulation.measured_by == "emulation"
     assert len(csv[csv["kind"] == "sensitivity"]) == 6 * 4 and len(csv[csv["kind"] == "dense"]) == 2
     [chosen] = csv[csv["chosen"] & (csv["split"] == "holdout")].itertuples()
     per_table = yaml.safe_load((folder / "per_table.yaml").read_text())
     assert len(per_table) == 6 and chosen.per_table == " ".join(f"{k}={v}" for k, v in per_table.items())
     assert chosen.measured_by == "uint4" and math.isfinite(chosen.auc_delta_lo)
     md = (folder / "tune.md").read_text()
-    for part in ("## Verdict (held-out half)", "selection bias", "## Sensitivity", "int8 dynamic", "## Search", "frontier.png"):
+    for part in ("## Verdict (held-out half)", "selection bias", "## Sensitivity (plan quarter", "int8 dynamic",
+                 "## Search (check quarter", "search's emulation of the same map", "frontier.png"):
         assert part in md
     assert code == (0 if "within budget" in out.splitlines()[0] else 1)
     # per_table.yaml works both ways: as a file and inline (one flow-style line)
@@ -257,6 +268,12 @@ def test_bad_budget_is_one_line_and_exit_2(tune_cfg, capsys):
     assert len(err) == 1 and "tune.max_auc_drop=0.001" in err[0]
 
 
+def test_an_eval_split_too_small_to_cut_is_one_line_and_exit_2(tune_cfg, capsys):
+    assert tune_main(tune_cfg("tune.max_auc_drop=0.001", "workload.eval_samples=2"), SharedWork()) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "workload.eval_samples" in err[0]
+
+
 def test_the_search_keeps_a_guard_so_the_held_out_check_is_likely_to_pass():
     row = Row("c", "probe", "search", 1, "fp32", "emulation", auc_delta=-0.0006, auc_delta_lo=-0.0009, auc_delta_hi=-0.0003, auc_fp32=0.8)
     coin = Budget(absolute=0.001, holdout_confidence=0.5)
@@ -264,6 +281,10 @@ def test_the_search_keeps_a_guard_so_the_held_out_check_is_likely_to_pass():
     strict = Budget(absolute=0.001, holdout_confidence=0.9)
     sd = 0.0006 / (2 * 1.959964)
     assert strict.guard(row) == pytest.approx(1.281552 * math.sqrt(2) * sd, rel=1e-5) and not strict.passes(row)
+    # a held-out half twice the check quarter: its own interval is narrower, and so is the difference's noise
+    sd_h = math.sqrt(0.5) * sd
+    assert strict.guard(row, 0.5) == pytest.approx(1.959964 * (sd_h - sd) + 1.281552 * math.hypot(sd, sd_h), rel=1e-5)
+    assert 0 < strict.guard(row, 0.5) < strict.guard(row)
     assert Budget.of(TuneConfig(max_auc_drop=0.001)).holdout_confidence == 0.9
     with pytest.raises(UserError, match="holdout_confidence"):
         Budget.of(TuneConfig(max_auc_drop=0.001, holdout_confidence=0.3))

@@ -2,11 +2,11 @@
 
 `python -m bench +sweep=tune tune.max_auc_drop=0.001` runs, in one process:
 
-    holdout.py      the eval split cut by sample index into a search half and a held-out half
+    holdout.py      the eval split cut by sample index: a search half (plan and check quarters), a held-out half
     candidate.py    one copy of the fp32 model whose tables are swapped for quantize-dequantize rows
-    sensitivity.py  every table alone at each lower precision, and the dense layers, on the search half
+    sensitivity.py  every table alone at each lower precision, and the dense layers, on the plan quarter
     policy.py       the pure search policy: a knapsack over predicted losses, bisection over its candidates
-    search.py       combined candidates measured on the search half, backed off until one passes
+    search.py       combined candidates measured on the check quarter, backed off until one passes
     validate.py     the chosen map and the uniform maps on the held-out half, with the real integer backends
     run.py          run_tune(cfg, work) -> TuneResult, the steps in order
     outputs.py      reports/tune/<timestamp>/: tune.md, per_table.yaml, tune.csv, frontier.png

@@ -13,8 +13,8 @@ from bench.errors import UserError
 from bench.stats import AucDelta, paired_auc_delta
 
 # What a row's candidate is: one table lowered alone, a dense-layer variant, a search probe, the chosen
-# map, a uniform precision, or the fp32 reference.
-KINDS = ("sensitivity", "dense", "probe", "chosen", "uniform")
+# map (real backend), the chosen map's emulation on the held-out half, or a uniform precision.
+KINDS = ("sensitivity", "dense", "probe", "chosen", "emulation", "uniform")
 
 
 @dataclass
@@ -53,12 +53,16 @@ def delta(labels: np.ndarray, base_logits: np.ndarray, logits: np.ndarray) -> Au
 class Budget:
     """The allowed AUC drop: absolute, or a fraction of the fp32 AUC on the split judged.
 
-    `holdout_confidence`: the search keeps a candidate only when, judged from its search-half
-    measurement, the held-out check would pass with at least this probability. The held-out delta
-    differs from the search-half one by the noise of two independent halves (standard deviation about
-    sqrt(2) x the search half's), so the search-half lower bound must clear -drop by
-    z(confidence) x sqrt(2) x that standard deviation. 0.5 asks only that the lower bound clear it,
-    which leaves the held-out check a coin toss for a candidate at the edge.
+    `holdout_confidence`: the search keeps a candidate only when, judged from its measurement on the
+    check quarter, the held-out check would pass with at least this probability. The held-out delta
+    differs from the check's by the noise of both (independent samples; the held-out one's variance is
+    the check's times `ratio` = check samples / held-out samples), and the held-out check then asks
+    for its own lower bound: so the check's point delta must clear -drop by z(0.975) x the held-out
+    standard deviation plus z(confidence) x the standard deviation of the difference. With equal
+    sample counts that is the check's lower bound clearing -drop by z(confidence) x sqrt(2) x its
+    standard deviation. 0.5 asks only that the held-out lower bound be expected to clear it, which
+    leaves the held-out check a coin toss for a candidate at the edge. It holds only for a candidate
+    whose check figure is a fresh draw: the check samples must not be the ones it was planned on.
     """
 
     absolute: Optional[float] = None
@@ -87,14 +91,17 @@ class Budget:
             return f"AUC drop at most {self.absolute:g} (absolute)"
         return f"AUC drop at most {100 * self.relative:g}% of the fp32 AUC"
 
-    def guard(self, row: Row) -> float:
-        """How far the search-half lower bound must clear -drop (see the class docstring)."""
-        sd = (row.auc_delta_hi - row.auc_delta_lo) / (2 * NormalDist().inv_cdf(0.975))
-        return NormalDist().inv_cdf(self.holdout_confidence) * math.sqrt(2) * sd
+    def guard(self, row: Row, ratio: float = 1.0) -> float:
+        """How far the lower bound of `row` (the check quarter's) must clear -drop, the held-out delta's
+        variance being `ratio` x the check's (see the class docstring)."""
+        z95 = NormalDist().inv_cdf(0.975)
+        sd = (row.auc_delta_hi - row.auc_delta_lo) / (2 * z95)
+        sd_holdout = math.sqrt(ratio) * sd
+        return z95 * (sd_holdout - sd) + NormalDist().inv_cdf(self.holdout_confidence) * math.hypot(sd, sd_holdout)
 
-    def passes(self, row: Row) -> bool:
-        """On the search half: the whole interval above -drop, by the guard."""
-        return row.auc_delta_lo - self.guard(row) >= -self.drop(row.auc_fp32)
+    def passes(self, row: Row, ratio: float = 1.0) -> bool:
+        """On the check quarter: the whole interval above -drop, by the guard."""
+        return row.auc_delta_lo - self.guard(row, ratio) >= -self.drop(row.auc_fp32)
 
     def verdict(self, row: Row) -> str:
         limit = -self.drop(row.auc_fp32)

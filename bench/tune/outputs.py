@@ -51,7 +51,7 @@ def frontier_plot(result: TuneResult, path: Path) -> Path:
     """Embedding bytes against ΔAUC: search probes, the chosen map on both halves, the uniform backends."""
     fig = Figure(figsize=(7.0, 4.6))
     ax = fig.add_subplot()
-    styles = {("probe", "search"): ("o", "tab:gray", "search probes (search half)"),
+    styles = {("probe", "search"): ("o", "tab:gray", "search probes (check quarter)"),
               ("chosen", "holdout"): ("*", "tab:red", "chosen map (held-out half, real backend)"),
               ("uniform", "holdout"): ("s", "tab:blue", "uniform (held-out half, real backends)")}
     for (kind, split), (marker, color, label) in styles.items():
@@ -132,7 +132,7 @@ def _sensitivity_section(result: TuneResult) -> list[str]:
     dense = [[r.candidate.removeprefix("dense "), _ci(r)] for r in result.sensitivity if r.kind == "dense"]
     cached = " (read from the cache: same model, data and code)" if result.sensitivity_cached else ""
     return [
-        f"## Sensitivity (search half, {fmt.count(result.n_search)} samples){cached}",
+        f"## Sensitivity (plan quarter of the search half, {fmt.count(result.n_plan)} samples){cached}",
         "",
         "Paired ΔAUC against fp32 [95% CI, DeLong] when that one table is quantize-dequantized at the precision, "
         "everything else fp32 (dense layers too):",
@@ -152,21 +152,24 @@ def _search_section(result: TuneResult) -> list[str]:
     dense = "fp32" if result.cfg.tune.mlp == "fp32" else f"int8 {result.cfg.tune.mlp_mode}"
     budget = result.budget
     rows = [[r.candidate, fmt.megabytes(r.embedding_bytes), f"{s.candidates[k].predicted_loss:.5f}", _ci(r),
-             fmt.signed(r.auc_delta_lo - budget.guard(r), 5), "yes" if budget.passes(r) else "no", "**chosen**" if r.chosen else ""]
+             fmt.signed(r.auc_delta_lo - budget.guard(r, s.ratio), 5), "yes" if budget.passes(r, s.ratio) else "no",
+             "**chosen**" if r.chosen else ""]
             for k, r in zip(s.probed, s.probes)]
     passed = ("no candidate passed, not even every table at fp32: the dense layers alone leave no room in the budget "
               "(try tune.mlp=fp32)" if s.passed < 0 else f"the last passing candidate is {s.passed} of {len(s.candidates) - 1}")
     return [
-        "## Search (search half)",
+        f"## Search (check quarter of the search half, {fmt.count(result.n_check)} samples)",
         "",
         f"Predicted loss of a table at a precision = its sensitivity's ΔAUC as a loss (gains count as none). "
         f"A knapsack over those losses (exact on a grid of budget/1000) gives {len(s.candidates)} candidates, the fewest bytes "
         f"for each predicted loss (candidate 0: every table fp32). The tables may spend {s.allowance:.5f} (the budget less "
         f"the {dense} dense layers' own loss), so the first probe was candidate {s.predicted}. Each probe is the combined "
-        f"candidate, measured with the {dense} dense layers, not a sum of sensitivities. It passes when its interval's lower "
-        f"bound, less a guard, lies above the budget: the guard is z({budget.holdout_confidence:g}) × √2 × its standard error, "
-        f"so that, judged from the search half, the held-out check passes with probability {budget.holdout_confidence:g} "
-        f"(tune.holdout_confidence; the two halves' deltas differ by the noise of both). Bisection: {passed}.",
+        f"candidate, measured with the {dense} dense layers, not a sum of sensitivities, and on the check quarter, samples "
+        "the sensitivities never saw: the knapsack prefers options whose sensitivity noise flattered them, and a candidate "
+        "measured on those same samples would inherit that flattery. It passes when its interval's lower bound, less a guard, "
+        "lies above the budget: the guard is set so that, judged from the check quarter, the held-out check passes with "
+        f"probability {budget.holdout_confidence:g} (tune.holdout_confidence; the check's and the held-out delta differ by the "
+        f"noise of both, the held-out one's variance {s.ratio:.2g}× the check's by their sample counts). Bisection: {passed}.",
         "",
         fmt.markdown_table(["probe", "embedding MB", "predicted loss", "ΔAUC [95% CI]", "lower bound − guard", "passes", ""],
                            rows, "lrrllll"),
@@ -197,14 +200,20 @@ def _chosen_section(result: TuneResult, out: Path) -> list[str]:
                   f"budget: {fmt.count(result.n_holdout)} held-out samples cannot show a drop this small either way. Use a "
                   "larger eval split (workload.eval_samples) or a wider budget.", ""]
     if search_row is not None:
-        lines += [f"On the search half the same map measured {_ci(search_row)}; the difference to the held-out figure "
-                  f"({fmt.signed(search_row.auc_delta - chosen.auc_delta, 5)}) is what judging it on its own samples "
-                  "would have claimed on top.", ""]
+        lines += [f"On the check quarter the same map measured {_ci(search_row)}; the difference to the held-out figure "
+                  f"({fmt.signed(search_row.auc_delta - chosen.auc_delta, 5)}) is what judging it on the samples it was "
+                  "chosen on would have claimed on top.", ""]
+    emulation = next((r for r in result.holdout if r.kind == "emulation"), None)
+    if emulation is not None:
+        lines += [f"The search's emulation of the same map (quantize-dequantize rows, torch.ao int8 Linear) on the held-out "
+                  f"half: ΔAUC {_ci(emulation)}; " + ("its logits equal the real backend's bit for bit" if result.emulation_gap == 0
+                  else f"its logits differ from the real backend's by at most {result.emulation_gap:.2g}")
+                  + " (how faithful the search's figures are to what the backend runs).", ""]
     lines += [SELECTION_BIAS, ""]
     rows = [[r.candidate, r.measured_by, fmt.megabytes(r.embedding_bytes), f"{fp32 / r.embedding_bytes:.2f}×",
              f"{r.embedding_bytes / chosen.embedding_bytes:.2f}×", _ci(r), budget.verdict(r)] for r in result.holdout]
     lines += [
-        "Held-out half, real integer backends, the same dense layers:",
+        "Held-out half, real integer backends (and the chosen map's emulation), the same dense layers:",
         "",
         fmt.markdown_table(["map", "backend", "embedding MB", "compression vs fp32", "bytes vs chosen", "ΔAUC [95% CI]",
                             "against the budget"], rows, "llrrrll"),
@@ -248,7 +257,9 @@ def render(result: TuneResult, out: Path) -> str:
         return "\n".join(lines + _timing(result))
     lines += [
         f"The eval split is cut by sample index: even indices are the search half ({fmt.count(result.n_search)} samples), "
-        f"odd ones the held-out half ({fmt.count(result.n_holdout)}). The search saw only its half.",
+        f"odd ones the held-out half ({fmt.count(result.n_holdout)}). The search saw only its half, and cut it again: "
+        f"indices 0 mod 4 plan (sensitivity, {fmt.count(result.n_plan)}), indices 2 mod 4 check the combined candidates "
+        f"({fmt.count(result.n_check)}).",
         "",
     ]
     lines += _chosen_section(result, out)

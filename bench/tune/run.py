@@ -1,10 +1,12 @@
 """`run_tune(cfg, work) -> TuneResult`: sensitivity, search and the held-out check, in that order.
 
-1. The eval split is cut in two by sample index (`holdout.halves`); the search sees only its half.
-2. Sensitivity on the search half (`sensitivity`), from one swappable copy of the fp32 model.
-3. Search on the search half (`search`): planned from the sensitivities, combined candidates measured.
+1. The eval split is cut by sample index (`holdout.split_by_index`): a search half, itself a plan quarter
+   and a check quarter, and a held-out half; the search sees only its half.
+2. Sensitivity on the plan quarter (`sensitivity`), from one swappable copy of the fp32 model.
+3. Search (`search`): planned from the sensitivities, combined candidates measured on the check quarter.
 4. The chosen map, and every uniform precision, measured on the held-out half with the real integer
-   backends (`validate`); the verdict comes from the chosen map's held-out interval alone.
+   backends (`validate`), and the chosen map's emulation beside it; the verdict comes from the chosen
+   map's held-out interval (real backend) alone.
 
 Where the fp32 model cannot be built here (its estimated memory exceeds `memory_fraction` of what is
 available, e.g. the full-size DLRM-v2 tables) or `tune.sizes_only=true`, accuracy is not measured:
@@ -30,7 +32,7 @@ from bench.pipeline.job import backend_config
 from bench.pipeline.scores import code_digest
 from bench.pipeline.shared import SharedWork, TrainedModel
 from bench.tune.candidate import SwappableModel, dense_name
-from bench.tune.holdout import HOLDOUT, SEARCH, halves, num_samples
+from bench.tune.holdout import CHECK, HOLDOUT, PLAN, num_samples, split_by_index
 from bench.tune.measured import Budget, Row
 from bench.tune.search import SearchResult, search
 from bench.tune.sensitivity import cached, sensitivity
@@ -44,17 +46,24 @@ class TuneResult:
     tables: list[Table]
     budget: Optional[Budget] = None
     sizes_only: Optional[str] = None  # why accuracy was not measured
-    n_search: int = 0
+    n_plan: int = 0  # the search half's plan quarter (sensitivity)
+    n_check: int = 0  # the search half's check quarter (search probes)
     n_holdout: int = 0
     sensitivity: list[Row] = field(default_factory=list)
     sensitivity_cached: bool = False
     search: Optional[SearchResult] = None
-    holdout: list[Row] = field(default_factory=list)  # the chosen map first, then the uniform maps (sizes only: sizes)
+    # the chosen map first, then its emulation, then the uniform maps (sizes only: sizes)
+    holdout: list[Row] = field(default_factory=list)
+    emulation_gap: float = float("nan")  # largest |logit| difference of the chosen map's emulation and real backend
     seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def chosen(self) -> Optional[Row]:
         return self.holdout[0] if self.holdout and self.holdout[0].chosen else None
+
+    @property
+    def n_search(self) -> int:
+        return self.n_plan + self.n_check
 
     @property
     def verdict(self) -> Optional[str]:
@@ -115,42 +124,53 @@ def run_tune(cfg: Config, work: SharedWork, clock: Callable[[], float] = time.pe
         return result
     result.budget = budget
 
+    split = split_by_index(work.split_batches(cfg, workload, "eval"))
+    result.n_plan, result.n_check, result.n_holdout = (num_samples(split[k]) for k in (PLAN, CHECK, HOLDOUT))
+    if min(result.n_plan, result.n_check, result.n_holdout) == 0:
+        raise UserError(f"the eval split ({result.n_search + result.n_holdout} samples) is too small to cut into plan, "
+                        "check and held-out parts: raise workload.eval_samples")
     model = work.model(cfg, workload)
-    split = halves(work.split_batches(cfg, workload, "eval"))
-    result.n_search, result.n_holdout = num_samples(split[SEARCH]), num_samples(split[HOLDOUT])
     calibration = work.split_batches(cfg, workload, "calibration")
     result.seconds["model and data"] = clock() - started
-    holdout_base = _search_half(result, model, split, calibration, device, clock)
+    holdout_base, emulated = _search_half(result, model, split, calibration, device, clock)
 
     mark = clock()
-    result.holdout = holdout_rows(result.search.chosen, result.tables, tune, model.module, calibration, device,
-                                  split[HOLDOUT], holdout_base)
+    result.holdout, result.emulation_gap = holdout_rows(result.search.chosen, result.tables, tune, model.module,
+                                                        calibration, device, split[HOLDOUT], holdout_base, emulated)
     result.seconds["holdout"] = clock() - mark
     result.seconds["total"] = clock() - started
     return result
 
 
 def _search_half(result: TuneResult, model: TrainedModel, split, calibration, device, clock):
-    """Sensitivity and search, on one swappable copy of the fp32 model that is freed on return (the real
-    backends of the held-out check build their own). Returns the fp32 (labels, logits) of the held-out half."""
-    cfg, tune, batches = result.cfg, result.cfg.tune, split[SEARCH]
+    """Sensitivity (plan quarter) and search (check quarter), on one swappable copy of the fp32 model that is
+    freed on return (the real backends of the held-out check build their own). Returns the fp32 (labels,
+    logits) of the held-out half, and the logits of the chosen map's emulation there, scored once the
+    search is done (they only show the emulation's fidelity)."""
+    cfg, tune = result.cfg, result.cfg.tune
     mark = clock()
     swappable = SwappableModel(model.module, calibration, device)
-    base = swappable.logits("fp32", batches, result.n_search)
+    plan_base = swappable.logits("fp32", split[PLAN], result.n_plan)
     result.seconds["swappable copy"] = clock() - mark
 
     mark = clock()
     key = config_hash({"model": model.key, "workload": plain(cfg.workload), "seed": cfg.seed, "device": device.type,
                        "precisions": list(tune.precisions), "calibration_batch_size": cfg.calibration_batch_size,
-                       "code": code_digest()})
+                       "samples": PLAN, "code": code_digest()})
     result.sensitivity, result.sensitivity_cached = cached(
         Path(cfg.cache_dir) / "tune" / f"{key}.json",
-        lambda: sensitivity(swappable, result.tables, tune.precisions, batches, base),
+        lambda: sensitivity(swappable, result.tables, tune.precisions, split[PLAN], plan_base),
     )
     result.seconds["sensitivity"] = clock() - mark
 
     mark = clock()
     dense = dense_name(tune.mlp, tune.mlp_mode)
-    result.search = search(swappable, result.tables, tune.precisions, result.sensitivity, dense, result.budget, batches, base)
+    check_base = swappable.logits("fp32", split[CHECK], result.n_check)
+    result.search = search(swappable, result.tables, tune.precisions, result.sensitivity, dense, result.budget,
+                           split[CHECK], check_base, ratio=result.n_check / result.n_holdout)
     result.seconds["search"] = clock() - mark
-    return swappable.logits("fp32", split[HOLDOUT], result.n_holdout)  # the search left every table at fp32
+    swappable.set_tables({})
+    holdout_base = swappable.logits("fp32", split[HOLDOUT], result.n_holdout)
+    swappable.set_tables(result.search.chosen)
+    _, emulated = swappable.logits(dense, split[HOLDOUT], result.n_holdout)
+    return holdout_base, emulated

@@ -1,4 +1,5 @@
-"""The search on the search half: candidates from the sensitivities, then combined candidates measured.
+"""The search on the search half: candidates from the sensitivities (the plan quarter), then combined
+candidates measured on the check quarter, samples the plan never saw (`holdout`'s docstring says why).
 
 Predicted loss of a table at a precision: its sensitivity's point ΔAUC as a loss (a gain counts as
 none). The allowance for the tables is the budget less the deployed dense layers' own loss. The
@@ -6,7 +7,7 @@ candidates are the knapsack's solutions (`policy.frontier`, grid unit budget/100
 budget in predicted loss); the first probe is the last one predicted to fit. Each probe is the
 combined candidate, measured (every table at its precision at once, with the deployed dense layers),
 never a sum; it passes when its interval's lower bound clears -budget by a guard that makes the
-held-out check likely to pass too (`Budget.guard`). Bisection then finds the last passing candidate.
+held-out check likely to pass too (`Budget.guard`, with the check's and the held-out sample counts). Bisection then finds the last passing candidate.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class SearchResult:
     predicted: int  # the first probe: the last candidate predicted to fit
     passed: int  # the last candidate measured to pass; -1 when not even candidate 0 (every table fp32) did
     chosen: dict[str, str]
+    ratio: float  # check samples / held-out samples: the guard's variance ratio
     probes: list[Row] = field(default_factory=list)  # measured candidates, in candidate order
     probed: list[int] = field(default_factory=list)  # their indices into `candidates`
 
@@ -47,7 +49,9 @@ def table_options(tables: Sequence[Table], precisions: Sequence[str], rows: Sequ
 
 
 def search(model: SwappableModel, tables: Sequence[Table], precisions: Sequence[str], sensitivity: Sequence[Row],
-           dense: str, budget: Budget, batches, base) -> SearchResult:
+           dense: str, budget: Budget, batches, base, ratio: float = 1.0) -> SearchResult:
+    """Probe candidates on `batches` (the check quarter; `base` = its (labels, fp32 logits)); `ratio` = its
+    sample count / the held-out half's."""
     labels, base_logits = base
     dense_rows = [r for r in sensitivity if r.kind == "dense" and r.dense == dense]
     dense_loss = max(0.0, -dense_rows[0].auc_delta) if dense_rows else 0.0
@@ -62,7 +66,7 @@ def search(model: SwappableModel, tables: Sequence[Table], precisions: Sequence[
         _, logits = model.logits(dense, batches, len(labels))
         row = Row(f"candidate {k}/{len(candidates) - 1}", "probe", "search", map_bytes(tables, per_table), dense, "emulation", per_table)
         probes[k] = row.with_delta(delta(labels, base_logits, logits))
-        return budget.passes(probes[k])
+        return budget.passes(probes[k], ratio)
 
     first = predicted_index(candidates, allowance)
     passed, _ = largest_passing(len(candidates), passes, first)
@@ -71,5 +75,5 @@ def search(model: SwappableModel, tables: Sequence[Table], precisions: Sequence[
     if chosen_k not in probes:
         passes(chosen_k)
     probes[chosen_k].chosen = True
-    return SearchResult(candidates, allowance, first, passed, candidates[chosen_k].per_table,
+    return SearchResult(candidates, allowance, first, passed, candidates[chosen_k].per_table, ratio,
                         [probes[k] for k in sorted(probes)], sorted(probes))

@@ -4,12 +4,18 @@ The chosen map runs as `uint4` with `backend.per_table` naming every table (the 
 then names none), its dense layers as the tune deploys them; the uniform maps run as the registered
 backend of each precision with the same dense layers. Their stored table bytes are read from the
 prepared modules. The verdict on the chosen map comes from this half alone, which the search never saw.
+
+The search's own emulation of the chosen map (quantize-dequantize rows, torch.ao int8 Linear) is scored
+on this half too, after the search is done, so a reader sees how faithful the search's figures are: the
+emulated ΔAUC next to the real one, and their largest logit difference.
 """
 
 from __future__ import annotations
 
 import gc
-from typing import Sequence
+from typing import Optional, Sequence
+
+import numpy as np
 
 from torch import nn
 
@@ -19,15 +25,16 @@ from bench.errors import UserError
 from bench.measure.accuracy import score
 from bench.pipeline.job import backend_config
 from bench.tune.measured import Row, delta
-from bench.tune.sizes import Table, uniform
+from bench.tune.sizes import Table, map_bytes, uniform
 
 CHOSEN_BACKEND = "uint4"
 UNIFORM_BACKENDS = {"fp16": "fp16_tbe", "int8": "int8_tbe", "int4": "uint4", "int2": "int2_tbe"}
 
 
 def real_row(name: str, kind: str, backend: str, per_table: dict[str, str], tune, model: nn.Module, calibration,
-             device, batches, base) -> Row:
-    """Prepare `backend` with `per_table` and the tune's dense layers, score `batches`, delta against `base`."""
+             device, batches, base) -> tuple[Row, np.ndarray]:
+    """Prepare `backend` with `per_table` and the tune's dense layers, score `batches`, delta against `base`;
+    returns the row and the logits."""
     labels, base_logits = base
     cfg = backend_config({"name": backend, "per_table": per_table, "mlp": tune.mlp, "mlp_mode": tune.mlp_mode})
     instance = registry.get("backend", backend).factory(cfg)
@@ -43,17 +50,25 @@ def real_row(name: str, kind: str, backend: str, per_table: dict[str, str], tune
         instance.close()
         gc.collect()
     dense = "fp32" if tune.mlp == "fp32" else f"int8 {tune.mlp_mode}"
-    return Row(name, kind, "holdout", stored, dense, backend, dict(per_table)).with_delta(delta(labels, base_logits, logits))
+    return Row(name, kind, "holdout", stored, dense, backend, dict(per_table)).with_delta(delta(labels, base_logits, logits)), logits
 
 
 def holdout_rows(chosen: dict[str, str], tables: Sequence[Table], tune, model: nn.Module, calibration, device,
-                 batches, base) -> list[Row]:
-    """The chosen map (first, marked chosen), then every uniform precision of the tune that packs."""
-    rows = [real_row("chosen", "chosen", CHOSEN_BACKEND, chosen, tune, model, calibration, device, batches, base)]
-    rows[0].chosen = True
+                 batches, base, emulated: Optional[np.ndarray] = None) -> tuple[list[Row], float]:
+    """The chosen map (first, marked chosen), its emulation when `emulated` (its logits) is given, then every
+    uniform precision of the tune that packs; and the largest |logit| difference of emulation and real (nan
+    without one)."""
+    first, logits = real_row("chosen", "chosen", CHOSEN_BACKEND, chosen, tune, model, calibration, device, batches, base)
+    first.chosen = True
+    rows, gap = [first], float("nan")
+    if emulated is not None:
+        labels, base_logits = base
+        rows.append(Row("chosen (emulation)", "emulation", "holdout", map_bytes(tables, chosen), first.dense, "emulation",
+                        dict(chosen)).with_delta(delta(labels, base_logits, emulated)))
+        gap = float(np.max(np.abs(emulated - logits)))
     for precision in tune.precisions:
         if precision in UNIFORM_BACKENDS and all(t.packs(precision) for t in tables):
             backend = UNIFORM_BACKENDS[precision]
             rows.append(real_row(f"uniform {precision} ({backend})", "uniform", backend, uniform(tables, precision),
-                                 tune, model, calibration, device, batches, base))
-    return rows
+                                 tune, model, calibration, device, batches, base)[0])
+    return rows, gap

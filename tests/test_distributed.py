@@ -142,6 +142,7 @@ def test_sharding_none_at_world_size_2_is_skipped(small_cfg):
     (["world_size=0"], "world_size must be a positive integer"),
     (["sharding=table_wise", "world_size=2", "batch_size=255"], "must split evenly over world_size=2"),
     (["sharding.name=diagonal"], "unknown sharding 'diagonal'"),
+    (["sharding=table_wise", "world_size=2", "threads=1", "timing.clock=thread_cpu"], "time this job with timing.clock=wall"),
 ])  # fmt: skip
 def test_bad_sharding_input_is_an_error_record_naming_the_fix(small_cfg, overrides, message):
     record, exc = run_job(small_cfg(*overrides))

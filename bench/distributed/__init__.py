@@ -54,6 +54,13 @@ def unsupported_reason(cfg: Config, backend: Backend, device: torch.device, work
             "(table_wise, row_wise, column_wise or auto)"
         )
     tables = {t.name: int(t.num_embeddings) for t in work.workload(cfg).tables}
+    if cfg.world_size > 1 and cfg.timing.clock == "thread_cpu" and engine.route(backend, tables) == engine.PROCESS_GROUP:
+        # a rank's thread CPU time leaves out its waits on the other ranks' collectives, so the slowest
+        # rank's time (the global throughput's denominator) would be too short
+        raise UserError(
+            f"timing.clock=thread_cpu leaves out the time a rank waits on the others ({backend.cfg.name} shards over "
+            f"{cfg.world_size} processes): time this job with timing.clock=wall"
+        )
     return engine.unsupported_reason(cfg, backend, device, tables, rank_env())
 
 

@@ -45,7 +45,7 @@ from bench.errors import UserError
 from bench.io import write_json_atomic
 from bench.measure.accuracy import CountMismatch, accuracy_metrics
 from bench.measure.memory import PeakMemory, model_bytes
-from bench.measure.timing import time_module
+from bench.measure.timing import loop_options, time_module
 from bench.pipeline.job import _scores_of, backend_config
 from bench.pipeline.shared import SharedWork
 from bench.stats import median_interval, paired_auc_delta
@@ -132,7 +132,7 @@ def collect(cfg: Config, backend: Backend, device: torch.device, work: SharedWor
         local_scores = _score(sharded, eval_batches, device, rank, n_ranks)
         lo, hi = split_bounds(cfg.batch_size, rank, n_ranks)
         inputs = [slice_rows(*args, lo, hi) for args in work.timing_inputs(cfg, workload, device)]
-        timing = time_module(sharded, inputs, hi - lo, device, **vars(cfg.timing), agree_calls=lambda n: int(ranks.agree_max(n)))
+        timing = time_module(sharded, inputs, hi - lo, device, **loop_options(cfg.timing), agree_calls=lambda n: int(ranks.agree_max(n)))
 
     mine = {"rank": rank, "rows_per_call": hi - lo, "peak_rss_bytes": peak.peak_rss_bytes, "rss_scope": peak.rss_scope,
             "threads": torch.get_num_threads(), "latency_ms": timing.latency_ms, "scores": local_scores}  # fmt: skip

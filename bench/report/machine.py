@@ -111,10 +111,16 @@ def scale_rows(df: pd.DataFrame) -> pd.DataFrame:
     return ok[ok["fp32_embedding_bytes"].notna()]
 
 
+def swept(rows: pd.DataFrame) -> bool:
+    """Whether the rows span at least two (table size, batch size) points: one table size swept over
+    batch sizes (a reduced `+sweep=scale`) is a sweep too."""
+    return len(rows[["fp32_embedding_bytes", "batch_size"]].drop_duplicates()) >= 2
+
+
 def scale_section(df: pd.DataFrame) -> list[str]:
     """Speedups of the quantized backends against table bytes and batch size, with roofline shares."""
     rows = scale_rows(df)
-    if rows.empty or rows["fp32_embedding_bytes"].nunique() < 2:
+    if rows.empty or not swept(rows):
         return []
     lines = [
         "## Scale: speedup against table bytes and batch size",

@@ -76,3 +76,12 @@ def test_one_table_size_over_batch_sizes_is_a_sweep_too(tmp_path):
     report = write_report(records, tmp_path, title="scale").read_text()
     assert "## Scale: speedup against table bytes and batch size" in report
     assert (tmp_path / "scale_zipf.png").stat().st_size > 10_000 and "![scale_zipf](scale_zipf.png)" in report
+
+
+def test_performance_only_rows_without_fp32_have_no_verdicts(tmp_path):
+    from bench.report import results_table
+
+    df = results_table([record("uint4", 2048, 40_000_000, performance_only=True, emb_bytes=13.9e9)])
+    assert df.iloc[0].speed_verdict is None and df.iloc[0].auc_verdict is None  # unpaired, untrained: nothing to judge
+    report = write_report([record("uint4", 2048, 40_000_000, performance_only=True, emb_bytes=13.9e9)], tmp_path).read_text()
+    assert "timed alone (unpaired)" in report and "inconclusive" not in report.split("## synthetic_scale")[1].split("##")[0]

@@ -25,7 +25,10 @@ EXTRA_COLUMNS = [
     "page_faults_per_call", "pool_batches", "pool_samples", "unique_ids_per_batch", "rows_touched",
     "working_set_bytes", "llc_bytes", "rss_start_bytes", "embedding_kernel", "gemm_kernel",
 ]  # fmt: skip
-PERFORMANCE_ONLY_NOTE = "performance only, no accuracy: the weights are untrained (random), so no AUC or ΔAUC is measured"
+PERFORMANCE_ONLY_NOTE = (
+    "performance only, no accuracy: the weights are untrained (random), so no AUC or ΔAUC is measured, "
+    "and each job is timed alone (unpaired): no fp32 reference is built beside it, so no speedup"
+)
 SCALE_BACKENDS = ("int8_tbe", "uint4")
 
 

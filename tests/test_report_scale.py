@@ -68,3 +68,20 @@ def test_performance_only_rows_say_so_and_print_no_delta(tmp_path):
     section = report.split("## synthetic_scale")[1]
     assert "| backend | batch | samples/s |" in section and "| build s |" in section  # no AUC columns; build time shown
     assert "Reading the deltas" not in report
+
+
+def test_one_table_size_over_batch_sizes_is_a_sweep_too(tmp_path):
+    # a reduced `+sweep=scale workload.table_rows=300000`: one table size, two batch sizes
+    records = [r for r in scale_records() if r.workload.endswith("-300000rows")]
+    report = write_report(records, tmp_path, title="scale").read_text()
+    assert "## Scale: speedup against table bytes and batch size" in report
+    assert (tmp_path / "scale_zipf.png").stat().st_size > 10_000 and "![scale_zipf](scale_zipf.png)" in report
+
+
+def test_performance_only_rows_without_fp32_have_no_verdicts(tmp_path):
+    from bench.report import results_table
+
+    df = results_table([record("uint4", 2048, 40_000_000, performance_only=True, emb_bytes=13.9e9)])
+    assert df.iloc[0].speed_verdict is None and df.iloc[0].auc_verdict is None  # unpaired, untrained: nothing to judge
+    report = write_report([record("uint4", 2048, 40_000_000, performance_only=True, emb_bytes=13.9e9)], tmp_path).read_text()
+    assert "timed alone (unpaired)" in report and "inconclusive" not in report.split("## synthetic_scale")[1].split("##")[0]

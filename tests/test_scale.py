@@ -16,7 +16,7 @@ from bench import hardware, registry
 from bench.compose import compose
 from bench.measure.access import access_profile, working_set_bytes
 from bench.measure.kernels import operators
-from bench.measure.roofline import Limits, roofline_metrics
+from bench.measure.roofline import VERSION, Limits, roofline_metrics
 from bench.measure.timing import time_module
 from bench.models.dlrm import build_dlrm
 from bench.pipeline import Session, run_one
@@ -122,7 +122,7 @@ def test_roofline_limits_are_measured_once_per_fingerprint(tmp_path):
 def test_roofline_shares(tmp_path):
     path = tmp_path / "roofline" / "fp.json"
     path.parent.mkdir()
-    path.write_text(json.dumps({"version": 2, "fingerprint": "fp", "gather_bytes_per_s": {"36": 1e9, "256": 4e9},
+    path.write_text(json.dumps({"version": VERSION, "fingerprint": "fp", "gather_bytes_per_s": {"36": 1e9, "256": 4e9},
                                 "gemm_flops": {"fp32": 1e11, "int8": 4e11}}))  # fmt: skip
     limits = Limits(tmp_path, "fp")
     m = roofline_metrics(1000.0, {"a": 2.0, "b": 1.0}, {"a": 36, "b": 256}, dense_flops=1e6, int8_fraction=0.5, limits=limits)

@@ -119,13 +119,17 @@ class MemoryEstimate:
     def total_bytes(self) -> int:
         return self.host_bytes + self.backend_tables_bytes
 
-    def describe(self) -> str:
+    def parts(self) -> str:
+        """'fp32 model 0.06 GB + backend copy 0.06 GB + backend tables 104.54 GB'."""
         model = "fp32 model" if self.model_has_tables else "fp32 model without tables (untrained)"
         parts = [] if self.model_resident else [f"{model} {_gb(self.fp32_model_bytes)}"]
         parts.append(f"backend copy {_gb(self.fp32_model_bytes)}")
         if self.backend_tables_bytes:
             parts.append(f"backend tables {_gb(self.backend_tables_bytes)}")
-        return f"{_gb(self.total_bytes)} ({' + '.join(parts)})"
+        return " + ".join(parts)
+
+    def describe(self) -> str:
+        return f"{_gb(self.total_bytes)} ({self.parts()})"
 
 
 def estimate_job(
@@ -151,7 +155,7 @@ def memory_skip_reason(estimate: MemoryEstimate, device: torch.device, fraction:
     for where, need, available, source in checks:
         if available is not None and need > fraction * available:
             return (
-                f"not enough {where} memory: the job needs about {_gb(need)} by estimate ({estimate.describe()}), "
+                f"not enough {where} memory: the job needs about {_gb(need)} by estimate ({estimate.parts()}), "
                 f"more than {fraction:g} x {source} {_gb(available)}; free memory, use a smaller workload, "
                 f"or raise memory_fraction (null turns the check off)"
             )

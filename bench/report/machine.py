@@ -25,7 +25,10 @@ EXTRA_COLUMNS = [
     "page_faults_per_call", "pool_batches", "pool_samples", "unique_ids_per_batch", "rows_touched",
     "working_set_bytes", "llc_bytes", "rss_start_bytes", "embedding_kernel", "gemm_kernel",
 ]  # fmt: skip
-PERFORMANCE_ONLY_NOTE = "performance only, no accuracy: the weights are untrained (random), so no AUC or ΔAUC is measured"
+PERFORMANCE_ONLY_NOTE = (
+    "performance only, no accuracy: the weights are untrained (random), so no AUC or ΔAUC is measured, "
+    "and each job is timed alone (unpaired): no fp32 reference is built beside it, so no speedup"
+)
 SCALE_BACKENDS = ("int8_tbe", "uint4")
 
 
@@ -111,10 +114,16 @@ def scale_rows(df: pd.DataFrame) -> pd.DataFrame:
     return ok[ok["fp32_embedding_bytes"].notna()]
 
 
+def swept(rows: pd.DataFrame) -> bool:
+    """Whether the rows span at least two (table size, batch size) points: one table size swept over
+    batch sizes (a reduced `+sweep=scale`) is a sweep too."""
+    return len(rows[["fp32_embedding_bytes", "batch_size"]].drop_duplicates()) >= 2
+
+
 def scale_section(df: pd.DataFrame) -> list[str]:
     """Speedups of the quantized backends against table bytes and batch size, with roofline shares."""
     rows = scale_rows(df)
-    if rows.empty or rows["fp32_embedding_bytes"].nunique() < 2:
+    if rows.empty or not swept(rows):
         return []
     lines = [
         "## Scale: speedup against table bytes and batch size",
@@ -134,7 +143,8 @@ def scale_section(df: pd.DataFrame) -> list[str]:
                      fmt.DASH if base is None else f"{fmt.count(base.throughput)} ({percent(base.embedding_share)})"]
             for b in present:
                 r = by_key.get((workload, bs, b))
-                cells.append(fmt.DASH if r is None else f"{fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi)} ({percent(r.embedding_share)})")
+                cells.append(fmt.DASH if r is None else f"{fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi)} ({percent(r.embedding_share)})"
+                             + (" ⚠ unstable" if r.stable is False else ""))
             table.append(cells)
     lines += [fmt.markdown_table(header, table, "lrrr" + "l" * len(present)), ""]
     lines += scale_verdicts(rows, present)
@@ -163,9 +173,11 @@ def scale_verdicts(rows: pd.DataFrame, backends: list[str]) -> list[str]:
         for r in big.itertuples(index=False):
             by_access[r.access].append(f"{r.batch_size}: {r.speedup:.2f}×")
         detail = "; ".join(f"{a} ({', '.join(v)})" for a, v in by_access.items())
+        unstable = int((big["stable"] == False).sum())  # noqa: E712 - a column of True/False/None
         out.append(
             f"- **{b}** on the largest tables ({fmt.megabytes(big['fp32_embedding_bytes'].iloc[0])} MB fp32), batch ≥ 1024: "
-            f"{len(above)} of {len(big)} speedup intervals lie above 1, {len(below)} below 1 ({detail})."
+            f"{len(above)} of {len(big)} speedup intervals lie above 1, {len(below)} below 1 ({detail})"
+            + (f"; {unstable} of the {len(big)} timings are flagged unstable" if unstable else "") + "."
         )
     return out + [""] if out else []
 

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from bench.report import fmt
-from bench.report.machine import SCALE_BACKENDS, SCALE_PLOTS, scale_rows
+from bench.report.machine import SCALE_BACKENDS, SCALE_PLOTS, scale_rows, swept
 from bench.report.paramserver import cache_plot
 from bench.report.table import backend_rank
 
@@ -133,7 +133,7 @@ def scale_plot(df: pd.DataFrame, access: str, path: Path) -> Path | None:
     for one access pattern; bars span the 95% CI."""
     rows = scale_rows(df)
     rows = rows[(rows["access"] == access) & rows["backend"].isin(SCALE_BACKENDS) & rows["speedup"].notna()]
-    if rows.empty or rows["fp32_embedding_bytes"].nunique() < 2:
+    if rows.empty or not swept(rows):
         return None
     backends = [b for b in SCALE_BACKENDS if (rows["backend"] == b).any()]
     fig = Figure(figsize=(11, 3.6 * len(backends)))

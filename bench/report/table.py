@@ -255,8 +255,10 @@ def _verdict_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord]) -> pd.Dat
         auc_v = speed_v = None
         auc_m, speed_m = margins(rec)
         if rec.status == "ok" and row.backend != BASELINE:
-            auc_v = practical_verdict(row.auc_delta_lo, row.auc_delta_hi, auc_m)
-            speed_v = practical_verdict(row.speedup_lo, row.speedup_hi, speed_m, null=1.0, ratio=True)
+            if not row.performance_only:  # untrained weights: no AUC was measured, nothing to judge
+                auc_v = practical_verdict(row.auc_delta_lo, row.auc_delta_hi, auc_m)
+            if not (row.performance_only and math.isnan(row.speedup)):  # an unpaired performance-only job has no reference
+                speed_v = practical_verdict(row.speedup_lo, row.speedup_hi, speed_m, null=1.0, ratio=True)
             if row.stable is False:
                 speed_v = f"{INCONCLUSIVE} (unstable)"
         for name, value in zip(cols, (auc_v, speed_v, auc_m, speed_m)):

@@ -131,6 +131,16 @@ def test_roofline_shares(tmp_path):
     assert m["dense_share"] == pytest.approx(1000 * 1e6 * (0.5 / 1e11 + 0.5 / 4e11))
 
 
+def test_a_gemm_limit_measured_too_low_is_raised_and_never_lowered(tmp_path):
+    path = tmp_path / "roofline" / "fp.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"version": VERSION, "fingerprint": "fp", "gather_bytes_per_s": {},
+                                "gemm_flops": {"fp32": 1.0, "int8": 1e30}}))  # fmt: skip  # one far too low, one out of reach
+    raised = Limits(tmp_path, "fp").raise_gemm()
+    assert 1.0 < raised.gemm("fp32") < 1e30 and raised.gemm("int8") == 1e30
+    assert json.loads(path.read_text())["gemm_flops"] == raised.data["gemm_flops"]  # stored for the next job
+
+
 # ------------------------------------------------------------------------------------ access
 
 

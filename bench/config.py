@@ -117,8 +117,8 @@ class TimingConfig:
     paired: bool = True
     # Paired rounds go on past `trials` (two at a time, so both orders stay equally many) until the
     # speedup's 95% interval spans at most `target_spread` of it, or `max_rounds` rounds are done. Seven
-    # rounds left intervals of 10-20% on a quiet 2-core machine, and two sweeps' speedups 5% apart in 10 of
-    # 21 rows; a fixed count cannot fit both a quiet and a busy machine. max_rounds <= trials: fixed count.
+    # rounds left intervals of 10-20% on a quiet 2-core machine, and two sweeps' speedups within 5% in only
+    # 11 of 21 rows; a fixed count cannot fit both a quiet and a busy machine. max_rounds <= trials: fixed count.
     target_spread: float = 0.05
     max_rounds: int = 48
     # Distinct samples the timing loop walks through (in whole batches, at least batches_per_trial,

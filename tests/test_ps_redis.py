@@ -25,6 +25,7 @@ from bench.pipeline import run_job
 from bench.testing import random_batch, tiny_model_config, tiny_tables
 from tests.conftest import REPO
 from tests.redis_procs import gone, redis_children, wait_until
+from tests.support.signals import sigint_at_default
 from tests.test_faults import FAST, fast_cfg, fast_models, multirun  # noqa: F401 - fixtures
 
 CPU = torch.device("cpu")
@@ -140,7 +141,8 @@ def test_no_server_outlives_a_job_stopped_by_ctrl_c_or_sigkill(fast_cfg, tmp_pat
     args = [sys.executable, "-m", "bench", "backend=ps_redis", *FAST, f"cache_dir={tmp_path / 'cache'}",
             f"reports_dir={tmp_path / 'r'}", f"hydra.run.dir={tmp_path / 'run'}",
             "timing.trials=1000", "timing.min_trial_seconds=5"]  # fmt: skip  # times for minutes unless stopped
-    job = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    with sigint_at_default():
+        job = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert wait_until(lambda: redis_children(job.pid), timeout=120), "the job never started its server"
         servers = redis_children(job.pid)

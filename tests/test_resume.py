@@ -20,6 +20,7 @@ from bench.backends.fake_quant import FakeQuantBackend
 from bench.io import append_jsonl
 from bench.pipeline import job_hash, run_job
 from bench.record import read_jsonl, save_record
+from tests.support.signals import sigint_at_default
 from tests.test_faults import FAST, fast_cfg, fast_models, poison  # noqa: F401 (fixtures)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,7 +110,8 @@ SWEEP = [
 def start(tmp_path, run, *extra):
     args = [*SWEEP, f"reports_dir={tmp_path / 'reports'}", f"cache_dir={tmp_path / 'cache'}", f"hydra.sweep.dir={tmp_path / run}", *extra]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with sigint_at_default():
+        return subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def interrupt_when_started(proc, job_dir: Path, sig, timeout=180):

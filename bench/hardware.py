@@ -205,15 +205,20 @@ def reset_peak_rss() -> bool:
         return False
 
 
-def rss_bytes() -> int | None:
-    """This process's resident set now (VmRSS), or None."""
+def _status_bytes(field: str) -> int | None:
+    """A kB field of /proc/self/status (VmRSS, VmHWM) in bytes, or None where there is none."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024
     except OSError:
         pass
     return None
+
+
+def rss_bytes() -> int | None:
+    """This process's resident set now (VmRSS), or None."""
+    return _status_bytes("VmRSS")
 
 
 def minor_faults() -> int:
@@ -223,10 +228,5 @@ def minor_faults() -> int:
 
 def peak_rss_bytes() -> int:
     """This process's RSS high-water mark since the last reset (VmHWM)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
+    peak = _status_bytes("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux

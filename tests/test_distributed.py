@@ -31,21 +31,12 @@ from bench.report.sharding import plan_text, sharding_section
 from bench.report.table import results_table
 from bench.stats import median_interval, paired_auc_delta
 from bench.testing import random_batch, tiny_tables
-from tests.conftest import REPO, TINY, compose_config, run_bench
-from tests.test_faults import multirun
+from tests.conftest import REPO, run_bench
+from tests.support.models import config_maker, train_once
+from tests.test_faults import FAST, multirun
 
 # Four small tables (rows 100, 50, 30, 20; dim 16): a job takes about a second.
-SMALL = [
-    *TINY,
-    "workload.cardinalities=[100,50,30,20]",
-    "workload.train_samples=4096",
-    "workload.eval_samples=2048",
-    "workload.calibration_samples=1024",
-    "model.train.samples=4096",
-    "model.train.batch_size=1024",
-    "eval_batch_size=1024",
-    "batch_size=256",
-]
+SMALL = FAST
 ROWS = {"t_cat_0": 100, "t_cat_1": 50, "t_cat_2": 30, "t_cat_3": 20}
 DIM = 16
 
@@ -53,21 +44,12 @@ DIM = 16
 @pytest.fixture(scope="module")
 def small_models(tmp_path_factory):
     """The SMALL fp32 model, trained once; tests copy its checkpoint cache."""
-    root = tmp_path_factory.mktemp("sharding-models")
-    cfg = compose_config([*SMALL, f"cache_dir={root}"])
-    work = Session().work
-    work.model(cfg, work.workload(cfg))
-    return root / "models"
+    return train_once(tmp_path_factory.mktemp("sharding-models"), SMALL)
 
 
 @pytest.fixture
 def small_cfg(tmp_path, small_models):
-    shutil.copytree(small_models, tmp_path / "cache" / "models")
-
-    def make(*overrides):
-        return compose_config([*SMALL, f"cache_dir={tmp_path / 'cache'}", f"reports_dir={tmp_path / 'reports'}", *overrides])
-
-    return make
+    return config_maker(tmp_path, small_models, SMALL)
 
 
 def expected_bytes(dtype: str, rows: int, cols: int = DIM) -> int:

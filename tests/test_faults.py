@@ -10,7 +10,6 @@ job's measurements (tests/test_backends_quant.py).
 import dataclasses
 import json
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -28,7 +27,8 @@ from bench.measure import memory
 from bench.pipeline import Session, job_hash, run_job
 from bench.pipeline.guard import memory_estimate
 from bench.record import read_jsonl
-from tests.conftest import TINY, compose_config
+from tests.conftest import TINY
+from tests.support.models import config_maker, train_once
 
 # TINY, smaller again: four small tables, so a job (training included) takes about a second.
 FAST = [
@@ -47,22 +47,13 @@ FAST = [
 @pytest.fixture(scope="session")
 def fast_models(tmp_path_factory):
     """The FAST fp32 model, trained once per session; tests copy its checkpoint cache."""
-    root = tmp_path_factory.mktemp("fast-models")
-    cfg = compose_config([*FAST, f"cache_dir={root}", f"reports_dir={root / 'reports'}"])
-    work = Session().work
-    work.model(cfg, work.workload(cfg))
-    return root / "models"
+    return train_once(tmp_path_factory.mktemp("fast-models"), FAST)
 
 
 @pytest.fixture
 def fast_cfg(tmp_path, fast_models):
     """Compose FAST configs whose caches and reports live in this test's folder."""
-    shutil.copytree(fast_models, tmp_path / "cache" / "models")
-
-    def make(*overrides):
-        return compose_config([*FAST, f"cache_dir={tmp_path / 'cache'}", f"reports_dir={tmp_path / 'reports'}", *overrides])
-
-    return make
+    return config_maker(tmp_path, fast_models, FAST)
 
 
 class Poisoned(nn.Module):

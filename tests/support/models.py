@@ -1,0 +1,25 @@
+"""A small fp32 model trained once per session or module, and configs that start from a copy of it."""
+
+import shutil
+from pathlib import Path
+
+from bench.compose import compose
+from bench.pipeline import Session
+
+
+def train_once(root: Path, overrides: list[str]) -> Path:
+    """Train the fp32 model of `overrides` into `root`'s cache; the cache's `models` folder."""
+    cfg = compose([*overrides, f"cache_dir={root}", f"reports_dir={root / 'reports'}"])
+    work = Session().work
+    work.model(cfg, work.workload(cfg))
+    return root / "models"
+
+
+def config_maker(tmp_path: Path, models: Path, overrides: list[str]):
+    """`make(*more)`: configs of `overrides` whose cache (holding a copy of `models`) and reports live in `tmp_path`."""
+    shutil.copytree(models, tmp_path / "cache" / "models")
+
+    def make(*more):
+        return compose([*overrides, f"cache_dir={tmp_path / 'cache'}", f"reports_dir={tmp_path / 'reports'}", *more])
+
+    return make

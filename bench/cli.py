@@ -30,7 +30,8 @@ from bench.compose import CONF_DIR, to_config
 from bench.config import register_configs
 from bench.console import quiet_library_noise
 from bench.errors import UserError
-from bench.record import RunRecord, save_record
+from bench.record import RunRecord
+from bench.store import save_record
 
 GROUPS = ("workload", "model", "backend", "device", "sharding", "gate", "compare", "sweep")
 POSITIVE_INT_KEYS = ("batch_size", "eval_batch_size", "calibration_batch_size", "threads", "world_size")

@@ -1,31 +1,30 @@
-"""The run record: schema, migrations, the JSONL store and its index.
+"""The run record: its schema and migrations. `bench.store` keeps records in a JSONL store.
 
-One JSON object per run. `record.json` is written atomically and `records.jsonl` grows by whole
-locked lines (both through `bench.io`), so parallel launchers can share one store.
-
-Versions: a record carries `schema_version`. Older records are brought up to date step by step
-through `MIGRATIONS` (version N -> N+1, as asv migrates its result files); a newer one is refused
-with a message that says to upgrade. History:
+One JSON object per run. Versions: a record carries `schema_version`. Older records are brought
+up to date step by step through `MIGRATIONS` (version N -> N+1, as asv migrates its result files);
+a newer one is refused with a message that says to upgrade (`NewerSchema`). History:
   1: the first schema.
   2: `record_id` (unique per record) and `resumed_from` (the `record_id` of the measurement a
      resumed sweep re-emitted instead of measuring again).
+  3: `error_kind`: "user" when an `error` record holds bad input that only the running job could
+     find (a batch larger than the eval split), so that reports and the gate tell it from a failed
+     measurement.
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
 import uuid
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 from bench.hashing import config_hash
-from bench.io import append_jsonl, read_locked, write_json_atomic
+from bench.io import json_safe
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 STATUSES = ("ok", "error", "skipped")
+USER = "user"
+ERROR_KINDS = (USER,)
 RESUMABLE = ("ok", "skipped")  # a resumed sweep reuses these; `error` jobs run again
 
 
@@ -52,9 +51,24 @@ class RunRecord:
     schema_version: int = SCHEMA_VERSION
     record_id: str = field(default_factory=new_record_id)
     resumed_from: Optional[str] = None  # record_id of the stored measurement this record re-emits
+    error_kind: Optional[str] = None  # "user": the error is bad input found while running (ERROR_KINDS)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def stored_form(self) -> dict[str, Any]:
+        """The record as JSON data: a non-finite metric is stored as null and named, with what it
+        was, under `metrics.non_finite` (a reader sees the value was not measurable, not absent)."""
+        replaced: dict[str, str] = {}
+        data = json_safe(self.to_dict(), replaced=replaced)
+        if replaced:
+            metrics = data["metrics"] = data.get("metrics") or {}
+            metrics["non_finite"] = {**(metrics.get("non_finite") or {}), **replaced}
+        return data
+
+    @property
+    def user_error(self) -> bool:
+        return self.status == "error" and self.error_kind == USER
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunRecord":
@@ -65,6 +79,8 @@ class RunRecord:
             raise SchemaError(f"record lacks required field(s) {', '.join(missing)}: not a bench run record (or an incomplete one)")
         if data["status"] not in STATUSES:
             raise SchemaError(f"record status {data['status']!r} is not one of {', '.join(STATUSES)}")
+        if data.get("error_kind") not in (None, *ERROR_KINDS):
+            raise SchemaError(f"record error_kind {data['error_kind']!r} is not one of {', '.join(ERROR_KINDS)}")
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
@@ -72,13 +88,25 @@ class SchemaError(ValueError):
     pass
 
 
+class NewerSchema(SchemaError):
+    """A record written by a newer harness: kept in the store, named, not read."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(f"record schema_version {version} is newer than this harness reads ({SCHEMA_VERSION}): upgrade bench")
+        self.version = version
+
+
 def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     # A v1 record has no id: derive a stable one from its content, so it reads the same every time.
     return {**data, "record_id": "v1-" + config_hash(data, length=13), "resumed_from": None}
 
 
+def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "error_kind": None}  # older harnesses stored every failure as a plain error
+
+
 # MIGRATIONS[n] turns a version-n record into a version-(n+1) record.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def migrate(data: dict[str, Any]) -> dict[str, Any]:
@@ -89,84 +117,10 @@ def migrate(data: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise SchemaError("record has no integer schema_version: not a bench run record")
     if version > SCHEMA_VERSION:
-        raise SchemaError(
-            f"record schema_version {version} is newer than this harness reads ({SCHEMA_VERSION}): upgrade bench"
-        )
+        raise NewerSchema(version)
     data = dict(data)
     while version < SCHEMA_VERSION:
         data = MIGRATIONS[version](data)
         version += 1
         data["schema_version"] = version
     return data
-
-
-def read_jsonl(path: Path) -> list[RunRecord]:
-    """Read every record; a torn final line (a kill mid-write elsewhere) is an error, not a skip."""
-    records = []
-    for lineno, line in enumerate(read_locked(Path(path)).split("\n"), 1):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SchemaError(f"{path}:{lineno}: not a JSON record ({exc.msg})") from None
-        try:
-            records.append(RunRecord.from_dict(data))
-        except SchemaError as exc:
-            raise SchemaError(f"{path}:{lineno}: {exc}") from None
-    return records
-
-
-def save_record(record: RunRecord, run_dir: Path | None, reports_dir: Path, store: bool = True) -> None:
-    """`record.json` in the job's folder, and one line in `<reports_dir>/records.jsonl` (`store`)."""
-    data = record.to_dict()
-    if run_dir is not None:
-        write_json_atomic(Path(run_dir) / "record.json", data)
-    if store:
-        append_jsonl(Path(reports_dir) / "records.jsonl", [data])
-
-
-class StoreIndex:
-    """The ok and skipped records of a `records.jsonl` store by (config_hash, fingerprint), read incrementally.
-
-    The store only grows by whole lines, so each lookup reads just what was appended since the
-    last one. A torn tail (a writer killed mid-write, before the next append cuts it off) and
-    lines this harness cannot read are ignored: the jobs they belong to simply run again.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self._ident: tuple[int, int] | None = None
-        self._offset = 0
-        self._latest: dict[tuple[str, str | None], RunRecord] = {}
-
-    def _refresh(self) -> None:
-        try:
-            st = self.path.stat()
-        except FileNotFoundError:
-            self._ident, self._offset, self._latest = None, 0, {}
-            return
-        if self._ident != (st.st_dev, st.st_ino) or st.st_size < self._offset:
-            self._ident, self._offset, self._latest = (st.st_dev, st.st_ino), 0, {}
-        if st.st_size == self._offset:
-            return
-        with open(self.path, "rb") as f:
-            fcntl.flock(f.fileno(), fcntl.LOCK_SH)
-            f.seek(self._offset)
-            chunk = f.read()
-        end = chunk.rfind(b"\n") + 1  # whole lines only
-        for line in chunk[:end].split(b"\n"):
-            if not line.strip():
-                continue
-            try:
-                record = RunRecord.from_dict(json.loads(line))
-            except (ValueError, TypeError, KeyError):
-                continue
-            if record.status in RESUMABLE:
-                self._latest[(record.config_hash, (record.env or {}).get("fingerprint"))] = record
-        self._offset += end
-
-    def latest(self, config_hash: str, fingerprint: str | None) -> RunRecord | None:
-        """The last ok or skipped record stored for this config on this machine, if any."""
-        self._refresh()
-        return self._latest.get((config_hash, fingerprint))

@@ -17,7 +17,7 @@ from hydra.core.global_hydra import GlobalHydra
 
 from bench.errors import UserError
 from bench.pipeline import run_job
-from bench.record import StoreIndex, read_jsonl
+from bench.store import StoreIndex, read_records
 from bench.report.__main__ import main as report_main
 from bench.report.load import load_records
 from tests.test_faults import fast_cfg, fast_models  # noqa: F401 (fixtures)
@@ -34,7 +34,7 @@ def test_empty_checkpoint_file_is_an_error_record(fast_cfg, tmp_path):
 def test_empty_records_file_for_the_reporter(tmp_path, capsys):
     path = tmp_path / "records.jsonl"
     path.write_bytes(b"")
-    assert read_jsonl(path) == [] and StoreIndex(path).latest("abc", "m") is None
+    assert read_records(path) == [] and StoreIndex(path).latest("abc", "m") is None
     with pytest.raises(UserError, match="holds no records"):
         load_records(tmp_path)
     assert report_main([str(tmp_path), "--out", str(tmp_path / "out")]) == 2

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.record import read_jsonl
+from bench.store import read_records
 from tests.test_faults import FAST
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,5 +47,5 @@ def test_same_config_twice_in_parallel_processes_gives_identical_records(tmp_pat
     assert comparable(a) == comparable(b)
     assert a["metrics"]["throughput"] > 0 and b["metrics"]["throughput"] > 0
     # Both appended to the shared store: two whole records.
-    stored = read_jsonl(tmp_path / "reports" / "records.jsonl")
+    stored = read_records(tmp_path / "reports" / "records.jsonl")
     assert sorted(r.record_id for r in stored) == sorted([a["record_id"], b["record_id"]])

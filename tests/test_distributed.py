@@ -26,7 +26,7 @@ from bench.distributed.worker import config_from_dict
 from bench.errors import UserError
 from bench.measure.memory import row_bytes
 from bench.pipeline import Session, run_job
-from bench.record import read_jsonl
+from bench.store import read_records
 from bench.report.sharding import plan_text, sharding_section
 from bench.report.table import results_table
 from bench.stats import median_interval, paired_auc_delta
@@ -310,7 +310,7 @@ def test_a_killed_rank_ends_in_an_error_record_within_the_timeout_and_the_sweep_
     killer.join(timeout=1)
     out = capsys.readouterr().out
     assert code == 0 and "killed_at" in seen, out[-3000:]
-    records = {r.backend: r for r in read_jsonl(reports / "records.jsonl")}
+    records = {r.backend: r for r in read_records(reports / "records.jsonl")}
     assert set(records) == {"fp32", "int8_tbe"}  # the sweep went on after the failed job
     failed = records["fp32"]
     assert failed.status == "error" and "rank 1 died: SIGKILL" in failed.error and "ranks last seen" in failed.error
@@ -336,7 +336,7 @@ def test_torchrun_runs_each_ranks_shards_and_rank_0_writes_the_one_record(small_
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    records = read_jsonl(reports / "records.jsonl")
+    records = read_records(reports / "records.jsonl")
     assert len(records) == 1 and records[0].status == "ok"
     info = records[0].metrics["sharding"]
     assert (info["world_size"], info["route"], info["process_group"]) == (2, "process_group", "gloo")
@@ -366,7 +366,7 @@ def test_submitit_local_sweep_writes_one_record_per_job_one_job_at_a_time(small_
         f"cache_dir={tmp_path / 'cache'}", f"reports_dir={reports}", f"hydra.sweep.dir={sweep_dir}",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    records = read_jsonl(reports / "records.jsonl")
+    records = read_records(reports / "records.jsonl")
     assert sorted(r.backend for r in records) == ["fp32", "int8_tbe"]  # exactly one record per job
     assert all(r.status == "ok" for r in records) and len(list(sweep_dir.glob("*/record.json"))) == 2
     assert len({r.env["hostname"] for r in records}) == 1 and host.overlapping(records) == []  # never two at once
@@ -386,7 +386,7 @@ def test_submitit_tasks_are_the_ranks_of_one_job(small_models, tmp_path):
         f"cache_dir={tmp_path / 'cache'}", f"reports_dir={reports}", f"hydra.sweep.dir={tmp_path / 'multirun'}",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    records = read_jsonl(reports / "records.jsonl")
+    records = read_records(reports / "records.jsonl")
     assert len(records) == 1 and records[0].status == "ok"  # rank 0 wrote the one record
     info = records[0].metrics["sharding"]
     assert (info["route"], info["world_size"], [p["rank"] for p in info["per_rank"]]) == ("process_group", 2, [0, 1])

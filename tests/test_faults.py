@@ -26,7 +26,7 @@ from bench.backends.tables import embedding_bytes
 from bench.measure import memory
 from bench.pipeline import Session, job_hash, run_job
 from bench.pipeline.guard import memory_estimate
-from bench.record import read_jsonl
+from bench.store import read_records
 from tests.conftest import TINY
 from tests.support.models import config_maker, train_once
 
@@ -140,7 +140,7 @@ def test_a_sweep_goes_on_past_nan_and_oom_and_the_gate_fails_on_them(fast_cfg, m
     records = {json.loads(p.read_text())["backend"]: json.loads(p.read_text()) for p in sweep_dir.glob("*/record.json")}
     assert {b: r["status"] for b, r in records.items()} == {"fp32": "ok", "fake_quant": "error", "int8_tbe": "error"}
     assert "non-finite scores" in records["fake_quant"]["error"] and "out of memory" in records["int8_tbe"]["error"]
-    assert len(read_jsonl(reports / "records.jsonl")) == 3
+    assert len(read_records(reports / "records.jsonl")) == 3
     assert "3 jobs (1 ok, 2 error, 0 skipped)" in out and "gate: FAILED" in out
     assert "error: fake_quant cpu bs=256: FloatingPointError" in out
     # the command line changed the sweep's jobs: its own pointer, latest-<overrides>, and the printed path

@@ -14,16 +14,8 @@ from pathlib import Path
 import pytest
 
 from bench.io import append_jsonl, write_json_atomic
-from bench.record import (
-    MIGRATIONS,
-    SCHEMA_VERSION,
-    RunRecord,
-    SchemaError,
-    StoreIndex,
-    migrate,
-    read_jsonl,
-    save_record,
-)
+from bench.record import MIGRATIONS, SCHEMA_VERSION, RunRecord, SchemaError, migrate
+from bench.store import StoreIndex, read_records, read_store, save_record
 
 GOLDEN = Path(__file__).parent / "golden"
 REPO = Path(__file__).resolve().parents[1]
@@ -44,14 +36,14 @@ def test_every_older_version_has_a_migration_step():
 def test_golden_v1_migrates_step_by_step_with_stable_ids():
     raw = [json.loads(line) for line in (GOLDEN / "records_v1.jsonl").read_text().splitlines()]
     assert {d["schema_version"] for d in raw} == {1} and all("record_id" not in d for d in raw)
-    first, second = read_jsonl(GOLDEN / "records_v1.jsonl"), read_jsonl(GOLDEN / "records_v1.jsonl")
+    first, second = read_records(GOLDEN / "records_v1.jsonl"), read_records(GOLDEN / "records_v1.jsonl")
     assert [r.record_id for r in first] == [r.record_id for r in second]  # derived from content, not random
     assert len({r.record_id for r in first}) == len(first) and all(r.record_id.startswith("v1-") for r in first)
     assert all(r.schema_version == SCHEMA_VERSION and r.resumed_from is None for r in first)
     # The migrated record is the v1 record plus the new fields: nothing else changes.
     for data, rec in zip(raw, first):
         migrated = rec.to_dict()
-        assert {k: v for k, v in migrated.items() if k not in ("record_id", "resumed_from", "schema_version")} == {
+        assert {k: v for k, v in migrated.items() if k not in ("record_id", "resumed_from", "error_kind", "schema_version")} == {
             k: v for k, v in data.items() if k != "schema_version"
         }
 
@@ -59,8 +51,8 @@ def test_golden_v1_migrates_step_by_step_with_stable_ids():
 def test_current_records_round_trip(tmp_path):
     r = record(resumed_from="0123456789abcdef")
     append_jsonl(tmp_path / "r.jsonl", [r.to_dict()])
-    [back] = read_jsonl(tmp_path / "r.jsonl")
-    assert back == r and back.schema_version == SCHEMA_VERSION == 2
+    [back] = read_records(tmp_path / "r.jsonl")
+    assert back == r and back.schema_version == SCHEMA_VERSION == 3
 
 
 @pytest.mark.parametrize("version", [SCHEMA_VERSION + 1, 99])
@@ -91,8 +83,8 @@ def test_unknown_status_and_non_objects_are_schema_errors(tmp_path):
         RunRecord.from_dict({**record().to_dict(), "status": "fine"})
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(record().to_dict()) + "\n[1, 2]\n")
-    with pytest.raises(SchemaError, match=r"r\.jsonl:2: record is a JSON list"):
-        read_jsonl(path)
+    found = read_store(path)
+    assert len(found.records) == 1 and found.damaged == [(2, "a JSON list, not an object")]
 
 
 # ------------------------------------------------------------------------- atomic writes
@@ -119,15 +111,25 @@ def test_an_append_cuts_off_a_torn_tail_first(tmp_path):
     path = tmp_path / "records.jsonl"
     good = json.dumps(record().to_dict())
     path.write_text(good + "\n" + good[:77])  # a writer killed mid-line
-    with pytest.raises(SchemaError, match=r"records\.jsonl:2: not a JSON record"):
-        read_jsonl(path)
+    assert read_store(path).torn_tail == (len(good) + 1, 77)
     index = StoreIndex(path)
     assert index.latest("abc", "m1") is not None  # the index reads whole lines only
     append_jsonl(path, [record(backend="int8_tbe").to_dict()])
-    assert [r.backend for r in read_jsonl(path)] == ["fp32", "int8_tbe"]
+    assert [r.backend for r in read_records(path)] == ["fp32", "int8_tbe"]
+    aside = path.with_name("records.jsonl.damaged").read_bytes()
+    assert good[:77].encode() in aside and f"offset {len(good) + 1}".encode() in aside  # copied aside before the cut
     path.write_text(good[:30])  # nothing whole at all
     append_jsonl(path, [record().to_dict()])
-    assert len(read_jsonl(path)) == 1
+    assert len(read_records(path)) == 1
+
+
+def test_a_whole_last_line_without_newline_is_completed_never_cut(tmp_path):
+    path = tmp_path / "records.jsonl"
+    good = json.dumps(record().to_dict())
+    path.write_text(good)  # the only record, its newline lost
+    append_jsonl(path, [record(backend="int8_tbe").to_dict()])
+    assert [r.backend for r in read_records(path)] == ["fp32", "int8_tbe"]
+    assert not path.with_name("records.jsonl.damaged").exists()
 
 
 WRITER = """
@@ -155,8 +157,9 @@ def test_a_writer_killed_mid_write_leaves_only_whole_lines(tmp_path):
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         append_jsonl(path, [record(backend="after-kill").to_dict()])  # the next writer repairs any torn tail
-        records = read_jsonl(path)  # raises on any half line
-        assert records[-1].backend == "after-kill"
+        found = read_store(path)
+        assert not found.damaged and found.torn_tail is None  # only whole lines
+        assert found.records[-1].backend == "after-kill"
     assert path.read_bytes().endswith(b"\n")
     assert all(len(line) > 0 for line in path.read_bytes().split(b"\n")[:-1])
 
@@ -173,7 +176,7 @@ def test_parallel_save_record_from_several_processes(tmp_path):
     for p in procs:
         p.join()
     assert all(p.exitcode == 0 for p in procs)
-    records = read_jsonl(tmp_path / "records.jsonl")
+    records = read_records(tmp_path / "records.jsonl")
     assert sorted(r.backend for r in records) == sorted(f"{t}{i}" for t in "abcd" for i in range(25))
     assert len(list((tmp_path / "runs").glob("*/record.json"))) == 100
     assert not list(tmp_path.rglob("*.tmp"))

@@ -11,7 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.record import SCHEMA_VERSION, RunRecord, read_jsonl
+from bench.record import SCHEMA_VERSION, RunRecord
+from bench.store import read_records
 from bench.report import COLUMNS, fmt, publish_report, results_table, write_report
 
 FIXTURES = Path(__file__).parent / "fixtures" / "records"
@@ -23,7 +24,7 @@ REQUIRED = ["workload", "device", "backend", "batch_size", "status", "auc", "auc
 
 @pytest.fixture(scope="module")
 def sweep_a() -> list[RunRecord]:
-    return read_jsonl(FIXTURES / "sweep_a" / "records.jsonl")
+    return read_records(FIXTURES / "sweep_a" / "records.jsonl")
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +120,7 @@ def test_missing_trials_give_point_speedup_without_interval(sweep_a):
 def test_report_files(report_dir, table, sweep_a):
     csv = pd.read_csv(report_dir / "results.csv")
     assert list(csv.columns) == COLUMNS and len(csv) == len(table)
-    assert [r.to_dict() for r in read_jsonl(report_dir / "records.jsonl")] == [r.to_dict() for r in sweep_a]
+    assert [r.to_dict() for r in read_records(report_dir / "records.jsonl")] == [r.to_dict() for r in sweep_a]
     pngs = sorted(p.name for p in report_dir.glob("*.png"))
     assert pngs == [
         "frontier_criteo_kaggle_sample_cpu.png",
@@ -219,7 +220,7 @@ def test_publish_report_timestamps_and_latest_link(sweep_a, tmp_path):
     latest = tmp_path / "quant" / "latest"
     assert latest.is_symlink() and os.readlink(latest) == second.name  # relative: the tree can move
     assert (latest / "report.md").is_file()
-    assert len(read_jsonl(latest / "records.jsonl")) == 5
+    assert len(read_records(latest / "records.jsonl")) == 5
     assert sorted(p.name for p in (tmp_path / "quant").iterdir()) == sorted([first.name, second.name, "latest"])
     with pytest.raises(ValueError):
         publish_report(sweep_a, tmp_path, "../elsewhere")

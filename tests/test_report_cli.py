@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from bench.config import CompareConfig
-from bench.record import read_jsonl
+from bench.store import read_records
 from bench.report import compare_table, publish_report
 from bench.report.__main__ import main
 
@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def compared() -> pd.DataFrame:
-    return compare_table(read_jsonl(SWEEP_B / "records.jsonl"), read_jsonl(SWEEP_A / "records.jsonl"))
+    return compare_table(read_records(SWEEP_B / "records.jsonl"), read_records(SWEEP_A / "records.jsonl"))
 
 
 def verdict(df, backend, batch_size, workload="synthetic", device="cpu") -> str:
@@ -61,7 +61,7 @@ def test_throughput_ratio_interval_brackets_point(compared):
 
 
 def test_auc_change_must_beat_the_noise_and_the_tolerance():
-    base = read_jsonl(SWEEP_A / "records.jsonl")
+    base = read_records(SWEEP_A / "records.jsonl")
     new = copy.deepcopy(base)
     target = next(r for r in new if (r.backend, r.batch_size, r.workload) == ("int8_tbe", 256, "synthetic"))
     # noise: the paired ΔAUC half-width of the two runs, 0.00042 here
@@ -77,7 +77,7 @@ def test_auc_change_must_beat_the_noise_and_the_tolerance():
 
 
 def test_config_change_is_noted_and_status_change_is_a_verdict():
-    base = read_jsonl(SWEEP_A / "records.jsonl")
+    base = read_records(SWEEP_A / "records.jsonl")
     new = copy.deepcopy(base)
     new[0].config_hash = "000000000000"
     new[1].status, new[1].error, new[1].metrics = "error", "boom", {}
@@ -118,7 +118,7 @@ def test_cli_tolerance_flags_override_the_compare_config(tmp_path, capsys):
 
 def test_cli_accepts_a_records_file_and_merges_dirs(tmp_path):
     assert main([str(SWEEP_A / "records.jsonl"), str(SWEEP_B), "--out", str(tmp_path)]) == 0
-    assert len(read_jsonl(tmp_path / "records.jsonl")) == 29
+    assert len(read_records(tmp_path / "records.jsonl")) == 29
 
 
 def test_cli_renders_in_place_without_touching_the_records(tmp_path):
@@ -130,7 +130,7 @@ def test_cli_renders_in_place_without_touching_the_records(tmp_path):
 
 
 def test_cli_follows_latest(tmp_path):
-    publish_report(read_jsonl(SWEEP_A / "records.jsonl"), tmp_path, "quant")
+    publish_report(read_records(SWEEP_A / "records.jsonl"), tmp_path, "quant")
     assert main([str(tmp_path / "quant"), "--out", str(tmp_path / "again")]) == 0
     assert (tmp_path / "again" / "report.md").is_file()
 

@@ -19,7 +19,7 @@ import torch
 from bench.backends.fake_quant import FakeQuantBackend
 from bench.io import append_jsonl
 from bench.pipeline import job_hash, run_job
-from bench.record import read_jsonl, save_record
+from bench.store import read_records, save_record
 from tests.support.signals import sigint_at_default
 from tests.test_faults import FAST, fast_cfg, fast_models, poison  # noqa: F401 (fixtures)
 
@@ -71,7 +71,7 @@ def test_error_records_run_again(fast_cfg, monkeypatch, tmp_path):
     no_measuring(monkeypatch)
     third = run_job(fast_cfg("backend=fake_quant", "resume=true"))[0]
     assert third.resumed_from == again.record_id  # the ok record now stands for the job
-    assert [r.status for r in read_jsonl(store(tmp_path))] == ["error", "ok"]
+    assert [r.status for r in read_records(store(tmp_path))] == ["error", "ok"]
 
 
 def test_another_machine_s_record_is_not_reused(fast_cfg, monkeypatch, tmp_path):
@@ -132,7 +132,7 @@ def records_in(sweep_dir: Path) -> dict[int, dict]:
 
 def test_a_sweep_stopped_by_ctrl_c_then_killed_resumes_to_one_record_per_job(tmp_path, fast_models):
     shutil.copytree(fast_models, tmp_path / "cache" / "models")
-    stored = lambda: read_jsonl(tmp_path / "reports" / "records.jsonl")  # noqa: E731
+    stored = lambda: read_records(tmp_path / "reports" / "records.jsonl")  # noqa: E731
 
     # 1. Ctrl-C while job 1 runs: job 0's record is kept, job 1 leaves nothing behind.
     code, _, err = interrupt_when_started(start(tmp_path, "run1"), tmp_path / "run1" / "1", signal.SIGINT)
@@ -162,7 +162,7 @@ def test_a_sweep_stopped_by_ctrl_c_then_killed_resumes_to_one_record_per_job(tmp
     for r in run3.values():
         assert r["metrics"] == by_hash[r["config_hash"]].metrics
     report = Path(re.search(r"^report: (.+)/report.md$", out, re.M).group(1))  # the run's own report (not `latest`: the jobs were overridden)
-    assert len(read_jsonl(report / "records.jsonl")) == 4  # the sweep's report: one row per job
+    assert len(read_records(report / "records.jsonl")) == 4  # the sweep's report: one row per job
     assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp") or ".tmp." in p.name]
 
 

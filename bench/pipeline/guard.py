@@ -25,7 +25,8 @@ from bench.hashing import plain
 from bench.measure.memory import MemoryEstimate, estimate_job
 from bench.models.dlrm import build_dlrm
 from bench.models.random_weights import RANDOM
-from bench.record import RunRecord, StoreIndex
+from bench.record import RunRecord
+from bench.store import RECORDS, StoreIndex
 from bench.workloads.base import TableSpec, Workload
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class ResumeIndex:
         self._stores: dict[str, StoreIndex] = {}
 
     def stored(self, reports_dir: str, config_hash: str, fingerprint: str) -> RunRecord | None:
-        path = os.path.abspath(Path(reports_dir) / "records.jsonl")
+        path = os.path.abspath(Path(reports_dir) / RECORDS)
         if path not in self._stores:
             self._stores[path] = StoreIndex(Path(path))
         return self._stores[path].latest(config_hash, fingerprint)

@@ -19,7 +19,7 @@ line reads as v2 with no trials: its throughput is shown, not judged.
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 import subprocess
 from datetime import datetime, timezone
@@ -30,7 +30,7 @@ import pandas as pd
 
 from bench.compare import NOT_COMPARABLE, Tolerances, compare_metrics, finite, identity
 from bench.errors import UserError
-from bench.io import append_jsonl, write_text_atomic
+from bench.io import append_jsonl, read_jsonl, write_text_atomic
 from bench.record import RunRecord
 from bench.report.table import KEY, as_records, latest_records, results_table, trials
 
@@ -40,6 +40,13 @@ _NUMERIC = ["auc", "auc_delta", "auc_delta_lo", "auc_delta_hi", "throughput", "s
             "latency_p50_ms", "latency_p99_ms", "embedding_bytes"]  # fmt: skip
 _TEXT = ["config_hash", "fingerprint"]
 _COLUMNS = ["run_id", "timestamp", "git_sha", *KEY, "status", *_NUMERIC, "throughput_trials", *_TEXT]
+log = logging.getLogger(__name__)
+
+
+class NewerHistory(UserError):
+    def __init__(self, where: str, version: int) -> None:
+        super().__init__(f"{where}: history_version {version} is newer than this harness reads ({HISTORY_VERSION}): upgrade bench")
+        self.version = version
 
 
 def _v1_to_v2(line: dict[str, Any]) -> dict[str, Any]:
@@ -56,7 +63,7 @@ def migrate(line: dict[str, Any], where: str) -> dict[str, Any]:
     if not isinstance(version, int) or isinstance(version, bool):
         raise UserError(f"{where}: no integer history_version: not a bench history line")
     if version > HISTORY_VERSION:
-        raise UserError(f"{where}: history_version {version} is newer than this harness reads ({HISTORY_VERSION}): upgrade bench")
+        raise NewerHistory(where, version)
     while version < HISTORY_VERSION:
         line = {**MIGRATIONS[version](line), "history_version": version + 1}
         version += 1
@@ -77,8 +84,9 @@ def history_rows(records: Iterable[RunRecord | dict[str, Any]], *, run_id: str, 
         out.update({k: finite(row.get(k)) for k in _NUMERIC})
         out["throughput_trials"] = trials(latest[key]) or None
         out.update({k: row[k] for k in _TEXT if isinstance(row.get(k), str) and row[k]})
-        if isinstance(row.get("stable"), bool):  # timing noise flags (issue 11); absent in older lines
-            out["stable"], out["unstable_reason"], out["trial_cv"] = row["stable"], row.get("unstable_reason"), finite(row.get("trial_cv"))
+        if isinstance(row.get("stable"), bool):  # timing noise flags; absent in older lines
+            reason = row.get("unstable_reason")  # a stable row's None is NaN in the frame
+            out.update(stable=row["stable"], unstable_reason=reason if isinstance(reason, str) else None, trial_cv=finite(row.get("trial_cv")))
         rows.append(out)
     return rows
 
@@ -90,24 +98,28 @@ def append_history(records: Iterable[RunRecord | dict[str, Any]], path: Path, *,
     rows = history_rows(records, run_id=run_id, timestamp=timestamp, git_sha=git_sha, alpha=alpha)
     if not rows:
         raise UserError("no records to add to the history (did the sweep run?)")
-    return append_jsonl(Path(path), rows, unless=lambda line: line.get("run_id") == run_id)
+    return append_jsonl(Path(path), rows, unless=lambda line: line.get("run_id") == run_id,
+                        on_mend=lambda what: log.warning("%s: %s", path, what))
 
 
 def load_history(path: Path) -> pd.DataFrame:
-    """Every history line, in file order, migrated to the current version; a torn or newer line is an error naming the line."""
+    """Every history line, in file order, migrated to the current version. It reads through the
+    store's reader (`bench.io.read_jsonl`): damaged lines and lines of a newer version are skipped
+    with one warning that names them, as the record store's readers skip them."""
     path = Path(path)
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, text in enumerate(f, 1):
-            if not text.strip():
-                continue
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{path}:{lineno}: not a history line ({exc.msg})") from None
-            if not isinstance(data, dict):
-                raise UserError(f"{path}:{lineno}: no integer history_version: not a bench history line")
+    found = read_jsonl(path)
+    rows, skipped = [], [f"line {n} ({why})" for n, why in found.damaged]
+    for lineno, data in found.lines:
+        try:
             rows.append(migrate(data, f"{path}:{lineno}"))
+        except NewerHistory as exc:
+            skipped.append(f"line {lineno} (history_version {exc.version}: upgrade bench to read it)")
+        except UserError as exc:
+            skipped.append(f"line {lineno} ({exc})")
+    if found.torn_tail:
+        skipped.append(f"a torn last line at byte offset {found.torn_tail[0]}")
+    if skipped:
+        log.warning("%s: skipped %s", path, "; ".join(skipped))
     df = pd.DataFrame(rows)
     for c in _COLUMNS:
         if c not in df.columns:

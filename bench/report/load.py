@@ -1,4 +1,4 @@
-"""Find and read stored records; every problem becomes a one-line UserError."""
+"""Find and read stored records through the store's one reader; every problem becomes a one-line UserError."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ from pathlib import Path
 from typing import Iterable
 
 from bench.errors import UserError
-from bench.record import RunRecord, SchemaError, read_jsonl
-
-RECORDS = "records.jsonl"
+from bench.record import RunRecord
+from bench.store import RECORDS, read_store
 
 
 def records_file(path: Path) -> Path:
@@ -25,19 +24,16 @@ def records_file(path: Path) -> Path:
 
 
 def load_records(path: Path) -> list[RunRecord]:
+    """The records a store holds; lines it cannot read are skipped with one warning (`read_store`)."""
     file = records_file(path)
     try:
-        records = read_jsonl(file)
-    except SchemaError as exc:
-        message = str(exc)
-        raise UserError(message if message.startswith(str(file)) else f"{file}: {message}") from None
-    except (TypeError, KeyError) as exc:
-        raise UserError(f"{file}: a line is not a bench run record ({exc})") from None
-    except (OSError, UnicodeDecodeError) as exc:
+        found = read_store(file)
+    except OSError as exc:
         raise UserError(f"{file}: cannot read ({exc})") from None
-    if not records:
-        raise UserError(f"{file}: holds no records")
-    return records
+    if not found.records:
+        why = "; ".join(found.problems())
+        raise UserError(f"{file}: holds no records this harness can read" + (f" ({why})" if why else ""))
+    return found.records
 
 
 def load_many(paths: Iterable[Path]) -> list[RunRecord]:

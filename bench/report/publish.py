@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from datetime import datetime, timezone
@@ -12,14 +11,10 @@ from typing import Any, Iterable
 
 from bench.io import write_text_atomic
 from bench.record import RunRecord
+from bench.store import write_records
 from bench.report.markdown import render_report
 from bench.report.plots import write_plots
 from bench.report.table import KEY, as_records, latest_records, results_table, trials
-
-
-def write_records(records: Iterable[RunRecord], path: Path) -> None:
-    text = "".join(json.dumps(r.to_dict(), sort_keys=True, allow_nan=False, default=str) + "\n" for r in records)
-    write_text_atomic(Path(path), text)
 
 
 def write_report(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+import traceback
 from pathlib import Path
 
 import hydra
@@ -29,9 +30,10 @@ from bench import preflight
 from bench.compose import CONF_DIR, to_config
 from bench.config import register_configs
 from bench.console import quiet_library_noise
-from bench.errors import UserError
+from bench.errors import EXIT_GATE_FAILED, EXIT_HARNESS_ERROR, EXIT_OK, EXIT_USER_ERROR, UserError, one_line
+from bench.io import write_text_atomic
 from bench.record import RunRecord
-from bench.store import save_record
+from bench.store import RECORDS, save_record
 
 GROUPS = ("workload", "model", "backend", "device", "sharding", "gate", "compare", "sweep")
 POSITIVE_INT_KEYS = ("batch_size", "eval_batch_size", "calibration_batch_size", "threads", "world_size")
@@ -111,6 +113,29 @@ def shared_session():
 
 
 def task(cfg: DictConfig) -> str:
+    """One job, as Hydra calls it. Exceptions do not reach Hydra, which would print a traceback and
+    exit 1 for any of them: bad input exits 2, a failure of the harness itself 3, each one line."""
+    try:
+        return _task(cfg)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+    except Exception as exc:  # noqa: BLE001 - the harness failed outside the job's own error handling
+        where = _save_traceback()
+        print(f"error: the harness failed: {one_line(exc)}" + (f" (traceback: {where})" if where else ""), file=sys.stderr)
+        sys.exit(EXIT_HARNESS_ERROR)
+
+
+def _save_traceback() -> Path | None:
+    try:
+        path = Path(HydraConfig.get().runtime.output_dir) / "traceback.txt"
+        write_text_atomic(path, traceback.format_exc())
+        return path
+    except Exception:  # noqa: BLE001 - the one line is what matters
+        return None
+
+
+def _task(cfg: DictConfig) -> str:
     config = to_config(cfg)
     from bench.distributed import one_job_per_host, writes_records
     from bench.pipeline import run_job  # torch and the plug-ins: imported after the pre-flight checks
@@ -123,16 +148,20 @@ def task(cfg: DictConfig) -> str:
         if code:
             sys.exit(code)
         return "ok"
-    with one_job_per_host(config) as window:
-        record, exc = run_job(config, shared_session())
-    if record.status == "ok" and not record.resumed_from:
-        record.metrics["job_window"] = window.span()
-    if not writes_records():  # a rank other than 0 of a multi-process job: rank 0 writes the record
-        if record.status == "error":
-            sys.exit(1)
-        return record.status
+    session = shared_session()
     hydra_cfg = HydraConfig.get()
-    save_record(record, Path(hydra_cfg.runtime.output_dir), Path(config.reports_dir), store=record.resumed_from is None)
+    # resume's claim on the job is held until its record is stored: a concurrent identical sweep
+    # waits for it, then finds the record instead of measuring the job again
+    with session.claims:
+        with one_job_per_host(config) as window:
+            record, exc = run_job(config, session)
+        if record.status == "ok" and not record.resumed_from:
+            record.metrics["job_window"] = window.span()
+        if not writes_records():  # a rank other than 0 of a multi-process job: rank 0 writes the record
+            if record.status == "error":
+                sys.exit(EXIT_GATE_FAILED)
+            return record.status
+        save_record(record, Path(hydra_cfg.runtime.output_dir), Path(config.reports_dir), store=record.resumed_from is None)
     if hydra_cfg.mode == RunMode.MULTIRUN:
         log.info(summary(record).splitlines()[0])
         return record.status
@@ -140,31 +169,44 @@ def task(cfg: DictConfig) -> str:
     if record.resumed_from:
         print(f"resumed: the stored record {record.resumed_from} of this job on this machine (resume=true); nothing was measured")
     stored = "already in" if record.resumed_from else "also appended to"
-    print(f"record: {Path(hydra_cfg.runtime.output_dir) / 'record.json'} ({stored} {Path(config.reports_dir) / 'records.jsonl'})")
+    print(f"record: {Path(hydra_cfg.runtime.output_dir) / 'record.json'} ({stored} {Path(config.reports_dir) / RECORDS})")
     if record.status == "error":
         print(f"error: {record.error}", file=sys.stderr)
-        sys.exit(UserError.exit_code if isinstance(exc, UserError) else 1)
+        sys.exit(EXIT_USER_ERROR if record.user_error else EXIT_GATE_FAILED)
     return record.status
 
 
 def main() -> None:
-    if {"--help", "-h"} & set(sys.argv[1:]):
+    sys.exit(run(sys.argv[1:]))
+
+
+def run(argv: list[str]) -> int:
+    """`python -m bench ARGS`; returns the exit code (bench.errors), or exits with a job's."""
+    if argv[:1] == ["store"]:
+        from bench.store import main as store_main
+
+        return store_main(argv[1:])
+    if {"--help", "-h"} & set(argv):
         from bench.help import help_text
 
         print(help_text())
-        return
+        return EXIT_OK
     try:
-        check_overrides(sys.argv[1:])
-        preflight.check(sys.argv[1:])  # bad keys, values and input files: refused before any work
+        check_overrides(argv)
+        preflight.check(argv)  # bad keys, values, combinations, inputs and output places: refused before any work
         register_configs()
         from bench.distributed import enter_rank  # torch: imported after the pre-flight checks
 
-        enter_rank(sys.argv[1:])
+        enter_rank(argv)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
+        return exc.exit_code
+    from bench.sweep import ended_sweep, finish
+
     try:
         hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(task)()
     except KeyboardInterrupt:
         print("interrupted: the running job left no record; re-run the same command with resume=true to finish", file=sys.stderr)
-        sys.exit(130)
+        return 130
+    ended = ended_sweep()
+    return finish(ended) if ended is not None else EXIT_OK

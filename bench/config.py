@@ -8,6 +8,7 @@ Configs only describe: hardware probing and environment changes belong to `bench
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -156,6 +157,12 @@ class CompareConfig:
     throughput_tolerance: float = 0.05  # relative
     alpha: float = 0.05
 
+    def validate(self) -> None:
+        if self.auc_tolerance < 0 or self.throughput_tolerance < 0:
+            raise UserError("compare.auc_tolerance and compare.throughput_tolerance must not be negative")
+        if not 0 < self.alpha < 1:
+            raise UserError(f"compare.alpha must be between 0 and 1 (0.05 for 95% intervals), got {self.alpha}")
+
 
 @dataclass
 class GateConfig:
@@ -167,6 +174,15 @@ class GateConfig:
     inconclusive_fails: bool = False
     history_file: Optional[str] = None  # None: <reports_dir>/history.jsonl
     history_runs: int = 14  # runs shown in history.md (changes are judged by `compare`)
+
+    def validate(self) -> None:
+        if self.history_runs < 1:
+            raise UserError(f"gate.history_runs must be at least 1, got {self.history_runs}")
+        for where, rules in [*((f"rules.{b}", r) for b, r in self.rules.items()), ("default_rules", self.default_rules)]:
+            if rules.min_auc_ratio is not None and rules.min_auc_ratio <= 0:
+                raise UserError(f"gate.{where}.min_auc_ratio must be positive (a fraction such as 0.999), got {rules.min_auc_ratio}")
+            if rules.max_embedding_bytes is not None and rules.max_embedding_bytes < 0:
+                raise UserError(f"gate.{where}.max_embedding_bytes must not be negative")
 
 
 @dataclass
@@ -233,6 +249,8 @@ def register_configs(plugins: bool = True) -> None:
     in for them)."""
     if not OmegaConf.has_resolver("registered_backends"):
         OmegaConf.register_new_resolver("registered_backends", lambda: ",".join(registry.sweep_backends()))
+    if not OmegaConf.has_resolver("pid"):  # in the run folder's name (conf/config.yaml)
+        OmegaConf.register_new_resolver("pid", os.getpid)
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
     cs.store(group="model", name="base_model", node=ModelConfig)

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -24,10 +25,23 @@ T = TypeVar("T")
 
 @contextmanager
 def config_errors(what: str) -> Iterator[None]:
+    """Problems reading or merging a config file, each as one UserError line. YAML is read by
+    OmegaConf's safe loader: a tag that would run code (`!!python/...`) is refused, never built."""
     try:
         yield
     except OmegaConfBaseException as exc:
         raise UserError(f"{what}: {' '.join(str(exc).split())}") from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        tag = "; only plain YAML is read (no tags such as !!python)" if isinstance(exc, yaml.constructor.ConstructorError) else ""
+        raise UserError(f"{what}: not valid YAML{where}: {exc.problem or exc.context}{tag}") from None
+    except yaml.YAMLError as exc:
+        raise UserError(f"{what}: not valid YAML: {' '.join(str(exc).split())}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{what}: not a UTF-8 text file") from None
+    except OSError as exc:
+        raise UserError(f"{what}: cannot read it ({exc.strerror})") from None
 
 
 def merged(schema: type[T], *layers: Any, validate: Optional[Callable[[T], None]] = None) -> T:
@@ -83,10 +97,7 @@ def load_group(group: str, schema: type[T], source: str | Path = "default", over
 
 
 def validate_compare(cfg: CompareConfig) -> None:
-    if cfg.auc_tolerance < 0 or cfg.throughput_tolerance < 0:
-        raise UserError("compare.auc_tolerance and compare.throughput_tolerance must not be negative")
-    if not 0 < cfg.alpha < 1:
-        raise UserError(f"compare.alpha must be between 0 and 1 (0.05 for 95% intervals), got {cfg.alpha}")
+    cfg.validate()
 
 
 def load_compare_config(source: str | Path = "default", overrides: Iterable[str] = ()) -> CompareConfig:

@@ -39,7 +39,7 @@ COMMANDS = """\
   python -m bench.preprocess SRC... --out DIR        preprocess Criteo text files by hand"""
 
 OUTPUTS = """\
-  One run: record.json in its Hydra run folder (outputs/<date>/<time>/), and one line appended to
+  One run: record.json in its Hydra run folder (outputs/<date>/<time>-<pid>/), and one line appended to
     <reports_dir>/records.jsonl (reports_dir=reports).
   A sweep: <reports_dir>/<sweep>/<timestamp>/ with report.md, results.csv, records.jsonl and plots;
     <reports_dir>/<sweep>/latest points to the newest run of the same sweep configuration.

@@ -20,6 +20,7 @@ Failures of a job that did start still become records (`bench.pipeline`).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import re
@@ -34,12 +35,13 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import ConfigCompositionException, HydraException
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from bench.config import Config, register_configs
 from bench.errors import UserError
 from bench.models.checkpoint_file import checkpoint_problem
+from bench.validation import validate_config
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 PLUGIN_GROUPS = ("backend", "workload")  # their schemas come with the plug-in modules (torch)
@@ -60,10 +62,10 @@ def check(argv: list[str]) -> None:
     if args.config_path or args.config_name or args.config_dir or args.experimental_rerun:
         return  # another config tree: Hydra composes and reports it
     lines = [*args.overrides, *(a for a in extra if not a.startswith("-"))]
-    try:
-        overrides = OverridesParser.create().parse_overrides(lines)
-    except HydraException:
-        return  # a syntax error: Hydra's own message names it
+    overrides = parse(lines)
+    for o in overrides:
+        if o.key_or_group == "sweep" and not o.is_add():
+            raise UserError(f"{o.input_line}: a sweep is added to the config, not chosen: write +{o.input_line.lstrip('~')}")
     read_inputs = not any(getattr(args, flag, None) for flag in SHOW_ONLY_FLAGS)
     _composed.clear()
     with _open_plugin_schemas():
@@ -75,9 +77,48 @@ def check(argv: list[str]) -> None:
                 check_inputs(cfg)
     register_configs()  # loads the plug-ins (torch, torchrec) and their schemas replace the stand-ins
     _composed.clear()
-    for variant in variants(overrides, expand=lambda key: key.split(".")[0] in PLUGIN_GROUPS):
-        validate(_checked_compose(variant), PLUGIN_GROUPS)
+    multirun = bool(args.multirun)
+    for variant in variants(overrides):
+        cfg = _checked_compose(variant)
+        validate(cfg, PLUGIN_GROUPS)
+        if read_inputs:
+            validate_config(typed(cfg), run_dirs(cfg, multirun))
     _composed.clear()
+
+
+def parse(lines: list[str]) -> list[Override]:
+    """The command line's overrides; a syntax error is one line that shows how to quote the value."""
+    parser = OverridesParser.create()
+    for line in lines:
+        try:
+            parser.parse_override(line)
+        except HydraException:
+            key, eq, value = line.partition("=")
+            hint = f"; quote the value for Hydra and the shell: '{key}=\"{value}\"'" if eq else ""
+            raise UserError(f"cannot parse the override {line!r}{hint} (Hydra's override grammar: "
+                            "https://hydra.cc/docs/advanced/override_grammar/basic/)") from None
+    return parser.parse_overrides(lines)
+
+
+def typed(cfg: DictConfig) -> Config:
+    """The typed Config of a composed config (without its `hydra` node)."""
+    cfg = copy.copy(cfg)
+    with open_dict(cfg):
+        cfg.pop("hydra", None)
+    try:
+        return OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as exc:
+        raise UserError(_first_line(exc)) from None
+
+
+def run_dirs(cfg: DictConfig, multirun: bool) -> list[tuple[str, str]]:
+    """The run's own output folder: Hydra's run folder, or its sweep folder for a sweep."""
+    multirun = multirun or str(OmegaConf.select(cfg, "hydra.mode")) == "RunMode.MULTIRUN"
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    try:
+        return [(key, str(OmegaConf.select(cfg, key)))]
+    except OmegaConfBaseException as exc:
+        raise UserError(f"{key}: {_first_line(exc)}") from None
 
 
 # ------------------------------------------------------------------------------------ composing

@@ -15,6 +15,7 @@ import sys
 import time
 
 from bench.errors import UserError
+from bench.validation import writable_folder
 from bench.workloads.criteo.preprocess import (
     CATEGORICAL_MODES,
     PreprocessOptions,
@@ -48,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     t0 = time.perf_counter()
     try:
+        writable_folder(args.out, "--out")
         meta = preprocess(
             args.sources,
             args.out,

@@ -1,10 +1,12 @@
-"""Sweep-level work that Hydra's launcher does not do: a progress bar over the jobs, the report
-when the sweep ends, and the gate for sweeps that ask for it (`run_gate: true`). A job that failed
-is a record with status `error`: the sweep goes on, the report lists it and the gate fails on it.
-With `resume=true` a re-run of an interrupted sweep still has one record per job (see bench.pipeline.guard).
+"""Sweep-level work that Hydra's launcher does not do: a progress bar over the jobs, and after the
+sweep its report, the gate for sweeps that ask for it (`run_gate: true`) and the nightly history.
+A job that failed is a record with status `error`: the sweep goes on, the report lists it and the
+gate fails on it. With `resume=true` a re-run of an interrupted sweep still has one record per job
+(see bench.pipeline.guard).
 
-Installed as a Hydra callback by the sweep configs (`conf/sweep/*.yaml`). The report reads only
-the records the jobs wrote; nothing is measured here.
+The sweep configs (`conf/sweep/*.yaml`) install `SweepCallback`; `python -m bench` calls `finish`
+once Hydra has returned, outside Hydra's callback error handling. The report reads only the
+records the jobs wrote; nothing is measured here.
 """
 
 from __future__ import annotations
@@ -13,16 +15,23 @@ import json
 import logging
 import math
 import re
+import sys
+import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from bench.config_files import as_compare_config as compare_settings
 from bench.distributed import overlapping
+from bench.errors import EXIT_HARNESS_ERROR, EXIT_OK, one_line
+from bench.io import write_text_atomic
 from bench.progress import progress
 from bench.record import RunRecord
+
+T = TypeVar("T")
 
 log = logging.getLogger("bench.sweep")
 
@@ -49,14 +58,28 @@ def sweep_variant(task_overrides) -> str | None:
 
 
 def sweep_records(sweep_dir: Path) -> list[RunRecord]:
-    return [RunRecord.from_dict(json.loads(p.read_text())) for p in sorted(Path(sweep_dir).glob("*/record.json"))]
+    """The records the sweep's jobs left in their folders (`<sweep dir>/<job>/record.json`)."""
+    return [RunRecord.from_dict(json.loads(p.read_text(encoding="utf-8"))) for p in sorted(Path(sweep_dir).glob("*/record.json"))]
+
+
+_ended: list[DictConfig] = []  # the config of the sweep Hydra finished in this process, for `finish`
+
+
+def ended_sweep() -> DictConfig | None:
+    """The config of the sweep that ended in this process (and forget it), or None."""
+    return _ended.pop() if _ended else None
 
 
 class SweepCallback(Callback):
+    """Hydra's hooks do only what cannot fail the run: the progress bar, and noting that the sweep
+    ended. Hydra turns an exception raised in a callback into a warning, so the post-sweep work
+    (report, gate, history), whose exit code a CI job relies on, runs after Hydra returns (`finish`)."""
+
     def __init__(self) -> None:
         self.bar = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _ended.clear()
         self.bar = progress(total=count_jobs(config), desc="sweep", unit="job", interval=0)  # without a terminal: a line per job
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
@@ -65,30 +88,84 @@ class SweepCallback(Callback):
             self.bar.set_postfix_str(f"{config.backend.name} bs={config.batch_size} {config.device.type}")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from bench.report import publish_report
-        from bench.report.table import backend_label
-
         if self.bar is not None:
             self.bar.close()
-        records = sweep_records(Path(config.hydra.sweep.dir))
-        name = config.get("sweep_name") or "sweep"
-        report_dir = publish_report(records, Path(config.reports_dir), name, variant=sweep_variant(config.hydra.overrides.task))
-        counts = {s: sum(r.status == s for r in records) for s in ("ok", "error", "skipped")}
-        resumed = sum(bool(r.resumed_from) for r in records)
-        note = f"; {resumed} resumed from stored records" if resumed else ""
-        print(f"sweep {name}: {len(records)} jobs ({counts['ok']} ok, {counts['error']} error, {counts['skipped']} skipped{note})")
-        for r in records:
-            if r.status == "error":
-                reason = next(iter((r.error or "").strip().splitlines()), "no reason recorded")
-                print(f"  error: {backend_label(r)} {r.device} bs={r.batch_size}: {reason}")
-        if overlapping(records):  # parallel launchers without the host lock (one_job_per_host=false)
-            print(f"warning: {len(overlapping(records))} pairs of jobs ran at the same time on one host: their timings disturbed each other")
-        print(f"report: {report_dir / 'report.md'}")
-        if config.get("run_gate"):
-            from bench.gate import gate_sweep
+        _ended.append(config)
 
-            # Judged from the report folder's stored records; the configs are stored beside them.
-            code = gate_sweep(report_dir, config.gate, config.get("compare"), Path(config.reports_dir))
-            print(f"gate: {'FAILED' if code else 'passed'} ({report_dir / 'gate.md'})")
-            if code:
-                raise SystemExit(code)
+
+class Stages:
+    """Runs the post-sweep stages; a stage that raises is one line on stderr naming the stage and
+    the cause (its traceback saved beside the report), and the exit code becomes EXIT_HARNESS_ERROR."""
+
+    def __init__(self, traceback_dir: Path) -> None:
+        self.code = EXIT_OK
+        self.traceback_dir = traceback_dir
+
+    def run(self, name: str, fn: Callable[[], T]) -> T | None:
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - every stage failure is reported and turns the exit non-zero
+            where = self._save_traceback(name)
+            print(f"error: the {name} stage failed: {one_line(exc)}" + (f" (traceback: {where})" if where else ""), file=sys.stderr)
+            self.code = max(self.code, EXIT_HARNESS_ERROR)
+            return None
+
+    def _save_traceback(self, name: str) -> Path | None:
+        try:
+            path = self.traceback_dir / f"error-{name}.txt"
+            write_text_atomic(path, traceback.format_exc())
+            return path
+        except Exception:  # noqa: BLE001 - the one line above is what matters
+            return None
+
+
+def finish(config: DictConfig) -> int:
+    """The post-sweep phase: the sweep's report folder, its gate verdict, the rendered report, the
+    history. The verdict (gate.md, gate.xml, the exit code) is decided and written before anything
+    optional runs. Returns the exit code: 0, 1 when the gate failed, 3 when a stage failed (the
+    highest applies)."""
+    from bench.report.publish import finish_report, start_report
+    from bench.report.table import backend_label
+
+    sweep_dir = Path(config.hydra.sweep.dir)
+    stages = Stages(sweep_dir)
+    records = stages.run("records", lambda: sweep_records(sweep_dir))
+    if records is None:
+        return stages.code
+    name = config.get("sweep_name") or "sweep"
+    variant = sweep_variant(config.hydra.overrides.task)
+    counts = {s: sum(r.status == s for r in records) for s in ("ok", "error", "skipped")}
+    resumed = sum(bool(r.resumed_from) for r in records)
+    user = sum(r.user_error for r in records)
+    note = (f"; {resumed} resumed from stored records" if resumed else "") + (f"; {user} of the errors bad input" if user else "")
+    print(f"sweep {name}: {len(records)} jobs ({counts['ok']} ok, {counts['error']} error, {counts['skipped']} skipped{note})")
+    for r in records:
+        if r.status == "error":
+            reason = next(iter((r.error or "").strip().splitlines()), "no reason recorded")
+            print(f"  {'bad input' if r.user_error else 'error'}: {backend_label(r)} {r.device} bs={r.batch_size}: {reason}")
+    if overlapping(records):  # parallel launchers without the host lock (one_job_per_host=false)
+        print(f"warning: {len(overlapping(records))} pairs of jobs ran at the same time on one host: their timings disturbed each other")
+    report_dir = stages.run("report", lambda: start_report(records, Path(config.reports_dir), name))
+    if report_dir is None:
+        return stages.code
+    stages.traceback_dir = report_dir
+    gate_code = EXIT_OK
+    if config.get("run_gate"):
+        from bench.gate import gate_sweep
+
+        # judged from the report folder's stored records; the configs are stored beside them
+        gate_code = stages.run("gate", lambda: gate_sweep(report_dir, config.gate, config.get("compare")))
+        if gate_code is not None:
+            print(f"gate: {'FAILED' if gate_code else 'passed'} ({report_dir / 'gate.md'})")
+    title = f"Sweep {name}" + (f" with {variant}" if variant else "")
+    if stages.run("report", lambda: finish_report(records, report_dir, title, variant)) is not None:
+        print(f"report: {report_dir / 'report.md'}")
+    if config.get("run_gate"):
+        from bench.report.history import history_path, update_history
+
+        gate, compare = config.gate, config.get("compare") or {}
+        path = history_path(gate.get("history_file"), Path(config.reports_dir))
+        history_md = stages.run("history", lambda: update_history(records, path, compare_settings(compare), runs=gate.history_runs))
+        if history_md is not None:
+            print(f"history: {path} ({history_md})")
+    return max(stages.code, gate_code or EXIT_OK)

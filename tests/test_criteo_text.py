@@ -142,6 +142,22 @@ def test_csv_variants_pandas_floats_header_and_id(tmp_path):
     assert a[3].count == 0 and np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and np.array_equal(a[2], b[2])
 
 
+def test_lines_that_are_not_utf8_are_counted_as_their_own_kind(tmp_path):
+    lines = _lines(40, seed=3)
+    broken = {5, 17, 30}
+    for i in broken:  # a Latin-1 byte inside a field, as a file re-encoded by some tool would hold
+        f = lines[i].split(b"\t")
+        f[20] = f[20][:3] + b"\xe9" + f[20][3:]
+        lines[i] = b"\t".join(f)
+    lines[8] = lines[8].replace(b"\t", b"\tcaf\xc3\xa9", 1)  # valid UTF-8, still not a number: its field's reason
+    path = tmp_path / "mixed.tsv"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    dense, sparse, labels, malformed = read_all(path)
+    assert len(dense) == 40 - 4 and malformed.count == 4
+    assert malformed.by_reason == {"not UTF-8 text": 3, "non-integer dense value (I1)": 1}
+    assert sorted(e["line"] for e in malformed.examples if e["reason"] == "not UTF-8 text") == [i + 1 for i in sorted(broken)]
+
+
 def test_not_a_criteo_file_is_one_line_error():
     with pytest.raises(UserError, match="first line has 3 fields"):
         sniff(b"a,b,c\n")
@@ -170,6 +186,10 @@ def _reference_rows(lines: list[bytes], first_line_no: int = 1):
                         reason = f"non-hex categorical id (C{j + 1})"
                         break
         if reason:
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError:
+                reason = "not UTF-8 text"  # a kind of its own, whatever else is wrong with the line
             reasons[reason] = reasons.get(reason, 0) + 1
             bad.append((first_line_no + i, reason))
             continue

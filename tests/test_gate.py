@@ -370,15 +370,14 @@ def test_cli_follows_latest(tmp_path):
 def sweep_gate(tmp_path: Path, *overrides: str) -> Path:
     """What `python -m bench +sweep=nightly OVERRIDES` leaves: records, the stored config, the verdict."""
     report = write_report(tmp_path, healthy())
-    gate_sweep(report, load_gate_config("default", overrides), {}, tmp_path / "reports", run_id="r1")
+    assert gate_sweep(report, load_gate_config("default", overrides), {}) in (0, 1)
     return report
 
 
-def test_sweep_stores_its_config_and_the_history(tmp_path):
+def test_sweep_stores_its_config_beside_the_verdict(tmp_path):
     report = sweep_gate(tmp_path, "gate.rules.int8_tbe.min_speedup=100")
     assert read_settings(report / GATE_CONFIG).gate.rules["int8_tbe"].min_speedup == 100.0
     assert "**Gate: FAIL**" in (report / "gate.md").read_text()
-    assert (tmp_path / "reports" / "history.jsonl").is_file() and (tmp_path / "reports" / "history.md").is_file()
 
 
 def test_rejudging_with_no_overrides_reproduces_the_stored_verdict(tmp_path, capsys):

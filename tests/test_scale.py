@@ -251,7 +251,7 @@ def test_thread_cpu_clock_leaves_out_waiting():
 
 def test_thread_cpu_clock_needs_one_thread(tiny_cfg):
     from bench.errors import UserError
-    from bench.pipeline.run import validate
+    from bench.validation import check_values as validate
 
     validate(tiny_cfg("timing.clock=thread_cpu", "threads=1"))
     with pytest.raises(UserError, match="set threads=1"):

@@ -7,6 +7,8 @@ into DLRM-specific attributes. They never modify the model they are given (it is
 copy it first.
 
 Besides `prepare`, the runner asks a backend:
+- `check()`: bad options, as a one-line UserError; the validation pass calls it before any work;
+- `not_shardable`: why its tables cannot be sharded (None: they can);
 - `unsupported_reason(device)`: why it cannot run there (the job is `skipped`), or None;
 - `stored_table_dtypes(tables)`: given table name -> rows, the weight type each table is stored in once prepared, for the
   memory guard (None: the backend keeps a copy of the fp32 tables); `tables` maps each table name
@@ -36,9 +38,13 @@ from bench.batch import Batch
 class Backend:
     # Device types this backend runs on; another device yields a `skipped` record.
     devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
+    not_shardable: ClassVar[str | None] = None
 
     def __init__(self, cfg) -> None:
         self.cfg = cfg
+
+    def check(self) -> None:
+        pass
 
     def unsupported_reason(self, device: torch.device) -> str | None:
         if device.type not in self.devices:

@@ -70,8 +70,9 @@ class PsRedisConfig(BackendConfig):
 @register("backend", "ps_redis", config=PsRedisConfig, in_sweeps=False)  # its own sweep: +sweep=ps
 class PsRedisBackend(Backend):
     devices = ("cpu",)
+    not_shardable = "its tables live in Redis behind a local cache in one process"
 
-    def _check(self) -> None:
+    def check(self) -> None:
         cfg = self.cfg
         if cfg.precision not in PRECISIONS:
             raise UserError(f"backend.precision={cfg.precision!r}: choose one of {', '.join(PRECISIONS)}")
@@ -112,7 +113,7 @@ class PsRedisBackend(Backend):
         return entry.factory(OmegaConf.merge(OmegaConf.structured(entry.config), twin)).emulation()
 
     def prepare(self, model: nn.Module, calibration_batches: Sequence[Batch], device: torch.device) -> nn.Module:
-        self._check()
+        self.check()
         reason = self.unsupported_reason(device)
         if reason is not None:
             raise UserError(reason)

@@ -53,6 +53,11 @@ def launch(cfg: Config) -> ShardedRun:
     # the ranks import this very `bench` (a worktree or checkout that shadows an installed one)
     package_root = str(Path(bench.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)}
+    # torchrun's agent makes temporary folders (torchelastic_*) it does not remove: they go to the
+    # job's own folder, removed with the job whatever happens
+    scratch = workdir / "tmp"
+    scratch.mkdir()
+    env["TMPDIR"] = str(scratch)
     timeout = cfg.sharding.job_timeout_s
     with open(workdir / LOG, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
@@ -62,6 +67,7 @@ def launch(cfg: Config) -> ShardedRun:
             code = None
         finally:
             stop(proc, workdir)
+            shutil.rmtree(scratch, ignore_errors=True)
     if code is None:
         raise RankFailure(f"the {cfg.world_size} ranks did not finish within sharding.job_timeout_s={timeout:g} s and were killed (log: {workdir / LOG})")
     if code != 0:

@@ -14,19 +14,12 @@ from typing import Any, Iterable
 from bench.config import GateConfig, RuleSet
 from bench.config_files import CONF_DIR as _CONF_ROOT
 from bench.config_files import load_group, to_schema
-from bench.errors import UserError
 
 CONF_DIR = _CONF_ROOT / "gate"
 
 
 def validate(cfg: GateConfig) -> None:
-    if cfg.history_runs < 1:
-        raise UserError(f"gate.history_runs must be at least 1, got {cfg.history_runs}")
-    for where, rules in [*((f"rules.{b}", r) for b, r in cfg.rules.items()), ("default_rules", cfg.default_rules)]:
-        if rules.min_auc_ratio is not None and rules.min_auc_ratio <= 0:
-            raise UserError(f"gate.{where}.min_auc_ratio must be positive (a fraction such as 0.999), got {rules.min_auc_ratio}")
-        if rules.max_embedding_bytes is not None and rules.max_embedding_bytes < 0:
-            raise UserError(f"gate.{where}.max_embedding_bytes must not be negative")
+    cfg.validate()
 
 
 def as_gate_config(cfg: Any) -> GateConfig:

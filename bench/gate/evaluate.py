@@ -11,6 +11,7 @@ from bench.config import GateConfig, RuleSet
 from bench.errors import UserError
 from bench.gate.config import as_gate_config
 from bench.gate.rules import FAIL, INCONCLUSIVE, PASS, RULES, SKIPPED, VERDICTS, judge
+from bench.record import USER
 from bench.report.table import KEY
 
 REQUIRED = (*KEY, "status")
@@ -101,6 +102,8 @@ def _row_verdicts(row: dict[str, Any], cfg: GateConfig) -> list[Verdict]:
         return [Verdict(**key, rule=JOB, threshold=None, value=None, interval=None, verdict=verdict, reason=reason)]
 
     if status == "error":
+        if row.get("error_kind") == USER:  # not a measurement: the job met bad input while running
+            return job(FAIL, f"bad input found while the job ran (not a measurement): {text or 'no error text recorded'}")
         return job(FAIL, f"job errored: {text or 'no error text recorded'}")
     if status == "skipped":
         return job(SKIPPED, f"job skipped: {text or 'no reason recorded'}")

@@ -9,7 +9,7 @@ In a report folder:
     gate-<hash>.md/.xml    a verdict under another config (overrides, --config), written beside
     gate-<hash>.yaml       the stored one with what changed; <hash> names its config
 
-`gate_sweep` (the sweep's callback) stores the config, judges and keeps the history. `rejudge`
+`gate_sweep` (after a sweep) stores the config and judges. `rejudge`
 (`python -m bench.gate DIR`) re-judges: with no overrides it uses the stored config and reproduces
 gate.md (rewriting it only when identical); with overrides or another config it never touches
 gate.md and writes gate-<hash>.* instead, listing the config keys and verdict rows that changed.
@@ -25,6 +25,7 @@ from typing import Any, Iterable, Optional
 from omegaconf import OmegaConf
 
 from bench.config import CompareConfig, GateConfig
+from bench.errors import UserError
 from bench.config_files import (
     as_compare_config,
     config_errors,
@@ -38,7 +39,6 @@ from bench.gate.writers import render_markdown, write_outputs
 from bench.hashing import config_hash
 from bench.io import write_text_atomic
 from bench.record import RunRecord
-from bench.report.history import history_path, update_history
 from bench.report.load import load_records, records_file
 from bench.report.table import results_table
 
@@ -74,6 +74,11 @@ def read_settings(path: Path) -> GateSettings:
     """A stored `gate_config.yaml` (keys `gate` and `compare`), validated against the schemas."""
     with config_errors(f"bad stored gate config {path}"):
         node = OmegaConf.load(path)
+        if not OmegaConf.is_dict(node):
+            raise UserError(f"bad stored gate config {path}: not a mapping with the keys gate and compare")
+        unknown = sorted(set(node) - {"gate", "compare"})
+        if unknown:
+            raise UserError(f"bad stored gate config {path}: unknown key(s) {', '.join(map(str, unknown))}; it holds only gate and compare")
         gate = merged(GateConfig, node.get("gate") or {}, validate=validate)
         compare = merged(CompareConfig, node.get("compare") or {}, validate=validate_compare)
     return GateSettings(gate, compare)
@@ -84,16 +89,14 @@ def judge(records: Iterable[RunRecord], s: GateSettings) -> GateResult:
     return evaluate_gate(results_table(records, alpha=s.compare.alpha), s.gate)
 
 
-def gate_sweep(report_dir: Path, gate_cfg: Any, compare_cfg: Any, reports_dir: Path, run_id: Optional[str] = None) -> int:
+def gate_sweep(report_dir: Path, gate_cfg: Any, compare_cfg: Any) -> int:
     """The sweep's gate: store the configs, judge the folder's records.jsonl, write gate.md and
-    gate.xml, append the run to the history; returns the exit code."""
+    gate.xml; returns the exit code. The history is the caller's next, separate stage."""
     s = settings(gate_cfg, compare_cfg)
     report_dir = Path(report_dir)
     write_text_atomic(report_dir / GATE_CONFIG, s.to_yaml())
-    records = load_records(report_dir)
-    result = judge(records, s)
+    result = judge(load_records(report_dir), s)
     write_outputs(result, report_dir, STORED)
-    update_history(records, history_path(s.gate.history_file, reports_dir), s.compare, runs=s.gate.history_runs, run_id=run_id)
     return result.exit_code
 
 

@@ -34,7 +34,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from bench.errors import UserError
 from bench.stats import median_interval
 
 Clock = Callable[[], int]  # nanoseconds
@@ -46,18 +45,6 @@ CLOCKS = {"wall": time.perf_counter_ns, "thread_cpu": time.thread_time_ns}
 def loop_options(timing_cfg) -> dict:
     """The loop's keyword arguments from a TimingConfig, `timing.clock` turned into the clock it names."""
     return {**{key: getattr(timing_cfg, key) for key in LOOP_KEYS}, "clock": CLOCKS[timing_cfg.clock]}
-
-
-def check_timing(timing_cfg, threads: int | None) -> None:
-    """One clear line for timing options that cannot work."""
-    if timing_cfg.clock not in CLOCKS:
-        raise UserError(f"timing.clock={timing_cfg.clock!r} is not a clock: choose one of {', '.join(CLOCKS)}")
-    if timing_cfg.clock == "thread_cpu" and threads != 1:
-        raise UserError("timing.clock=thread_cpu times the calling thread only: set threads=1 with it")
-    if timing_cfg.pool_samples < 0:
-        raise UserError(f"timing.pool_samples must be 0 or more, got {timing_cfg.pool_samples}")
-    if not timing_cfg.target_spread > 0:
-        raise UserError(f"timing.target_spread must be above 0 (0.05: stop when the speedup's interval spans 5% of it), got {timing_cfg.target_spread}")
 
 
 @dataclass

@@ -22,11 +22,12 @@ from bench.hardware import prepare_process, resolve
 from bench.hashing import config_hash
 from bench.measure.env import environment
 from bench.measure.memory import memory_skip_reason
-from bench.measure.timing import check_timing
 from bench.pipeline.guard import ResumeIndex, memory_estimate, resumed
 from bench.pipeline.job import measure
 from bench.pipeline.shared import SharedWork
-from bench.record import RunRecord
+from bench.record import USER, RunRecord
+from bench.store import Claims
+from bench.validation import check_values
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,8 @@ class Session:
 
     work: SharedWork = dataclasses.field(default_factory=SharedWork)
     resume: ResumeIndex = dataclasses.field(default_factory=ResumeIndex)
+    # resume's claims on jobs; the caller holds them (`with session.claims:`) until the record is stored
+    claims: Claims = dataclasses.field(default_factory=Claims)
 
     def clear(self) -> None:
         self.work.clear()
@@ -72,7 +75,7 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
     )
     device = backend = None
     try:
-        validate(cfg)
+        check_values(cfg)
         prepare_process(cfg.device, cfg.threads)
         device, skip = resolve(cfg.device)
         if skip is None:
@@ -86,7 +89,9 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
         if skip is not None:
             device = None  # not usable here: describe the machine without it
         if cfg.resume:
-            prior = session.resume.stored(cfg.reports_dir, record.config_hash, environment(device)["fingerprint"])
+            fingerprint = environment(device)["fingerprint"]
+            session.claims.take(cfg.reports_dir, f"{record.config_hash}-{fingerprint}")  # waits while another process runs this job
+            prior = session.resume.stored(cfg.reports_dir, record.config_hash, fingerprint)
             if prior is not None:
                 return resumed(prior, record), None
         if skip is None and cfg.memory_fraction is not None:
@@ -110,6 +115,7 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
             record.error = f"out of memory ({type(exc).__name__}: {exc}); the shared caches were dropped"
         else:
             record.error = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
+            record.error_kind = USER if isinstance(exc, UserError) else None
         log.debug("job failed", exc_info=True)
         return record, exc
     finally:
@@ -125,17 +131,3 @@ def _close(backend, record: RunRecord) -> None:
     except Exception as exc:  # noqa: BLE001 - what was measured stays; the record says what failed
         log.warning("backend %s: close() failed: %s", record.backend, exc)
         record.metrics["close_error"] = f"{type(exc).__name__}: {exc}"
-
-
-def validate(cfg: Config) -> None:
-    for key in ("batch_size", "eval_batch_size", "calibration_batch_size"):
-        value = getattr(cfg, key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise UserError(f"{key} must be a positive integer, got {value!r} ({key}=N)")
-    fraction = cfg.memory_fraction
-    if fraction is not None and not (isinstance(fraction, (int, float)) and fraction > 0):
-        raise UserError(f"memory_fraction must be a positive number (or null to turn the memory check off), got {fraction!r}")
-    for key in ("warmup_batches", "trials", "batches_per_trial"):
-        if getattr(cfg.timing, key) < (0 if key == "warmup_batches" else 1):
-            raise UserError(f"timing.{key} must be positive, got {getattr(cfg.timing, key)}")
-    check_timing(cfg.timing, cfg.threads)

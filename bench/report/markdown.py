@@ -9,7 +9,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from bench.record import RunRecord
+from bench.record import USER, RunRecord
 from bench.report import fmt
 from bench.report.machine import (
     PERFORMANCE_ONLY_NOTE,
@@ -215,6 +215,7 @@ def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Seque
     n_eval = g["n_eval"].dropna()
     if not n_eval.empty:
         lines += [f"AUC over {fmt.count(n_eval.max())} eval samples, each scored once.", ""]
+    lines += malformed_lines(latest, workload, device)
     oracle = _oracle_line(g)
     if oracle:
         lines += [oracle, ""]
@@ -249,6 +250,16 @@ def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Seque
     for p in plots:
         lines += [f"![{p.stem}]({Path(p).relative_to(out_dir).as_posix()})", ""]
     return lines
+
+
+def malformed_lines(latest: dict[tuple, RunRecord], workload: str, device: str) -> list[str]:
+    """The raw text's malformed lines that the workload skipped, by kind (read from the records)."""
+    for key, r in latest.items():
+        found = ((r.metrics or {}).get("workload_info") or {}).get("malformed") if key[:2] == (workload, device) else None
+        if found is not None:
+            kinds = ", ".join(f"{reason}: {fmt.count(n)}" for reason, n in sorted(found["by_reason"].items()))
+            return [f"Read from raw text: {fmt.count(found['count'])} malformed lines skipped" + (f" ({kinds})." if kinds else "."), ""]
+    return []
 
 
 def _env_block(records: Sequence[RunRecord]) -> list[str]:
@@ -290,7 +301,8 @@ def _problems(df: pd.DataFrame) -> list[str]:
             continue
         for r in g.itertuples(index=False):
             text = fmt.first_line(r.error) or "no reason recorded"
-            lines.append(f"- {r.workload} / {r.device} / {r.backend} / batch {r.batch_size}: **{r.status}**: {text}")
+            status = "bad input (not a measurement)" if r.error_kind == USER else r.status
+            lines.append(f"- {r.workload} / {r.device} / {r.backend} / batch {r.batch_size}: **{status}**: {text}")
     return lines + [""]
 
 

@@ -78,6 +78,22 @@ def fresh_report_dir(reports_dir: Path, sweep_name: str) -> Path:
     raise RuntimeError(f"could not create a fresh report folder under {sweep_dir}")
 
 
+def start_report(records: Iterable[RunRecord | dict[str, Any]], reports_dir: Path, sweep_name: str) -> Path:
+    """A fresh `<reports_dir>/<sweep_name>/<UTC timestamp>/` holding the sweep's records.jsonl: what
+    the gate judges, written before anything is rendered."""
+    out_dir = fresh_report_dir(reports_dir, sweep_name)
+    write_records(as_records(records), out_dir / "records.jsonl")
+    return out_dir
+
+
+def finish_report(records: Iterable[RunRecord | dict[str, Any]], out_dir: Path, title: str, variant: str | None = None) -> Path:
+    """Render a started report folder (results.csv, plots, report.md) and point the sweep's
+    `latest` pointer at it (`latest-<overrides>` for a `variant`); returns report.md."""
+    report = write_report(records, out_dir, title=title, write_records_file=False)
+    point_latest(Path(out_dir).parent, Path(out_dir).name, latest_name(variant))
+    return report
+
+
 def publish_report(
     records: Iterable[RunRecord | dict[str, Any]],
     reports_dir: Path,
@@ -93,8 +109,7 @@ def publish_report(
     timestamped folder. The pointer is a relative symlink, swapped atomically, so a reader never
     sees it missing or half-written.
     """
-    out_dir = fresh_report_dir(reports_dir, sweep_name)
-    default_title = f"Sweep {sweep_name}" + (f" with {variant}" if variant else "")
-    write_report(records, out_dir, title=title or default_title)
-    point_latest(out_dir.parent, out_dir.name, latest_name(variant))
+    records = as_records(records)
+    out_dir = start_report(records, reports_dir, sweep_name)
+    finish_report(records, out_dir, title or f"Sweep {sweep_name}" + (f" with {variant}" if variant else ""), variant)
     return out_dir

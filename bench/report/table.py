@@ -76,6 +76,7 @@ COLUMNS = [
     "ps_hit_rate_steady",
     "ps_pull_share",
     "error",
+    "error_kind",  # "user": the error is bad input met while running, not a failed measurement
     "config_hash",
     "fingerprint",
     "git_sha",
@@ -154,6 +155,7 @@ def _row(r: RunRecord) -> dict[str, Any]:
         "batch_size": int(r.batch_size),
         "status": r.status,
         "error": r.error,
+        "error_kind": r.error_kind,
         "config_hash": r.config_hash,
         "fingerprint": (r.env or {}).get("fingerprint"),
         "git_sha": (r.env or {}).get("git_sha"),

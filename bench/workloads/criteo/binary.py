@@ -70,7 +70,8 @@ def read_preprocessed(folder: Path) -> tuple[list[Part], dict]:
     for p in meta["parts"]:
         paths = layout.part_paths(folder, p["name"])
         arrays = {k: np.load(v, mmap_mode="r") for k, v in paths.items()}
-        parts.append(Part(name=p["name"], day=p["day"], dense=arrays["dense"], sparse=arrays["sparse"], labels=arrays["labels"]))
+        parts.append(Part(name=p["name"], day=p["day"], dense=arrays["dense"], sparse=arrays["sparse"], labels=arrays["labels"],
+                          malformed=p.get("malformed")))
     return parts, meta
 
 

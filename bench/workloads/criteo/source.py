@@ -35,6 +35,7 @@ class Part:
     dense_is_raw: bool = False  # raw integers: apply log(max(x, 0) + 1) at read time
     modulo: list[int] | None = None  # ids % modulo[j] at read time
     note: str = ""
+    malformed: dict | None = None  # the source's malformed lines skipped when it was preprocessed (text.Malformed)
 
     @property
     def rows(self) -> int:

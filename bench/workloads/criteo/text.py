@@ -359,11 +359,27 @@ def _parse_lines(text: Buffer, lo: int, hi: int, fmt: TextFormat) -> _Parsed:
     return _Parsed(dense, sparse, labels, n_lines, bad)
 
 
+NOT_UTF8 = "not UTF-8 text"
+
+
 def _report(text: Buffer, parsed: _Parsed, first_line_no: int, malformed: Malformed) -> None:
     for i, reason, start, end in parsed.bad:
         if end > start and text.arr[end - 1] == 13:
             end -= 1  # the report shows the line without its CR
-        malformed.add(first_line_no + i, reason, bytes(text.arr[start:end]))
+        line = bytes(text.arr[start:end])
+        malformed.add(first_line_no + i, _kind(line, reason), line)
+
+
+def _kind(line: bytes, reason: str) -> str:
+    """A line that is not UTF-8 is a bad line of its own kind (a byte above 0x7f never parses in any
+    Criteo field, so such a line is already bad: only its reason changes)."""
+    if line.isascii():
+        return reason
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return NOT_UTF8
+    return reason
 
 
 def _next_newline(arr: np.ndarray, pos: int, hi: int) -> int:

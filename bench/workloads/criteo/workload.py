@@ -135,6 +135,7 @@ class CriteoWorkload(Workload):
                 "splits": {"train": train, "calibration": calib, "eval": ev.head(self.cfg.eval_samples)},
                 "layout": layout_name,
                 "note": note,
+                "malformed": malformed_lines(parts),
             }
         return self._state
 
@@ -167,4 +168,17 @@ class CriteoWorkload(Workload):
             "layout": state["layout"],
             "split": state["note"],
             "rows": {k: v.rows for k, v in state["splits"].items()},
+            **({"malformed": state["malformed"]} if state["malformed"] is not None else {}),
         }
+
+
+def malformed_lines(parts: list[Part]) -> dict | None:
+    """Malformed lines skipped in the raw text behind `parts`, counted by kind (None: not read from text)."""
+    reports = [p.malformed for p in parts if p.malformed is not None]
+    if not reports:
+        return None
+    by_reason: dict[str, int] = {}
+    for r in reports:
+        for reason, n in r["by_reason"].items():
+            by_reason[reason] = by_reason.get(reason, 0) + n
+    return {"count": sum(r["count"] for r in reports), "by_reason": by_reason}

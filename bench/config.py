@@ -19,6 +19,9 @@ from bench import registry
 from bench.errors import UserError
 
 
+RECORDS_FILE = "records.jsonl"  # the record store in reports_dir (bench.store)
+
+
 @dataclass
 class WorkloadConfig:
     name: str = MISSING

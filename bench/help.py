@@ -36,7 +36,8 @@ COMMANDS = """\
   python -m bench backend=fake_quant --cfg job       print the composed config: every key of that choice
   python -m bench.report DIR [--baseline DIR]        report and compare stored sweeps
   python -m bench.gate DIR                           re-run the gate on a stored report
-  python -m bench.preprocess SRC... --out DIR        preprocess Criteo text files by hand"""
+  python -m bench.preprocess SRC... --out DIR        preprocess Criteo text files by hand
+  python -m bench store check DIR                    check a record store: whole records, damage named by line"""
 
 OUTPUTS = """\
   One run: record.json in its Hydra run folder (outputs/<date>/<time>-<pid>/), and one line appended to
@@ -77,8 +78,9 @@ def help_text() -> str:
         "Outputs:",
         OUTPUTS,
         "",
-        "Bad input (an unknown key or option, a missing data file or checkpoint) is one line and exit code 2,",
-        "before any work. Hydra's own flags: python -m bench --hydra-help.",
+        "Exit codes: 0 ok; 1 a gate rule failed or a job errored; 2 bad input (an unknown key or option, a value",
+        "out of range, a missing data file, a folder that cannot be written), one line before any work; 3 the",
+        "harness itself failed, one line naming the stage. Hydra's own flags: python -m bench --hydra-help.",
     ]
     return "\n".join(lines)
 

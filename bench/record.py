@@ -60,10 +60,10 @@ class RunRecord:
         """The record as JSON data: a non-finite metric is stored as null and named, with what it
         was, under `metrics.non_finite` (a reader sees the value was not measurable, not absent)."""
         replaced: dict[str, str] = {}
-        data = json_safe(self.to_dict(), replaced=replaced)
+        data = json_safe(self.to_dict())
+        data["metrics"] = json_safe(self.metrics or {}, replaced=replaced)
         if replaced:
-            metrics = data["metrics"] = data.get("metrics") or {}
-            metrics["non_finite"] = {**(metrics.get("non_finite") or {}), **replaced}
+            data["metrics"]["non_finite"] = {**(data["metrics"].get("non_finite") or {}), **replaced}
         return data
 
     @property

@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from bench.io import DAMAGED_SUFFIX, JsonlLines, append_jsonl, parse_jsonl, read_jsonl, write_json_atomic, write_text_atomic, to_json
+from bench.config import RECORDS_FILE
 from bench.record import RESUMABLE, NewerSchema, RunRecord, SchemaError
 
-RECORDS = "records.jsonl"
+RECORDS = RECORDS_FILE
 CLAIMS = ".claims"
 log = logging.getLogger(__name__)
 
@@ -49,8 +50,8 @@ class StoreContents:
         """What a reader skips, one phrase each (empty: every line is a record this harness reads)."""
         out = []
         if self.damaged:
-            shown = ", ".join(f"{n} ({why})" for n, why in self.damaged[:5]) + (" ..." if len(self.damaged) > 5 else "")
-            out.append(f"{len(self.damaged)} damaged line(s) skipped: line {shown}")
+            shown = ", ".join(f"line {n} ({why})" for n, why in self.damaged[:5]) + (" ..." if len(self.damaged) > 5 else "")
+            out.append(f"{len(self.damaged)} damaged line(s) skipped: {shown}")
         if self.newer:
             versions = sorted({v for _, v in self.newer})
             out.append(f"{len(self.newer)} record(s) of a newer schema ({', '.join(map(str, versions))}) kept but not read: "

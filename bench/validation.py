@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterable
 
 from bench import registry
-from bench.config import Config
+from bench.config import RECORDS_FILE, Config
 from bench.errors import UserError
 
 CLOCKS = ("wall", "thread_cpu")
@@ -89,10 +89,8 @@ def _check_backend(cfg: Config) -> None:
 def check_places(cfg: Config, run_dirs: Iterable[tuple[str, str]] = ()) -> None:
     """The folders the run writes to can be written (for root too: a path under a regular file, or
     on a read-only file system, cannot), and the files it appends to are regular files."""
-    from bench.store import RECORDS  # the store's file name; the store itself is not touched here
-
     writable_folder(cfg.reports_dir, "reports_dir")
-    appendable_file(Path(cfg.reports_dir) / RECORDS, "reports_dir")
+    appendable_file(Path(cfg.reports_dir) / RECORDS_FILE, "reports_dir")
     writable_folder(cfg.cache_dir, "cache_dir")
     if cfg.run_gate:
         history = Path(cfg.gate.history_file) if cfg.gate.history_file else Path(cfg.reports_dir) / "history.jsonl"

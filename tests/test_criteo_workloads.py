@@ -8,6 +8,8 @@ import torch
 
 from bench import registry
 from bench.errors import UserError
+from bench.record import RunRecord
+from bench.report.markdown import malformed_lines
 from bench.workloads.criteo_binary import CriteoBinary, CriteoBinaryConfig
 from bench.workloads.criteo_kaggle import CriteoKaggle, CriteoKaggleConfig
 from bench.workloads.criteo_multihot import (
@@ -68,6 +70,25 @@ def test_kaggle_head10k_end_to_end(tmp_path):
     # positive rate of the head file (README: 0.2182)
     all_labels = torch.cat([count(w, "train", 4096)[1], count(w, "eval", 4096)[1], count(val, "eval", 4096)[1]])
     assert abs(float(all_labels.mean()) - 0.2182) < 1e-4
+
+
+@pytest.mark.skipif(HEAD not in SUMS, reason=f"real Criteo samples not found at {DATA}")
+def test_lines_that_are_not_utf8_are_counted_and_named_in_what_the_record_holds(tmp_path):
+    lines = (DATA / HEAD).read_bytes().split(b"\n")[:2000]
+    broken = range(3, 2000, 7)  # 286 of 2,000 lines get a byte that no UTF-8 text holds
+    for i in broken:
+        lines[i] = lines[i][:30] + b"\xff" + lines[i][30:]
+    path = tmp_path / "re-encoded.tsv"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    w = CriteoKaggle(CriteoKaggleConfig(path=str(path)), seed=0, cache_dir=tmp_path)
+    info = w.describe()  # what a job stores as its record's workload_info
+    assert info["malformed"] == {"count": len(broken), "by_reason": {"not UTF-8 text": len(broken)}}
+    n = 2000 - len(broken)
+    assert info["rows"]["train"] == n - n // 7 and info["rows"]["eval"] == n // 7 - n // 7 // 2  # only whole lines were kept
+    record = RunRecord(status="ok", workload="criteo_kaggle", backend="fp32", device="cpu", batch_size=64, config={}, config_hash="h",
+                       env={}, metrics={"workload_info": info})  # fmt: skip
+    [line, _] = malformed_lines({("criteo_kaggle", "cpu", "fp32", 64): record}, "criteo_kaggle", "cpu")
+    assert line == "Read from raw text: 286 malformed lines skipped (not UTF-8 text: 286)."
 
 
 @pytest.mark.skipif(HEAD not in SUMS, reason=f"real Criteo samples not found at {DATA}")

@@ -165,7 +165,10 @@ def test_one_rank_gloo_group_row_wise_on_cpu(small_cfg):
 
 
 @pytest.mark.slow
-def test_two_gloo_ranks_launched_through_torchrun_match_the_unsharded_run(small_cfg, tmp_path):
+def test_two_gloo_ranks_launched_through_torchrun_match_the_unsharded_run(small_cfg, tmp_path, monkeypatch):
+    tmp = tmp_path / "tmp"  # this process's temporary folder: torchrun must leave nothing here
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
     cfg = small_cfg("backend=fp32", "sharding=column_wise", "world_size=2")
     record, exc = run_job(cfg)
     assert exc is None and record.status == "ok", record.error
@@ -178,6 +181,7 @@ def test_two_gloo_ranks_launched_through_torchrun_match_the_unsharded_run(small_
     assert [p["rank"] for p in ranks] == [0, 1] and all(p["peak_rss_bytes"] > 0 and p["rows_per_call"] == 128 for p in ranks)
     assert all(len(p["latency_samples_ms"]) == cfg.timing.trials for p in ranks)
     assert list((tmp_path / "cache" / "ranks").iterdir()) == []  # the launch folder is removed after success
+    assert list(tmp.iterdir()) == []  # no torchelastic_* folders left behind
 
 
 # ------------------------------------------------------------------------------- small pieces

@@ -108,6 +108,7 @@ def test_any_exception_in_prepare_is_an_error_record(fast_cfg, monkeypatch):
     monkeypatch.setattr(FakeQuantBackend, "prepare", raise_(ZeroDivisionError("division by zero in a user's backend")))
     record, exc = run_job(fast_cfg("backend=fake_quant"))
     assert record.status == "error" and record.error == "ZeroDivisionError: division by zero in a user's backend"
+    assert record.error_kind is None  # a failure of the job, not bad input
 
 
 def multirun(monkeypatch, argv):

@@ -103,7 +103,7 @@ def test_help_explains_the_tool(tmp_path):
     assert result.returncode == 0
     out = result.stdout
     for text in ("Main commands:", "+sweep=quant", "+sweep=nightly", "python -m bench.report", "backend=", "uint4", "criteo_kaggle",
-                 "batch_size=2048", "<reports_dir>/<sweep>/latest", "exit code 2"):
+                 "batch_size=2048", "<reports_dir>/<sweep>/latest", "2 bad input", "3 the", "store check"):
         assert text in out, text
     assert "base_" not in out and "_target_" not in out  # no schema names, no config dump
     assert len(out.splitlines()) < 120  # a screenful or two: groups grew with sharding, tune and compare

@@ -475,3 +475,25 @@ def test_python_dash_m_bench_gate_exit_codes(tmp_path):
     assert (ok.returncode, bad.returncode, broken.returncode) == (0, 1, 2), broken.stderr
     assert "Gate: FAIL" in bad.stdout and "int8_tbe" in bad.stdout and "not the stored verdict" in bad.stdout
     assert broken.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "text,says",
+    [
+        ("gate: [unclosed\n", "not valid YAML at line 2, column 1"),
+        ("gate: !!python/object/apply:os.system ['echo pwned']\ncompare: {}\n", "only plain YAML is read (no tags such as !!python)"),
+        ("gates:\n  rules: {}\ncompare: {}\n", "unknown key(s) gates; it holds only gate and compare"),
+        ("gate:\n  rules: {}\n  bogus: 1\ncompare: {}\n", "Key 'bogus' not in 'GateConfig'"),
+        ("[1, 2]\n", "not a mapping with the keys gate and compare"),
+        (b"\xff\xfe garbage", "not a UTF-8 text file"),
+    ],
+)
+def test_a_damaged_stored_gate_config_is_one_line_and_exit_2(tmp_path, capsys, text, says):
+    report = sweep_gate(tmp_path)
+    stored = report / GATE_CONFIG
+    stored.write_bytes(text if isinstance(text, bytes) else text.encode())
+    before = (report / "gate.md").read_bytes()
+    assert cli_main([str(report)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err and "bad stored gate config" in err
+    assert (report / "gate.md").read_bytes() == before and not list(report.glob("gate-*"))  # no verdict blames the harness

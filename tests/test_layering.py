@@ -17,14 +17,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "bench"
 # Most specific prefix wins. Layer 0 holds what every layer may use: pure helpers, configs, I/O.
 LAYERS = {
     "bench.errors": 0, "bench.hashing": 0, "bench.io": 0, "bench.stats": 0, "bench.compare": 0,
-    "bench.registry": 0, "bench.config": 0, "bench.compose": 0, "bench.hardware": 0, "bench.progress": 0,
+    "bench.registry": 0, "bench.config": 0, "bench.validation": 0, "bench.compose": 0, "bench.hardware": 0, "bench.progress": 0,
     "bench.batch": 0, "bench.testing": 3,
     "bench.workloads": 1, "bench.adapters": 1, "bench.preprocess": 1,
     "bench.workloads.access": 1, "bench.workloads.synthetic_scale": 1, "bench.workloads.synthetic_ids": 1,
     "bench.models": 2, "bench.models.random_weights": 2,
     "bench.backends": 3, "bench.backends.direct": 3, "bench.backends.uint4_mixed": 3, "bench.paramserver": 3,
     "bench.measure": 4, "bench.measure.access": 4, "bench.measure.kernels": 4, "bench.measure.roofline": 4,
-    "bench.record": 5, "bench.pipeline": 5, "bench.pipeline.profile": 5, "bench.distributed": 5,
+    "bench.record": 5, "bench.store": 5, "bench.pipeline": 5, "bench.pipeline.profile": 5, "bench.distributed": 5,
     "bench.report": 6, "bench.report.machine": 6, "bench.tune": 6, "bench.config_files": 0,
     "bench.gate": 7,
     # entry points: may import anything

@@ -135,14 +135,18 @@ def test_cli_follows_latest(tmp_path):
     assert (tmp_path / "again" / "report.md").is_file()
 
 
+def test_a_torn_last_line_is_named_and_the_rest_reported(tmp_path, capsys, caplog):
+    lines = (SWEEP_A / "records.jsonl").read_text().splitlines()
+    (tmp_path / "records.jsonl").write_text("\n".join(lines) + "\n" + lines[0][:50])
+    assert main([str(tmp_path), "--out", str(tmp_path / "out")]) == 0
+    assert len(read_records(tmp_path / "out" / "records.jsonl")) == len(lines)
+    assert f"a torn last line at byte offset" in caplog.text
+
+
 def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
     empty = tmp / "empty"
     empty.mkdir()
     (empty / "records.jsonl").write_text("\n")
-    torn = tmp / "torn"
-    torn.mkdir()
-    good = (SWEEP_A / "records.jsonl").read_text().splitlines()[0]
-    (torn / "records.jsonl").write_text(good + "\n" + good[:50])
     alien = tmp / "alien"
     alien.mkdir()
     (alien / "records.jsonl").write_text(json.dumps({"schema_version": 1, "hello": 1}) + "\n")
@@ -152,8 +156,7 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "missing dir": ([str(tmp / "absent")], "no such file or directory"),
         "no records file": ([str(nothing)], "no records.jsonl"),
         "no records": ([str(empty)], "holds no records"),
-        "newer schema": ([str(FIXTURES / "newer_schema")], "newer than this harness reads"),
-        "torn line": ([str(torn)], "not a JSON record"),
+        "newer schema": ([str(FIXTURES / "newer_schema")], "holds no records this harness can read (1 record(s) of a newer schema (99)"),
         "not a record": ([str(alien)], "not a bench run record"),
         "missing baseline": ([str(SWEEP_A), "--baseline", str(tmp / "absent"), "--out", str(tmp / "o")], "absent"),
         "several dirs, no --out": ([str(SWEEP_A), str(SWEEP_B)], "give --out"),
@@ -164,7 +167,7 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
 
 @pytest.mark.parametrize(
     "case",
-    ["missing dir", "no records file", "no records", "newer schema", "torn line", "not a record",
+    ["missing dir", "no records file", "no records", "newer schema", "not a record",
      "missing baseline", "several dirs, no --out", "bad alpha", "unknown compare config"],  # fmt: skip
 )
 def test_cli_bad_input_is_one_line_and_exit_2(case, tmp_path, capsys):
@@ -182,4 +185,4 @@ def test_cli_as_a_process(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "bench.report", str(FIXTURES / "newer_schema")],
                          capture_output=True, text=True, env=env, cwd=tmp_path)  # fmt: skip
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
-    assert bad.stderr.strip().count("\n") == 0 and "schema_version 99 is newer" in bad.stderr
+    assert bad.stderr.strip().count("\n") == 0 and "of a newer schema (99)" in bad.stderr and "upgrade bench" in bad.stderr

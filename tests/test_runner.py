@@ -52,6 +52,7 @@ def test_absent_device_is_a_skipped_record(tiny_cfg):
 def test_failures_become_error_records(tiny_cfg):
     record, exc = run_job(tiny_cfg("batch_size=100000"))
     assert record.status == "error" and "larger than the eval split" in record.error and exc is not None
+    assert record.user_error and record.error_kind == "user"  # bad input found while running, not a failed measurement
     record, _ = run_job(tiny_cfg("model.checkpoint=/does/not/exist.pt"))
     assert record.status == "error" and "checkpoint not found" in record.error
     assert record.env["torch"]  # the environment is recorded even for failures

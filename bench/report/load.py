@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Iterable
 
 from bench.errors import UserError
 from bench.record import RunRecord
 from bench.store import RECORDS, read_store
+
+log = logging.getLogger(__name__)
 
 
 def records_file(path: Path) -> Path:
@@ -27,12 +30,14 @@ def load_records(path: Path) -> list[RunRecord]:
     """The records a store holds; lines it cannot read are skipped with one warning (`read_store`)."""
     file = records_file(path)
     try:
-        found = read_store(file)
+        found = read_store(file, warn=False)
     except OSError as exc:
         raise UserError(f"{file}: cannot read ({exc})") from None
     if not found.records:
         why = "; ".join(found.problems())
         raise UserError(f"{file}: holds no records this harness can read" + (f" ({why})" if why else ""))
+    if found.warning():
+        log.warning("%s", found.warning())
     return found.records
 
 

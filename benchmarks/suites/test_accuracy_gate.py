@@ -13,7 +13,7 @@ when any of its verdicts fails, and the message names the failing rows, rules, v
 `--gate-overrides` are Hydra overrides of the runs (workload size, model, batch size, cache_dir ...);
 the `gate.*` ones also reach the gate config. The trained fp32 model is cached in the config's
 cache_dir (`.cache/bench` by default), so a second run skips training. Quick mode
-(`--suites-quick`) runs fp32 and int8_tbe on the unit tests' tiny config in a temporary cache.
+(`--suites-quick`) gates the same backends on the unit tests' tiny config in a temporary cache.
 """
 
 from __future__ import annotations
@@ -31,9 +31,8 @@ from bench.testing import TINY_OVERRIDES
 # The nightly sweep's configuration (`+sweep=nightly`: the default workload and model, batch 1024),
 # so the pytest gate and the nightly gate judge the same numbers and share the trained checkpoint.
 DEFAULT = ["batch_size=1024", "model.train.progress=false"]
-# The unit tests' tiny config: seconds.
+# The unit tests' tiny config: seconds per backend.
 QUICK = TINY_OVERRIDES
-QUICK_BACKENDS = ["fp32", "int8_tbe"]
 
 
 def gate_backends(config: pytest.Config) -> list[str]:
@@ -41,7 +40,7 @@ def gate_backends(config: pytest.Config) -> list[str]:
     if text:
         chosen = [b.strip() for b in text.split(",") if b.strip()]
     else:
-        chosen = QUICK_BACKENDS if config.getoption("--suites-quick") else registry.names("backend")
+        chosen = registry.names("backend")
     for name in chosen:
         registry.get("backend", name)  # an unknown name is a one-line error naming the known ones
     return chosen
@@ -62,16 +61,18 @@ def gate(pytestconfig, compose_config, is_quick, tmp_path_factory):
     base.append(f"reports_dir={tmp_path_factory.mktemp('gate-reports')}")
     backends = ["fp32", *(b for b in gate_backends(pytestconfig) if b != "fp32")]
     session = Session()  # one process, as a sweep: the model and fp32 scores are built once
-    records = [run_one(compose_config([*base, *user, f"backend={name}"]), session) for name in backends]
+    records = {name: run_one(compose_config([*base, *user, f"backend={name}"]), session) for name in backends}
     gate_cfg = load_gate_config("default", [o for o in user if o.startswith("gate.")])
-    result = evaluate_gate(results_table(records), gate_cfg)
-    return {"records": {r.backend: r for r in records}, "result": result}
+    result = evaluate_gate(results_table(records.values()), gate_cfg)
+    return {"records": records, "result": result}
 
 
 def test_gate(gate, gate_backend):
-    verdicts = [v for v in gate["result"].verdicts if v.backend == gate_backend]
+    # a backend may name its rows after its options (ps_redis: row precision and cache size)
+    row_name = gate["records"][gate_backend].backend
+    verdicts = [v for v in gate["result"].verdicts if v.backend == row_name]
     if not verdicts:
-        pytest.fail(f"no gate verdicts for {gate_backend}: its run left no row in the results table", pytrace=False)
+        pytest.fail(f"no gate verdicts for {gate_backend} (rows named {row_name}): its run left no row in the results table", pytrace=False)
     failing = [v for v in verdicts if v.verdict == FAIL]
     if failing:
         rows = "\n".join(f"  {v.where} [{v.rule}]: {v.reason}" for v in failing)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-import traceback
 from pathlib import Path
 
 import hydra
@@ -30,8 +29,7 @@ from bench import preflight
 from bench.compose import CONF_DIR, to_config
 from bench.config import register_configs
 from bench.console import quiet_library_noise
-from bench.errors import EXIT_GATE_FAILED, EXIT_HARNESS_ERROR, EXIT_OK, EXIT_USER_ERROR, UserError, one_line
-from bench.io import write_text_atomic
+from bench.errors import EXIT_GATE_FAILED, EXIT_HARNESS_ERROR, EXIT_OK, EXIT_USER_ERROR, UserError, internal_error
 from bench.record import RunRecord
 from bench.store import RECORDS, save_record
 
@@ -121,17 +119,14 @@ def task(cfg: DictConfig) -> str:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
     except Exception as exc:  # noqa: BLE001 - the harness failed outside the job's own error handling
-        where = _save_traceback()
-        print(f"error: the harness failed: {one_line(exc)}" + (f" (traceback: {where})" if where else ""), file=sys.stderr)
+        print(f"error: the harness failed: {internal_error(exc, _run_dir())}", file=sys.stderr)
         sys.exit(EXIT_HARNESS_ERROR)
 
 
-def _save_traceback() -> Path | None:
+def _run_dir() -> Path | None:
     try:
-        path = Path(HydraConfig.get().runtime.output_dir) / "traceback.txt"
-        write_text_atomic(path, traceback.format_exc())
-        return path
-    except Exception:  # noqa: BLE001 - the one line is what matters
+        return Path(HydraConfig.get().runtime.output_dir)
+    except Exception:  # noqa: BLE001 - no Hydra run: the traceback goes to a temporary file
         return None
 
 

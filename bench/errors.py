@@ -6,6 +6,11 @@
     3  the harness itself failed (an internal error, or a stage after the sweep that could not finish)
 """
 
+import os
+import tempfile
+import traceback
+from pathlib import Path
+
 EXIT_OK, EXIT_GATE_FAILED, EXIT_USER_ERROR, EXIT_HARNESS_ERROR = 0, 1, 2, 3
 
 
@@ -21,3 +26,23 @@ def one_line(exc: BaseException) -> str:
     if isinstance(exc, UserError):
         return text or type(exc).__name__
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def internal_error(exc: BaseException, folder: Path | None = None, name: str = "traceback.txt") -> str:
+    """An exception of the harness itself as one line, with where its traceback was saved (in `folder`,
+    or a temporary file): the console gets the cause, the traceback stays for the bug report."""
+    saved = None
+    try:
+        text = traceback.format_exc()
+        if folder is not None:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            saved = Path(folder) / name
+            saved.write_text(text, encoding="utf-8")
+        else:
+            fd, path = tempfile.mkstemp(prefix="bench-traceback-", suffix=".txt")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            saved = Path(path)
+    except OSError:
+        pass  # the one line is what matters
+    return one_line(exc) + (f" (traceback: {saved})" if saved else "")

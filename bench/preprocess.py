@@ -14,7 +14,7 @@ import argparse
 import sys
 import time
 
-from bench.errors import UserError
+from bench.errors import EXIT_HARNESS_ERROR, UserError, internal_error
 from bench.validation import writable_folder
 from bench.workloads.criteo.preprocess import (
     CATEGORICAL_MODES,
@@ -62,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - the harness itself failed: one line, exit 3
+        print(f"error: the harness failed: {internal_error(exc)}", file=sys.stderr)
+        return EXIT_HARNESS_ERROR
     rows = sum(p["rows"] for p in meta["parts"])
     bad = sum(p["malformed"]["count"] for p in meta["parts"])
     print(f"{args.out}: {rows} rows, {bad} malformed lines skipped, {time.perf_counter() - t0:.1f}s")

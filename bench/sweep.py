@@ -16,7 +16,6 @@ import logging
 import math
 import re
 import sys
-import traceback
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -26,8 +25,7 @@ from omegaconf import DictConfig
 
 from bench.config_files import as_compare_config as compare_settings
 from bench.distributed import overlapping
-from bench.errors import EXIT_HARNESS_ERROR, EXIT_OK, one_line
-from bench.io import write_text_atomic
+from bench.errors import EXIT_HARNESS_ERROR, EXIT_OK, internal_error
 from bench.progress import progress
 from bench.record import RunRecord
 
@@ -105,17 +103,8 @@ class Stages:
         try:
             return fn()
         except Exception as exc:  # noqa: BLE001 - every stage failure is reported and turns the exit non-zero
-            where = self._save_traceback(name)
-            print(f"error: the {name} stage failed: {one_line(exc)}" + (f" (traceback: {where})" if where else ""), file=sys.stderr)
+            print(f"error: the {name} stage failed: {internal_error(exc, self.traceback_dir, f'error-{name}.txt')}", file=sys.stderr)
             self.code = max(self.code, EXIT_HARNESS_ERROR)
-            return None
-
-    def _save_traceback(self, name: str) -> Path | None:
-        try:
-            path = self.traceback_dir / f"error-{name}.txt"
-            write_text_atomic(path, traceback.format_exc())
-            return path
-        except Exception:  # noqa: BLE001 - the one line above is what matters
             return None
 
 

@@ -186,3 +186,14 @@ def test_cli_as_a_process(tmp_path):
                          capture_output=True, text=True, env=env, cwd=tmp_path)  # fmt: skip
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().count("\n") == 0 and "of a newer schema (99)" in bad.stderr and "upgrade bench" in bad.stderr
+
+
+def test_an_internal_failure_is_one_line_and_exit_3(tmp_path):
+    (tmp_path / "out" / "report.md").mkdir(parents=True)  # the report cannot be written where a folder stands
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    result = subprocess.run([sys.executable, "-m", "bench.report", str(SWEEP_A), "--out", str(tmp_path / "out")],
+                            capture_output=True, text=True, env=env, cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 3 and "Traceback" not in result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("python -m bench.report: error: the harness failed: IsADirectoryError") and "(traceback: " in line
+    assert Path(line.rsplit("(traceback: ", 1)[1].rstrip(")")).read_text().startswith("Traceback")

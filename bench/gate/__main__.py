@@ -6,7 +6,8 @@ verdict (gate.md, gate.xml). With overrides (`gate.rules.int8_tbe.min_speedup=10
 `compare.alpha=0.1`) or `--config`, it writes `gate-<hash>.md/.xml/.yaml` beside the stored
 verdict, never over it, and prints what changed.
 
-Exit codes: 0 the gate passes, 1 a rule fails or a job errored, 2 bad input (one line on stderr).
+Exit codes: 0 the gate passes, 1 a rule fails or a job errored, 2 bad input, 3 the harness failed
+(one line on stderr each).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench.errors import UserError
+from bench.errors import EXIT_HARNESS_ERROR, UserError, internal_error
 from bench.gate.stored import rejudge
 from bench.gate.writers import verdict_line
 
@@ -44,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"bench.gate: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - the harness itself failed: one line, exit 3
+        print(f"bench.gate: error: the harness failed: {internal_error(exc)}", file=sys.stderr)
+        return EXIT_HARNESS_ERROR
     print(verdict_line(done.result).replace("**", ""))
     if not done.stored:
         print("not the stored verdict (gate.md left as it is); changes against it:")

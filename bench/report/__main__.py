@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from bench.config_files import load_compare_config
-from bench.errors import UserError
+from bench.errors import EXIT_HARNESS_ERROR, UserError, internal_error
 from bench.report import benchmark_json
 from bench.report.compare import summary, write_compare
 from bench.report.load import load_many, load_records, records_file
@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - the harness itself failed: one line, exit 3
+        print(f"{PROG}: error: the harness failed: {internal_error(exc)}", file=sys.stderr)
+        return EXIT_HARNESS_ERROR
     return 0
 
 

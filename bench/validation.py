@@ -90,13 +90,13 @@ def check_places(cfg: Config, run_dirs: Iterable[tuple[str, str]] = ()) -> None:
     """The folders the run writes to can be written (for root too: a path under a regular file, or
     on a read-only file system, cannot), and the files it appends to are regular files."""
     writable_folder(cfg.reports_dir, "reports_dir")
-    appendable_file(Path(cfg.reports_dir) / RECORDS_FILE, "reports_dir")
+    appendable_file(Path(cfg.reports_dir) / RECORDS_FILE, "reports_dir", what="the record store")
     writable_folder(cfg.cache_dir, "cache_dir")
     if cfg.run_gate:
         history = Path(cfg.gate.history_file) if cfg.gate.history_file else Path(cfg.reports_dir) / "history.jsonl"
         key = "gate.history_file" if cfg.gate.history_file else "reports_dir"
         writable_folder(history.parent, key, what=f"the history {history}")
-        appendable_file(history, key)
+        appendable_file(history, "gate.history_file", what="the history")
     for key, folder in run_dirs:
         writable_folder(folder, key)
 
@@ -118,9 +118,10 @@ def writable_folder(path: str | Path, key: str, what: str = "") -> None:
                         f"give a folder you can write ({fix})") from None
 
 
-def appendable_file(path: Path, key: str) -> None:
+def appendable_file(path: Path, key: str, what: str) -> None:
+    """A file the run appends to is a regular file that can be written (an immutable file cannot, for root too)."""
     path = Path(path).expanduser()
     if path.exists() and not path.is_file():
-        raise UserError(f"{key}: {path} is not a regular file (a folder?); move it away or give another {key}")
+        raise UserError(f"{what} {path} is not a regular file (a folder?): move it away, or set {key}=PATH")
     if path.exists() and not os.access(path, os.W_OK):
-        raise UserError(f"{key}: {path} is not writable; give another {key}")
+        raise UserError(f"{what} {path} cannot be written (read-only or immutable): make it writable, or set {key}=PATH")

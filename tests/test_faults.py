@@ -27,21 +27,8 @@ from bench.measure import memory
 from bench.pipeline import Session, job_hash, run_job
 from bench.pipeline.guard import memory_estimate
 from bench.store import read_records
-from tests.conftest import TINY
-from tests.support.models import config_maker, train_once
+from tests.support.models import FAST, config_maker, train_once
 
-# TINY, smaller again: four small tables, so a job (training included) takes about a second.
-FAST = [
-    *TINY,
-    "workload.cardinalities=[100,50,30,20]",
-    "workload.train_samples=4096",
-    "workload.eval_samples=2048",
-    "workload.calibration_samples=1024",
-    "model.train.samples=4096",
-    "model.train.batch_size=1024",
-    "eval_batch_size=1024",
-    "batch_size=256",
-]
 
 
 @pytest.fixture(scope="session")

@@ -21,28 +21,12 @@ import yaml
 
 from bench.store import read_records
 from tests.conftest import REPO, run_bench
+from tests.support.models import FAST
 
 pytestmark = pytest.mark.slow
 
 # Two backends of the nightly on a model that trains in about a second.
-TINY_NIGHTLY = [
-    "backend=fp32,int8_tbe",
-    "workload.cardinalities=[100,50,30,20]",
-    "workload.train_samples=4096",
-    "workload.eval_samples=2048",
-    "workload.calibration_samples=1024",
-    "model.train.samples=4096",
-    "model.train.batch_size=1024",
-    "model.train.progress=false",
-    "eval_batch_size=1024",
-    "calibration_batch_size=1024",
-    "batch_size=256",
-    "timing.warmup_batches=1",
-    "timing.trials=2",
-    "timing.max_rounds=2",
-    "timing.batches_per_trial=2",
-    "timing.min_trial_seconds=0",
-]
+TINY_NIGHTLY = ["backend=fp32,int8_tbe", *FAST]
 
 
 class Nightly:

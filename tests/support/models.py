@@ -5,6 +5,20 @@ from pathlib import Path
 
 from bench.compose import compose
 from bench.pipeline import Session
+from bench.testing import TINY_OVERRIDES as TINY
+
+# TINY, smaller again: four small tables, so a job (training included) takes about a second.
+FAST = [
+    *TINY,
+    "workload.cardinalities=[100,50,30,20]",
+    "workload.train_samples=4096",
+    "workload.eval_samples=2048",
+    "workload.calibration_samples=1024",
+    "model.train.samples=4096",
+    "model.train.batch_size=1024",
+    "eval_batch_size=1024",
+    "batch_size=256",
+]
 
 
 def train_once(root: Path, overrides: list[str]) -> Path:

@@ -37,6 +37,7 @@ def check_model_and_data(cfg: DictConfig) -> None:
     and types), and a `model=custom` keeps the contract on one tiny batch of it."""
     entry = registry.get("workload", cfg.workload.name)
     workload = entry.factory(OmegaConf.to_object(cfg.workload), int(cfg.seed), Path(str(cfg.cache_dir)))
+    workload.check_data()
     model_cfg = OmegaConf.to_object(cfg.model)
     if is_custom(model_cfg):
         check_model(model_cfg, workload)

@@ -261,6 +261,13 @@ class ParquetWorkload(Workload):
                         for j, s in enumerate(sparse)},
         }
 
+    def check_data(self) -> None:
+        stats = self.stats
+        if stats["whole_rows"] == 0:
+            raise UserError(f"workload.path={self.cfg.path}: no whole rows to read ({bad_summary(stats['bad'])})")
+        if stats["rows"]["eval"] == 0:
+            raise UserError(f"workload.path={self.cfg.path}: the eval split is empty ({self._split_note()}); {bad_summary(stats['bad'])}")
+
     # ------------------------------------------------------------------------ the contract
 
     @cached_property

@@ -143,6 +143,7 @@ class ParquetWorkload(Workload):
         self.files = data_files(self.cfg.path)
         self.columns = self._columns()
         self.assignment = [self._file_split(f) for f in self.files]
+        self._told = False  # the bad rows were logged
 
     def _columns(self) -> Columns:
         """The mapping, resolved against every file's schema: they must agree."""
@@ -212,8 +213,6 @@ class ParquetWorkload(Workload):
                 log.warning("parquet stats cache %s is unreadable: counting again", path)
         stats = self._count()
         write_json_atomic(path, stats)
-        if stats["bad"]["count"]:
-            log.warning(bad_summary(stats["bad"]))
         return stats
 
     def _mapping_config(self) -> dict:
@@ -341,6 +340,9 @@ class ParquetWorkload(Workload):
 
     def describe(self) -> dict:
         stats = self.stats
+        if stats["bad"]["count"] and not self._told:  # once per run, in the job's log (the record keeps the counts)
+            log.warning("%s: %s", self.cfg.path, bad_summary(stats["bad"]))
+            self._told = True
         return {
             "layout": "parquet",
             "files": len(self.files),

@@ -229,7 +229,7 @@ class ParquetWorkload(Workload):
         sparse = self.columns.sparse
         max_id = [-1] * len(sparse)
         ids_seen = [0] * len(sparse)
-        distinct: list[np.ndarray] = [np.empty(0, dtype=np.uint64) for _ in sparse]
+        distinct = [_Distinct() for _ in sparse]
         counted = [s.name not in self.cfg.table_rows for s in sparse]
         for index, start, where, bad, batch in self._rows():
             by_kind += np.bincount(bad, minlength=len(BAD_KINDS) + 1)
@@ -246,7 +246,7 @@ class ParquetWorkload(Workload):
                 if not counted[j] or not len(ids):
                     continue
                 if column.reduction == HASH:
-                    distinct[j] = np.union1d(distinct[j], np.unique(ids))
+                    distinct[j].add(ids)
                 else:
                     max_id[j] = max(max_id[j], int(ids.max()))
         total = int(rows.sum())
@@ -370,6 +370,30 @@ class ParquetWorkload(Workload):
                 break
         y = np.concatenate(labels)
         return float(roc_auc_score(y, np.concatenate(scores))) if 0 < y.mean() < 1 else None
+
+
+class _Distinct:
+    """Distinct values of a stream of arrays: each batch's uniques are kept, and all of them are merged
+    once they hold twice what the last merge left (so each value is sorted a bounded number of times)."""
+
+    def __init__(self) -> None:
+        self.parts: list[np.ndarray] = []
+        self.held = self.merged = 0
+
+    def add(self, values: np.ndarray) -> None:
+        part = np.unique(values)
+        self.parts.append(part)
+        self.held += len(part)
+        if self.held > 2 * self.merged + (1 << 20):
+            self._merge()
+
+    def _merge(self) -> None:
+        self.parts = [np.unique(np.concatenate(self.parts))] if self.parts else []
+        self.held = self.merged = len(self.parts[0]) if self.parts else 0
+
+    def __len__(self) -> int:
+        self._merge()
+        return self.merged
 
 
 def bad_summary(bad: dict) -> str:

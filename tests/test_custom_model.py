@@ -13,6 +13,7 @@ import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
+from bench import registry
 from bench.compose import compose
 from bench.models.custom import LogitsOf
 from bench.pipeline import Session, run_one
@@ -133,7 +134,7 @@ def test_a_backend_that_cannot_apply_is_skipped_with_the_reason(clicks, tmp_path
 
 def test_every_default_backend_runs_the_example(clicks, tmp_path):
     session = Session()
-    for backend in ("fp32", "fake_quant", "int8_tbe", "uint4", "fp16_tbe", "int2_tbe", "fp32_tbe"):
+    for backend in registry.sweep_backends():
         record = run_one(compose([*custom(clicks, tmp_path, EXAMPLE, *QUICK), f"backend={backend}"]), session)
         assert record.status == "ok", (backend, record.error)
         assert record.metrics["n_eval"] == session.work.workload(compose(custom(clicks, tmp_path, EXAMPLE))).num_samples("eval")
@@ -180,3 +181,15 @@ def test_an_edited_model_or_a_replaced_file_retrains_and_rescores(tmp_path):
     out, replaced, replaced_scores = run()
     assert "resumed:" not in out and replaced["metrics"]["model_source"] == "trained"
     assert replaced["config_hash"] != edited["config_hash"] and set(replaced_scores) > set(edited_scores)
+
+
+def test_per_table_overrides_and_sharding_apply_to_the_example(clicks, tmp_path):
+    session = Session()
+    base = [*custom(clicks, tmp_path, EXAMPLE, *QUICK), "backend=uint4"]
+    plain = run_one(compose(base), session)
+    mixed = run_one(compose([*base, "+backend.per_table={t_item_id: int8}"]), session)
+    assert plain.status == mixed.status == "ok", (plain.error, mixed.error)
+    assert mixed.metrics["embedding_bytes"] > plain.metrics["embedding_bytes"]  # one table at 8 bits instead of 4
+    sharded = run_one(compose([*base, "sharding=table_wise", "world_size=2"]), session)
+    assert sharded.status == "ok", sharded.error
+    assert sharded.metrics["auc"] == pytest.approx(plain.metrics["auc"], abs=1e-6)  # sharding changes no score

@@ -4,6 +4,8 @@ returns probabilities trained and scored as it declares, backends that cannot ap
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -193,3 +195,14 @@ def test_per_table_overrides_and_sharding_apply_to_the_example(clicks, tmp_path)
     sharded = run_one(compose([*base, "sharding=table_wise", "world_size=2"]), session)
     assert sharded.status == "ok", sharded.error
     assert sharded.metrics["auc"] == pytest.approx(plain.metrics["auc"], abs=1e-6)  # sharding changes no score
+
+
+def test_the_readme_example_runs_in_a_short_mode(tmp_path):
+    """docs/custom-model.md's commands: write the example's Parquet file, run the two-tower model on it."""
+    data = tmp_path / "clicks.parquet"
+    made = subprocess.run([sys.executable, "-m", "examples.make_parquet", str(data), "--rows", "3000", "--oracle"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0 and f"{data}: 3000 rows" in made.stdout, made.stderr
+    result = run_bench(*custom(data, tmp_path, EXAMPLE, "workload.oracle=oracle_logit", *QUICK, "backend=int8_tbe"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "int8_tbe on parquet, cpu, batch 256: ok" in result.stdout and "(oracle 0." in result.stdout and "ΔAUC vs fp32" in result.stdout

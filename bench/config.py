@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
@@ -47,10 +47,22 @@ class TrainConfig:
     progress: bool = True
 
 
+# model.arch of a model built by the user's own factory (model=custom, bench.models.custom).
+CUSTOM_ARCH = "custom"
+MODEL_OUTPUTS = ("logits", "probabilities")
+
+
 @dataclass
 class ModelConfig:
     name: str = MISSING
-    arch: str = "dlrm"  # dlrm (dot interaction) | dlrm_dcn (DLRM-v2)
+    arch: str = "dlrm"  # dlrm (dot interaction) | dlrm_dcn (DLRM-v2) | custom (model.factory)
+    # arch=custom: `package.module:function`, called with embedding_bag_collection= (built from the
+    # workload's tables at embedding_dim), dense_in_features= and `kwargs`; it returns the nn.Module.
+    factory: Optional[str] = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    # What the model's forward returns: logits, or probabilities (a sigmoid at its end). Declared, never
+    # guessed: training, scoring and every AUC read the outputs as this says.
+    output: str = "logits"
     embedding_dim: int = 16
     dense_arch_layer_sizes: list[int] = field(default_factory=lambda: [64, 16])
     over_arch_layer_sizes: list[int] = field(default_factory=lambda: [64, 32, 1])
@@ -68,9 +80,21 @@ class ModelConfig:
 
 
 def check_model_config(cfg) -> None:
-    """Layer sizes that cannot build a DLRM (the schema, or its composed DictConfig)."""
-    if cfg.arch not in ("dlrm", "dlrm_dcn"):
-        raise UserError(f"unknown model.arch {cfg.arch!r}: choose dlrm or dlrm_dcn")
+    """Layer sizes that cannot build a DLRM, a factory that cannot name a function (the schema, or its
+    composed DictConfig)."""
+    if cfg.arch not in ("dlrm", "dlrm_dcn", CUSTOM_ARCH):
+        raise UserError(f"unknown model.arch {cfg.arch!r}: choose dlrm, dlrm_dcn or custom (model=custom model.factory=package.module:build)")
+    if cfg.output not in MODEL_OUTPUTS:
+        raise UserError(f"model.output={cfg.output!r}: choose logits or probabilities (what the model's forward returns)")
+    if cfg.arch == CUSTOM_ARCH:
+        module, _, function = str(cfg.factory or "").partition(":")
+        if not module or not function:
+            raise UserError(f"model.factory={cfg.factory!r}: give the model's factory as package.module:function (model.factory=examples.two_tower:build)")
+        return
+    if cfg.factory:
+        raise UserError(f"model.factory is read by model=custom only; model.arch is {cfg.arch!r}: add model=custom")
+    if cfg.output != "logits":
+        raise UserError(f"model.output={cfg.output!r}: the built-in DLRM models return logits; model.output is for model=custom")
     if cfg.dense_arch_layer_sizes[-1] != cfg.embedding_dim:
         raise UserError(
             f"model.dense_arch_layer_sizes must end with embedding_dim={cfg.embedding_dim}, got {list(cfg.dense_arch_layer_sizes)}: fix the last size"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import glob
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -83,6 +84,10 @@ def check(argv: list[str]) -> None:
         validate(cfg, PLUGIN_GROUPS)
         if read_inputs:
             validate_config(typed(cfg), run_dirs(cfg, multirun))
+    from bench.models.contract import check_model_and_data  # torch, loaded with the plug-ins above
+
+    for variant in variants(overrides, expand=lambda key: key.split(".")[0] in ("model", "workload")) if read_inputs else ():
+        check_model_and_data(_checked_compose(variant))  # the workload opens its data; a model=custom runs one tiny batch
     _composed.clear()
 
 
@@ -313,7 +318,7 @@ def check_inputs(cfg: DictConfig) -> None:
     path = _value(cfg.workload, "path")
     if path is not None:
         data = Path(str(path)).expanduser()
-        if not data.exists():
+        if not data.exists() and not glob.glob(str(data)):
             workload = cfg.hydra.runtime.choices.get("workload")
             raise UserError(f"workload.path={path}: no such file or folder (workload {workload} reads it; give workload.path=PATH)")
         if data.is_file() and data.stat().st_size == 0:

@@ -23,6 +23,10 @@ Besides `prepare`, the runner asks a backend:
 - `job_metrics(prepared)`: extra metrics for the record, read after timing (default none);
 - `close()`: release what the backend holds outside the process (servers, files); called after
   every job whatever its outcome.
+
+`prepare` raises `NotApplicable` where the backend cannot apply to the model it is given (an embedding
+module that is not an EmbeddingBagCollection, no Linear layer for an int8 MLP): the job is `skipped`
+with that reason, not failed.
 """
 
 from __future__ import annotations
@@ -33,6 +37,10 @@ import torch
 from torch import nn
 
 from bench.batch import Batch
+
+
+class NotApplicable(Exception):
+    """This backend cannot apply to this model; the message says why (the job's `skipped` reason)."""
 
 
 class Backend:

@@ -20,7 +20,7 @@ from typing import Optional
 import fbgemm_gpu  # noqa: F401  (registers torch.ops.fbgemm)
 import torch
 
-from bench.backends.base import Backend
+from bench.backends.base import Backend, NotApplicable
 from bench.backends.linear import MLP_CHOICES, MODES, check_choice, fake_quantize
 from bench.backends.modules import (
     embedding_bag_collections,
@@ -90,6 +90,6 @@ class FakeQuantBackend(Backend):
                     w = ebc.embedding_bags[table.name].weight
                     w.copy_(qdq_rows(w, bits[table.name]))
         model.to(device)
-        if cfg.mlp == "int8":
-            fake_quantize(model, cfg.activations, calibration_batches, device)
+        if cfg.mlp == "int8" and fake_quantize(model, cfg.activations, calibration_batches, device) == 0:
+            raise NotApplicable("backend 'fake_quant' emulates int8 nn.Linear layers, and the model has none: set backend.mlp=fp32")
         return model

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from torch import nn
-from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.modules.embedding_modules import (
+    EmbeddingBagCollection,
+    EmbeddingCollection,
+)
 from torchrec.quant.embedding_modules import (
     EmbeddingBagCollection as QuantEmbeddingBagCollection,
 )
 
+from bench.backends.base import NotApplicable
 from bench.errors import UserError
 from bench.models.random_weights import (
     materialize_tables,
@@ -24,13 +28,37 @@ def embedding_bag_collections(model: nn.Module) -> list[tuple[str, EmbeddingBagC
 
 
 def require_embedding_bag_collections(model: nn.Module, backend: str) -> list[tuple[str, EmbeddingBagCollection]]:
+    """Every eager EmbeddingBagCollection of the model; NotApplicable when it also looks rows up in
+    modules the backend would leave in fp32 (it would be measured as if it were quantized)."""
     found = embedding_bag_collections(model)
     if not found:
         raise UserError(
             f"backend {backend!r} found no torchrec EmbeddingBagCollection in {type(model).__name__}: "
             "it quantizes the embedding tables of TorchRec-style models"
         )
+    others = foreign_embeddings(model)
+    if others:
+        raise NotApplicable(
+            f"backend {backend!r} quantizes torchrec EmbeddingBagCollections only, and the model also holds "
+            f"{', '.join(others[:3])}{' ...' if len(others) > 3 else ''}"
+        )
     return found
+
+
+def foreign_embeddings(model: nn.Module) -> list[str]:
+    """`name (type)` of every embedding module outside the eager EmbeddingBagCollections: a torch
+    Embedding or EmbeddingBag of its own, a torchrec EmbeddingCollection, a subclass of the EBC."""
+    inside = {id(m) for _, ebc in embedding_bag_collections(model) for m in ebc.modules()}
+    kinds = (nn.Embedding, nn.EmbeddingBag, EmbeddingCollection, EmbeddingBagCollection)
+    return [f"{name} ({type(m).__name__})" for name, m in model.named_modules()
+            if isinstance(m, kinds) and id(m) not in inside and not _under_foreign(name, model)]
+
+
+def _under_foreign(name: str, model: nn.Module) -> bool:
+    """True when a parent of `name` is itself a foreign embedding module (name only the outermost)."""
+    parts = name.split(".")
+    kinds = (EmbeddingCollection, EmbeddingBagCollection)
+    return any(isinstance(model.get_submodule(".".join(parts[:i])), kinds) for i in range(1, len(parts)))
 
 
 def table_dims(model: nn.Module) -> dict[str, int]:

@@ -34,7 +34,7 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.quant.embedding_modules import quant_prep_customize_row_alignment
 
 from bench.backends.ao_notice import torch_ao_calls
-from bench.backends.base import Backend
+from bench.backends.base import Backend, NotApplicable
 from bench.backends.direct import build_tables_directly
 from bench.backends.linear import MLP_CHOICES, MODES, check_choice, quantize_int8
 from bench.backends.modules import (
@@ -197,8 +197,8 @@ class TbeBackend(Backend):
         else:
             model.to(device)
             quantize_tables(model, dtypes, device)
-        if self.cfg.mlp == "int8":
-            quantize_int8(model, self.cfg.mlp_mode, calibration_batches, device)
+        if self.cfg.mlp == "int8" and quantize_int8(model, self.cfg.mlp_mode, calibration_batches, device) == 0:
+            raise NotApplicable(f"backend {self.cfg.name!r} runs the model's nn.Linear layers in int8, and the model has none: set backend.mlp=fp32")
         return model
 
     def stored_table_dtypes(self, tables: Mapping[str, int]) -> dict[str, str]:

@@ -1,8 +1,9 @@
 """Train the fp32 model on a workload's train split, with a checkpoint cache.
 
 The cache key is a hash of the resolved workload, model (less `checkpoint`) and training config
-plus the seed, so any change that could change the weights trains anew, and a second run with the
-same config loads the stored state dict instead of training.
+plus the seed, the data files' identity and a custom model's source digest, so any change that could
+change the weights (an edited model, a replaced data file) trains anew, and a second run with the
+same config, code and data loads the stored state dict instead of training.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
 from bench.errors import UserError
 from bench.hashing import config_hash, plain
 from bench.io import write_json_atomic, write_text_atomic
 from bench.models.checkpoint import load_checkpoint
-from bench.models.dlrm import build_dlrm
+from bench.models.build import build_model
+from bench.models.custom import as_logits, code_identity
 from bench.models.random_weights import RANDOM, WEIGHTS
 from bench.progress import progress
 from bench.workloads.base import Workload
@@ -29,33 +32,49 @@ from bench.workloads.base import Workload
 log = logging.getLogger(__name__)
 
 
-def model_cache_key(workload_cfg, model_cfg, seed: int, data: dict | None = None) -> str:
+def model_cache_key(workload_cfg, model_cfg, seed: int, data: dict | None = None, code: dict | None = None) -> str:
     model = dict(model_cfg)
     model.pop("checkpoint", None)
     model.get("train", {}).pop("progress", None)  # display only
-    return config_hash({"workload": dict(workload_cfg), "data": data or {}, "model": model, "seed": seed})
+    parts = {"workload": dict(workload_cfg), "data": data or {}, "model": model, "seed": seed}
+    if code:  # a custom model's source (bench.models.custom.code_identity)
+        parts["code"] = code
+    return config_hash(parts)
+
+
+def input_identity(model_cfg, workload: Workload) -> dict:
+    """The user's data and code behind a model, beyond its config: the data files' identity and a custom
+    model's source digest; {} for a built-in model on generated data."""
+    out = {}
+    data, code = workload.data_identity(), code_identity(model_cfg)
+    if data:
+        out["data"] = data
+    if code:
+        out["code"] = code
+    return out
 
 
 def trained_model(model_cfg, workload: Workload, seed: int, cache_dir: Path) -> tuple[nn.Module, dict]:
     """The fp32 model: from `model.checkpoint`, from the cache, or trained now and cached.
 
-    Returns the model (CPU, eval mode) and facts about where it came from. With `weights=random`
-    the model is untrained and its tables stay on the meta device (`bench.models.random_weights`).
+    Returns the model (CPU, eval mode, returning logits: `bench.models.custom.as_logits`) and facts
+    about where it came from. With `weights=random` the model is untrained and its tables stay on the
+    meta device (`bench.models.random_weights`).
     """
     if model_cfg.weights not in WEIGHTS:
         raise UserError(f"model.weights={model_cfg.weights!r} is not one of {', '.join(WEIGHTS)}")
     torch.manual_seed(seed)  # the initial weights, when this model is trained now
+    key = model_cache_key(plain(workload.cfg), plain(model_cfg), seed, workload.data_identity(), code_identity(model_cfg))
     if model_cfg.weights == RANDOM:
-        model = build_dlrm(model_cfg, workload.tables, workload.num_dense, table_device="meta")
+        model = as_logits(build_model(model_cfg, workload.tables, workload.num_dense, table_device="meta"), model_cfg)
         model.random_weights_seed = seed
-        key = model_cache_key(plain(workload.cfg), plain(model_cfg), seed, workload.data_identity())
         return model.eval(), {"source": RANDOM, "key": key}
-    model = build_dlrm(model_cfg, workload.tables, workload.num_dense)
+    model = build_model(model_cfg, workload.tables, workload.num_dense)
     if model_cfg.checkpoint:
-        load_checkpoint(model, model_cfg.checkpoint)
-        return model.eval(), {"source": "checkpoint", "path": str(model_cfg.checkpoint)}
+        load_checkpoint(model, model_cfg.checkpoint)  # into the module as the user wrote it
+        return as_logits(model, model_cfg).eval(), {"source": "checkpoint", "path": str(model_cfg.checkpoint)}
+    model = as_logits(model, model_cfg)
 
-    key = model_cache_key(plain(workload.cfg), plain(model_cfg), seed, workload.data_identity())
     path = Path(cache_dir) / "models" / f"{key}.pt"
     if path.exists():
         try:
@@ -65,7 +84,7 @@ def trained_model(model_cfg, workload: Workload, seed: int, cache_dir: Path) -> 
         except Exception as exc:  # noqa: BLE001 - a damaged cache entry is a miss: train again
             log.warning("cached checkpoint %s is unreadable (%s); training again", path, type(exc).__name__)
             torch.manual_seed(seed)  # the load may have touched the weights: start from the seed again
-            model = build_dlrm(model_cfg, workload.tables, workload.num_dense)
+            model = as_logits(build_model(model_cfg, workload.tables, workload.num_dense), model_cfg)
 
     meta = train(model, workload, model_cfg.train)
     buffer = io.BytesIO()
@@ -77,18 +96,21 @@ def trained_model(model_cfg, workload: Workload, seed: int, cache_dir: Path) -> 
 
 def train(model: nn.Module, workload: Workload, cfg) -> dict:
     """Minimise log loss: Adagrad on the embedding tables (as DLRM trains them), Adam on the MLPs."""
-    sparse_params = [p for n, p in model.named_parameters() if "embedding_bags" in n]
-    dense_params = [p for n, p in model.named_parameters() if "embedding_bags" not in n]
+    # The tables are the parameters of the model's EmbeddingBagCollections, wherever they sit in it.
+    ebcs = [m for m in model.modules() if isinstance(m, EmbeddingBagCollection)]
+    table_ids = {id(p) for ebc in ebcs for p in ebc.parameters()}
+    sparse_params = [p for p in model.parameters() if id(p) in table_ids]
+    dense_params = [p for p in model.parameters() if id(p) not in table_ids]
     optimizers = [
-        torch.optim.Adagrad(sparse_params, lr=cfg.sparse_lr),
-        torch.optim.Adam(dense_params, lr=cfg.dense_lr),
+        *([torch.optim.Adagrad(sparse_params, lr=cfg.sparse_lr)] if sparse_params else []),
+        *([torch.optim.Adam(dense_params, lr=cfg.dense_lr)] if dense_params else []),
     ]
     loss_fn = nn.BCEWithLogitsLoss()
     steps = max(1, cfg.samples // cfg.batch_size)
     # Sparse row gradients: a step reads and writes only the rows its batch looked up, not every
     # table (Adagrad with a zero gradient leaves a row as it is, so the updates are the same; a
     # 2 GB table set trains in minutes instead of rewriting 2 GB of state per step).
-    bags = [m for m in model.modules() if isinstance(m, nn.EmbeddingBag)]
+    bags = [m for ebc in ebcs for m in ebc.modules() if isinstance(m, nn.EmbeddingBag)]
     for bag in bags:
         bag.sparse = True
     model.train()
@@ -98,7 +120,8 @@ def train(model: nn.Module, workload: Workload, cfg) -> dict:
     try:
         with progress(total=steps, desc="train", enabled=cfg.progress) as bar:
             for _, batch in zip(range(steps), batches):
-                logits = model(*batch.model_inputs()).squeeze(-1)
+                # logits whatever the model declares (a probabilities model is wrapped by as_logits): log loss
+                logits = model(*batch.model_inputs()).reshape(-1)
                 loss = loss_fn(logits, batch.labels)
                 for opt in optimizers:
                     opt.zero_grad(set_to_none=True)

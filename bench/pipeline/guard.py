@@ -21,9 +21,10 @@ import torch
 from bench.backends.base import Backend
 from bench.backends.tbe import row_alignment
 from bench.config import Config, ModelConfig
+from bench.errors import UserError
 from bench.hashing import plain
 from bench.measure.memory import MemoryEstimate, estimate_job
-from bench.models.dlrm import build_dlrm
+from bench.models.build import build_model
 from bench.models.random_weights import RANDOM
 from bench.record import RunRecord
 from bench.store import RECORDS, StoreIndex
@@ -46,8 +47,14 @@ def memory_estimate(cfg: Config, backend: Backend, workload: Workload, model_res
 def _dense_bytes(model_json: str, tables: tuple, num_dense: int) -> int:
     """Bytes of the model's non-embedding parameters and buffers, from a build on the meta device with one-row tables."""
     specs = [TableSpec(name, feature, 1) for name, feature in tables]
-    with torch.device("meta"):
-        model = build_dlrm(ModelConfig(**json.loads(model_json)), specs, num_dense)
+    cfg = ModelConfig(**json.loads(model_json))
+    try:
+        with torch.device("meta"):
+            model = build_model(cfg, specs, num_dense)
+    except UserError:
+        raise
+    except Exception:  # noqa: BLE001 - a user's factory that needs real tensors: build it on the CPU
+        model = build_model(cfg, specs, num_dense)
     tensors = [*model.named_parameters(), *model.named_buffers()]
     return sum(t.numel() * t.element_size() for n, t in tensors if "embedding_bags" not in n)
 

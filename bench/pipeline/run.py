@@ -16,12 +16,14 @@ from typing import Any
 import torch
 
 from bench import distributed, registry
+from bench.backends.base import NotApplicable
 from bench.config import Config, workload_label
 from bench.errors import UserError
 from bench.hardware import prepare_process, resolve
 from bench.hashing import config_hash
 from bench.measure.env import environment
 from bench.measure.memory import memory_skip_reason
+from bench.models.train import input_identity
 from bench.pipeline.guard import ResumeIndex, memory_estimate, resumed
 from bench.pipeline.job import measure
 from bench.pipeline.shared import SharedWork
@@ -76,6 +78,12 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
     device = backend = None
     try:
         check_values(cfg)
+        # The user's data and code join the job's identity, so resume never hands back a record measured
+        # on another version of them (bench.models.train.input_identity; {} for generated data and DLRM).
+        inputs = input_identity(cfg.model, session.work.workload(cfg))
+        if inputs:
+            record.config["inputs"] = inputs
+            record.config_hash = job_hash(record.config)
         prepare_process(cfg.device, cfg.threads)
         device, skip = resolve(cfg.device)
         if skip is None:
@@ -107,6 +115,9 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
             record.status = "error" if record.error else "ok"
         else:
             record.metrics = measure(cfg, backend, device, session.work)
+        return record, None
+    except NotApplicable as exc:  # this backend cannot apply to this model: nothing failed
+        record.status, record.error = "skipped", str(exc)
         return record, None
     except Exception as exc:  # noqa: BLE001 - every failure becomes a record
         record.status = "error"

@@ -19,12 +19,14 @@ import torch
 from torch import nn
 
 from bench import hardware, registry
-from bench.backends.base import Backend
+from bench.backends.base import Backend, NotApplicable
 from bench.batch import Batch
 from bench.config import Config
 from bench.hashing import config_hash, plain
 from bench.measure.access import access_profile
-from bench.models.train import trained_model
+from bench.errors import UserError, one_line
+from bench.models.custom import is_custom
+from bench.models.train import input_identity, trained_model
 from bench.pipeline.scores import ScoreCache
 from bench.workloads.base import Workload
 
@@ -123,7 +125,10 @@ class SharedWork:
     def model(self, cfg: Config, workload: Workload) -> TrainedModel:
         def build() -> TrainedModel:
             module, info = trained_model(cfg.model, workload, cfg.seed, Path(cfg.cache_dir))
-            return TrainedModel(module, info.get("key") or _file_key(info["path"]), info)
+            # A checkpoint's weights are the file's; what the harness scores them on is the data's, and a
+            # custom model's code is its source: every key built on this one sees all three.
+            key = info.get("key") or _checkpoint_key(info["path"], input_identity(cfg.model, workload))
+            return TrainedModel(module, key, info)
 
         return self._model.get(self.model_ident(cfg), build)
 
@@ -146,7 +151,7 @@ class SharedWork:
             calibration = self.split_batches(cfg, workload, "calibration")
             torch.manual_seed(cfg.seed)
             start = time.perf_counter()
-            module = backend.prepare(model.module, calibration, device)
+            module = _applied(backend, model.module, calibration, device, cfg.model)
             self._prepare_seconds[key] = time.perf_counter() - start
             self._prepared_owner = self._owner(cfg, backend, device)
             return module
@@ -198,3 +203,25 @@ class SharedWork:
 def _file_key(path: str) -> str:
     stat = Path(path).stat()
     return config_hash({"path": str(Path(path).resolve()), "size": stat.st_size, "mtime": stat.st_mtime_ns})
+
+
+def _checkpoint_key(path: str, inputs: dict) -> str:
+    return config_hash({"checkpoint": _file_key(path), **inputs}) if inputs else _file_key(path)
+
+
+def _applied(backend: Backend, model: nn.Module, calibration: list[Batch], device: torch.device, model_cfg) -> nn.Module:
+    """`backend.prepare`; on a user's model (model=custom), a backend that fails to prepare it or to run
+    one calibration batch through the result cannot apply to it: NotApplicable, and the job is skipped
+    with the reason. On the built-in models such a failure is the harness's and fails the job."""
+    if not is_custom(model_cfg):
+        return backend.prepare(model, calibration, device)
+    try:
+        module = backend.prepare(model, calibration, device)
+        if calibration:
+            with torch.inference_mode():
+                module(*calibration[0].to(device).model_inputs())
+        return module
+    except (UserError, NotApplicable, MemoryError, torch.OutOfMemoryError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the reason becomes the skipped record's
+        raise NotApplicable(f"backend {backend.cfg.name!r} cannot apply to model.factory={model_cfg.factory}: {one_line(exc)}") from exc

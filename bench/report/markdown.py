@@ -28,7 +28,7 @@ from bench.stats import indistinguishable_from_zero, interval_contains, ratio_in
 CONFIDENCE = "95%"
 
 SAMPLE_NOTE = (
-    "A **sample** is one row: one user-item pair (13 dense features, one id list per sparse feature, "
+    "A **sample** is one row: one user-item pair (its dense features, one id list per sparse feature, "
     "one label). Throughput is samples (rows) per second, the median over timing trials. MLPerf's "
     "DLRM-v2 counts a query of about 100-700 such pairs as one sample: divide by the query size "
     "before comparing with MLPerf figures."

@@ -32,7 +32,10 @@ def model_lines(records: Sequence[RunRecord]) -> list[str]:
         model = (r.config or {}).get("model") or {}
         metrics = r.metrics or {}
         text = f"`{model.get('name', '?')}` on `{r.workload}`: {model.get('arch', 'dlrm')}, embedding dim {model.get('embedding_dim', '?')}"
-        text += f", bottom MLP {_layers(model.get('dense_arch_layer_sizes'))}, top MLP {_layers(model.get('over_arch_layer_sizes'))}"
+        if model.get("arch") == "custom":  # the user's own module: its factory, not DLRM layer sizes
+            text += f", `{model.get('factory')}` returning {model.get('output', 'logits')}"
+        else:
+            text += f", bottom MLP {_layers(model.get('dense_arch_layer_sizes'))}, top MLP {_layers(model.get('over_arch_layer_sizes'))}"
         if model.get("arch") == "dlrm_dcn":
             text += f", DCN {model.get('dcn_num_layers')} layers of low rank {model.get('dcn_low_rank_dim')}"
         rows = metrics.get("table_rows")

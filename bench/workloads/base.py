@@ -47,6 +47,10 @@ class Workload:
         so a changed file retrains. Generated workloads are identified by their config alone."""
         return {}
 
+    def check_data(self) -> None:
+        """Raise UserError for data that cannot make a job, before any work (the pre-flight check calls
+        it); what the check reads should be what the job reads anyway (a cached first pass)."""
+
     def describe(self) -> dict:
         """What was read and how it was split, for run records."""
         return {}

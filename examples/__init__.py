@@ -1,0 +1,1 @@
+"""Examples that run: your own model and data (docs/custom-model.md)."""

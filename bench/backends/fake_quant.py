@@ -77,6 +77,9 @@ def qdq_rows(weight: torch.Tensor, bits: int) -> torch.Tensor:
 
 @register("backend", "fake_quant", config=FakeQuantConfig)
 class FakeQuantBackend(Backend):
+    def scores_depend_on_batch(self) -> bool:
+        return self.cfg.mlp == "int8" and self.cfg.activations == "dynamic"
+
     def prepare(self, model, calibration_batches, device):
         cfg = self.cfg
         check_config(cfg)

@@ -27,6 +27,11 @@ def validate(cfg: GateConfig) -> None:
             raise UserError(f"gate.{where}.min_auc_ratio must be positive (a fraction such as 0.999), got {rules.min_auc_ratio}")
         if rules.max_embedding_bytes is not None and rules.max_embedding_bytes < 0:
             raise UserError(f"gate.{where}.max_embedding_bytes must not be negative")
+        for name in ("min_qps_ratio", "max_p99_ms"):
+            if getattr(rules, name) is not None and getattr(rules, name) <= 0:
+                raise UserError(f"gate.{where}.{name} must be positive, got {getattr(rules, name)}")
+        if rules.min_qps_at_sla is not None and rules.min_qps_at_sla < 0:
+            raise UserError(f"gate.{where}.min_qps_at_sla must not be negative, got {rules.min_qps_at_sla}")
 
 
 def as_gate_config(cfg: Any) -> GateConfig:

@@ -127,6 +127,9 @@ def _row_verdicts(row: dict[str, Any], cfg: GateConfig) -> list[Verdict]:
     kind = row_kind(row)
     active = {n: t for n, t in vars(rules).items() if t is not None and kind in RULES[n].rows}
     if not active:
+        if kind != JOB_ROWS[0]:
+            names = ", ".join(n for n, r in RULES.items() if kind in r.rows)
+            return job(PASS, f"ran ok; no {kind} serving rule ({names}) is set for backend {key['backend']!r} ({source})")
         return job(PASS, f"ran ok; every rule is off for backend {key['backend']!r} ({source})")
     note = "" if source.startswith("gate.rules.") else f" [{source}]"
     out = []

@@ -27,8 +27,6 @@ from bench.pipeline.guard import ResumeIndex, memory_estimate, resumed
 from bench.pipeline.job import measure
 from bench.pipeline.shared import SharedWork
 from bench.record import RunRecord
-from bench.serve import accuracy_error as serving_error
-from bench.serve import measure_serving
 
 log = logging.getLogger(__name__)
 
@@ -102,9 +100,11 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
             record.metrics = distributed.measure_sharded(cfg, backend, device, session.work)
             record.error = distributed.accuracy_error(record.metrics)  # sharding changed a score
             record.status = "error" if record.error else "ok"
-        elif cfg.serve is not None:  # +sweep=serve: through MLPerf LoadGen (bench.serve)
+        elif cfg.serve is not None:  # +sweep=serve: through MLPerf LoadGen
+            from bench.serve import accuracy_error, measure_serving  # bench.serve imports this package
+
             record.metrics = measure_serving(cfg, backend, device, session.work)
-            record.error = serving_error(record.metrics)  # serving changed the AUC beyond its tolerance
+            record.error = accuracy_error(record.metrics)  # serving changed the AUC beyond its tolerance
             record.status = "error" if record.error else "ok"
         else:
             record.metrics = measure(cfg, backend, device, session.work)

@@ -76,7 +76,7 @@ def measure_serving(cfg: Config, backend: Backend, device: torch.device, work: S
         hopeless = None
         if floor > serve.bound_ms:  # the slowest queries alone take longer than the bound
             hopeless = (f"no load can meet the bound: one query at a time, the p99 of the service times is {floor:.1f} ms "
-                        f"(the largest query, {int(queries.sizes.max())} pairs, takes {warm['query_alone_ms'][int(queries.sizes.max())]:.1f} ms)")
+                        f"(the largest query, {int(queries.sizes.max())} pairs, takes {warm['query_alone_ms'][str(queries.sizes.max())]:.1f} ms)")
         light = round_qps(warm["capacity_samples_per_s"] * (LIGHT_LOAD if hopeless else 0.5))
         start = serve.qps_start or light
         steps = iter(range(1, 10_000))
@@ -124,7 +124,7 @@ def accuracy_error(metrics: dict[str, Any]) -> str | None:
 def service_floor_ms(warm: dict[str, Any], queries: QuerySet) -> float:
     """The p99 over the query set of each query's time alone: no load gives a lower p99 latency."""
     alone = warm["query_alone_ms"]
-    return float(np.percentile([alone[int(size)] for size in queries.sizes], 99))
+    return float(np.percentile([alone[str(size)] for size in queries.sizes], 99))
 
 
 def job_dir(cfg: Config) -> Path:
@@ -147,21 +147,21 @@ def round_qps(qps: float) -> float:
 
 def warm_up(module: nn.Module, queries: QuerySet, device: torch.device, max_rows: int, seconds: float = 1.0) -> dict[str, Any]:
     """Full batches through the model (the first untimed) until `seconds` passed: the capacity in samples/s
-    that picks the first target; and one query of each size alone, the floor under any latency."""
+    that picks the first target; and one query of each size alone (ms by size, as text keys for JSON), the
+    floor under any latency."""
     batches = _full_batches(queries, max_rows)
-    with torch.inference_mode():
-        predict(module, queries, batches[0], device, max_rows)
-        samples, start = 0, time.perf_counter()
-        for indices in batches[1:] or batches:
-            predict(module, queries, indices, device, max_rows)
-            samples += len(indices)
-            if time.perf_counter() - start > seconds:
-                break
-        elapsed = time.perf_counter() - start
-        alone = {}
-        for size in sorted(set(int(s) for s in queries.sizes)):
-            index = int(np.flatnonzero(queries.sizes == size)[0])
-            alone[size] = _median_ms(lambda: predict(module, queries, [index], device, max_rows))
+    predict(module, queries, batches[0], device, max_rows)
+    samples, start = 0, time.perf_counter()
+    for indices in batches[1:] or batches:
+        predict(module, queries, indices, device, max_rows)
+        samples += len(indices)
+        if time.perf_counter() - start > seconds:
+            break
+    elapsed = time.perf_counter() - start
+    alone = {}
+    for size in sorted(set(int(s) for s in queries.sizes)):
+        index = int(np.flatnonzero(queries.sizes == size)[0])
+        alone[str(size)] = _median_ms(lambda: predict(module, queries, [index], device, max_rows))
     return {"capacity_samples_per_s": samples / elapsed, "capacity_batches": max(1, len(batches) - 1),
             "query_alone_ms": alone}
 

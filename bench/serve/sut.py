@@ -94,10 +94,11 @@ def predict(module: nn.Module, queries: QuerySet, indices: list[int], device: to
     """[rows, 2] float32: each row's predicted click probability and its label, samples in order."""
     batch = queries.inputs(indices)
     scores = []
-    for lo in range(0, len(batch), max_rows):
-        part = batch if len(batch) <= max_rows else take_rows(batch, torch.arange(lo, min(lo + max_rows, len(batch))))
-        logits = module(*part.to(device).model_inputs()).reshape(-1).float()
-        scores.append(torch.sigmoid(logits).cpu())
+    with torch.inference_mode():
+        for lo in range(0, len(batch), max_rows):
+            part = batch if len(batch) <= max_rows else take_rows(batch, torch.arange(lo, min(lo + max_rows, len(batch))))
+            logits = module(*part.to(device).model_inputs()).reshape(-1).float()
+            scores.append(torch.sigmoid(logits).cpu())
     probs = torch.cat(scores) if len(scores) > 1 else scores[0]
     if probs.numel() != len(batch):
         raise RuntimeError(f"model returned {probs.numel()} scores for {len(batch)} rows")
@@ -137,15 +138,14 @@ class ServingSystem:
         return self.batcher.stats.as_metrics()
 
     def _work(self) -> None:
-        with torch.inference_mode():
-            while (taken := self.batcher.take()) is not None:
-                try:
-                    out = predict(self.module, self.queries, [s.index for s in taken], self.device, self.max_rows)
-                except BaseException as exc:  # noqa: BLE001 - answered below, raised by stop()
-                    self.errors.append(exc)
-                    lg.QuerySamplesComplete([lg.QuerySampleResponse(s.id, 0, 0) for s in taken])
-                    continue
-                self._respond(taken, out)
+        while (taken := self.batcher.take()) is not None:
+            try:
+                out = predict(self.module, self.queries, [s.index for s in taken], self.device, self.max_rows)
+            except BaseException as exc:  # noqa: BLE001 - answered below, raised by stop()
+                self.errors.append(exc)
+                lg.QuerySamplesComplete([lg.QuerySampleResponse(s.id, 0, 0) for s in taken])
+                continue
+            self._respond(taken, out)
 
     def _respond(self, taken: list, out: np.ndarray) -> None:
         # Each response points into `out`, which stays alive until LoadGen has copied what it logs.

@@ -221,13 +221,15 @@ class ServeConfig:
     min_duration_s: float = 4.0
     min_query_count: Optional[int] = 500
     loadgen_seeds: str = "harness"  # harness: derived from `seed` | mlperf: mlperf.conf's official seeds
-    # The Server search over target QPS: from qps_start (null: half the capacity a warm-up measured),
-    # up or down by qps_factor until LoadGen's verdict flips, then halving the bracket until its
-    # ends are within qps_resolution of each other or max_steps runs were made.
+    # The Server search over target QPS: from qps_start (null: a quarter of the capacity a warm-up
+    # measured), up or down by qps_factor until LoadGen's verdict flips, then halving the bracket until
+    # its ends are within qps_resolution of each other, max_steps runs were made, or the next run would
+    # take the search past max_search_s (a run lasts min_duration_s, or min_query_count / QPS if longer).
     qps_start: Optional[float] = None
     qps_factor: float = 1.5
     qps_resolution: float = 0.1
     max_steps: int = 6
+    max_search_s: float = 60.0
     min_qps: float = 0.5  # the search gives up below this: no load meets the bound
     # Scenarios whose job also makes a LoadGen AccuracyOnly run (every sample once) and checks its AUC.
     accuracy_scenarios: list[str] = field(default_factory=lambda: ["offline"])
@@ -248,7 +250,7 @@ def check_serve_config(cfg) -> None:
         raise UserError(f"serve.accuracy_scenarios has {bad_accuracy}: choose among {', '.join(SCENARIOS)}")
     if cfg.loadgen_seeds not in ("harness", "mlperf"):
         raise UserError(f"serve.loadgen_seeds={cfg.loadgen_seeds!r}: choose harness or mlperf")
-    positive = {"bound_ms": cfg.bound_ms, "min_duration_s": cfg.min_duration_s, "min_qps": cfg.min_qps,
+    positive = {"bound_ms": cfg.bound_ms, "min_duration_s": cfg.min_duration_s, "min_qps": cfg.min_qps, "max_search_s": cfg.max_search_s,
                 "qps_resolution": cfg.qps_resolution, "batch_dependent_auc_tolerance": cfg.batch_dependent_auc_tolerance}
     if cfg.qps_start is not None:
         positive["qps_start"] = cfg.qps_start

@@ -47,7 +47,7 @@ def test_a_server_search_and_an_accuracy_run(serve_cfg):
         assert s["bound_ms"] == 60 and s["min_duration_s"] == 0.3 and s["min_query_count"] == 10
         assert s["queries"] >= 10 and s["samples_per_s"] > 0 and s["pairs_per_s"] == pytest.approx(s["samples_per_s"] * 64)
         assert 0 < s["latency_ms"]["p50"] <= s["latency_ms"]["p90"] <= s["latency_ms"]["p99"]
-        assert s["performance_sample_count"] == m["query_set"]["samples"] == 32
+        assert s["performance_sample_count"] == m["query_set"]["samples"] == 32 and s["errors"] == []
     valid = [s["target_qps"] for s in steps if s["validity"] == "VALID"]
     invalid = [s["target_qps"] for s in steps if s["validity"] == "INVALID"]
     assert m["max_qps_lo"] == (max(valid) if valid else None) and m["max_qps_hi"] == (min(invalid) if invalid else None)

@@ -67,3 +67,11 @@ def test_a_verdict_that_flips_at_the_same_load_is_reported_not_hidden():
 
 def test_round_qps_keeps_three_digits():
     assert [round_qps(x) for x in (1234.5, 137.49, 9.876, 0.01234)] == [1230.0, 137.0, 9.88, 0.0123]
+
+
+def test_stops_before_a_step_that_would_overrun_the_time_budget():
+    step, asked = limit(5)
+    seconds = lambda qps: max(4.0, 500 / qps)  # noqa: E731 - a run's length: 4 s, or 500 queries
+    s = find_max_qps(step, 100, 2.0, 0.1, 20, 1, budget=(60.0, seconds))
+    # 100 (5 s), 50 (10 s), 25 (20 s) spent 35 s; 12.5 would run 40 s more
+    assert asked == [100, 50, 25] and "past 60 s (serve.max_search_s)" in s.stop and s.highest_valid is None

@@ -37,6 +37,9 @@ from bench.serve.sut import ServingSystem, predict
 SAMPLE = "one LoadGen sample is one user's group of candidate pairs (rows); pairs/s = samples/s x the pairs per sample served"
 OFFLINE_RETRY_MARGIN = 1.2  # the second Offline run asks for this much more than LoadGen measured
 LIGHT_LOAD = 0.2  # share of the capacity where queueing adds little to a query's own time
+# The first target, as a share of the full-batch capacity: lower steps run longer (min_query_count / QPS),
+# so the search starts low and climbs; serving small batches under a bound reaches well below capacity.
+FIRST_LOAD = 0.25
 
 
 def measure_serving(cfg: Config, backend: Backend, device: torch.device, work: SharedWork) -> dict[str, Any]:
@@ -55,7 +58,7 @@ def measure_serving(cfg: Config, backend: Backend, device: torch.device, work: S
     def run(mode: str, qps: float, name: str) -> dict[str, Any]:
         log_dir = logs / name
         log_dir.mkdir(parents=True, exist_ok=True)
-        step = loadgen.run(system, queries, loadgen.settings(serve, mode, qps, len(queries), cfg.seed, log_dir), log_dir)
+        step = loadgen.run(system, queries, loadgen.settings(serve, mode, qps, len(queries), cfg.seed), log_dir)
         rows = step["batching"]
         pairs_per_sample = (rows["rows_per_batch"] / rows["samples_per_batch"]) if rows["batches"] else None
         step["pairs_per_s"] = step["samples_per_s"] * pairs_per_sample if step["samples_per_s"] and pairs_per_sample else None
@@ -77,19 +80,24 @@ def measure_serving(cfg: Config, backend: Backend, device: torch.device, work: S
         if floor > serve.bound_ms:  # the slowest queries alone take longer than the bound
             hopeless = (f"no load can meet the bound: one query at a time, the p99 of the service times is {floor:.1f} ms "
                         f"(the largest query, {int(queries.sizes.max())} pairs, takes {warm['query_alone_ms'][str(queries.sizes.max())]:.1f} ms)")
-        light = round_qps(warm["capacity_samples_per_s"] * (LIGHT_LOAD if hopeless else 0.5))
-        start = serve.qps_start or light
+        start = serve.qps_start or round_qps(warm["capacity_samples_per_s"] * (LIGHT_LOAD if hopeless else FIRST_LOAD))
         steps = iter(range(1, 10_000))
+
+        def seconds(qps: float) -> float:  # how long LoadGen runs at this target
+            return max(serve.min_duration_s, (serve.min_query_count or 0) / qps)
+
         search = find_max_qps(lambda qps: run("performance", qps, f"server_step{next(steps)}_{qps:g}qps"), start,
-                              serve.qps_factor, serve.qps_resolution, serve.max_steps, serve.min_qps, round_qps, hopeless)
+                              serve.qps_factor, serve.qps_resolution, serve.max_steps, serve.min_qps, round_qps, hopeless,
+                              (serve.max_search_s, seconds))
         metrics.update(search.as_metrics())
         accuracy_qps = search.highest_valid or start
     else:
-        step = run("performance", round_qps(warm["capacity_samples_per_s"]), "offline")
-        if step["min_duration_met"] is False and step["samples_per_s"]:
-            step = run("performance", round_qps(step["samples_per_s"] * OFFLINE_RETRY_MARGIN), "offline_retry")
+        steps = [run("performance", round_qps(warm["capacity_samples_per_s"]), "offline")]
+        if steps[0]["min_duration_met"] is False and steps[0]["samples_per_s"]:
+            steps.append(run("performance", round_qps(steps[0]["samples_per_s"] * OFFLINE_RETRY_MARGIN), "offline_retry"))
+        step = steps[-1]
         metrics.update(offline_samples_per_s=step["samples_per_s"], offline_pairs_per_s=step["pairs_per_s"],
-                       latency_ms=step["latency_ms"], steps=[step])
+                       latency_ms=step["latency_ms"], steps=steps)
         accuracy_qps = step["samples_per_s"] or warm["capacity_samples_per_s"]
     metrics["validity"] = [s["validity"] for s in metrics["steps"]]
     metrics["loadgen_version"] = metrics["steps"][0].get("loadgen_version")

@@ -33,13 +33,14 @@ class LogError(RuntimeError):
     """LoadGen's log is missing or lacks what every run writes."""
 
 
-def settings(cfg: ServeConfig, mode: str, target_qps: float, n_samples: int, seed: int, log_dir: Path) -> lg.TestSettings:
+def settings(cfg: ServeConfig, mode: str, target_qps: float, n_samples: int, seed: int) -> lg.TestSettings:
     name, scenario = SCENARIOS[cfg.scenario]
-    user_conf = log_dir / "user.conf"  # empty: the harness sets its values below, where they show in the detail log
-    user_conf.write_text("# the harness sets its settings through the LoadGen API (see mlperf_log_detail.txt)\n")
     s = lg.TestSettings()
-    if s.FromConfig(str(user_conf), MODEL, name) != 0:
-        raise RuntimeError(f"LoadGen could not read its settings for {MODEL} {name} from mlperf.conf and {user_conf}")
+    # conf_type 0: mlperf.conf alone. A user.conf (conf_type 1) counts process-wide, and every run after
+    # the first would log "Multiple conf files are used" as an error; the harness's own settings are
+    # set below instead, and LoadGen's detail log records each (requested_* and effective_*).
+    if s.FromConfig("", MODEL, name, 0) != 0:
+        raise RuntimeError(f"LoadGen could not read its settings for {MODEL} {name} from its mlperf.conf")
     s.scenario = scenario
     s.mode = MODES[mode]
     s.server_target_qps = float(target_qps)
@@ -118,6 +119,7 @@ def read_step(log_dir: Path) -> dict[str, Any]:
         "scheduled_samples_per_s": d.get("result_scheduled_samples_per_sec"),
         "min_duration_s": _s(d.get("effective_min_duration_ms")),
         "min_query_count": d.get("effective_min_query_count"),
+        "min_sample_count": d.get("effective_min_sample_count"),  # Offline: its one query's samples at least
         "samples_per_query": d.get("effective_samples_per_query"),
         "performance_sample_count": d.get("effective_performance_sample_count"),
         "seeds": [d.get(f"effective_{k}_rng_seed") for k in ("qsl", "sample_index", "schedule")],

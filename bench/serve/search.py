@@ -68,14 +68,17 @@ class Search:
 
 
 def find_max_qps(run_step: Callable[[float], Step], start: float, factor: float, resolution: float, max_steps: int,
-                 min_qps: float, snap: Callable[[float], float] = float, hopeless: Optional[str] = None) -> Search:
+                 min_qps: float, snap: Callable[[float], float] = float, hopeless: Optional[str] = None,
+                 budget: Optional[tuple[float, Callable[[float], float]]] = None) -> Search:
     """`snap` rounds each next target; `hopeless` (a reason) ends the search at its first INVALID step
-    instead of stepping down, when no lower load can meet the bound."""
+    instead of stepping down, when no lower load can meet the bound; `budget` (seconds, and a run's
+    expected length at a target) ends it before a step that would go past the seconds."""
     search = Search()
-    qps = start
+    qps, spent = start, 0.0
     while True:
         step = run_step(qps)
         search.steps.append(step)
+        spent += budget[1](qps) if budget else 0.0
         lo, hi = search.highest_valid, search.lowest_invalid
         if hopeless and step["validity"] != "VALID":
             search.stop = hopeless
@@ -97,4 +100,7 @@ def find_max_qps(run_step: Callable[[float], Step], start: float, factor: float,
             qps = snap(lo * factor)
         if len(search.steps) >= max_steps:
             search.stop = f"{max_steps} steps (serve.max_steps)"
+            return search
+        if budget and spent + budget[1](qps) > budget[0]:
+            search.stop = f"the next step ({qps:g} QPS) would take the search past {budget[0]:g} s (serve.max_search_s)"
             return search

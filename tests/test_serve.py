@@ -118,3 +118,14 @@ def test_python_m_bench_sweep_serve_end_to_end(tmp_path, fast_models):  # noqa: 
     assert gate.returncode == 1, gate.stdout + gate.stderr
     verdicts = (report / "gate.md").read_text()  # the first verdict of a sweep without a gate: the stored one
     assert re.search(r"\| ❌ fail \| uint4 \| server ≤60 ms, wait 1 ms ×1 \|.*\| min_qps_at_sla \|", verdicts)
+
+
+def test_a_prepared_module_held_from_the_last_job_is_not_refused_by_the_memory_guard(serve_cfg):
+    from bench.pipeline import Session
+
+    session = Session()
+    first, _ = run_job(serve_cfg("backend=uint4", "serve.scenario=offline", "serve.accuracy_scenarios=[]", "memory_fraction=null"), session)
+    tiny = "memory_fraction=1e-12"  # any job that would build something is skipped
+    again, _ = run_job(serve_cfg("backend=uint4", "serve.scenario=offline", "serve.accuracy_scenarios=[]", "serve.max_wait_ms=3", tiny), session)
+    other, _ = run_job(serve_cfg("backend=int8_tbe", "serve.scenario=offline", tiny), session)
+    assert (first.status, again.status, other.status) == ("ok", "ok", "skipped")

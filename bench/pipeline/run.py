@@ -92,8 +92,9 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
         if skip is None and cfg.memory_fraction is not None:
             session.work.release_leftovers(cfg, backend, device)  # earlier jobs' leftovers are not in the way
             workload = session.work.workload(cfg)
-            estimate = memory_estimate(cfg, backend, workload, session.work.model_resident(cfg), device)
-            skip = memory_skip_reason(estimate, device, cfg.memory_fraction)
+            if not session.work.prepared_resident(cfg, backend, device):  # a held module is reused, not built again
+                estimate = memory_estimate(cfg, backend, workload, session.work.model_resident(cfg), device)
+                skip = memory_skip_reason(estimate, device, cfg.memory_fraction)
         if skip is not None:
             record.status, record.error = "skipped", skip
         elif distributed.sharded(cfg):

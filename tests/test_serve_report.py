@@ -95,3 +95,13 @@ def test_accuracy_rules_leave_serving_rows_alone(records):
 def test_the_stored_gate_judges_serving_records(records):
     result = judge(records, settings({"rules": {"fp32": {"min_qps_at_sla": 1e9}}}))
     assert result.exit_code == 1 and [f.rule for f in result.failures] == ["min_qps_at_sla"]
+
+
+def test_a_serving_sweep_s_gate_writes_its_verdict_without_a_history(records, tmp_path):
+    from bench.gate import gate_sweep
+    from bench.store import write_records
+
+    write_records(records, tmp_path / "records.jsonl")
+    code = gate_sweep(tmp_path, {"rules": {"int8_tbe": {"min_qps_ratio": 1.2}}}, {}, tmp_path)
+    assert code == 1  # int8_tbe's Offline samples/s are 0.84x fp32's
+    assert "min_qps_ratio" in (tmp_path / "gate.md").read_text() and not (tmp_path / "history.jsonl").exists()

@@ -37,7 +37,7 @@ from bench.gate.evaluate import GateResult, Verdict, evaluate_gate
 from bench.gate.writers import render_markdown, write_outputs
 from bench.hashing import config_hash
 from bench.io import write_text_atomic
-from bench.record import RunRecord
+from bench.record import RunRecord, is_serving
 from bench.report.history import history_path, update_history
 from bench.report.load import load_records, records_file
 from bench.report.serve import serve_table
@@ -94,7 +94,8 @@ def gate_sweep(report_dir: Path, gate_cfg: Any, compare_cfg: Any, reports_dir: P
     records = load_records(report_dir)
     result = judge(records, s)
     write_outputs(result, report_dir, STORED)
-    update_history(records, history_path(s.gate.history_file, reports_dir), s.compare, runs=s.gate.history_runs, run_id=run_id)
+    if any(not is_serving(r) for r in records):  # the history follows the results table's rows, not serving jobs
+        update_history(records, history_path(s.gate.history_file, reports_dir), s.compare, runs=s.gate.history_runs, run_id=run_id)
     return result.exit_code
 
 

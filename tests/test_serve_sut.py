@@ -69,3 +69,17 @@ def test_predict_returns_each_rows_probability_and_label_in_sample_order():
         expected = torch.sigmoid(model(batch.dense[200:300])).reshape(-1).numpy()
     np.testing.assert_array_equal(out[:100, 0], expected)
     np.testing.assert_array_equal(out[100:, 1], batch.labels[:100].numpy())
+
+
+def test_which_backends_scores_depend_on_the_batch():
+    from bench.pipeline.job import backend_config
+    from bench.registry import get
+
+    def depends(**cfg):
+        return get("backend", cfg["name"]).factory(backend_config(cfg)).scores_depend_on_batch()
+
+    assert not depends(name="fp32") and not depends(name="fp32_tbe") and not depends(name="fp16_tbe")
+    assert depends(name="int8_tbe") and depends(name="uint4") and depends(name="int2_tbe")  # dynamic int8 MLP
+    assert not depends(name="int8_tbe", mlp_mode="static") and not depends(name="uint4", mlp="fp32")
+    assert depends(name="fake_quant") and depends(name="fake_quant", activations="dynamic")  # ties, see its backend
+    assert not depends(name="fake_quant", mlp="fp32")

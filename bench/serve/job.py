@@ -47,23 +47,12 @@ def measure_serving(cfg: Config, backend: Backend, device: torch.device, work: S
     check_serve_config(serve)
     workload = work.workload(cfg)
     model = work.model(cfg, workload)
-    performance_only = model.info.get("source") == RANDOM
     work.release_leftovers(cfg, backend, device)
     prepared = work.prepared(cfg, backend, model, workload, device)
     queries = QuerySet.from_eval(work.split_batches(cfg, workload, "eval"), serve, cfg.seed)
-    logs = job_dir(cfg) / "loadgen"
-    system = ServingSystem(prepared, queries, device, cfg.batch_size, serve.max_wait_ms / 1000, serve.workers)
+    runs = Runs(cfg, ServingSystem(prepared, queries, device, cfg.batch_size, serve.max_wait_ms / 1000, serve.workers),
+                queries, job_dir(cfg) / "loadgen")
     warm = warm_up(prepared, queries, device, cfg.batch_size)
-
-    def run(mode: str, qps: float, name: str) -> dict[str, Any]:
-        log_dir = logs / name
-        log_dir.mkdir(parents=True, exist_ok=True)
-        step = loadgen.run(system, queries, loadgen.settings(serve, mode, qps, len(queries), cfg.seed), log_dir)
-        rows = step["batching"]
-        pairs_per_sample = (rows["rows_per_batch"] / rows["samples_per_batch"]) if rows["batches"] else None
-        step["pairs_per_s"] = step["samples_per_s"] * pairs_per_sample if step["samples_per_s"] and pairs_per_sample else None
-        return step
-
     metrics: dict[str, Any] = {
         "scenario": serve.scenario,
         "bound_ms": serve.bound_ms if serve.scenario == "server" else None,
@@ -73,39 +62,13 @@ def measure_serving(cfg: Config, backend: Backend, device: torch.device, work: S
         "warm_up": warm,
         "sample": SAMPLE,
     }
-    if serve.scenario == "server":
-        floor = service_floor_ms(warm, queries)
-        metrics["service_p99_ms"] = floor
-        hopeless = None
-        if floor > serve.bound_ms:  # the slowest queries alone take longer than the bound
-            hopeless = (f"no load can meet the bound: one query at a time, the p99 of the service times is {floor:.1f} ms "
-                        f"(the largest query, {int(queries.sizes.max())} pairs, takes {warm['query_alone_ms'][str(queries.sizes.max())]:.1f} ms)")
-        start = serve.qps_start or round_qps(warm["capacity_samples_per_s"] * (LIGHT_LOAD if hopeless else FIRST_LOAD))
-        steps = iter(range(1, 10_000))
-
-        def seconds(qps: float) -> float:  # how long LoadGen runs at this target
-            return max(serve.min_duration_s, (serve.min_query_count or 0) / qps)
-
-        search = find_max_qps(lambda qps: run("performance", qps, f"server_step{next(steps)}_{qps:g}qps"), start,
-                              serve.qps_factor, serve.qps_resolution, serve.max_steps, serve.min_qps, round_qps, hopeless,
-                              (serve.max_search_s, seconds))
-        metrics.update(search.as_metrics())
-        accuracy_qps = search.highest_valid or start
-    else:
-        steps = [run("performance", round_qps(warm["capacity_samples_per_s"]), "offline")]
-        if steps[0]["min_duration_met"] is False and steps[0]["samples_per_s"]:
-            steps.append(run("performance", round_qps(steps[0]["samples_per_s"] * OFFLINE_RETRY_MARGIN), "offline_retry"))
-        step = steps[-1]
-        metrics.update(offline_samples_per_s=step["samples_per_s"], offline_pairs_per_s=step["pairs_per_s"],
-                       latency_ms=step["latency_ms"], steps=steps)
-        accuracy_qps = step["samples_per_s"] or warm["capacity_samples_per_s"]
+    accuracy_qps = (server if serve.scenario == "server" else offline)(runs, warm, metrics)
     metrics["validity"] = [s["validity"] for s in metrics["steps"]]
     metrics["loadgen_version"] = metrics["steps"][0].get("loadgen_version")
-
-    if performance_only:
+    if model.info.get("source") == RANDOM:
         metrics["accuracy"] = PERFORMANCE_ONLY
     elif serve.scenario in serve.accuracy_scenarios:
-        step = run("accuracy", round_qps(accuracy_qps), f"{serve.scenario}_accuracy")
+        step = runs.run("accuracy", round_qps(accuracy_qps), f"{serve.scenario}_accuracy")
         _, logits = backend_scores(cfg, backend, model, workload, device, work)
         check = accuracy_check(Path(step["log_dir"]) / loadgen.ACCURACY, queries, logits, backend.scores_depend_on_batch(),
                                serve.batch_dependent_auc_tolerance)
@@ -116,9 +79,61 @@ def measure_serving(cfg: Config, backend: Backend, device: torch.device, work: S
         threads=torch.get_num_threads(),
         model_source=model.info.get("source"),
         workload_info=workload.describe(),
-        log_root=str(logs),
+        log_root=str(runs.logs),
     )
     return metrics
+
+
+class Runs:
+    """LoadGen runs of one job over its serving system, each logged into its own folder under `logs`."""
+
+    def __init__(self, cfg: Config, system: ServingSystem, queries: QuerySet, logs: Path) -> None:
+        self.cfg, self.system, self.queries, self.logs = cfg, system, queries, logs
+
+    def run(self, mode: str, qps: float, name: str) -> dict[str, Any]:
+        """One run; the step as LoadGen's log tells it, with pairs/s (samples/s x the pairs per sample served)."""
+        log_dir = self.logs / name
+        log_dir.mkdir(parents=True, exist_ok=True)
+        test = loadgen.settings(self.cfg.serve, mode, qps, len(self.queries), self.cfg.seed)
+        step = loadgen.run(self.system, self.queries, test, log_dir)
+        rows = step["batching"]
+        pairs_per_sample = (rows["rows_per_batch"] / rows["samples_per_batch"]) if rows["batches"] else None
+        step["pairs_per_s"] = step["samples_per_s"] * pairs_per_sample if step["samples_per_s"] and pairs_per_sample else None
+        return step
+
+
+def server(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any]) -> float:
+    """The Server search into `metrics`; the target the accuracy run (if any) uses."""
+    serve, queries = runs.cfg.serve, runs.queries
+    floor = service_floor_ms(warm, queries)
+    metrics["service_p99_ms"] = floor
+    hopeless = None
+    if floor > serve.bound_ms:  # the slowest queries alone take longer than the bound
+        largest = int(queries.sizes.max())
+        hopeless = (f"no load can meet the bound: one query at a time, the p99 of the service times is {floor:.1f} ms "
+                    f"(the largest query, {largest} pairs, takes {warm['query_alone_ms'][str(largest)]:.1f} ms)")
+    start = serve.qps_start or round_qps(warm["capacity_samples_per_s"] * (LIGHT_LOAD if hopeless else FIRST_LOAD))
+    numbers = iter(range(1, 10_000))
+
+    def seconds(qps: float) -> float:  # how long LoadGen runs at this target
+        return max(serve.min_duration_s, (serve.min_query_count or 0) / qps)
+
+    search = find_max_qps(lambda qps: runs.run("performance", qps, f"server_step{next(numbers)}_{qps:g}qps"), start,
+                          serve.qps_factor, serve.qps_resolution, serve.max_steps, serve.min_qps, round_qps, hopeless,
+                          (serve.max_search_s, seconds))
+    metrics.update(search.as_metrics())
+    return search.highest_valid or start
+
+
+def offline(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any]) -> float:
+    """The Offline run (and its retry, when it fell short of the minimum duration) into `metrics`; its samples/s."""
+    steps = [runs.run("performance", round_qps(warm["capacity_samples_per_s"]), "offline")]
+    if steps[0]["min_duration_met"] is False and steps[0]["samples_per_s"]:
+        steps.append(runs.run("performance", round_qps(steps[0]["samples_per_s"] * OFFLINE_RETRY_MARGIN), "offline_retry"))
+    step = steps[-1]
+    metrics.update(offline_samples_per_s=step["samples_per_s"], offline_pairs_per_s=step["pairs_per_s"],
+                   latency_ms=step["latency_ms"], steps=steps)
+    return step["samples_per_s"] or warm["capacity_samples_per_s"]
 
 
 def accuracy_error(metrics: dict[str, Any]) -> str | None:

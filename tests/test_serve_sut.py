@@ -45,10 +45,11 @@ def test_a_partial_batch_waits_at_most_max_wait():
 
 
 def test_samples_arriving_within_the_wait_join_the_batch():
-    b = DynamicBatcher(np.array([10, 10]), max_rows=1000, max_wait_s=5)
+    b = DynamicBatcher(np.array([10, 10]), max_rows=1000, max_wait_s=60)
     b.put(samples(0))
-    threading.Timer(0.05, lambda: b.put(samples(1))).start()
-    threading.Timer(0.2, b.close).start()  # closing flushes what waits
+    later = threading.Timer(0.05, lambda: b.put(samples(1)))
+    later.start()
+    threading.Thread(target=lambda: (later.join(), b.close())).start()  # closing flushes what waits
     assert [s.index for s in b.take()] == [0, 1]
     assert b.take() is None
 

@@ -29,3 +29,38 @@ class Batch:
     def model_inputs(self) -> tuple[torch.Tensor, KeyedJaggedTensor]:
         """Positional arguments of a TorchRec DLRM-style forward: `model(dense, sparse)`."""
         return self.dense, self.sparse
+
+
+def take_rows(batch: Batch, rows: torch.Tensor) -> Batch:
+    """The samples `rows` (indices into the batch, in order) of `batch`, every key's ids with them."""
+    kjt = batch.sparse
+    keys = kjt.keys()
+    n = len(batch)
+    lengths = kjt.lengths().view(len(keys), n)[:, rows].reshape(-1)
+    starts = kjt.offsets()[:-1].view(len(keys), n)[:, rows].reshape(-1)
+    # the position of every kept id: its bag's start plus its place inside the bag
+    bag_of_id = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
+    first_of_bag = torch.cumsum(lengths, 0) - lengths
+    positions = starts[bag_of_id] + torch.arange(int(lengths.sum())) - first_of_bag[bag_of_id]
+    weights = kjt.weights_or_none()
+    sparse = KeyedJaggedTensor(
+        keys=keys,
+        values=kjt.values()[positions],
+        lengths=lengths,
+        weights=None if weights is None else weights[positions],
+    )
+    return Batch(dense=batch.dense[rows], sparse=sparse, labels=batch.labels[rows])
+
+
+def concat_batches(batches: list[Batch]) -> Batch:
+    """One batch holding the samples of `batches` in order (every batch has the same keys)."""
+    if len(batches) == 1:
+        return batches[0]
+    keys = batches[0].sparse.keys()
+    per_key = [[b.sparse[key] for b in batches] for key in keys]
+    values = torch.cat([jt.values() for jts in per_key for jt in jts])
+    lengths = torch.cat([jt.lengths() for jts in per_key for jt in jts])
+    weighted = batches[0].sparse.weights_or_none() is not None
+    weights = torch.cat([jt.weights() for jts in per_key for jt in jts]) if weighted else None
+    sparse = KeyedJaggedTensor(keys=keys, values=values, lengths=lengths, weights=weights)
+    return Batch(dense=torch.cat([b.dense for b in batches]), sparse=sparse, labels=torch.cat([b.labels for b in batches]))

@@ -30,7 +30,7 @@ from bench.compose import CONF_DIR, to_config
 from bench.config import register_configs
 from bench.console import quiet_library_noise
 from bench.errors import EXIT_GATE_FAILED, EXIT_HARNESS_ERROR, EXIT_OK, EXIT_USER_ERROR, UserError, internal_error
-from bench.record import RunRecord
+from bench.record import RunRecord, is_serving
 from bench.store import RECORDS, save_record
 
 GROUPS = ("workload", "model", "backend", "device", "sharding", "gate", "compare", "sweep")
@@ -63,6 +63,10 @@ def check_overrides(args: list[str]) -> None:
 
 
 def summary(record: RunRecord) -> str:
+    if is_serving(record):
+        from bench.serve.summary import serving_summary
+
+        return serving_summary(record)
     head = f"{record.backend} on {record.workload}, {record.device}, batch {record.batch_size}: {record.status}"
     if record.status != "ok":
         return f"{head} ({record.error})"

@@ -172,6 +172,10 @@ class RuleSet:
     min_auc_ratio: Optional[float] = None  # AUC / fp32 AUC (MLPerf: 0.99, high accuracy 0.999)
     min_speedup: Optional[float] = None  # throughput / fp32 throughput, same workload/device/batch
     max_embedding_bytes: Optional[int] = None
+    # Serving rows (+sweep=serve), joined by (backend, scenario, bound):
+    min_qps_at_sla: Optional[float] = None  # Server: highest target QPS LoadGen judged VALID
+    min_qps_ratio: Optional[float] = None  # that QPS (Offline: samples/s) / fp32's, same scenario and bound
+    max_p99_ms: Optional[float] = None  # Server: p99 latency at that QPS
 
 
 @dataclass
@@ -210,6 +214,11 @@ class GateConfig:
                 raise UserError(f"gate.{where}.min_auc_ratio must be positive (a fraction such as 0.999), got {rules.min_auc_ratio}")
             if rules.max_embedding_bytes is not None and rules.max_embedding_bytes < 0:
                 raise UserError(f"gate.{where}.max_embedding_bytes must not be negative")
+            for name in ("min_qps_ratio", "max_p99_ms"):
+                if getattr(rules, name) is not None and getattr(rules, name) <= 0:
+                    raise UserError(f"gate.{where}.{name} must be positive, got {getattr(rules, name)}")
+            if rules.min_qps_at_sla is not None and rules.min_qps_at_sla < 0:
+                raise UserError(f"gate.{where}.min_qps_at_sla must not be negative, got {rules.min_qps_at_sla}")
 
 
 @dataclass
@@ -230,6 +239,83 @@ class TuneConfig:
     # Table sizes only (no sensitivity, search or validation); also taken when the fp32 model cannot be
     # built here (estimated memory above memory_fraction of what is available).
     sizes_only: bool = False
+
+
+# MLPerf DLRM-v2's query sizes (its tools/dist_quantile.txt): a sample's pairs are drawn uniformly
+# from these 20 quantiles, so the mean is 270.
+MLPERF_PAIRS = [100, 100, *[200] * 12, 300, 300, 400, 500, 600, 700]
+SCENARIOS = ("server", "offline")
+
+
+@dataclass
+class ServeConfig:
+    """`+sweep=serve`: a backend served through MLPerf LoadGen (bench.serve). `batch_size` is the dynamic
+    batcher's most rows per model call. The defaults are short runs sized for a small machine; MLPerf's own
+    run lengths are `min_duration_s=600 min_query_count=null loadgen_seeds=mlperf` (docs/serving.md)."""
+
+    scenario: str = "server"  # server: Poisson arrivals under a p99 bound | offline: every query at once
+    bound_ms: float = 60.0  # the Server scenario's p99 latency bound (MLPerf DLRM-v2: 60 ms)
+    # One LoadGen sample is one user's group of candidate pairs; its size is drawn from this list
+    # (uniformly, as MLPerf's reference draws from its quantiles), or fixed at `fixed_pairs`.
+    pairs_quantiles: list[int] = field(default_factory=lambda: list(MLPERF_PAIRS))
+    fixed_pairs: Optional[int] = None
+    max_samples: Optional[int] = None  # samples in the query set; null: as many as the eval split holds
+    # The dynamic batcher: a free worker takes the waiting samples, up to batch_size rows, once the
+    # oldest has waited max_wait_ms or the rows are there.
+    max_wait_ms: float = 2.0
+    workers: int = 1
+    # How long each LoadGen run lasts at least, and its fewest queries (Server) or samples (Offline);
+    # null keeps mlperf.conf's dlrm-v2 value.
+    min_duration_s: float = 4.0
+    min_query_count: Optional[int] = 500
+    loadgen_seeds: str = "harness"  # harness: derived from `seed` | mlperf: mlperf.conf's official seeds
+    # The Server search over target QPS: from qps_start (null: a quarter of the capacity a warm-up
+    # measured), up or down by qps_factor until LoadGen's verdict flips, then halving the bracket until
+    # its ends are within qps_resolution of each other, max_steps runs were made, or the next run would
+    # take the search past max_search_s (a run lasts min_duration_s, or min_query_count / QPS if longer).
+    qps_start: Optional[float] = None
+    qps_factor: float = 1.5
+    qps_resolution: float = 0.1
+    max_steps: int = 6
+    max_search_s: float = 60.0
+    min_qps: float = 0.5  # the search gives up below this: no load meets the bound
+    # Scenarios whose job also makes a LoadGen AccuracyOnly run (every sample once) and checks its AUC.
+    accuracy_scenarios: list[str] = field(default_factory=lambda: ["offline"])
+    # Backends that quantize activations per batch give scores that depend on which samples share a
+    # batch: their accuracy-mode AUC must be within this of the offline AUC (the others: 1e-9).
+    batch_dependent_auc_tolerance: float = 0.002
+
+    def validate(self) -> None:
+        check_serve_config(self)
+
+
+def check_serve_config(cfg) -> None:
+    """The serve settings that cannot run (the schema, or its composed DictConfig), before any work."""
+    if cfg.scenario not in SCENARIOS:
+        raise UserError(f"serve.scenario={cfg.scenario!r}: choose one of {', '.join(SCENARIOS)}")
+    bad_accuracy = [s for s in cfg.accuracy_scenarios if s not in SCENARIOS]
+    if bad_accuracy:
+        raise UserError(f"serve.accuracy_scenarios has {bad_accuracy}: choose among {', '.join(SCENARIOS)}")
+    if cfg.loadgen_seeds not in ("harness", "mlperf"):
+        raise UserError(f"serve.loadgen_seeds={cfg.loadgen_seeds!r}: choose harness or mlperf")
+    positive = {"bound_ms": cfg.bound_ms, "min_duration_s": cfg.min_duration_s, "min_qps": cfg.min_qps, "max_search_s": cfg.max_search_s,
+                "qps_resolution": cfg.qps_resolution, "batch_dependent_auc_tolerance": cfg.batch_dependent_auc_tolerance}
+    if cfg.qps_start is not None:
+        positive["qps_start"] = cfg.qps_start
+    for key, value in positive.items():
+        if not value > 0:
+            raise UserError(f"serve.{key} must be positive, got {value}")
+    if cfg.max_wait_ms < 0:
+        raise UserError(f"serve.max_wait_ms must not be negative, got {cfg.max_wait_ms}")
+    if cfg.qps_factor <= 1:
+        raise UserError(f"serve.qps_factor must be above 1, got {cfg.qps_factor}")
+    counts = {"workers": cfg.workers, "max_steps": cfg.max_steps, "fixed_pairs": cfg.fixed_pairs,
+              "max_samples": cfg.max_samples, "min_query_count": cfg.min_query_count}
+    for key, value in counts.items():
+        if value is not None and value < 1:
+            raise UserError(f"serve.{key} must be a positive integer, got {value}")
+    if not cfg.pairs_quantiles or min(cfg.pairs_quantiles) < 1:
+        raise UserError(f"serve.pairs_quantiles must be a non-empty list of positive sizes, got {list(cfg.pairs_quantiles)}")
 
 
 @dataclass
@@ -265,6 +351,8 @@ class Config:
     memory_fraction: Optional[float] = 0.8
     # Set by `+sweep=tune` (conf/sweep/tune.yaml): the run is a tune (bench.tune), not a job.
     tune: Optional[TuneConfig] = None
+    # Set by `+sweep=serve` (conf/sweep/serve.yaml): the job serves the backend through MLPerf LoadGen (bench.serve).
+    serve: Optional[ServeConfig] = None
     # Hold this host's job lock while a job runs, so parallel launchers never measure two jobs at once
     # (bench.distributed.host).
     one_job_per_host: bool = True

@@ -31,6 +31,7 @@ COMMANDS = """\
   python -m bench +sweep=quant batch_size=2048 device=cpu   command-line values replace the sweep's
   python -m bench +sweep=quant resume=true           finish an interrupted sweep (measured jobs are kept)
   python -m bench +sweep=nightly                     the nightly sweep, then the accuracy gate (exit 1 when it fails)
+  python -m bench +sweep=serve                       max QPS under a p99 bound per backend, through MLPerf LoadGen (docs/serving.md)
   python -m bench -m backend=fp32,uint4 batch_size=256,1024   a sweep of your own (Hydra multirun)
   python -m bench model.checkpoint=model.pt          your own weights (a state dict, or a facebookresearch/dlrm file)
   python -m bench backend=fake_quant --cfg job       print the composed config: every key of that choice

@@ -73,7 +73,7 @@ def check(argv: list[str]) -> None:
         # every swept axis but the backend's, whose choices only the plug-in schemas tell apart
         for variant in variants(overrides, expand=lambda key: key.split(".")[0] != "backend"):
             cfg = _checked_compose(variant)
-            validate(cfg, ("model",))
+            validate(cfg, ("model", "serve"))
             if read_inputs:
                 check_inputs(cfg)
     register_configs()  # loads the plug-ins (torch, torchrec) and their schemas replace the stand-ins
@@ -302,6 +302,8 @@ def _first_line(exc: BaseException) -> str:
 def validate(cfg: DictConfig, groups: tuple[str, ...]) -> None:
     """Each group's own check of its choices (a `validate()` on its schema), nothing built."""
     for group in groups:
+        if cfg.get(group) is None:  # an optional node left unset (serve outside +sweep=serve)
+            continue
         try:
             schema = OmegaConf.to_object(cfg[group])
         except OmegaConfBaseException as exc:

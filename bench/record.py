@@ -84,6 +84,11 @@ class RunRecord:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
+def is_serving(record: RunRecord) -> bool:
+    """A serving job (`+sweep=serve`): reports show it in serve.md and the gate joins it by scenario and bound."""
+    return (record.config or {}).get("serve") is not None
+
+
 class SchemaError(ValueError):
     pass
 

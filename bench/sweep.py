@@ -27,7 +27,7 @@ from bench.config_files import as_compare_config as compare_settings
 from bench.distributed import overlapping
 from bench.errors import EXIT_HARNESS_ERROR, EXIT_OK, internal_error
 from bench.progress import progress
-from bench.record import RunRecord
+from bench.record import RunRecord, is_serving
 
 T = TypeVar("T")
 
@@ -149,7 +149,7 @@ def finish(config: DictConfig) -> int:
     title = f"Sweep {name}" + (f" with {variant}" if variant else "")
     if stages.run("report", lambda: finish_report(records, report_dir, title, variant)) is not None:
         print(f"report: {report_dir / 'report.md'}")
-    if config.get("run_gate"):
+    if config.get("run_gate") and any(not is_serving(r) for r in records):  # the history follows the results table: no serving rows
         from bench.report.history import history_path, update_history
 
         gate, compare = config.gate, config.get("compare") or {}

@@ -24,7 +24,7 @@ LAYERS = {
     "bench.models": 2, "bench.models.random_weights": 2,
     "bench.backends": 3, "bench.backends.direct": 3, "bench.backends.uint4_mixed": 3, "bench.paramserver": 3,
     "bench.measure": 4, "bench.measure.access": 4, "bench.measure.kernels": 4, "bench.measure.roofline": 4,
-    "bench.record": 5, "bench.store": 5, "bench.pipeline": 5, "bench.pipeline.profile": 5, "bench.distributed": 5,
+    "bench.record": 5, "bench.store": 5, "bench.pipeline": 5, "bench.serve": 5, "bench.pipeline.profile": 5, "bench.distributed": 5,
     "bench.report": 6, "bench.report.machine": 6, "bench.tune": 6, "bench.config_files": 0,
     "bench.gate": 7,
     # entry points: may import anything

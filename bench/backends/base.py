@@ -15,6 +15,10 @@ Besides `prepare`, the runner asks a backend:
   to its rows;
 - `emulation()`: the `fake_quant` backend config that emulates it with fp32 kernels, whose AUC gap
   is recorded as `fidelity_gap` (None: nothing to emulate);
+- `scores_depend_on_batch()`: True when a sample's score depends on the other samples of its batch
+  (activations quantized with scales taken from each batch), or when scores that tie often make the AUC
+  move with the last-bit differences of fp32 arithmetic between batch shapes: serving then checks its
+  accuracy-mode AUC within a tolerance instead of to 1e-9 (default False);
 - `record_name()`: its name in records and reports; a backend with variants worth telling apart
   in one report (ps_redis: row precision and cache size) names them here;
 - `before_timing(prepared, warmup_calls)`: called once before the timed calls (the first
@@ -67,6 +71,9 @@ class Backend:
 
     def emulation(self) -> dict | None:
         return None
+
+    def scores_depend_on_batch(self) -> bool:
+        return False
 
     def record_name(self) -> str:
         return self.cfg.name

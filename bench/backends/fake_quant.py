@@ -77,6 +77,11 @@ def qdq_rows(weight: torch.Tensor, bits: int) -> torch.Tensor:
 
 @register("backend", "fake_quant", config=FakeQuantConfig)
 class FakeQuantBackend(Backend):
+    def scores_depend_on_batch(self) -> bool:
+        # dynamic: ranges from each batch. Static too: the fake-quantized output takes few distinct values, so
+        # scores tie, and fp32 products that differ in the last bit between batch shapes break those ties.
+        return self.cfg.mlp == "int8"
+
     def prepare(self, model, calibration_batches, device):
         cfg = self.cfg
         check_config(cfg)

@@ -104,6 +104,9 @@ class PsRedisBackend(Backend):
         policy = "" if cfg.cache_policy == "lru" else f" {cfg.cache_policy}"
         return f"{cfg.name}[{cfg.precision} {size}{policy}]"
 
+    def scores_depend_on_batch(self) -> bool:
+        return self.mlp == "int8" and self.cfg.mlp_mode == "dynamic"
+
     def emulation(self) -> dict | None:
         """The fake_quant twin of the in-memory twin (int rows), so the record carries the same fidelity gap."""
         twin = self.twin()

@@ -206,6 +206,9 @@ class TbeBackend(Backend):
         overrides = {k: str(v) for k, v in self._overrides(tables).items() if str(v) in WEIGHT_DTYPES}
         return {name: overrides.get(name, self.weight_dtype) for name in tables}
 
+    def scores_depend_on_batch(self) -> bool:
+        return self.cfg.mlp == "int8" and self.cfg.mlp_mode == "dynamic"
+
     def emulation(self) -> dict | None:
         """The `fake_quant` config that emulates this backend with fp32 kernels (None: nothing quantized)."""
         per_table = {name: BITS[d] for name, d in self.cfg.per_table.items()}

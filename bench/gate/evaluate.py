@@ -10,7 +10,7 @@ import pandas as pd
 from bench.config import GateConfig, RuleSet
 from bench.errors import UserError
 from bench.gate.config import as_gate_config
-from bench.gate.rules import FAIL, INCONCLUSIVE, PASS, RULES, SKIPPED, VERDICTS, judge
+from bench.gate.rules import FAIL, INCONCLUSIVE, JOB_ROWS, PASS, RULES, SERVER, SKIPPED, VERDICTS, judge, row_kind
 from bench.record import USER
 from bench.report.table import KEY
 
@@ -30,10 +30,12 @@ class Verdict:
     interval: Optional[tuple[float, float]]
     verdict: str  # pass | fail | inconclusive | skipped
     reason: str
+    scenario: Optional[str] = None  # serving rows: scenario, bound and batcher (`server ≤60 ms, wait 2 ms ×1`)
 
     @property
     def where(self) -> str:
-        return f"{self.backend} {self.workload}/{self.device} bs={self.batch_size}"
+        serving = f" {self.scenario}" if self.scenario else ""
+        return f"{self.backend}{serving} {self.workload}/{self.device} bs={self.batch_size}"
 
 
 @dataclass
@@ -60,30 +62,43 @@ class GateResult:
     def sorted(self) -> list[Verdict]:
         """Failing rows first, then inconclusive, skipped, passing; each by key and rule."""
         order = {v: i for i, v in enumerate(VERDICTS)}
-        return sorted(self.verdicts, key=lambda v: (order[v.verdict], v.workload, v.device, v.backend, v.batch_size, v.rule))
+        return sorted(self.verdicts, key=lambda v: (order[v.verdict], v.workload, v.device, v.backend, v.scenario or "", v.batch_size, v.rule))
 
     def to_frame(self) -> pd.DataFrame:
         columns = list(Verdict.__dataclass_fields__)
         return pd.DataFrame([asdict(v) for v in self.sorted()], columns=columns)
 
 
-def evaluate_gate(results_df: pd.DataFrame, gate_cfg: Any) -> GateResult:
-    """One verdict per (row, configured rule) of `results_df` (the `bench.report` results table).
+def evaluate_gate(results_df: pd.DataFrame, gate_cfg: Any, serve_df: Optional[pd.DataFrame] = None) -> GateResult:
+    """One verdict per (row, configured rule that judges that kind of row) of `results_df` (the
+    `bench.report` results table) and `serve_df` (its serving table, joined by backend, scenario and bound).
 
     An errored job is one failing `job` verdict; a skipped job one skipped `job` verdict. A
     backend with no entry in `gate.rules` is judged by `gate.default_rules`, and its reasons say
     so; an ok row whose rules are all off is one passing `job` verdict that says so.
     """
     cfg: GateConfig = as_gate_config(gate_cfg)
-    missing = [c for c in REQUIRED if c not in results_df.columns]
-    if missing:
-        raise UserError(f"results table lacks columns {missing}: expected the bench.report results table")
-    if results_df.empty:
+    tables = [results_df] + ([serve_df] if serve_df is not None else [])
+    for df in tables:
+        missing = [c for c in REQUIRED if c not in df.columns]
+        if missing:
+            raise UserError(f"results table lacks columns {missing}: expected the bench.report results table")
+    if all(df.empty for df in tables):
         raise UserError("results table is empty: nothing to gate (did the sweep run?)")
     verdicts: list[Verdict] = []
-    for row in results_df.to_dict("records"):
-        verdicts.extend(_row_verdicts(row, cfg))
+    for df in tables:
+        for row in df.to_dict("records"):
+            verdicts.extend(_row_verdicts(row, cfg))
     return GateResult(verdicts, cfg.inconclusive_fails)
+
+
+def serving_label(row: dict[str, Any]) -> Optional[str]:
+    """A serving row's scenario, bound and batcher; None for a results-table row."""
+    kind = row_kind(row)
+    if kind == JOB_ROWS[0]:
+        return None
+    bound = f" ≤{row['bound_ms']:g} ms" if kind == SERVER else ""
+    return f"{kind}{bound}, wait {row['max_wait_ms']:g} ms ×{int(row['workers'])}"
 
 
 def _row_verdicts(row: dict[str, Any], cfg: GateConfig) -> list[Verdict]:
@@ -98,6 +113,8 @@ def _row_verdicts(row: dict[str, Any], cfg: GateConfig) -> list[Verdict]:
     text = row.get("error")
     text = "" if text is None or (isinstance(text, float) and pd.isna(text)) else " ".join(str(text).split())
 
+    key["scenario"] = serving_label(row)
+
     def job(verdict: str, reason: str) -> list[Verdict]:
         return [Verdict(**key, rule=JOB, threshold=None, value=None, interval=None, verdict=verdict, reason=reason)]
 
@@ -110,8 +127,12 @@ def _row_verdicts(row: dict[str, Any], cfg: GateConfig) -> list[Verdict]:
     if status != "ok":
         raise UserError(f"row {key}: unknown status {row['status']!r} (expected ok, error or skipped)")
     rules, source = _rules_for(key["backend"], cfg)
-    active = {n: t for n, t in vars(rules).items() if t is not None}
+    kind = row_kind(row)
+    active = {n: t for n, t in vars(rules).items() if t is not None and kind in RULES[n].rows}
     if not active:
+        if kind != JOB_ROWS[0]:
+            names = ", ".join(n for n, r in RULES.items() if kind in r.rows)
+            return job(PASS, f"ran ok; no {kind} serving rule ({names}) is set for backend {key['backend']!r} ({source})")
         return job(PASS, f"ran ok; every rule is off for backend {key['backend']!r} ({source})")
     note = "" if source.startswith("gate.rules.") else f" [{source}]"
     out = []

@@ -1,5 +1,9 @@
 """Rules: one function per rule reads a measure off a results row; one judge turns it into a verdict.
 
+Most rules judge rows of the results table (one per workload, device, backend, batch size); the
+serving rules (`min_qps_at_sla`, `min_qps_ratio`, `max_p99_ms`) judge rows of the serving table
+(`bench.report.serve`, one per backend, scenario and bound): each rule names the rows it judges.
+
 A rule is registered by name (the same name is a `RuleSet` field and the YAML key). Its measure
 returns the value and, where the row has one, the 95% interval of that value, as the comparison
 engine's `Figure` (`bench.compare`: the speedup interval is the engine's bootstrap over both
@@ -36,6 +40,10 @@ class Measure:
     unstable: str = ""  # why the figure is too noisy to pass on (timing marked stable=false)
 
 
+JOB_ROWS = ("job",)  # rows of the results table (bench.report.table)
+SERVER, OFFLINE = "server", "offline"  # rows of the serving table (bench.report.serve), by scenario
+
+
 @dataclass(frozen=True)
 class Rule:
     name: str
@@ -43,19 +51,26 @@ class Rule:
     label: str  # what the value is, for reasons
     measure: Callable[[Row], Measure]
     fmt: Callable[[float], str]
+    rows: tuple[str, ...] = JOB_ROWS  # the kinds of row it judges (`row_kind`); other rows skip it
 
 
 RULES: dict[str, Rule] = {}
 
 
-def rule(name: str, bound: str, label: str, fmt: Callable[[float], str]) -> Callable:
+def rule(name: str, bound: str, label: str, fmt: Callable[[float], str], rows: tuple[str, ...] = JOB_ROWS) -> Callable:
     def decorate(measure: Callable[[Row], Measure]) -> Callable[[Row], Measure]:
         if name in RULES:
             raise ValueError(f"gate rule {name!r} is registered twice")
-        RULES[name] = Rule(name, bound, label, measure, fmt)
+        RULES[name] = Rule(name, bound, label, measure, fmt, rows)
         return measure
 
     return decorate
+
+
+def row_kind(row: Row) -> str:
+    """`job` for a results-table row; the scenario (server, offline) for a serving-table row."""
+    scenario = row.get("scenario")
+    return scenario if isinstance(scenario, str) else JOB_ROWS[0]
 
 
 def figure(row: Row, value: str, lo: Optional[str] = None, hi: Optional[str] = None) -> Figure:
@@ -124,6 +139,37 @@ def speedup(row: Row) -> Measure:
 def embedding_bytes(row: Row) -> Measure:
     value = finite(row.get("embedding_bytes"))
     return Measure(None, missing="embedding_bytes is missing") if value is None else Measure(value)
+
+
+def fmt_qps(v: float) -> str:
+    return f"{v:g} QPS"
+
+
+def fmt_ms(v: float) -> str:
+    return f"{v:.1f} ms"
+
+
+@rule("min_qps_at_sla", "min", "max QPS at the p99 bound", fmt_qps, rows=(SERVER,))
+def qps_at_sla(row: Row) -> Measure:
+    # The highest target LoadGen judged VALID; 0 when none was (the search's bracket is in serve.md).
+    value = finite(row.get("max_qps"))
+    return Measure(None, missing="max_qps is missing") if value is None else Measure(value)
+
+
+@rule("min_qps_ratio", "min", "QPS / fp32 QPS", fmt_speedup, rows=(SERVER, OFFLINE))
+def qps_ratio(row: Row) -> Measure:
+    # Server: max QPS at the bound; Offline: samples/s; against fp32's with the same scenario, bound and batcher.
+    value = finite(row.get("qps_ratio"))
+    if value is None:
+        return Measure(None, missing="qps_ratio is missing (no ok fp32 serving row with this scenario, bound and batcher, or fp32 met no load)")
+    return Measure(value)
+
+
+@rule("max_p99_ms", "max", "p99 latency at max QPS", fmt_ms, rows=(SERVER,))
+def p99_ms(row: Row) -> Measure:
+    # At the highest VALID target; where none was VALID, at the lowest load tried.
+    value = finite(row.get("latency_p99_ms"))
+    return Measure(None, missing="latency_p99_ms is missing") if value is None else Measure(value)
 
 
 def judge(r: Rule, threshold: float, m: Measure, inconclusive_fails: bool) -> tuple[str, str]:

@@ -40,6 +40,7 @@ from bench.hashing import config_hash
 from bench.io import write_text_atomic
 from bench.record import RunRecord
 from bench.report.load import load_records, records_file
+from bench.report.serve import serve_table
 from bench.report.table import results_table
 
 GATE_CONFIG = "gate_config.yaml"
@@ -85,8 +86,8 @@ def read_settings(path: Path) -> GateSettings:
 
 
 def judge(records: Iterable[RunRecord], s: GateSettings) -> GateResult:
-    """The gate over stored records: their results table (speedup intervals at compare.alpha), judged."""
-    return evaluate_gate(results_table(records, alpha=s.compare.alpha), s.gate)
+    """The gate over stored records: their results table (speedup intervals at compare.alpha) and serving table, judged."""
+    return evaluate_gate(results_table(records, alpha=s.compare.alpha), s.gate, serve_table(records))
 
 
 def gate_sweep(report_dir: Path, gate_cfg: Any, compare_cfg: Any) -> int:
@@ -195,7 +196,7 @@ def config_changes(old: GateSettings, new: GateSettings) -> list[str]:
 
 
 def _key(v: Verdict) -> tuple:
-    return (v.workload, v.device, v.backend, v.batch_size, v.rule)
+    return (v.workload, v.device, v.backend, v.scenario or "", v.batch_size, v.rule)
 
 
 def verdict_changes(old: GateResult, new: GateResult) -> list[str]:

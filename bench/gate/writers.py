@@ -50,13 +50,16 @@ def render_markdown(result: GateResult, preface: str = "") -> str:
         *([preface, ""] if preface else []),
         f"Mode: {mode}. Intervals are 95% (paired for AUC).",
         "",
-        "| verdict | backend | workload | device | batch | rule | threshold | value | interval | reason |",
-        "| --- | --- | --- | --- | ---: | --- | ---: | ---: | --- | --- |",
+    ]
+    serving = any(v.scenario for v in result.verdicts)  # serving rows add their scenario column
+    lines += [
+        "| verdict | backend |" + (" scenario |" if serving else "") + " workload | device | batch | rule | threshold | value | interval | reason |",
+        "| --- | --- |" + (" --- |" if serving else "") + " --- | --- | ---: | --- | ---: | ---: | --- | --- |",
     ]
     for v in result.sorted():
         interval = f"{_fmt(v, v.interval[0])} .. {_fmt(v, v.interval[1])}" if v.interval else ""
-        cells = [_MARK[v.verdict], v.backend, v.workload, v.device, str(v.batch_size), v.rule,
-                 _fmt(v, v.threshold), _fmt(v, v.value), interval, v.reason]
+        cells = [_MARK[v.verdict], v.backend, *([v.scenario or ""] if serving else []), v.workload, v.device, str(v.batch_size),
+                 v.rule, _fmt(v, v.threshold), _fmt(v, v.value), interval, v.reason]
         lines.append("| " + " | ".join(_md_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -73,7 +76,8 @@ def render_junit(result: GateResult) -> bytes:
         suite = suites.get(v.backend)
         if suite is None:
             suite = suites[v.backend] = ET.SubElement(root, "testsuite", name=f"gate.{v.backend}")
-        case = ET.SubElement(suite, "testcase", classname=_xml_text(f"gate.{v.backend}.{v.workload}.{v.device}.bs{v.batch_size}"),
+        serving = f".{v.scenario}" if v.scenario else ""
+        case = ET.SubElement(suite, "testcase", classname=_xml_text(f"gate.{v.backend}{serving}.{v.workload}.{v.device}.bs{v.batch_size}"),
                              name=v.rule, time="0")
         message = _xml_text(v.reason)
         if v.verdict == FAIL:

@@ -194,6 +194,13 @@ def _scores(cfg: Config, backend_cfg: BackendConfig, model: TrainedModel, worklo
     return shared.scores.get(key, Path(cfg.cache_dir), score_now)
 
 
+def backend_scores(cfg: Config, backend: Backend, model: TrainedModel, workload: Workload, device: torch.device,
+                   shared: SharedWork) -> Scores:
+    """(labels, logits) of the job's prepared backend on the eval split, through the same score cache."""
+    return _scores(cfg, backend.cfg, model, workload, device, shared,
+                   lambda: shared.prepared(cfg, backend, model, workload, device))
+
+
 def _scores_of(cfg: Config, backend_cfg: BackendConfig, model: TrainedModel, workload: Workload, device: torch.device,
                shared: SharedWork) -> Scores:
     """Scores of another backend (the fp32 baseline, a fake-quant twin), prepared only if not cached."""

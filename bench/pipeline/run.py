@@ -105,13 +105,20 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
         if skip is None and cfg.memory_fraction is not None:
             session.work.release_leftovers(cfg, backend, device)  # earlier jobs' leftovers are not in the way
             workload = session.work.workload(cfg)
-            estimate = memory_estimate(cfg, backend, workload, session.work.model_resident(cfg), device)
-            skip = memory_skip_reason(estimate, device, cfg.memory_fraction)
+            if not session.work.prepared_resident(cfg, backend, device):  # a held module is reused, not built again
+                estimate = memory_estimate(cfg, backend, workload, session.work.model_resident(cfg), device)
+                skip = memory_skip_reason(estimate, device, cfg.memory_fraction)
         if skip is not None:
             record.status, record.error = "skipped", skip
         elif distributed.sharded(cfg):
             record.metrics = distributed.measure_sharded(cfg, backend, device, session.work)
             record.error = distributed.accuracy_error(record.metrics)  # sharding changed a score
+            record.status = "error" if record.error else "ok"
+        elif cfg.serve is not None:  # +sweep=serve: through MLPerf LoadGen
+            from bench.serve import accuracy_error, measure_serving  # bench.serve imports this package
+
+            record.metrics = measure_serving(cfg, backend, device, session.work)
+            record.error = accuracy_error(record.metrics)  # serving changed the AUC beyond its tolerance
             record.status = "error" if record.error else "ok"
         else:
             record.metrics = measure(cfg, backend, device, session.work)

@@ -101,6 +101,10 @@ class SharedWork:
         gc.collect()
         hardware.release_free_memory()
 
+    def prepared_resident(self, cfg: Config, backend: Backend, device: torch.device) -> bool:
+        """Whether this job's prepared module is held already (an earlier job of the same model, backend and device)."""
+        return self._prepared.key is not None and self._prepared_owner == self._owner(cfg, backend, device)
+
     def _owner(self, cfg: Config, backend: Backend, device: torch.device) -> str:
         return config_hash({"model": self.model_ident(cfg), "backend": plain(backend.cfg), "device": str(device)})
 

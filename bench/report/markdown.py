@@ -9,7 +9,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from bench.record import USER, RunRecord
+from bench.record import USER, RunRecord, is_serving
 from bench.report import fmt
 from bench.report.machine import (
     PERFORMANCE_ONLY_NOTE,
@@ -327,6 +327,9 @@ def render_report(
         "",
         *measured_section(records),
     ]
+    serving = sum(is_serving(r) for r in records)
+    if serving:
+        lines += [f"{serving} serving records (MLPerf LoadGen scenarios): see [serve.md](serve.md).", ""]
     lines += scale_section(df)
     lines += [f"![{p.stem}]({Path(p).relative_to(out_dir).as_posix()})\n" for p in plots.get(SCALE_PLOTS, [])]
     for _, g in df.groupby(["workload", "device"], sort=False):

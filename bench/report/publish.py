@@ -14,6 +14,7 @@ from bench.record import RunRecord
 from bench.store import write_records
 from bench.report.markdown import render_report
 from bench.report.plots import write_plots
+from bench.report.serve import write_serve_report
 from bench.report.table import KEY, as_records, latest_records, results_table, trials
 
 
@@ -23,7 +24,8 @@ def write_report(
     title: str = "Quantized DLRM benchmark",
     write_records_file: bool = True,
 ) -> Path:
-    """Write report.md, results.csv, records.jsonl (every input record) and PNG plots into out_dir.
+    """Write report.md, results.csv, records.jsonl (every input record) and PNG plots into out_dir; with
+    serving records, serve.md, serve.csv and their plots too.
 
     Returns the path of report.md. `write_records_file=False` leaves an existing records.jsonl
     alone (re-rendering in place, where that file is the input).
@@ -37,6 +39,7 @@ def write_report(
     write_text_atomic(out_dir / "results.csv", df.to_csv(index=False))
     if write_records_file:
         write_records(records, out_dir / "records.jsonl")
+    write_serve_report(records, out_dir, title)
     report = out_dir / "report.md"
     write_text_atomic(report, render_report(df, records, title, plots, out_dir))
     return report

@@ -19,7 +19,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from bench.compare import finite, ratio, samples
-from bench.record import RunRecord
+from bench.record import RunRecord, is_serving
 from bench.report.machine import EXTRA_COLUMNS, row_extras
 from bench.stats import INCONCLUSIVE, practical_verdict
 
@@ -116,9 +116,11 @@ def key_of(record: RunRecord) -> tuple[str, str, str, int]:
 
 
 def latest_records(records: Iterable[RunRecord | dict[str, Any]]) -> dict[tuple, RunRecord]:
-    """Newest record per (workload, device, backend, batch_size); on equal times the later one."""
+    """Newest record per (workload, device, backend, batch_size), serving jobs left out; on equal times the later one."""
     latest: dict[tuple, RunRecord] = {}
     for r in as_records(records):
+        if is_serving(r):  # serving jobs have their own table (bench.report.serve)
+            continue
         k = key_of(r)
         if k not in latest or _created(r) >= _created(latest[k]):
             latest[k] = r

@@ -18,35 +18,13 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 import torch
-from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from bench.batch import Batch
+from bench.batch import Batch, take_rows
 
 SEARCH, HOLDOUT = "search", "holdout"  # the two halves (tune.csv's split column)
 PLAN, CHECK = "plan", "check"  # the search half's two quarters
 # part -> (modulus, residue) of the sample indices it takes
 PARTS = {PLAN: (4, 0), CHECK: (4, 2), HOLDOUT: (2, 1)}
-
-
-def take_rows(batch: Batch, rows: torch.Tensor) -> Batch:
-    """The samples `rows` (indices into the batch, in order) of `batch`, every key's ids with them."""
-    kjt = batch.sparse
-    keys = kjt.keys()
-    n = len(batch)
-    lengths = kjt.lengths().view(len(keys), n)[:, rows].reshape(-1)
-    starts = kjt.offsets()[:-1].view(len(keys), n)[:, rows].reshape(-1)
-    # the position of every kept id: its bag's start plus its place inside the bag
-    bag_of_id = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
-    first_of_bag = torch.cumsum(lengths, 0) - lengths
-    positions = starts[bag_of_id] + torch.arange(int(lengths.sum())) - first_of_bag[bag_of_id]
-    weights = kjt.weights_or_none()
-    sparse = KeyedJaggedTensor(
-        keys=keys,
-        values=kjt.values()[positions],
-        lengths=lengths,
-        weights=None if weights is None else weights[positions],
-    )
-    return Batch(dense=batch.dense[rows], sparse=sparse, labels=batch.labels[rows])
 
 
 def split_by_index(batches: Sequence[Batch], parts: Mapping[str, tuple[int, int]] = PARTS) -> dict[str, list[Batch]]:

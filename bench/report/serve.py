@@ -1,0 +1,272 @@
+"""The serving report (`+sweep=serve`): serve.csv, serve.md and a latency-versus-QPS plot per backend.
+
+One row per serving job, the newest record winning for each (workload, device, backend, scenario,
+bound, batcher). Every figure is read from the record, which holds what LoadGen's logs said: the
+Server scenario's bracket (highest VALID and lowest INVALID target QPS) with each step's verdict and
+percentiles, the Offline scenario's samples/s, and the accuracy-mode AUC against the offline AUC.
+Ratios are against the fp32 row with the same scenario, bound and batcher.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
+
+from bench.io import write_text_atomic
+from bench.record import RunRecord, is_serving
+from bench.report import fmt
+from bench.report.table import BASELINE, as_records, backend_label, backend_rank
+
+SERVE_KEY = ["workload", "device", "backend", "scenario", "bound_ms", "batch_size", "max_wait_ms", "workers"]
+COLUMNS = [
+    *SERVE_KEY, "status", "max_qps", "max_qps_lo", "max_qps_hi", "monotonic", "search_stop", "steps", "validity",
+    "latency_p50_ms", "latency_p90_ms", "latency_p99_ms", "samples_per_s", "pairs_per_s", "qps_ratio",
+    "service_p99_ms", "pairs_mean", "auc_loadgen", "auc_offline", "auc_shift", "auc_tolerance", "auc_check",
+    "batch_dependent", "min_duration_s", "min_query_count", "threads", "loadgen_version", "error", "config_hash",
+    "fingerprint", "created_at", "record_id",
+]
+NOTES = [
+    "A **sample** is one LoadGen sample: one user's group of candidate pairs (rows), as in MLPerf's DLRM-v2 "
+    "(sizes drawn from its quantiles, 100-700 pairs, mean 270, unless the run fixed them). pairs/s = samples/s "
+    "× the pairs per sample the run served.",
+    "**Server**: queries of one sample arrive at random (Poisson) at the target QPS; LoadGen judges each run "
+    "VALID or INVALID (p99 latency within the bound, with early stopping, and the run's minimum duration and "
+    "query count). Max QPS is the highest target judged VALID; the bracket [highest VALID, lowest INVALID] "
+    "holds the true limit. 0 means no target met the bound. Latencies are LoadGen's, at the max-QPS step (where none was VALID, at the lowest load tried).",
+    "**Offline**: every query at once; samples/s as LoadGen measured it.",
+    "Short runs (the default) judge fewer queries than MLPerf's 600 s runs, and early stopping tolerates fewer "
+    "late queries in a short run, so a short run's max QPS is a conservative estimate, not a compliant result "
+    "(docs/serving.md).",
+    "Accuracy: a LoadGen AccuracyOnly run sends every sample once; its AUC (from LoadGen's accuracy log) is "
+    "checked against the offline AUC of the same backend on the same rows: to 1e-9 where a sample's score does "
+    "not depend on its batch, within the stated tolerance where activations are quantized per batch "
+    "(batch-dependent); the shift is what dynamic batching moved the AUC by.",
+]
+
+
+def serving_records(records: Iterable[RunRecord | dict[str, Any]]) -> list[RunRecord]:
+    return [r for r in as_records(records) if is_serving(r)]
+
+
+def _key(r: RunRecord) -> tuple:
+    serve = (r.config or {}).get("serve") or {}
+    bound = serve.get("bound_ms") if serve.get("scenario") == "server" else None
+    return (r.workload, r.device, backend_label(r), serve.get("scenario"), bound, int(r.batch_size),
+            serve.get("max_wait_ms"), serve.get("workers"))
+
+
+def _created(r: RunRecord) -> datetime:
+    try:
+        return datetime.fromisoformat(r.created_at)
+    except (TypeError, ValueError):
+        return datetime.min
+
+
+def latest_serving(records: Iterable[RunRecord | dict[str, Any]]) -> dict[tuple, RunRecord]:
+    latest: dict[tuple, RunRecord] = {}
+    for r in serving_records(records):
+        k = _key(r)
+        if k not in latest or _created(r) >= _created(latest[k]):
+            latest[k] = r
+    return latest
+
+
+def _num(x: Any) -> float:
+    return math.nan if x is None or isinstance(x, bool) else float(x)
+
+
+def _row(key: tuple, r: RunRecord) -> dict[str, Any]:
+    m, serve = r.metrics or {}, (r.config or {}).get("serve") or {}
+    lat = m.get("latency_ms") or {}
+    server = key[3] == "server"
+    row: dict[str, Any] = dict(zip(SERVE_KEY, key))
+    row.update(
+        status=r.status, error=r.error, config_hash=r.config_hash, created_at=r.created_at, record_id=r.record_id,
+        fingerprint=(r.env or {}).get("fingerprint"),
+        max_qps=_num(m.get("max_qps")) if server else math.nan,
+        max_qps_lo=_num(m.get("max_qps_lo")), max_qps_hi=_num(m.get("max_qps_hi")),
+        monotonic=m.get("monotonic"), search_stop=m.get("search_stop"),
+        steps=len(m.get("steps") or []) or math.nan,
+        validity=" ".join(f"{s.get('target_qps'):g}:{s.get('validity')}" for s in m.get("steps") or []) or None,
+        latency_p50_ms=_num(lat.get("p50")) if server else math.nan,
+        latency_p90_ms=_num(lat.get("p90")) if server else math.nan,
+        latency_p99_ms=_num(lat.get("p99")) if server else math.nan,
+        samples_per_s=_num(m.get("samples_per_s") if server else m.get("offline_samples_per_s")),
+        pairs_per_s=_num(_at_max(m).get("pairs_per_s") if server else m.get("offline_pairs_per_s")),
+        service_p99_ms=_num(m.get("service_p99_ms")),
+        pairs_mean=_num((m.get("query_set") or {}).get("pairs_mean")),
+        auc_loadgen=_num(m.get("auc_loadgen")), auc_offline=_num(m.get("auc_offline")), auc_shift=_num(m.get("auc_shift")),
+        auc_tolerance=_num(m.get("auc_tolerance")), auc_check=m.get("auc_check"), batch_dependent=m.get("batch_dependent"),
+        min_duration_s=_num(serve.get("min_duration_s")), min_query_count=_num(serve.get("min_query_count")),
+        threads=_num(m.get("threads")), loadgen_version=m.get("loadgen_version"),
+    )
+    return row
+
+
+def _at_max(m: dict[str, Any]) -> dict[str, Any]:
+    """The step at the highest VALID target (none: {})."""
+    best = m.get("max_qps_lo")
+    return next((s for s in m.get("steps") or [] if s.get("validity") == "VALID" and s.get("target_qps") == best), {})
+
+
+def serve_table(records: Iterable[RunRecord | dict[str, Any]]) -> pd.DataFrame:
+    """One row per serving job (newest per key), fp32 first, with the ratio to fp32's max QPS (Server) or samples/s (Offline)."""
+    latest = latest_serving(records)
+    if not latest:
+        return pd.DataFrame(columns=COLUMNS)
+    rows = [_row(k, r) for k, r in latest.items()]
+    by_key = {tuple(row[c] for c in SERVE_KEY): row for row in rows}
+    for row in rows:
+        base = by_key.get(tuple(BASELINE if c == "backend" else row[c] for c in SERVE_KEY))
+        measure = "max_qps" if row["scenario"] == "server" else "samples_per_s"
+        ok = base is not None and base["status"] == "ok" and row["status"] == "ok" and base[measure] > 0
+        row["qps_ratio"] = row[measure] / base[measure] if ok else math.nan
+    df = pd.DataFrame(rows)
+    df["_rank"] = df["backend"].map(backend_rank)
+    df["_scenario"] = df["scenario"].map(lambda s: 0 if s == "server" else 1)
+    df = df.sort_values(["workload", "device", "_scenario", "_rank"], kind="mergesort").drop(columns=["_rank", "_scenario"])
+    return df.reset_index(drop=True)[COLUMNS]
+
+
+# ---------------------------------------------------------------------------------------------- markdown
+
+
+def _bracket(row) -> str:
+    lo, hi = row.max_qps_lo, row.max_qps_hi
+    return f"[{fmt.DASH if fmt.missing(lo) else f'{lo:g}'}, {fmt.DASH if fmt.missing(hi) else f'{hi:g}'}]"
+
+
+def _ratio(x: float) -> str:
+    return fmt.DASH if fmt.missing(x) else f"{x:.2f}x"
+
+
+def _where(row) -> str:
+    return f"{row.workload} on {row.device}, batcher {row.batch_size} rows / {row.max_wait_ms:g} ms / {row.workers} worker(s)"
+
+
+def render_serve(df: pd.DataFrame, latest: dict[tuple, RunRecord], plots: list[Path], out_dir: Path, title: str) -> str:
+    lines = [f"# {title}: serving through MLPerf LoadGen", "", "How to read this:", "", *[f"- {n}" for n in NOTES], ""]
+    ok = df[df["status"] == "ok"]
+    server, offline = ok[ok["scenario"] == "server"], ok[ok["scenario"] == "offline"]
+    if not server.empty:
+        lines += ["## Server: max QPS under the p99 bound", ""]
+        for (where, bound), g in server.groupby([server.apply(_where, axis=1), "bound_ms"], sort=False):
+            lines += [f"{where}; p99 bound {bound:g} ms:", ""]
+            table = [[r.backend, f"{r.max_qps:g}", _bracket(r), fmt.count(r.pairs_per_s), fmt.ms(r.latency_p50_ms),
+                      fmt.ms(r.latency_p90_ms), fmt.ms(r.latency_p99_ms), _ratio(r.qps_ratio), r.validity or fmt.DASH]
+                     for r in g.itertuples(index=False)]
+            lines += [fmt.markdown_table(["backend", "max QPS", "bracket [VALID, INVALID]", "pairs/s", "p50 ms", "p90 ms",
+                                          "p99 ms", "vs fp32", "steps (target QPS: LoadGen's verdict)"], table, "lrlrrrrrl"), ""]
+            for r in g.itertuples(index=False):
+                if r.max_qps == 0 or r.monotonic is False:
+                    lines.append(f"- {r.backend}: {r.search_stop}")
+            lines.append("")
+        lines += ["### Every step", ""]
+        steps, by_id = [], {rec.record_id: rec for rec in latest.values()}
+        for r in server.itertuples(index=False):
+            for i, s in enumerate(by_id[r.record_id].metrics.get("steps") or [], 1):
+                lat = s.get("latency_ms") or {}
+                steps.append([r.backend, i, f"{s.get('target_qps'):g}", s.get("validity"), fmt.number(s.get("samples_per_s"), 1),
+                              fmt.count(s.get("pairs_per_s")), fmt.ms(lat.get("p50")), fmt.ms(lat.get("p90")), fmt.ms(lat.get("p99")),
+                              s.get("queries"), s.get("overlatency_queries"), fmt.first_line(s.get("early_stopping"), 120)])
+        lines += [fmt.markdown_table(["backend", "step", "target QPS", "LoadGen", "samples/s", "pairs/s", "p50 ms", "p90 ms",
+                                      "p99 ms", "queries", "over bound", "early stopping"], steps, "lrrlrrrrrrrl"), ""]
+    if not offline.empty:
+        lines += ["## Offline: every query at once", ""]
+        table = [[r.backend, fmt.number(r.samples_per_s, 1), fmt.count(r.pairs_per_s), _ratio(r.qps_ratio),
+                  r.validity or fmt.DASH] for r in offline.itertuples(index=False)]
+        lines += [fmt.markdown_table(["backend", "samples/s", "pairs/s", "vs fp32", "LoadGen (target: verdict)"], table, "lrrrl"), ""]
+    checked = ok[ok["auc_check"].notna()]
+    if not checked.empty:
+        lines += ["## Accuracy mode", ""]
+        table = [[r.backend, r.scenario, f"{r.auc_loadgen:.6f}", f"{r.auc_offline:.6f}", f"{r.auc_shift:+.2e}".replace("-", fmt.MINUS),
+                  f"{r.auc_tolerance:g}", "yes" if r.batch_dependent else "no", r.auc_check] for r in checked.itertuples(index=False)]
+        lines += [fmt.markdown_table(["backend", "scenario", "AUC (LoadGen)", "AUC (offline)", "shift", "tolerance",
+                                      "batch-dependent", "check"], table, "llrrrrll"), ""]
+    for p in plots:
+        lines += [f"![{p.stem}]({Path(p).relative_to(out_dir).as_posix()})", ""]
+    lines += _run_lines(ok)
+    bad = df[df["status"] != "ok"]
+    lines += ["## Errors and skips", ""]
+    if bad.empty:
+        lines += ["None: every serving job finished.", ""]
+    for r in bad.itertuples(index=False):
+        lines.append(f"- {r.backend} / {r.scenario} / {r.workload} / {r.device}: **{r.status}**: {fmt.first_line(r.error) or 'no reason recorded'}")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _run_lines(ok: pd.DataFrame) -> list[str]:
+    if ok.empty:
+        return []
+    durations = sorted({f"{x:g}" for x in ok["min_duration_s"].dropna()})
+    counts = sorted({f"{x:g}" for x in ok["min_query_count"].dropna()}) or ["mlperf.conf's"]
+    threads = sorted({f"{x:g}" for x in ok["threads"].dropna()})
+    versions = sorted({str(v) for v in ok["loadgen_version"].dropna()})
+    compliant = all(float(d) >= 600 for d in durations)
+    return ["## Run settings", "",
+            f"LoadGen {', '.join(versions)}; each run lasted at least {', '.join(durations)} s and "
+            f"{', '.join(counts)} queries (Offline: samples); {', '.join(threads)} torch thread(s). "
+            + ("MLPerf's minimum duration (600 s) was met." if compliant else
+               "Shorter than MLPerf's 600 s minimum: not a compliant result."), ""]
+
+
+# ---------------------------------------------------------------------------------------------- plot
+
+
+def latency_plot(latest: dict[tuple, RunRecord], key: tuple, path: Path) -> Path | None:
+    """p50/p90/p99 latency against target QPS over one Server search; VALID filled, INVALID hollow; the bound dashed."""
+    rec = latest[key]
+    steps = sorted(rec.metrics.get("steps") or [], key=lambda s: s.get("target_qps") or 0)
+    if rec.status != "ok" or not steps:
+        return None
+    fig = Figure(figsize=(6.4, 4.2))
+    ax = fig.add_subplot()
+    qps = [s["target_qps"] for s in steps]
+    for q, style in (("p50", ":"), ("p90", "--"), ("p99", "-")):
+        values = [(s.get("latency_ms") or {}).get(q) for s in steps]
+        line = ax.plot(qps, values, style, label=q)[0]
+        for x, y, s in zip(qps, values, steps):
+            valid = s.get("validity") == "VALID"
+            ax.plot([x], [y], "o", color=line.get_color(), markerfacecolor=line.get_color() if valid else "none")
+    bound = key[4]
+    if bound is not None:
+        ax.axhline(bound, color="red", linewidth=1, linestyle="--", label=f"bound {bound:g} ms")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if str(v)[0] in "25" else ""))
+    ax.set_xlabel("target QPS (LoadGen Server scenario)")
+    ax.set_ylabel("latency (ms, log)")
+    ax.set_title(f"{key[2]} on {key[0]}/{key[1]}: filled = VALID, hollow = INVALID", fontsize="medium")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small")
+    FigureCanvasAgg(fig)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    return path
+
+
+def write_serve_report(records: Iterable[RunRecord | dict[str, Any]], out_dir: Path, title: str) -> Path | None:
+    """serve.md, serve.csv and the plots into out_dir; None (nothing written) when no record is a serving job."""
+    records = as_records(records)
+    latest = latest_serving(records)
+    if not latest:
+        return None
+    out_dir = Path(out_dir)
+    df = serve_table(records)
+    plots = []
+    for key in latest:
+        if key[3] == "server":
+            name = "serve_latency_" + "_".join(str(k) for k in (key[2], key[0], key[1], key[5]) if k is not None)
+            p = latency_plot(latest, key, out_dir / f"{''.join(c if c.isalnum() or c in '._-' else '-' for c in name)}.png")
+            if p is not None:
+                plots.append(p)
+    write_text_atomic(out_dir / "serve.csv", df.to_csv(index=False))
+    path = out_dir / "serve.md"
+    write_text_atomic(path, render_serve(df, latest, plots, out_dir, title))
+    return path

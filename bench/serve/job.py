@@ -1,0 +1,212 @@
+"""`measure_serving(cfg, backend, device, work) -> metrics`: one serving job, the way MLPerf measures it.
+
+The job's workload, trained model and prepared backend come from the shared work, as in every other
+job. The eval split becomes LoadGen's query set; a warm-up times the model (full batches, and one query
+of each size alone) to pick the first target; then, in the Server scenario, a bracketed search for the
+highest target QPS LoadGen judges VALID under the p99 bound, or, in Offline, one run with every query
+at once (run again, once, with LoadGen's measured rate when the first fell short of the minimum
+duration). Scenarios listed in `serve.accuracy_scenarios` end with an AccuracyOnly run whose AUC is
+checked against the offline AUC of the same rows. LoadGen's logs stay in the job's folder, one folder
+per run.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from bench.backends.base import Backend
+from bench.backends.tables import embedding_bytes
+from bench.config import Config, check_serve_config
+from bench.measure.memory import model_bytes
+from bench.models.random_weights import RANDOM
+from bench.pipeline.job import PERFORMANCE_ONLY, backend_scores
+from bench.pipeline.shared import SharedWork
+from bench.serve import loadgen
+from bench.serve.accuracy import accuracy_check
+from bench.serve.queries import QuerySet
+from bench.serve.search import find_max_qps
+from bench.serve.sut import ServingSystem, predict
+
+SAMPLE = "one LoadGen sample is one user's group of candidate pairs (rows); pairs/s = samples/s x the pairs per sample served"
+OFFLINE_RETRY_MARGIN = 1.2  # the second Offline run asks for this much more than LoadGen measured
+LIGHT_LOAD = 0.2  # share of the capacity where queueing adds little to a query's own time
+# The first target, as a share of the full-batch capacity: lower steps run longer (min_query_count / QPS),
+# so the search starts low and climbs; serving small batches under a bound reaches well below capacity.
+FIRST_LOAD = 0.25
+
+
+def measure_serving(cfg: Config, backend: Backend, device: torch.device, work: SharedWork) -> dict[str, Any]:
+    serve = cfg.serve
+    check_serve_config(serve)
+    workload = work.workload(cfg)
+    model = work.model(cfg, workload)
+    work.release_leftovers(cfg, backend, device)
+    prepared = work.prepared(cfg, backend, model, workload, device)
+    queries = QuerySet.from_eval(work.split_batches(cfg, workload, "eval"), serve, cfg.seed)
+    runs = Runs(cfg, ServingSystem(prepared, queries, device, cfg.batch_size, serve.max_wait_ms / 1000, serve.workers),
+                queries, job_dir(cfg) / "loadgen")
+    warm = warm_up(prepared, queries, device, cfg.batch_size)
+    metrics: dict[str, Any] = {
+        "scenario": serve.scenario,
+        "bound_ms": serve.bound_ms if serve.scenario == "server" else None,
+        "batcher": {"max_rows": cfg.batch_size, "max_wait_ms": serve.max_wait_ms, "workers": serve.workers},
+        "query_set": {"samples": len(queries), "pairs": queries.pairs, "pairs_mean": queries.pairs / len(queries),
+                      "sizes": "fixed" if serve.fixed_pairs is not None else "quantiles"},
+        "warm_up": warm,
+        "sample": SAMPLE,
+    }
+    accuracy_qps = (server if serve.scenario == "server" else offline)(runs, warm, metrics)
+    metrics["validity"] = [s["validity"] for s in metrics["steps"]]
+    metrics["loadgen_version"] = metrics["steps"][0].get("loadgen_version")
+    if model.info.get("source") == RANDOM:
+        metrics["accuracy"] = PERFORMANCE_ONLY
+    elif serve.scenario in serve.accuracy_scenarios:
+        step = runs.run("accuracy", round_qps(accuracy_qps), f"{serve.scenario}_accuracy")
+        _, logits = backend_scores(cfg, backend, model, workload, device, work)
+        check = accuracy_check(Path(step["log_dir"]) / loadgen.ACCURACY, queries, logits, backend.scores_depend_on_batch(),
+                               serve.batch_dependent_auc_tolerance)
+        metrics.update(check, accuracy_step=step)
+    metrics.update(
+        embedding_bytes=embedding_bytes(prepared),
+        model_bytes=model_bytes(prepared),
+        threads=torch.get_num_threads(),
+        model_source=model.info.get("source"),
+        workload_info=workload.describe(),
+        log_root=str(runs.logs),
+    )
+    return metrics
+
+
+class Runs:
+    """LoadGen runs of one job over its serving system, each logged into its own folder under `logs`."""
+
+    def __init__(self, cfg: Config, system: ServingSystem, queries: QuerySet, logs: Path) -> None:
+        self.cfg, self.system, self.queries, self.logs = cfg, system, queries, logs
+
+    def run(self, mode: str, qps: float, name: str) -> dict[str, Any]:
+        """One run; the step as LoadGen's log tells it, with pairs/s (samples/s x the pairs per sample served)."""
+        log_dir = self.logs / name
+        log_dir.mkdir(parents=True, exist_ok=True)
+        test = loadgen.settings(self.cfg.serve, mode, qps, len(self.queries), self.cfg.seed)
+        step = loadgen.run(self.system, self.queries, test, log_dir)
+        rows = step["batching"]
+        pairs_per_sample = (rows["rows_per_batch"] / rows["samples_per_batch"]) if rows["batches"] else None
+        step["pairs_per_s"] = step["samples_per_s"] * pairs_per_sample if step["samples_per_s"] and pairs_per_sample else None
+        return step
+
+
+def server(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any]) -> float:
+    """The Server search into `metrics`; the target the accuracy run (if any) uses."""
+    serve, queries = runs.cfg.serve, runs.queries
+    floor = service_floor_ms(warm, queries)
+    metrics["service_p99_ms"] = floor
+    hopeless = None
+    if floor > serve.bound_ms:  # the slowest queries alone take longer than the bound
+        largest = int(queries.sizes.max())
+        hopeless = (f"no load can meet the bound: one query at a time, the p99 of the service times is {floor:.1f} ms "
+                    f"(the largest query, {largest} pairs, takes {warm['query_alone_ms'][str(largest)]:.1f} ms)")
+    start = serve.qps_start or round_qps(warm["capacity_samples_per_s"] * (LIGHT_LOAD if hopeless else FIRST_LOAD))
+    numbers = iter(range(1, 10_000))
+
+    def seconds(qps: float) -> float:  # how long LoadGen runs at this target
+        return max(serve.min_duration_s, (serve.min_query_count or 0) / qps)
+
+    search = find_max_qps(lambda qps: runs.run("performance", qps, f"server_step{next(numbers)}_{qps:g}qps"), start,
+                          serve.qps_factor, serve.qps_resolution, serve.max_steps, serve.min_qps, round_qps, hopeless,
+                          (serve.max_search_s, seconds))
+    metrics.update(search.as_metrics())
+    return search.highest_valid or start
+
+
+def offline(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any]) -> float:
+    """The Offline run (and its retry, when it fell short of the minimum duration) into `metrics`; its samples/s."""
+    steps = [runs.run("performance", round_qps(warm["capacity_samples_per_s"]), "offline")]
+    if steps[0]["min_duration_met"] is False and steps[0]["samples_per_s"]:
+        steps.append(runs.run("performance", round_qps(steps[0]["samples_per_s"] * OFFLINE_RETRY_MARGIN), "offline_retry"))
+    step = steps[-1]
+    metrics.update(offline_samples_per_s=step["samples_per_s"], offline_pairs_per_s=step["pairs_per_s"],
+                   latency_ms=step["latency_ms"], steps=steps)
+    return step["samples_per_s"] or warm["capacity_samples_per_s"]
+
+
+def accuracy_error(metrics: dict[str, Any]) -> str | None:
+    """The job's error when its accuracy-mode AUC disagrees with the offline AUC beyond the tolerance."""
+    if metrics.get("auc_check") != "fail":
+        return None
+    return (f"accuracy-mode AUC {metrics['auc_loadgen']:.10f} differs from the offline AUC {metrics['auc_offline']:.10f} "
+            f"on the same {metrics['pairs']} pairs by {metrics['auc_shift']:+.3g} (allowed {metrics['auc_tolerance']:g})")
+
+
+def service_floor_ms(warm: dict[str, Any], queries: QuerySet) -> float:
+    """The p99 over the query set of each query's time alone: no load gives a lower p99 latency."""
+    alone = warm["query_alone_ms"]
+    return float(np.percentile([alone[str(size)] for size in queries.sizes], 99))
+
+
+def job_dir(cfg: Config) -> Path:
+    """Hydra's output folder of this job, where its record goes; outside Hydra, a fresh folder under reports_dir."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return Path(HydraConfig.get().runtime.output_dir)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path(cfg.reports_dir) / "serve_logs" / f"{stamp}-{uuid.uuid4().hex[:6]}"
+
+
+def round_qps(qps: float) -> float:
+    """Three significant digits: targets that read well in tables and logs."""
+    if qps <= 0:
+        return qps
+    digits = 2 - int(np.floor(np.log10(qps)))
+    return float(round(qps, digits))
+
+
+def warm_up(module: nn.Module, queries: QuerySet, device: torch.device, max_rows: int, seconds: float = 1.0) -> dict[str, Any]:
+    """Full batches through the model (the first untimed) until `seconds` passed: the capacity in samples/s
+    that picks the first target; and one query of each size alone (ms by size, as text keys for JSON), the
+    floor under any latency."""
+    batches = _full_batches(queries, max_rows)
+    predict(module, queries, batches[0], device, max_rows)
+    samples, start = 0, time.perf_counter()
+    for indices in batches[1:] or batches:
+        predict(module, queries, indices, device, max_rows)
+        samples += len(indices)
+        if time.perf_counter() - start > seconds:
+            break
+    elapsed = time.perf_counter() - start
+    alone = {}
+    for size in sorted(set(int(s) for s in queries.sizes)):
+        index = int(np.flatnonzero(queries.sizes == size)[0])
+        alone[str(size)] = _median_ms(lambda: predict(module, queries, [index], device, max_rows))
+    return {"capacity_samples_per_s": samples / elapsed, "capacity_batches": max(1, len(batches) - 1),
+            "query_alone_ms": alone}
+
+
+def _full_batches(queries: QuerySet, max_rows: int, limit: int = 64) -> list[list[int]]:
+    """Consecutive samples packed up to max_rows rows each, as the batcher packs them under load."""
+    out, current, rows = [], [], 0
+    for i, size in enumerate(queries.sizes):
+        if current and rows + size > max_rows:
+            out.append(current)
+            current, rows = [], 0
+            if len(out) == limit:
+                return out
+        current.append(i)
+        rows += int(size)
+    return out + ([current] if current else [])
+
+
+def _median_ms(call: Callable[[], Any], repeats: int = 3) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - start) * 1000)
+    return float(np.median(times))

@@ -1,0 +1,107 @@
+"""The serving report and gate over stored serving records (a real tiny sweep's, tests/fixtures/serve/records/):
+fp32 and int8_tbe, Server and Offline, fp32 INVALID at 450 QPS where int8_tbe was VALID."""
+
+import dataclasses
+
+import pandas as pd
+import pytest
+
+from bench.config import GateConfig, RuleSet
+from bench.gate import evaluate_gate
+from bench.gate.stored import judge, settings
+from bench.report import write_report
+from bench.report.serve import serve_table
+from bench.report.table import results_table
+from bench.store import read_records
+from tests.conftest import REPO
+
+RECORDS = REPO / "tests" / "fixtures" / "serve" / "records" / "records.jsonl"
+
+
+@pytest.fixture
+def records():
+    return read_records(RECORDS)
+
+
+def row(df, backend, scenario):
+    return df[(df["backend"] == backend) & (df["scenario"] == scenario)].iloc[0]
+
+
+def test_one_row_per_backend_and_scenario_with_the_bracket_and_the_ratio(records):
+    df = serve_table(records)
+    assert list(zip(df["backend"], df["scenario"])) == [("fp32", "server"), ("int8_tbe", "server"),
+                                                         ("fp32", "offline"), ("int8_tbe", "offline")]
+    fp32, int8 = row(df, "fp32", "server"), row(df, "int8_tbe", "server")
+    assert (fp32.max_qps, fp32.max_qps_lo, fp32.max_qps_hi) == (300, 300, 450)
+    assert int8.max_qps == 450 and pd.isna(int8.max_qps_hi)  # VALID at every step tried
+    assert int8.qps_ratio == pytest.approx(1.5) and fp32.qps_ratio == 1.0
+    assert fp32.validity == "200:VALID 300:VALID 450:INVALID" and fp32.bound_ms == 60
+    at_max = next(s for s in records[0].metrics["steps"] if s["target_qps"] == 300)
+    assert fp32.latency_p99_ms == at_max["latency_ms"]["p99"] and fp32.pairs_per_s == at_max["pairs_per_s"]
+    off = row(df, "int8_tbe", "offline")
+    assert off.samples_per_s == records[3].metrics["offline_samples_per_s"] and pd.isna(off.bound_ms)
+    assert off.qps_ratio == pytest.approx(off.samples_per_s / row(df, "fp32", "offline").samples_per_s)
+    assert off.auc_check == "pass" and off.batch_dependent and row(df, "fp32", "offline").auc_shift == 0
+
+
+def test_serving_records_stay_out_of_the_results_table(records):
+    assert results_table(records).empty
+
+
+def test_the_report_writes_serve_md_csv_and_a_plot_per_search(records, tmp_path):
+    write_report(records, tmp_path, title="serve fixture")
+    text = (tmp_path / "serve.md").read_text()
+    assert "| fp32 | 300 | [300, 450] |" in text and "| int8_tbe | 450 | [450, —] |" in text
+    assert "## Offline: every query at once" in text and "## Accuracy mode" in text
+    assert "Shorter than MLPerf's 600 s minimum: not a compliant result." in text
+    assert pd.read_csv(tmp_path / "serve.csv").shape[0] == 4
+    assert sorted(p.name for p in tmp_path.glob("serve_latency_*.png")) == ["serve_latency_fp32_synthetic_cpu_512.png",
+                                                                            "serve_latency_int8_tbe_synthetic_cpu_512.png"]
+    assert "4 serving records" in (tmp_path / "report.md").read_text()
+
+
+def test_an_errored_serving_job_is_listed(records, tmp_path):
+    broken = dataclasses.replace(records[1], status="error", error="RuntimeError: planted", metrics={}, record_id="x")
+    write_report([records[0], broken, *records[2:]], tmp_path, title="serve fixture")
+    assert "- fp32 / offline / synthetic / cpu: **error**: RuntimeError: planted" in (tmp_path / "serve.md").read_text()
+
+
+def gate(**rules):
+    return GateConfig(rules={b: RuleSet(**r) for b, r in rules.items()})
+
+
+def verdicts(records, cfg):
+    return {(v.backend, v.scenario, v.rule): v for v in evaluate_gate(results_table(records), cfg, serve_table(records)).verdicts}
+
+
+def test_serving_rules_judge_serving_rows_by_scenario(records):
+    v = verdicts(records, gate(int8_tbe={"min_qps_at_sla": 400, "min_qps_ratio": 1.2, "max_p99_ms": 60},
+                               fp32={"min_qps_at_sla": 400}))
+    server, offline = "server ≤60 ms, wait 2 ms ×1", "offline, wait 2 ms ×1"
+    assert v[("int8_tbe", server, "min_qps_at_sla")].verdict == "pass"
+    assert v[("fp32", server, "min_qps_at_sla")].verdict == "fail"  # 300 < 400
+    assert v[("int8_tbe", server, "min_qps_ratio")].value == pytest.approx(1.5)
+    assert v[("int8_tbe", offline, "min_qps_ratio")].verdict == "fail"  # Offline: samples/s, 0.84x of fp32
+    assert v[("int8_tbe", server, "max_p99_ms")].verdict == "pass"
+    assert ("int8_tbe", offline, "min_qps_at_sla") not in v and ("int8_tbe", offline, "max_p99_ms") not in v
+
+
+def test_accuracy_rules_leave_serving_rows_alone(records):
+    v = verdicts(records, gate(fp32={"max_auc_drop": 0.0}))
+    assert {key[2] for key in v} == {"job"}
+    assert "no server serving rule (min_qps_at_sla, min_qps_ratio, max_p99_ms)" in v[("fp32", "server ≤60 ms, wait 2 ms ×1", "job")].reason
+
+
+def test_the_stored_gate_judges_serving_records(records):
+    result = judge(records, settings({"rules": {"fp32": {"min_qps_at_sla": 1e9}}}))
+    assert result.exit_code == 1 and [f.rule for f in result.failures] == ["min_qps_at_sla"]
+
+
+def test_a_serving_sweep_s_gate_writes_its_verdict_without_a_history(records, tmp_path):
+    from bench.gate import gate_sweep
+    from bench.store import write_records
+
+    write_records(records, tmp_path / "records.jsonl")
+    code = gate_sweep(tmp_path, {"rules": {"int8_tbe": {"min_qps_ratio": 1.2}}}, {}, tmp_path)
+    assert code == 1  # int8_tbe's Offline samples/s are 0.84x fp32's
+    assert "min_qps_ratio" in (tmp_path / "gate.md").read_text() and not (tmp_path / "history.jsonl").exists()

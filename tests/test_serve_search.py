@@ -1,0 +1,77 @@
+"""The bracketed search over target QPS, driven by a stand-in step that judges a fixed limit (no LoadGen)."""
+
+from bench.serve.job import round_qps
+from bench.serve.search import find_max_qps
+
+
+def limit(at, noisy=()):
+    """A step VALID at or below `at` QPS (except at the loads in `noisy`), and the targets it was asked for."""
+    asked = []
+
+    def step(qps):
+        asked.append(qps)
+        valid = qps <= at and qps not in noisy
+        return {"target_qps": qps, "validity": "VALID" if valid else "INVALID", "latency_ms": {"p99": qps / at * 50}}
+
+    return step, asked
+
+
+def test_brackets_the_limit_within_the_resolution():
+    step, asked = limit(137)
+    s = find_max_qps(step, 50, 1.5, 0.1, 20, 1, round_qps)
+    assert s.highest_valid <= 137 < s.lowest_invalid
+    assert s.lowest_invalid / s.highest_valid <= 1.1 and s.stop == "bracket within 10%"
+    assert asked[:3] == [50, 75, 112]  # up by the factor until INVALID
+    m = s.as_metrics()
+    assert m["max_qps"] == s.highest_valid and (m["max_qps_lo"], m["max_qps_hi"]) == (s.highest_valid, s.lowest_invalid)
+    assert m["latency_ms"] == s.at_max()["latency_ms"] and len(m["steps"]) == len(asked)
+
+
+def test_steps_down_from_an_invalid_start():
+    step, asked = limit(20)
+    s = find_max_qps(step, 100, 2.0, 0.25, 20, 1)
+    assert asked[:3] == [100, 50, 25] and s.highest_valid <= 20 < s.lowest_invalid
+
+
+def test_stops_after_max_steps_with_what_it_has():
+    step, asked = limit(1000)
+    s = find_max_qps(step, 10, 1.5, 0.1, 3, 1)
+    assert len(asked) == 3 and s.lowest_invalid is None and s.stop == "3 steps (serve.max_steps)"
+    assert s.as_metrics()["max_qps"] == s.highest_valid
+
+
+def test_no_load_meets_the_bound():
+    step, asked = limit(0.1)
+    s = find_max_qps(step, 8, 2.0, 0.1, 20, 1)
+    assert asked == [8, 4, 2, 1] and s.highest_valid is None
+    assert s.as_metrics()["max_qps"] == 0.0 and "no target QPS down to 1" in s.stop
+    assert s.at_max()["target_qps"] == 1  # the lowest load tried
+
+
+def test_a_hopeless_search_stops_at_its_first_invalid_step():
+    step, asked = limit(0.1)
+    s = find_max_qps(step, 3, 2.0, 0.1, 20, 1, hopeless="the queries alone take longer than the bound")
+    assert asked == [3] and s.stop == "the queries alone take longer than the bound"
+
+
+def test_a_verdict_that_flips_at_the_same_load_is_reported_not_hidden():
+    verdicts = iter(["VALID", "INVALID"])  # the machine's load changed between two runs at one target
+
+    def step(qps):
+        return {"target_qps": qps, "validity": next(verdicts)}
+
+    s = find_max_qps(step, 100, 1.5, 0.1, 20, 1, snap=lambda q: 100.0)
+    assert (s.highest_valid, s.lowest_invalid) == (100.0, 100.0) and not s.monotonic
+    assert "INVALID below a VALID" in s.stop and len(s.steps) == 2
+
+
+def test_round_qps_keeps_three_digits():
+    assert [round_qps(x) for x in (1234.5, 137.49, 9.876, 0.01234)] == [1230.0, 137.0, 9.88, 0.0123]
+
+
+def test_stops_before_a_step_that_would_overrun_the_time_budget():
+    step, asked = limit(5)
+    seconds = lambda qps: max(4.0, 500 / qps)  # noqa: E731 - a run's length: 4 s, or 500 queries
+    s = find_max_qps(step, 100, 2.0, 0.1, 20, 1, budget=(60.0, seconds))
+    # 100 (5 s), 50 (10 s), 25 (20 s) spent 35 s; 12.5 would run 40 s more
+    assert asked == [100, 50, 25] and "past 60 s (serve.max_search_s)" in s.stop and s.highest_valid is None

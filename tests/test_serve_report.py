@@ -102,6 +102,6 @@ def test_a_serving_sweep_s_gate_writes_its_verdict_without_a_history(records, tm
     from bench.store import write_records
 
     write_records(records, tmp_path / "records.jsonl")
-    code = gate_sweep(tmp_path, {"rules": {"int8_tbe": {"min_qps_ratio": 1.2}}}, {}, tmp_path)
+    code = gate_sweep(tmp_path, {"rules": {"int8_tbe": {"min_qps_ratio": 1.2}}}, {})
     assert code == 1  # int8_tbe's Offline samples/s are 0.84x fp32's
     assert "min_qps_ratio" in (tmp_path / "gate.md").read_text() and not (tmp_path / "history.jsonl").exists()

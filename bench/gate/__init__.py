@@ -2,7 +2,7 @@
 
     result = evaluate_gate(results_df, gate_cfg)   # results_df: bench.report's results table
     code = run_gate(results_df, gate_cfg, out_dir) # writes gate.md + gate.xml, returns 0 or 1
-    code = gate_sweep(report_dir, gate_cfg, compare_cfg, reports_dir)  # the sweep's gate, from stored records
+    code = gate_sweep(report_dir, gate_cfg, compare_cfg)  # the sweep's gate, from stored records
 
 `python -m bench.gate REPORT_DIR [overrides]` re-judges a report folder's records.jsonl with the
 config stored beside it (`bench.gate.stored`). The gate may import `bench.report`; the report

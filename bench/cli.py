@@ -26,20 +26,16 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from bench import preflight
-from bench.compose import CONF_DIR, to_config
+from bench.config import CONF_DIR, config_groups, group_options
+from bench.config.compose import to_config
 from bench.config import register_configs
 from bench.console import quiet_library_noise
 from bench.errors import EXIT_GATE_FAILED, EXIT_HARNESS_ERROR, EXIT_OK, EXIT_USER_ERROR, UserError, internal_error
-from bench.record import RunRecord, is_serving
+from bench.report.summary import summary
 from bench.store import RECORDS, save_record
 
-GROUPS = ("workload", "model", "backend", "device", "sharding", "gate", "compare", "sweep")
 POSITIVE_INT_KEYS = ("batch_size", "eval_batch_size", "calibration_batch_size", "threads", "world_size")
 log = logging.getLogger("bench")
-
-
-def group_options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml") if not p.stem.startswith("base_"))
 
 
 def check_overrides(args: list[str]) -> None:
@@ -51,7 +47,7 @@ def check_overrides(args: list[str]) -> None:
     for override in overrides:
         key = override.key_or_group.split("@")[0]
         values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [override.get_value_element_as_str()]
-        if key in GROUPS and not override.is_delete():
+        if key in config_groups() and not override.is_delete():
             known = group_options(key)
             for value in values:
                 if value not in known:
@@ -62,54 +58,10 @@ def check_overrides(args: list[str]) -> None:
                     raise UserError(f"{key} must be a positive integer, got {value!r} ({key}=N)")
 
 
-def summary(record: RunRecord) -> str:
-    if is_serving(record):
-        from bench.serve.summary import serving_summary
-
-        return serving_summary(record)
-    head = f"{record.backend} on {record.workload}, {record.device}, batch {record.batch_size}: {record.status}"
-    if record.status != "ok":
-        return f"{head} ({record.error})"
-    m = record.metrics
-    lines = [head]
-    if "auc" in m:
-        auc = f"  AUC {m['auc']:.4f}"
-        if m.get("oracle_auc") is not None:
-            auc += f" (oracle {m['oracle_auc']:.4f}, gap {m['oracle_auc'] - m['auc']:.4f})"
-        if record.backend != "fp32":
-            auc += f"; ΔAUC vs fp32 {m['auc_delta']:+.4f} [{m['auc_delta_lo']:+.4f}, {m['auc_delta_hi']:+.4f}]"
-        lines.append(auc + f"; log loss {m['logloss']:.4f}, NE {m['ne']:.4f}, {m['n_eval']} eval samples")
-    else:
-        lines.append(f"  {m.get('accuracy', 'no accuracy measured')}")
-    lat = m["latency_ms"]
-    lines.append(
-        f"  throughput {m['throughput']:,.0f} samples/s; latency p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, p99 {lat['p99']:.2f} ms; {m['threads']} threads"
-    )
-    if m.get("speedup") is not None:
-        lines.append(f"  speedup vs fp32 {m['speedup']:.2f}x [{m['speedup_lo']:.2f}, {m['speedup_hi']:.2f}] ({m['speedup_method']})")
-    if m.get("stable") is False:
-        lines.append(f"  UNSTABLE timing: {m['unstable_reason']}")
-    lines.append(
-        f"  embeddings {m['embedding_bytes'] / 1e6:.2f} MB; model {m['model_bytes'] / 1e6:.2f} MB; peak RSS {m['peak_rss_bytes'] / 1e6:.0f} MB"
-        + (f"; built in {m['prepare_seconds']:.1f} s" if m.get("prepare_seconds") is not None else "")
-    )
-    if m.get("ps_twin"):
-        from bench.paramserver.module import summary_line
-
-        lines.append(summary_line(m))
-    roof = m.get("roofline")
-    if roof:
-        lines.append(
-            f"  embedding traffic {roof['embedding_bytes_per_s'] / 1e9:.2f} GB/s = {100 * roof['embedding_share']:.0f}% of the gather "
-            f"roofline; matrix products at {100 * roof['dense_share']:.0f}% of the GEMM roofline"
-        )
-    return "\n".join(lines)
-
-
 @functools.cache
 def shared_session():
     """What the jobs of this process share (a sweep runs them here one after another): built once."""
-    from bench.pipeline import Session
+    from bench.runner import Session
 
     return Session()
 
@@ -137,7 +89,7 @@ def _run_dir() -> Path | None:
 def _task(cfg: DictConfig) -> str:
     config = to_config(cfg)
     from bench.distributed import one_job_per_host, writes_records
-    from bench.pipeline import run_job  # torch and the plug-ins: imported after the pre-flight checks
+    from bench.runner import run_job  # torch and the plug-ins: imported after the pre-flight checks
 
     quiet_library_noise()
     if config.tune is not None:  # +sweep=tune: one tune, not a job (bench.tune)

@@ -2,7 +2,7 @@
 reports go. Built from the sources of truth without importing torch: the group options are the
 files in `conf/<group>/` (the same names as the registry, `bench.registry`), a plug-in's line is the
 first sentence of its module docstring, other options' lines are the first comment of their YAML,
-and the plain options with their defaults and notes come from the schema in `bench/config.py`.
+and the plain options with their defaults and notes come from the schema in `bench/config/schema.py`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from bench import config as schemas
-from bench.registry import KINDS
+from bench.config import CONF_DIR, config_groups, default_choices, group_key, group_options
+from bench.registry import KINDS, PACKAGES
 
-ROOT = Path(__file__).resolve().parents[1]
-CONF_DIR = ROOT / "conf"
-GROUPS = ("workload", "model", "backend", "device", "sweep", "gate")
+ROOT = CONF_DIR.parent
 
 COMMANDS = """\
   python -m bench                                    one run: fp32, synthetic workload, CPU, batch 2048
@@ -50,7 +49,7 @@ OUTPUTS = """\
 
 
 def help_text() -> str:
-    defaults = _default_choices()
+    defaults = default_choices()
     lines = [
         "python -m bench: measure what each quantization backend of a DLRM costs and buys (TorchRec + FBGEMM):",
         "throughput, latency, memory, and AUC against the fp32 model with confidence intervals; records and reports.",
@@ -62,11 +61,10 @@ def help_text() -> str:
         "",
         "Groups (GROUP=OPTION; * the default):",
     ]
-    for group in GROUPS:
+    for group in config_groups():
         options = group_options(group)
         width = max(len(o) for o in options) + 2
-        prefix = "+sweep" if group == "sweep" else group
-        lines.append(f"  {prefix}=")
+        lines.append(f"  {group_key(group)}=")
         for option in options:
             mark = "*" if defaults.get(group) == option else " "
             lines.append(f"   {mark}{option:<{width}}{describe(group, option)}")
@@ -86,17 +84,6 @@ def help_text() -> str:
     return "\n".join(lines)
 
 
-def group_options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml") if not p.stem.startswith("base_"))
-
-
-def _default_choices() -> dict[str, str]:
-    defaults = {}
-    for entry in OmegaConf.load(CONF_DIR / "config.yaml").get("defaults", []):
-        if isinstance(entry, dict) or OmegaConf.is_dict(entry):
-            defaults.update({str(k): str(v) for k, v in entry.items()})
-    return defaults
-
 
 def describe(group: str, option: str) -> str:
     if group in KINDS:
@@ -104,12 +91,9 @@ def describe(group: str, option: str) -> str:
     return _yaml_line(CONF_DIR / group / f"{option}.yaml")
 
 
-_PACKAGES = {"backend": "backends", "workload": "workloads"}
-
-
 def _plugin_line(kind: str, name: str) -> str:
     """First sentence of the plug-in module's docstring, read without importing it."""
-    path = ROOT / "bench" / _PACKAGES[kind] / f"{name}.py"
+    path = ROOT / PACKAGES[kind].replace(".", "/") / f"{name}.py"
     if not path.exists():
         return ""
     doc = ast.get_docstring(ast.parse(path.read_text())) or ""
@@ -141,7 +125,7 @@ def plain_options() -> list[tuple[str, str, str]]:
     for cls, prefix in ((schemas.Config, ""), (schemas.TimingConfig, "timing.")):
         notes = field_notes(cls)
         for f in dataclasses.fields(cls):
-            if f.name in GROUPS or f.name in ("timing", "sweep_name", "run_gate"):
+            if f.name in config_groups() or f.name in ("timing", "sweep_name", "run_gate"):
                 continue
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
             out.append((prefix + f.name, "null" if default is None else str(default).lower() if isinstance(default, bool) else str(default), notes.get(f.name, "")))

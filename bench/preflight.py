@@ -39,13 +39,13 @@ from hydra.errors import ConfigCompositionException, HydraException
 from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from bench.config import Config, register_configs
+from bench import registry
+from bench.config import CONF_DIR, Config, register_configs
 from bench.errors import UserError
 from bench.models.checkpoint_file import checkpoint_problem
-from bench.validation import validate_config
+from bench.config.validation import validate_config
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
-PLUGIN_GROUPS = ("backend", "workload")  # their schemas come with the plug-in modules (torch)
+PLUGIN_GROUPS = registry.KINDS  # their schemas come with the plug-in modules (torch)
 SHOW_ONLY_FLAGS = ("cfg", "info", "shell_completion", "hydra_help")  # print, run nothing: no input files read
 
 

@@ -15,8 +15,8 @@ import sys
 import time
 
 from bench.errors import EXIT_HARNESS_ERROR, UserError, internal_error
-from bench.validation import writable_folder
-from bench.workloads.criteo.preprocess import (
+from bench.config.validation import writable_folder
+from bench.workloads.criteo.convert import (
     CATEGORICAL_MODES,
     PreprocessOptions,
     preprocess,

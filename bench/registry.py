@@ -29,7 +29,7 @@ class Entry:
 
 
 _entries: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
-_PACKAGES = {"backend": "bench.backends", "workload": "bench.workloads"}
+PACKAGES = {"backend": "bench.backends", "workload": "bench.workloads"}
 
 
 def register(kind: str, name: str, config: type, in_sweeps: bool = True) -> Callable[[Any], Any]:
@@ -47,7 +47,7 @@ def register(kind: str, name: str, config: type, in_sweeps: bool = True) -> Call
 
 def load_plugins() -> None:
     """Import every module of the plug-in packages so that their `register` calls run."""
-    for package_name in _PACKAGES.values():
+    for package_name in PACKAGES.values():
         package = importlib.import_module(package_name)
         for info in pkgutil.walk_packages(package.__path__, package_name + "."):
             importlib.import_module(info.name)

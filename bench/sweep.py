@@ -23,7 +23,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from bench.config_files import as_compare_config as compare_settings
+from bench.config import NOT_THE_JOB
+from bench.config.files import as_compare_config as compare_settings
 from bench.distributed import overlapping
 from bench.errors import EXIT_HARNESS_ERROR, EXIT_OK, internal_error
 from bench.progress import progress
@@ -44,9 +45,9 @@ def count_jobs(config: DictConfig) -> int:
     return math.prod(sizes.values())
 
 
-# Overrides that change where output goes or what happens after measuring, not which jobs run
-# (the runner's NON_SEMANTIC_KEYS, Hydra's own settings, the sweep choice itself).
-NOT_THE_JOBS = ("reports_dir", "cache_dir", "sweep_name", "gate", "run_gate", "resume", "memory_fraction", "hydra", "sweep")
+# Command-line keys that do not change a sweep's jobs: the config's own (NOT_THE_JOB), Hydra's
+# settings and the sweep choice itself.
+NOT_THE_JOBS = (*NOT_THE_JOB, "hydra", "sweep")
 
 
 def sweep_variant(task_overrides) -> str | None:

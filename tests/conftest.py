@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.compose import compose
-from bench.testing import TINY_OVERRIDES as TINY
+from bench.config.compose import compose
+from bench.config.quick import TINY_OVERRIDES as TINY
 
 REPO = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO / "conf"

@@ -7,7 +7,7 @@ import torch
 
 from bench.adapters import batch_to_dlrm_tuple, dlrm_tuple_to_batch
 from bench.errors import UserError
-from bench.testing import random_batch, tiny_tables
+from bench.workloads.random_batch import random_batch, tiny_tables
 
 
 @pytest.mark.parametrize("pooling", [1, 3])

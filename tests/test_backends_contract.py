@@ -8,9 +8,9 @@ import torch
 from omegaconf import OmegaConf
 
 from bench import registry
-from bench.compose import compose
+from bench.config.compose import compose
 from bench.models.dlrm import build_dlrm
-from bench.testing import random_batch, tiny_model_config, tiny_tables
+from bench.workloads.random_batch import random_batch, tiny_model_config, tiny_tables
 
 BACKENDS = registry.names("backend")
 CPU = torch.device("cpu")

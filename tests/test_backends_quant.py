@@ -28,7 +28,7 @@ from bench.backends.fake_quant import qdq_rows
 from bench.backends.tables import table_storage
 from bench.errors import UserError
 from bench.models.dlrm import build_dlrm
-from bench.testing import random_batch, tiny_model_config, tiny_tables
+from bench.workloads.random_batch import random_batch, tiny_model_config, tiny_tables
 
 CPU = torch.device("cpu")
 TABLES = tiny_tables(num_tables=4, rows=60, pooling=3)

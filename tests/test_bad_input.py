@@ -16,7 +16,7 @@ import pytest
 from hydra.core.global_hydra import GlobalHydra
 
 from bench.errors import UserError
-from bench.pipeline import run_job
+from bench.runner import run_job
 from bench.store import StoreIndex, read_records
 from bench.report.__main__ import main as report_main
 from bench.report.load import load_records

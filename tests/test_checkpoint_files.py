@@ -13,7 +13,7 @@ from bench.errors import UserError
 from bench.models.checkpoint import load_checkpoint, read_state_dict
 from bench.models.dlrm import build_dlrm
 from bench.models.dlrm_import import convert_fb_dlrm_state_dict
-from bench.testing import tiny_model_config, tiny_tables
+from bench.workloads.random_batch import tiny_model_config, tiny_tables
 from tests.test_dlrm_import import D, FbDLRM
 
 

@@ -1,4 +1,4 @@
-"""The comparison engine (`bench.compare`): planted samples and figures with known answers."""
+"""The comparison engine (`bench.comparison`): planted samples and figures with known answers."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from bench.compare import (
+from bench.comparison import (
     BETTER,
     DIFFERENCE,
     NOT_COMPARABLE,
@@ -52,7 +52,7 @@ def test_samples_keep_positive_finite_numbers_only():
 def test_the_engine_imports_no_pandas_hydra_gate_or_report():
     import subprocess
 
-    code = ("import sys, bench.compare; bad = [m for m in sys.modules if m.split('.')[0] in ('pandas', 'hydra', 'omegaconf') "
+    code = ("import sys, bench.comparison; bad = [m for m in sys.modules if m.split('.')[0] in ('pandas', 'hydra', 'omegaconf') "
             "or m.startswith(('bench.gate', 'bench.report', 'bench.config'))]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -9,22 +9,22 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from bench import registry
-from bench.cli import GROUPS, group_options
-from bench.compose import compose_dictconfig, to_config
+from bench.config import config_groups, group_key, group_options
+from bench.config.compose import compose_dictconfig, to_config
 from bench.config import Config
 from bench.sweep import count_jobs
 from tests.conftest import CONF_DIR, compose_config
 
 
 def leaf_configs():
-    for group in GROUPS:
+    for group in config_groups():
         for option in group_options(group):
             yield group, option
 
 
 @pytest.mark.parametrize("group,option", list(leaf_configs()))
 def test_every_leaf_config_composes(group, option):
-    key = f"+{group}" if group == "sweep" else group
+    key = group_key(group)
     raw = compose_dictconfig([f"{key}={option}"])
     OmegaConf.to_container(raw, resolve=True, throw_on_missing=True)
     cfg = to_config(raw)  # the typed object the runner and plug-ins receive

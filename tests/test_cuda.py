@@ -6,7 +6,7 @@ import torch
 from bench.measure.memory import PeakMemory
 from bench.measure.timing import time_module
 from bench.models.dlrm import build_dlrm
-from bench.testing import random_batch, tiny_model_config, tiny_tables
+from bench.workloads.random_batch import random_batch, tiny_model_config, tiny_tables
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
 
@@ -23,7 +23,7 @@ def test_cuda_timing_and_peak_memory():
 
 
 def test_cuda_run_records_gpu(tiny_cfg):
-    from bench.pipeline import run_one
+    from bench.runner import run_one
 
     record = run_one(tiny_cfg("device=cuda"))
     assert record.status == "ok", record.error
@@ -35,7 +35,7 @@ def test_cuda_run_records_gpu(tiny_cfg):
     ["backend=fp16_tbe", "sharding=table_wise"],  # quantized inference sharding on the GPU
 ])  # fmt: skip
 def test_cuda_sharded_run_matches_the_unsharded_one(tiny_cfg, overrides):
-    from bench.pipeline import run_one
+    from bench.runner import run_one
 
     record = run_one(tiny_cfg("device=cuda", *overrides))
     assert record.status == "ok", record.error

@@ -16,10 +16,10 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
 from bench import registry
-from bench.compose import compose
+from bench.config.compose import compose
 from bench.models.custom import LogitsOf
-from bench.pipeline import Session, run_one
-from bench.testing import TINY_OVERRIDES as TINY
+from bench.runner import Session, run_one
+from bench.config.quick import TINY_OVERRIDES as TINY
 from examples.make_parquet import write_clicks
 from tests.conftest import REPO, run_bench
 

@@ -11,8 +11,8 @@ from bench.backends.tbe import quantize_tables, row_alignment
 from bench.config import ModelConfig
 from bench.models.random_weights import CHUNK_ROWS, table_chunk
 from bench.models.train import trained_model
-from bench.testing import random_batch, tiny_tables
-from bench.workloads.base import TableSpec
+from bench.workloads.random_batch import random_batch, tiny_tables
+from bench.workloads.workload import TableSpec
 
 
 class TablesOnly:

@@ -21,16 +21,16 @@ import torch
 from bench import registry
 from bench.distributed import engine, enter_rank, host
 from bench.distributed.launch import failure, rank_pids, wait_gone
-from bench.distributed.measure import slice_rows, split_bounds
+from bench.distributed.collect import slice_rows, split_bounds
 from bench.distributed.worker import config_from_dict
 from bench.errors import UserError
 from bench.measure.memory import row_bytes
-from bench.pipeline import Session, run_job
+from bench.runner import Session, run_job
 from bench.store import read_records
 from bench.report.sharding import plan_text, sharding_section
 from bench.report.table import results_table
 from bench.stats import median_interval, paired_auc_delta
-from bench.testing import random_batch, tiny_tables
+from bench.workloads.random_batch import random_batch, tiny_tables
 from tests.conftest import REPO, run_bench
 from tests.support.models import config_maker, train_once
 from tests.test_faults import FAST, multirun

@@ -9,12 +9,9 @@ from torch import nn
 from bench.adapters import batch_to_dlrm_tuple
 from bench.errors import UserError
 from bench.models.dlrm import build_dlrm
-from bench.models.dlrm_import import (
-    convert_fb_dlrm_state_dict,
-    is_fb_dlrm_state_dict,
-    load_dlrm_checkpoint,
-)
-from bench.testing import random_batch, tiny_model_config, tiny_tables
+from bench.models.checkpoint import load_checkpoint
+from bench.models.dlrm_import import convert_fb_dlrm_state_dict, is_fb_dlrm_state_dict
+from bench.workloads.random_batch import random_batch, tiny_model_config, tiny_tables
 
 D = 8
 
@@ -62,7 +59,7 @@ def test_matches_reference_forward(setup, tmp_path):
     sd = fb.state_dict()
     assert is_fb_dlrm_state_dict(sd) and "top_l.2.weight" in sd and "top_l.1.weight" not in sd
     torch.save({"epoch": 3, "state_dict": sd}, tmp_path / "dlrm.pt")
-    load_dlrm_checkpoint(tmp_path / "dlrm.pt", model)
+    load_checkpoint(model, tmp_path / "dlrm.pt")  # the loader of model.checkpoint=PATH maps dlrm's keys
     batch = random_batch(tables, 64, seed=1)
     X, lS_o, lS_i, _ = batch_to_dlrm_tuple(batch)
     with torch.no_grad():

@@ -24,7 +24,7 @@ from bench.backends.fp32 import Fp32Backend
 from bench.backends.int8_tbe import Int8TbeBackend
 from bench.backends.tables import embedding_bytes
 from bench.measure import memory
-from bench.pipeline import Session, job_hash, run_job
+from bench.runner import Session, job_hash, run_job
 from bench.pipeline.guard import memory_estimate
 from bench.store import read_records
 from tests.support.models import FAST, config_maker, train_once

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from bench.compose import compose_dictconfig
+from bench.config.compose import compose_dictconfig
 from bench.errors import UserError
 from bench.gate import (
     FAIL,

@@ -7,10 +7,10 @@ from bench.config import DeviceConfig
 from bench.errors import UserError
 from bench.hardware import resolve, set_threads
 from bench.measure.accuracy import CountMismatch, accuracy_metrics, score
-from bench.measure.env import environment
+from bench.measure.environment import environment
 from bench.measure.memory import PeakMemory, model_bytes
 from bench.measure.timing import Timing, time_module, time_paired
-from bench.testing import random_batch, tiny_tables
+from bench.workloads.random_batch import random_batch, tiny_tables
 
 
 class Counting(nn.Module):

@@ -24,7 +24,7 @@ from bench.backends.tables import table_storage
 from bench.measure.memory import model_bytes
 from bench.models.dlrm import build_dlrm
 from bench.pipeline.job import backend_config
-from bench.testing import random_batch, tiny_model_config, tiny_tables
+from bench.workloads.random_batch import random_batch, tiny_model_config, tiny_tables
 
 DIM = 16
 ROW_BYTES = {"fp32": 4 * DIM, "fp16": 2 * DIM, "int8": DIM + 4, "int4": DIM // 2 + 4, "int2": DIM // 4 + 4}

@@ -8,7 +8,7 @@ from bench.errors import UserError
 from bench.models.checkpoint import load_checkpoint
 from bench.models.dlrm import build_dlrm
 from bench.models.train import trained_model
-from bench.testing import tiny_model_config, tiny_tables
+from bench.workloads.random_batch import tiny_model_config, tiny_tables
 from bench.workloads.synthetic import SyntheticConfig, SyntheticWorkload
 
 

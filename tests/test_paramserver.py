@@ -1,4 +1,4 @@
-"""bench.paramserver on its own: the slot cache's eviction, the private server's lifecycle, the row
+"""bench.backends.paramserver on its own: the slot cache's eviction, the private server's lifecycle, the row
 store against a real redis-server on loopback (never a mock), and the row bytes."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import torch
 from bench import registry
 from bench.errors import UserError
 from bench.models.dlrm import build_dlrm
-from bench.paramserver.cache import RowCache
-from bench.paramserver.rows import encode, row_bytes
-from bench.paramserver.server import RedisServer
-from bench.paramserver.store import Location, RowStore, TableRows, weights_digest
-from bench.testing import random_batch, tiny_model_config, tiny_tables
+from bench.backends.paramserver.cache import RowCache
+from bench.backends.paramserver.rows import encode, row_bytes
+from bench.backends.paramserver.server import RedisServer
+from bench.backends.paramserver.redis_tables import Location, RowStore, TableRows, weights_digest
+from bench.workloads.random_batch import random_batch, tiny_model_config, tiny_tables
 from tests.redis_procs import gone, is_running, wait_until
 
 
@@ -112,7 +112,7 @@ def test_the_server_dies_with_a_sigkilled_parent():
     script = textwrap.dedent(
         """
         import sys, time
-        from bench.paramserver.server import RedisServer
+        from bench.backends.paramserver.server import RedisServer
         server = RedisServer.start()
         print(server.pid, flush=True)
         time.sleep(120)
@@ -219,7 +219,7 @@ def test_urls_and_prefixes():
 
 
 def test_unreachable_server_is_one_line():
-    port = __import__("bench.paramserver.server", fromlist=["free_port"]).free_port()
+    port = __import__("bench.backends.paramserver.server", fromlist=["free_port"]).free_port()
     with pytest.raises(UserError) as err:
         RowStore(Location(f"redis://127.0.0.1:{port}/0"), timeout_s=2).ping()
     assert "cannot reach the Redis server" in str(err.value) and "\n" not in str(err.value)

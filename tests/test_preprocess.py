@@ -9,7 +9,7 @@ import pytest
 
 from bench.errors import UserError
 from bench.preprocess import main
-from bench.workloads.criteo.preprocess import PreprocessOptions, cache_key, preprocess
+from bench.workloads.criteo.convert import PreprocessOptions, cache_key, preprocess
 from bench.workloads.criteo.text import read_all
 from tests.support.criteo_rows import write_text
 
@@ -67,7 +67,7 @@ def first_appearance_ids(raw: np.ndarray, modulus: int) -> tuple[np.ndarray, lis
 
 @pytest.mark.parametrize("modulus", [0, 97])
 def test_first_seen_mode_numbers_ids_as_dlrm_does(day_files, tmp_path, monkeypatch, modulus):
-    monkeypatch.setattr("bench.workloads.criteo.preprocess.REMAP_ROWS", 777)  # first appearances across blocks
+    monkeypatch.setattr("bench.workloads.criteo.convert.REMAP_ROWS", 777)  # first appearances across blocks
     meta = preprocess(day_files, tmp_path / "out", PreprocessOptions(categorical="first_seen", max_ind_range=modulus))
     raw = np.concatenate([read_all(f)[1] for f in day_files])
     assert (raw == 0).any()  # missing ids: the value 0, numbered like any other

@@ -19,10 +19,10 @@ import torch
 from bench import registry
 from bench.backends.ps_redis import PsRedisBackend
 from bench.models.dlrm import build_dlrm
-from bench.paramserver import server as ps_server
-from bench.paramserver.server import free_port
-from bench.pipeline import run_job
-from bench.testing import random_batch, tiny_model_config, tiny_tables
+from bench.backends.paramserver import server as ps_server
+from bench.backends.paramserver.server import free_port
+from bench.runner import run_job
+from bench.workloads.random_batch import random_batch, tiny_model_config, tiny_tables
 from tests.conftest import REPO
 from tests.redis_procs import gone, redis_children, wait_until
 from tests.support.signals import sigint_at_default
@@ -159,7 +159,7 @@ def test_no_server_outlives_a_job_stopped_by_ctrl_c_or_sigkill(fast_cfg, tmp_pat
 def test_keys_of_other_collections_pass_through_untouched():
     """A KJT key this collection does not serve keeps its values (a model with several collections)."""
     from bench.models.dlrm import embedding_bag_collection
-    from bench.paramserver.module import CacheSpec, PsEmbeddingBagCollection, PsModel
+    from bench.backends.paramserver.module import CacheSpec, PsEmbeddingBagCollection, PsModel
 
     torch.manual_seed(0)
     tables = tiny_tables(num_tables=3, rows=40, pooling=2)

@@ -242,7 +242,7 @@ def _tput_record(trials, backend="int8_tbe"):
 
 def test_small_steady_throughput_change_is_within_the_tolerance():
     from bench.config import CompareConfig
-    from bench.report.compare import compare_table
+    from bench.report.baseline import compare_table
 
     base = [_tput_record([100.0, 100.5, 99.5, 100.2, 99.8])]
     new = [_tput_record([97.0, 97.4, 96.6, 97.2, 96.8])]  # 3% slower, tight trials

@@ -238,6 +238,6 @@ def test_append_cuts_a_torn_tail_left_by_a_killed_writer(tmp_path):
 def test_report_never_imports_the_gate():
     import subprocess
 
-    code = ("import sys, bench.report, bench.report.history, bench.report.compare, bench.report.__main__; "
+    code = ("import sys, bench.report, bench.report.history, bench.report.baseline, bench.report.__main__; "
             "bad = [m for m in sys.modules if m.startswith('bench.gate')]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -18,7 +18,7 @@ import torch
 
 from bench.backends.fake_quant import FakeQuantBackend
 from bench.io import append_jsonl
-from bench.pipeline import job_hash, run_job
+from bench.runner import job_hash, run_job
 from bench.store import read_records, save_record
 from tests.support.signals import sigint_at_default
 from tests.test_faults import FAST, fast_cfg, fast_models, poison  # noqa: F401 (fixtures)
@@ -40,7 +40,7 @@ def no_measuring(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("resume measured a job that was already stored")
 
-    monkeypatch.setattr("bench.pipeline.run.measure", refuse)
+    monkeypatch.setattr("bench.routes.single.measure", refuse)
 
 
 def test_resume_reuses_the_stored_record_without_measuring(fast_cfg, monkeypatch, tmp_path):

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from bench.pipeline import run_job, run_one
+from bench.runner import run_job, run_one
 
 REQUIRED_METRICS = ("auc", "logloss", "ne", "n_eval", "oracle_auc", "throughput", "latency_ms", "embedding_bytes", "model_bytes", "peak_rss_bytes")
 

@@ -13,25 +13,25 @@ from torch import nn
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from bench import hardware, registry
-from bench.compose import compose
-from bench.measure.access import access_profile, working_set_bytes
+from bench.config.compose import compose
+from bench.measure.working_set import access_profile, working_set_bytes
 from bench.measure.kernels import operators
 from bench.measure.roofline import VERSION, Limits, roofline_metrics
 from bench.measure.timing import time_module
 from bench.models.dlrm import build_dlrm
-from bench.pipeline import Session, run_one
+from bench.runner import Session, run_one
 from bench.pipeline.guard import memory_estimate
 from bench.pipeline.job import backend_config
 from bench.pipeline.shared import SharedWork
-from bench.testing import random_batch, tiny_model_config, tiny_tables
-from bench.workloads.access import (
+from bench.workloads.random_batch import random_batch, tiny_model_config, tiny_tables
+from bench.workloads.access_patterns import (
     ZipfIds,
     expected_unique,
     feature_alphas,
     fit_alpha,
     zipf_probabilities,
 )
-from bench.workloads.base import TableSpec
+from bench.workloads.workload import TableSpec
 from bench.workloads.criteo_multihot import MLPERF_NUM_EMBEDDINGS
 
 CPU = torch.device("cpu")
@@ -251,7 +251,7 @@ def test_thread_cpu_clock_leaves_out_waiting():
 
 def test_thread_cpu_clock_needs_one_thread(tiny_cfg):
     from bench.errors import UserError
-    from bench.validation import check_values as validate
+    from bench.config.validation import check_values as validate
 
     validate(tiny_cfg("timing.clock=thread_cpu", "threads=1"))
     with pytest.raises(UserError, match="set threads=1"):
@@ -261,7 +261,7 @@ def test_thread_cpu_clock_needs_one_thread(tiny_cfg):
 
 
 def test_cli_summary_of_a_performance_only_record():
-    from bench.cli import summary
+    from bench.report.summary import summary
     from bench.record import RunRecord
 
     metrics = {"accuracy": "performance only, no accuracy (untrained weights)", "throughput": 1819.0, "threads": 1,

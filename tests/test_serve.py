@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.pipeline import run_job
+from bench.runner import run_job
 from bench.serve import loadgen
 from bench.store import read_records, save_record
 from tests.test_faults import FAST, fast_cfg, fast_models  # noqa: F401 (fixtures)
@@ -121,7 +121,7 @@ def test_python_m_bench_sweep_serve_end_to_end(tmp_path, fast_models):  # noqa: 
 
 
 def test_a_prepared_module_held_from_the_last_job_is_not_refused_by_the_memory_guard(serve_cfg):
-    from bench.pipeline import Session
+    from bench.runner import Session
 
     session = Session()
     first, _ = run_job(serve_cfg("backend=uint4", "serve.scenario=offline", "serve.accuracy_scenarios=[]", "memory_fraction=null"), session)

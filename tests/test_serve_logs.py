@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from bench.serve.accuracy import AccuracyLogError, read_accuracy_log
+from bench.serve.accuracy_log import AccuracyLogError, read_accuracy_log
 from bench.serve.loadgen import DETAIL, SUMMARY, LogError, read_detail, read_step
 from tests.conftest import REPO
 

@@ -7,7 +7,7 @@ import torch
 from bench.batch import concat_batches, take_rows
 from bench.config import MLPERF_PAIRS, ServeConfig
 from bench.serve.queries import QuerySet, group_sizes
-from bench.testing import random_batch, tiny_tables
+from bench.workloads.random_batch import random_batch, tiny_tables
 
 
 def batches(n=3, size=300):

@@ -1,7 +1,7 @@
 """The bracketed search over target QPS, driven by a stand-in step that judges a fixed limit (no LoadGen)."""
 
-from bench.serve.job import round_qps
-from bench.serve.search import find_max_qps
+from bench.serve.serving import round_qps
+from bench.serve.qps_search import find_max_qps
 
 
 def limit(at, noisy=()):

@@ -10,7 +10,7 @@ import torch
 from bench.config import ServeConfig
 from bench.serve.queries import QuerySet
 from bench.serve.sut import DynamicBatcher, predict
-from bench.testing import random_batch, tiny_tables
+from bench.workloads.random_batch import random_batch, tiny_tables
 
 Sample = namedtuple("Sample", "id index")  # what LoadGen hands over: a response id and a sample index
 

@@ -112,7 +112,7 @@ def _run_dir(queue) -> None:
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from bench.compose import compose_dictconfig
+    from bench.config.compose import compose_dictconfig
 
     GlobalHydra.instance().clear()
     OmegaConf.register_new_resolver("now", lambda pattern: "2026-01-01_00-00-00", replace=True)  # the same second in both

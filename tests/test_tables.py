@@ -17,7 +17,7 @@ from bench.backends import tbe
 from bench.backends.ao_notice import torch_ao_calls
 from bench.backends.tables import embedding_bytes, table_storage
 from bench.models.dlrm import build_dlrm
-from bench.testing import random_batch, tiny_model_config, tiny_tables
+from bench.workloads.random_batch import random_batch, tiny_model_config, tiny_tables
 
 CPU = torch.device("cpu")
 TABLES = tiny_tables(num_tables=3, rows=40)

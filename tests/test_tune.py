@@ -15,13 +15,13 @@ import yaml
 
 from bench import registry
 from bench.backends.fake_quant import qdq_rows
-from bench.compose import compose
+from bench.config.compose import compose
 from bench.config import TuneConfig
 from bench.errors import UserError
 from bench.pipeline.attribution import attribute_delta
 from bench.pipeline.job import backend_config
 from bench.pipeline.shared import SharedWork
-from bench.testing import TINY_OVERRIDES
+from bench.config.quick import TINY_OVERRIDES
 from bench.tune import main as tune_main
 from bench.tune.candidate import SwappableModel
 from bench.tune.holdout import CHECK, HOLDOUT, PLAN, split_by_index

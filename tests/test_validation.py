@@ -1,4 +1,4 @@
-"""The one validation pass (bench.validation, run by bench.preflight on every variant of a command
+"""The one validation pass (bench.config.validation, run by bench.preflight on every variant of a command
 line): bad values, impossible combinations and places that cannot be written are one line and exit 2
 before any work, and nothing is created in the reports folder."""
 
@@ -12,7 +12,7 @@ import pytest
 from bench import preflight
 from bench.cli import run
 from bench.errors import UserError
-from bench.validation import writable_folder
+from bench.config.validation import writable_folder
 from tests.conftest import REPO
 
 README_URL = "backend.url=redis://localhost:6379/0?prefix=bench"

@@ -20,7 +20,7 @@ from typing import Optional
 import fbgemm_gpu  # noqa: F401  (registers torch.ops.fbgemm)
 import torch
 
-from bench.backends.base import Backend, NotApplicable
+from bench.backends.backend import Backend, NotApplicable
 from bench.backends.linear import MLP_CHOICES, MODES, check_choice, fake_quantize
 from bench.backends.modules import (
     embedding_bag_collections,

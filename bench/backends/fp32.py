@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-from bench.backends.base import Backend
+from bench.backends.backend import Backend
 from bench.backends.modules import materialize_random_tables
 from bench.config import BackendConfig
 from bench.registry import register

@@ -11,7 +11,7 @@ from torchrec.quant.embedding_modules import (
     EmbeddingBagCollection as QuantEmbeddingBagCollection,
 )
 
-from bench.backends.base import NotApplicable
+from bench.backends.backend import NotApplicable
 from bench.errors import UserError
 from bench.models.random_weights import (
     materialize_tables,

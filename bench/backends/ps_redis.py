@@ -2,7 +2,7 @@
 
 The other way, besides quantization, to serve tables that do not fit in memory (TorchRec's
 dynamic-embedding extension does it with Redis; it is not installable here, so this is the same idea
-built on the harness's own pieces, `bench.paramserver`). Rows live in Redis in the precision chosen
+built on the harness's own pieces, `bench.backends.paramserver`). Rows live in Redis in the precision chosen
 (`backend.precision`: fp32, or FBGEMM's int8/int4 row bytes, so PS and quantization combine); a local
 cache of `backend.cache_fraction` of each table's rows (or `backend.cache_rows` rows; LRU or LFU) serves
 lookups; a batch's misses are pulled in one pipelined round trip. The pooled lookup then runs the
@@ -33,21 +33,21 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from bench import registry
-from bench.backends.base import Backend
+from bench.backends.backend import Backend
 from bench.backends.linear import MLP_CHOICES, MODES, check_choice, quantize_int8
 from bench.backends.modules import require_embedding_bag_collections
 from bench.batch import Batch
 from bench.config import BackendConfig
 from bench.errors import UserError
-from bench.paramserver.cache import POLICIES
-from bench.paramserver.module import (
+from bench.backends.paramserver.cache import POLICIES
+from bench.backends.paramserver.module import (
     CacheSpec,
     PsEmbeddingBagCollection,
     PsModel,
     close_all,
 )
-from bench.paramserver.rows import PRECISIONS
-from bench.paramserver.store import Location
+from bench.backends.paramserver.rows import PRECISIONS
+from bench.backends.paramserver.redis_tables import Location
 from bench.registry import register
 
 # Row precision -> the in-memory backend whose kernel and row bytes the PS path reuses.

@@ -12,7 +12,7 @@ for the EBC, or an EBC subclass the type-keyed mapping skips) fails loudly inste
 if it were quantized.
 
 fp32 weights: fbgemm's `FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf` with bit rate 32 dies with
-SIGFPE, and torchrec before 1.2 sent FP32 tables through it (torchrec issue 2807). torchrec 1.8's
+SIGFPE, and torchrec before 1.2 sent FP32 tables through it (pytorch/torchrec#2807). torchrec 1.8's
 `quantize_state_dict` copies fp32/fp16 tables as raw bytes instead, so `fp32_tbe` works on the pinned
 stack; `test_backends_contract` runs it.
 """
@@ -34,7 +34,7 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.quant.embedding_modules import quant_prep_customize_row_alignment
 
 from bench.backends.ao_notice import torch_ao_calls
-from bench.backends.base import Backend, NotApplicable
+from bench.backends.backend import Backend, NotApplicable
 from bench.backends.direct import build_tables_directly
 from bench.backends.linear import MLP_CHOICES, MODES, check_choice, quantize_int8
 from bench.backends.modules import (

@@ -9,7 +9,7 @@
     worker.py   the entry point of those ranks
     host.py     one job at a time per host under parallel launchers
 
-The pipeline calls `unsupported_reason`, `measure_sharded` and `accuracy_error`; the CLI calls
+Its route (bench.routes.sharded) calls `unsupported_reason`, `measure_sharded` and `accuracy_error`; the CLI calls
 `enter_rank`, `writes_records` and `one_job_per_host`.
 """
 
@@ -19,10 +19,10 @@ from typing import Any
 
 import torch
 
-from bench.backends.base import Backend
+from bench.backends.backend import Backend
 from bench.config import Config
 from bench.distributed import engine
-from bench.distributed.env import (
+from bench.distributed.ranks import (
     RankTerminated,
     process_group,
     raise_on_sigterm,
@@ -31,13 +31,13 @@ from bench.distributed.env import (
     writes_records,
 )
 from bench.distributed.host import one_job_per_host, overlapping
-from bench.distributed.measure import accuracy_error, check, collect, sharded_metrics
+from bench.distributed.collect import accuracy_error, check, collect, sharded_metrics
 from bench.errors import UserError
 from bench.pipeline.shared import SharedWork
 
 __all__ = [
     "accuracy_error", "enter_rank", "measure_sharded", "one_job_per_host", "overlapping", "sharded",
-    "unsupported_reason", "writes_records", "RankTerminated",
+    "unsharded_skip_reason", "unsupported_reason", "writes_records", "RankTerminated",
 ]  # fmt: skip
 
 
@@ -45,14 +45,18 @@ def sharded(cfg: Config) -> bool:
     return cfg.sharding.name != "none"
 
 
+def unsharded_skip_reason(cfg: Config) -> str | None:
+    """Why an unsharded job cannot run as configured (more than one rank asked for), or None."""
+    check(cfg)
+    return None if cfg.world_size == 1 else (
+        f"sharding=none is the unsharded model in one process: world_size={cfg.world_size} needs a sharding "
+        "(table_wise, row_wise, column_wise or auto)"
+    )
+
+
 def unsupported_reason(cfg: Config, backend: Backend, device: torch.device, work: SharedWork) -> str | None:
     """Why this sharding cannot run here (the job is `skipped`), or None; bad input raises UserError."""
     check(cfg)
-    if not sharded(cfg):
-        return None if cfg.world_size == 1 else (
-            f"sharding=none is the unsharded model in one process: world_size={cfg.world_size} needs a sharding "
-            "(table_wise, row_wise, column_wise or auto)"
-        )
     tables = {t.name: int(t.num_embeddings) for t in work.workload(cfg).tables}
     if cfg.world_size > 1 and cfg.timing.clock == "thread_cpu" and engine.route(backend, tables) == engine.PROCESS_GROUP:
         # a rank's thread CPU time leaves out its waits on the other ranks' collectives, so the slowest

@@ -49,10 +49,10 @@ from torchrec.quant.embedding_modules import (
     MODULE_ATTR_QUANT_STATE_DICT_SPLIT_SCALE_BIAS,
 )
 
-from bench.backends.base import Backend
+from bench.backends.backend import Backend
 from bench.config import Config
 from bench.distributed import plan as planning
-from bench.distributed.env import RankEnv
+from bench.distributed.ranks import RankEnv
 
 PROCESS_GROUP = "process_group"
 ONE_PROCESS = "one_process"

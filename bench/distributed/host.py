@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from bench.config import Config
-from bench.distributed.env import rank_env
+from bench.distributed.ranks import rank_env
 
 
 @dataclass

@@ -3,7 +3,7 @@
 The route: `python -m torch.distributed.run --standalone --nproc-per-node=N --max-restarts=0 -m
 bench.distributed.worker DIR` in a session of its own. torchrun's elastic agent starts the ranks,
 and stops the others as soon as one dies. Here the job's typed config goes to `DIR/job.json`; rank 0
-writes what the ranks gathered to `DIR` (`bench.distributed.measure.ShardedRun`), and this process
+writes what the ranks gathered to `DIR` (`bench.distributed.collect.ShardedRun`), and this process
 turns it into the record's metrics.
 
 Faults end in an exception, hence an `error` record, within bounded time: a rank that dies or
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import bench
 from bench.config import Config
-from bench.distributed.measure import ShardedRun
+from bench.distributed.collect import ShardedRun
 from bench.io import write_json_atomic
 
 LOG = "ranks.log"

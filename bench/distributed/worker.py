@@ -3,7 +3,7 @@
     python -m torch.distributed.run --standalone --nproc-per-node=N -m bench.distributed.worker DIR
 
 Reads the job's config from `DIR/job.json`, joins torchrun's process group, does its part of the
-sharded job (`bench.distributed.measure.collect`), and on rank 0 writes what the ranks gathered
+sharded job (`bench.distributed.collect.collect`), and on rank 0 writes what the ranks gathered
 to `DIR`. Each rank records its pid (`rank<N>.pid`) so the launcher can make sure none outlives
 the job, and how far it got (`rank<N>.phase`: starting, measuring, done); it dies with its
 torchrun (Linux parent-death signal) and leaves its exception in `rank<N>.error` for the job's
@@ -50,8 +50,8 @@ def main(workdir: Path) -> None:
         # signal armed before the seconds these imports take
         import torch
 
-        from bench.distributed import env as ranks
-        from bench.distributed.measure import collect
+        from bench.distributed import ranks
+        from bench.distributed.collect import collect
         from bench.hardware import prepare_process
         from bench.pipeline.shared import SharedWork
 

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from bench.config import GateConfig, RuleSet
-from bench.gate.config import as_gate_config, load_gate_config
+from bench.gate.thresholds import as_gate_config, load_gate_config
 from bench.gate.evaluate import JOB, GateResult, Verdict, evaluate_gate
 from bench.gate.rules import FAIL, INCONCLUSIVE, PASS, RULES, SKIPPED
 from bench.gate.stored import GATE_CONFIG, GateSettings, gate_sweep, rejudge

@@ -9,7 +9,7 @@ import pandas as pd
 
 from bench.config import GateConfig, RuleSet
 from bench.errors import UserError
-from bench.gate.config import as_gate_config
+from bench.gate.thresholds import as_gate_config
 from bench.gate.rules import FAIL, INCONCLUSIVE, JOB_ROWS, PASS, RULES, SERVER, SKIPPED, VERDICTS, judge, row_kind
 from bench.record import USER
 from bench.report.table import KEY

@@ -6,7 +6,7 @@ serving rules (`min_qps_at_sla`, `min_qps_ratio`, `max_p99_ms`) judge rows of th
 
 A rule is registered by name (the same name is a `RuleSet` field and the YAML key). Its measure
 returns the value and, where the row has one, the 95% interval of that value, as the comparison
-engine's `Figure` (`bench.compare`: the speedup interval is the engine's bootstrap over both
+engine's `Figure` (`bench.comparison`: the speedup interval is the engine's bootstrap over both
 runs' trials; the AUC interval is the run's paired ΔAUC interval). The judge compares both with
 the threshold:
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
-from bench.compare import Figure, finite
+from bench.comparison import Figure, finite
 
 PASS, FAIL, INCONCLUSIVE, SKIPPED = "pass", "fail", "inconclusive", "skipped"
 VERDICTS = (FAIL, INCONCLUSIVE, SKIPPED, PASS)  # display order: failing rows first

@@ -26,14 +26,14 @@ from omegaconf import OmegaConf
 
 from bench.config import CompareConfig, GateConfig
 from bench.errors import UserError
-from bench.config_files import (
+from bench.config.files import (
     as_compare_config,
     config_errors,
     load_compare_config,
     merged,
     validate_compare,
 )
-from bench.gate.config import as_gate_config, load_gate_config, validate
+from bench.gate.thresholds import as_gate_config, load_gate_config, validate
 from bench.gate.evaluate import GateResult, Verdict, evaluate_gate
 from bench.gate.writers import render_markdown, write_outputs
 from bench.hashing import config_hash

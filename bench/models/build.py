@@ -7,7 +7,7 @@ from torch import nn
 
 from bench.models.custom import build_custom, is_custom
 from bench.models.dlrm import build_dlrm
-from bench.workloads.base import TableSpec
+from bench.workloads.workload import TableSpec
 
 
 def build_model(cfg, tables: list[TableSpec], num_dense: int, table_device: torch.device | str = "cpu") -> nn.Module:

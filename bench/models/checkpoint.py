@@ -25,6 +25,7 @@ from torch import nn
 
 from bench.errors import UserError
 from bench.models.checkpoint_file import checkpoint_problem
+from bench.models.dlrm_import import convert_fb_dlrm_state_dict, is_fb_dlrm_state_dict
 
 # numpy >= 2 pickles its scalars as numpy._core.multiarray.scalar, numpy 1.x as numpy.core.multiarray.scalar.
 _SCALAR = np._core.multiarray.scalar
@@ -74,11 +75,6 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
 
 def load_checkpoint(model: nn.Module, path: str | Path) -> None:
     """Load a torchrec DLRM state dict, or a facebookresearch/dlrm one (mapped onto it)."""
-    from bench.models.dlrm_import import (
-        convert_fb_dlrm_state_dict,
-        is_fb_dlrm_state_dict,
-    )
-
     state = read_state_dict(path)
     if is_fb_dlrm_state_dict(state):
         state = convert_fb_dlrm_state_dict(state, model)

@@ -27,7 +27,7 @@ from bench.errors import UserError, one_line
 from bench.models.build import build_model
 from bench.models.checkpoint import load_checkpoint
 from bench.models.custom import DOCS, is_custom
-from bench.workloads.base import Workload
+from bench.workloads.workload import Workload
 
 PROBE_SAMPLES = 8  # the tiny batch: a few real rows of the calibration split
 

@@ -30,7 +30,7 @@ from torch import nn
 from bench.config import CUSTOM_ARCH
 from bench.errors import UserError, one_line
 from bench.models.dlrm import embedding_bag_collection
-from bench.workloads.base import TableSpec
+from bench.workloads.workload import TableSpec
 
 # Probabilities are clamped to [EPS, 1 - EPS] before the logit, so a saturated sigmoid (exactly 0.0
 # or 1.0 in float32) gives a finite score; 1 - 1e-7 is still below 1.0 in float32.

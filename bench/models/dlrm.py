@@ -9,7 +9,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
 from bench.config import check_model_config
-from bench.workloads.base import TableSpec
+from bench.workloads.workload import TableSpec
 
 
 def embedding_bag_collection(tables: list[TableSpec], embedding_dim: int, device: torch.device | str = "cpu") -> EmbeddingBagCollection:

@@ -19,7 +19,6 @@ agree.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -121,14 +120,3 @@ def convert_fb_dlrm_state_dict(sd: dict, model: nn.Module) -> dict:
             )
         out[k] = v.to(target[k].dtype)
     return out
-
-
-def load_dlrm_checkpoint(path: str | Path, model: nn.Module) -> nn.Module:
-    """Load a facebookresearch/dlrm checkpoint (`{"state_dict": ...}` or a bare state dict) into `model`.
-
-    The same loader as `model.checkpoint=PATH` (weights_only, one-line errors), which maps this
-    format whenever it sees `emb_l.N.weight` keys."""
-    from bench.models.checkpoint import load_checkpoint
-
-    load_checkpoint(model, path)
-    return model

@@ -27,7 +27,7 @@ from bench.models.build import build_model
 from bench.models.custom import as_logits, code_identity
 from bench.models.random_weights import RANDOM, WEIGHTS
 from bench.progress import progress
-from bench.workloads.base import Workload
+from bench.workloads.workload import Workload
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,12 @@
-"""The pipeline from a typed config to a run record, in small pieces with explicit inputs.
+"""What the routes build and share, in small pieces with explicit inputs.
 
-    shared.py  SharedWork: workload, model, batches, prepared backend, scores kept across jobs
-    scores.py  eval scores in memory and on disk
-    guard.py   before anything is built: the memory estimate and resume
-    job.py     measure one job: accuracy, deltas, fidelity twin, timing, memory
-    run.py     run_job(cfg, session) -> (RunRecord, exception): the one code path
+    shared.py       SharedWork: workload, model, batches, prepared backend, scores kept across jobs
+    scores.py       eval scores in memory and on disk
+    guard.py        before anything is built: the memory estimate
+    job.py          measure one unsharded job: accuracy, deltas, fidelity twin, timing, memory
+    attribution.py  the embeddings' and the dense layers' shares of a backend's ΔAUC
+    profile.py      where a job's time goes: kernels, roofline, page faults
+
+The runner (bench.runner) turns a config into a record through a route (bench.routes), which
+measures with these pieces.
 """
-
-from bench.pipeline.run import Session, job_hash, run_job, run_one
-
-__all__ = ["Session", "job_hash", "run_job", "run_one"]

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from bench import hardware, registry
-from bench.backends.base import Backend
+from bench.backends.backend import Backend
 from bench.backends.tables import embedding_bytes
 from bench.config import BackendConfig, Config
 from bench.errors import UserError
@@ -34,7 +34,7 @@ from bench.pipeline.scores import Scores, scores_key
 from bench.pipeline.shared import SharedWork, TrainedModel
 from bench.registry import BASELINE_BACKEND
 from bench.stats import paired_auc_delta
-from bench.workloads.base import Workload
+from bench.workloads.workload import Workload
 
 # What the record and the report say of a model with random weights (`model.weights=random`).
 PERFORMANCE_ONLY = "performance only, no accuracy (untrained weights)"
@@ -72,8 +72,8 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
         metrics: dict[str, Any] = {"accuracy": PERFORMANCE_ONLY}
     else:
         metrics = _accuracy(cfg, backend, model, workload, device, shared, labels, logits)
-        # issue 16: the embeddings' and the dense layers' shares of the delta (bench.pipeline.attribution)
-        _, base_logits = _scores_of(cfg, backend_config({"name": "fp32"}), model, workload, device, shared)
+        # the embeddings' and the dense layers' shares of the delta (bench.pipeline.attribution)
+        _, base_logits = _scores_of(cfg, backend_config({"name": BASELINE_BACKEND}), model, workload, device, shared)
         metrics.update(attribute_delta(backend.cfg, labels, base_logits, logits,
                                        lambda other: _scores_of(cfg, other, model, workload, device, shared)))
     metrics.update(_timing_figures(cfg, backend, timing, paired, why_unpaired, load.figures, inputs))
@@ -162,7 +162,7 @@ def _accuracy(cfg: Config, backend: Backend, model: TrainedModel, workload: Work
     """Accuracy on the eval split, its delta against fp32 and the fidelity gap to the fake-quant twin."""
     metrics: dict[str, Any] = accuracy_metrics(labels, logits)
     metrics["oracle_auc"] = workload.oracle_auc()
-    _, base_logits = _scores_of(cfg, backend_config({"name": "fp32"}), model, workload, device, shared)
+    _, base_logits = _scores_of(cfg, backend_config({"name": BASELINE_BACKEND}), model, workload, device, shared)
     delta = paired_auc_delta(labels, base_logits, logits)
     metrics.update(auc_fp32=delta.auc_base, **delta.as_metrics())
     metrics.update(_fidelity(cfg, backend, model, workload, device, shared, labels, logits))

@@ -18,13 +18,13 @@ from torch import nn
 from bench import hardware
 from bench.backends.tables import table_storage
 from bench.config import Config
-from bench.measure.access import working_set_bytes
-from bench.measure.env import environment
+from bench.measure.working_set import working_set_bytes
+from bench.measure.environment import environment
 from bench.measure.kernels import operators
 from bench.measure.roofline import Limits, roofline_metrics
 from bench.measure.timing import Timing
 from bench.pipeline.shared import SharedWork
-from bench.workloads.base import Workload
+from bench.workloads.workload import Workload
 
 
 def job_profile(cfg: Config, prepared: nn.Module, inputs: list[tuple], workload: Workload, timing: Timing,

@@ -19,16 +19,16 @@ import torch
 from torch import nn
 
 from bench import hardware, registry
-from bench.backends.base import Backend, NotApplicable
+from bench.backends.backend import Backend, NotApplicable
 from bench.batch import Batch
 from bench.config import Config
 from bench.hashing import config_hash, plain
-from bench.measure.access import access_profile
+from bench.measure.working_set import access_profile
 from bench.errors import UserError, one_line
 from bench.models.custom import is_custom
 from bench.models.train import input_identity, trained_model
 from bench.pipeline.scores import ScoreCache
-from bench.workloads.base import Workload
+from bench.workloads.workload import Workload
 
 
 @dataclass
@@ -199,7 +199,7 @@ class SharedWork:
         return self._timing.get(self._timing_key(cfg, device), build)
 
     def timing_access(self, cfg: Config, workload: Workload, device: torch.device) -> dict:
-        """What the timing batches touch (`bench.measure.access`), computed once per pool."""
+        """What the timing batches touch (`bench.measure.working_set`), computed once per pool."""
         inputs = self.timing_inputs(cfg, workload, device)
         return self._access.get(self._timing_key(cfg, device), lambda: access_profile(inputs, workload.tables))
 

@@ -5,7 +5,7 @@ Reports only read records; nothing here measures. `python -m bench.report DIR` r
 `results_table` alone (the gate) does not pay for it.
 """
 
-from bench.report.compare import compare_table, write_compare
+from bench.report.baseline import compare_table, write_compare
 from bench.report.load import load_records
 from bench.report.table import COLUMNS, latest_records, results_table
 

@@ -18,10 +18,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench.config_files import load_compare_config
+from bench.config.files import load_compare_config
 from bench.errors import EXIT_HARNESS_ERROR, UserError, internal_error
 from bench.report import benchmark_json
-from bench.report.compare import summary, write_compare
+from bench.report.baseline import summary, write_compare
 from bench.report.load import load_many, load_records, records_file
 from bench.report.publish import write_report
 

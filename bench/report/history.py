@@ -4,7 +4,7 @@ Each nightly run appends the newest record per key of its report folder to
 `<reports_dir>/history.jsonl` (or `gate.history_file`) through the record store's locked appender
 (`bench.io.append_jsonl`); a run id already in the file is not appended twice, so re-running
 the gate over the same report is harmless. Each line keeps the run's raw per-trial throughputs,
-so a later night is compared with the comparison engine (`bench.compare.compare_metrics`, noise
+so a later night is compared with the comparison engine (`bench.comparison.compare_metrics`, noise
 rules from `conf/compare/`) exactly as a baseline sweep is: throughput by the bootstrap interval
 of the ratio of medians, AUC by the paired ΔAUC interval, both beyond a tolerance.
 `render_history` shows AUC and throughput per backend over the last N runs and flags changes.
@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Optional
 
 import pandas as pd
 
-from bench.compare import NOT_COMPARABLE, Tolerances, compare_metrics, finite, identity
+from bench.comparison import NOT_COMPARABLE, Tolerances, compare_metrics, finite, identity
 from bench.errors import UserError
 from bench.io import append_jsonl, read_jsonl, write_text_atomic
 from bench.record import RunRecord

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from bench.record import RunRecord
+from bench.registry import BASELINE_BACKEND as BASELINE
 from bench.report import fmt
 
 EXTRA_COLUMNS = [
@@ -138,7 +139,7 @@ def scale_section(df: pd.DataFrame) -> list[str]:
     by_key = {(r.workload, r.batch_size, r.backend): r for r in rows.itertuples(index=False)}
     for (access, size, workload), _ in rows.groupby(["access", "fp32_embedding_bytes", "workload"], sort=True):
         for bs in sorted(rows[rows["workload"] == workload]["batch_size"].unique()):
-            base = by_key.get((workload, bs, "fp32"))
+            base = by_key.get((workload, bs, BASELINE))
             cells = [access, fmt.megabytes(size), str(bs),
                      fmt.DASH if base is None else f"{fmt.count(base.throughput)} ({percent(base.embedding_share)})"]
             for b in present:
@@ -156,7 +157,7 @@ def scale_verdicts(rows: pd.DataFrame, backends: list[str]) -> list[str]:
     and how close fp32's embedding traffic came to the gather roofline (how much fewer bytes can buy)."""
     largest = rows[rows["fp32_embedding_bytes"] == rows["fp32_embedding_bytes"].max()]
     out = []
-    base = largest[largest["backend"] == "fp32"]["embedding_share"].dropna()
+    base = largest[largest["backend"] == BASELINE]["embedding_share"].dropna()
     if not base.empty:
         out.append(
             f"- fp32's embedding traffic on the largest tables reached {100 * base.min():.0f}-{100 * base.max():.0f}% of the "

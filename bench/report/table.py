@@ -18,15 +18,16 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from bench.compare import finite, ratio, samples
+from bench.comparison import finite, ratio, samples
+from bench.registry import BASELINE_BACKEND
 from bench.record import RunRecord, is_serving
 from bench.report.machine import EXTRA_COLUMNS, row_extras
 from bench.stats import INCONCLUSIVE, practical_verdict
 
 KEY = ["workload", "device", "backend", "batch_size"]
-BASELINE = "fp32"
+BASELINE = BASELINE_BACKEND
 # Backends whose order in tables is fixed; the others follow alphabetically.
-LEADING_BACKENDS = ("fp32", "fp32_tbe")
+LEADING_BACKENDS = (BASELINE_BACKEND, "fp32_tbe")
 
 COLUMNS = [
     *KEY,

@@ -24,7 +24,7 @@ from bench.io import write_json_atomic
 from bench.registry import register
 from bench.workloads.criteo.binary import column_max, detect_binary
 from bench.workloads.criteo.layout import capped
-from bench.workloads.criteo.preprocess import source_identity
+from bench.workloads.criteo.convert import source_identity
 from bench.workloads.criteo.source import (
     NUM_SPARSE,
     Segment,
@@ -32,7 +32,7 @@ from bench.workloads.criteo.source import (
     day_split,
     row_order_split,
 )
-from bench.workloads.criteo.workload import CriteoConfig, CriteoWorkload
+from bench.workloads.criteo.common import CriteoConfig, CriteoWorkload
 
 
 @dataclass

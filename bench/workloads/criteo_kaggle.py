@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from bench.registry import register
 from bench.workloads.criteo.binary import read_preprocessed
 from bench.workloads.criteo.source import row_order_split
-from bench.workloads.criteo.workload import CriteoTextConfig, CriteoWorkload
+from bench.workloads.criteo.common import CriteoTextConfig, CriteoWorkload
 
 
 @dataclass

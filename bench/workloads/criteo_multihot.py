@@ -15,7 +15,7 @@ from bench.errors import UserError
 from bench.registry import register
 from bench.workloads.criteo.binary import read_mlperf_multihot
 from bench.workloads.criteo.source import NUM_SPARSE, day_split
-from bench.workloads.criteo.workload import CriteoConfig, CriteoWorkload
+from bench.workloads.criteo.common import CriteoConfig, CriteoWorkload
 
 MLPERF_NUM_EMBEDDINGS = [
     40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10,

@@ -18,7 +18,7 @@ from bench.registry import register
 from bench.workloads.criteo import layout
 from bench.workloads.criteo.binary import read_preprocessed
 from bench.workloads.criteo.source import day_split
-from bench.workloads.criteo.workload import CriteoTextConfig, CriteoWorkload
+from bench.workloads.criteo.common import CriteoTextConfig, CriteoWorkload
 
 DAY_FILE = re.compile(r"day_(\d+)(\.(txt|tsv|csv))?(\.gz)?")
 

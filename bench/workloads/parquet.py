@@ -47,7 +47,7 @@ from bench.errors import UserError
 from bench.hashing import config_hash, plain
 from bench.io import write_json_atomic
 from bench.registry import register
-from bench.workloads.base import SPLITS, TableSpec, Workload
+from bench.workloads.workload import SPLITS, TableSpec, Workload
 from bench.workloads.parquet_columns import (
     BAD_KINDS,
     HASH,

@@ -5,7 +5,7 @@ Features
     delivered as log(1 + count), the transform Criteo models use.
     26 sparse features with configurable cardinalities (or `table_rows` rows in every table); ids
     follow a Zipf law over a random permutation of each table (frequent ids are not the small ids),
-    with the exponent `access` gives each feature (`bench.workloads.access`): `zipf_alpha` for all
+    with the exponent `access` gives each feature (`bench.workloads.access_patterns`): `zipf_alpha` for all
     (zipf, the default), 0 (uniform), or one fitted per feature to real Criteo rows (criteo).
     A feature may be multi-hot: `pooling[f]` ids per sample.
 
@@ -49,8 +49,8 @@ from bench.batch import Batch
 from bench.config import WorkloadConfig
 from bench.errors import UserError
 from bench.registry import register
-from bench.workloads.access import check_access, feature_alphas, zipf_cdf
-from bench.workloads.base import SPLITS, TableSpec, Workload
+from bench.workloads.access_patterns import check_access, feature_alphas, zipf_cdf
+from bench.workloads.workload import SPLITS, TableSpec, Workload
 
 # Scaled-down Criteo Kaggle cardinalities (the real ones reach 10M rows per table).
 DEFAULT_CARDINALITIES = [
@@ -70,7 +70,7 @@ class SyntheticConfig(WorkloadConfig):
     cardinalities: list[int] = field(default_factory=lambda: list(DEFAULT_CARDINALITIES))
     pooling: Optional[list[int]] = None  # ids per sample per feature; None = one-hot everywhere
     table_rows: Optional[int] = None  # rows of every table (cardinalities then only give the table count)
-    access: str = "zipf"  # zipf | uniform | criteo (bench.workloads.access)
+    access: str = "zipf"  # zipf | uniform | criteo (bench.workloads.access_patterns)
     zipf_alpha: float = 1.1
     positive_rate: float = 0.25
     id_effect_std: float = 0.8  # per-id effect scale of the most frequent id

@@ -4,7 +4,7 @@ For performance-only runs of untrained models (`model.weights=random`), such as 
 DLRM-v2 shape (`model=dlrm_v2_full`: 26 tables, five of 40M rows, multi-hot bags). Per-row arrays
 (a permutation, a CDF) would take gigabytes at 40M rows, so ids come from `ZipfIds` (the inverse
 of the continuous Zipf CDF, then a scramble) with the exponents of `access` (zipf, uniform, criteo;
-see `bench.workloads.access`). Dense features are standard normal and labels are coin flips at
+see `bench.workloads.access_patterns`). Dense features are standard normal and labels are coin flips at
 `positive_rate`: there is nothing to learn, so AUC means nothing here. A batch comes from
 (seed, split, first sample, size) alone, so any batch is generated on its own, the same every time.
 """
@@ -23,8 +23,8 @@ from bench.batch import Batch
 from bench.config import WorkloadConfig
 from bench.errors import UserError
 from bench.registry import register
-from bench.workloads.access import ZipfIds, check_access, feature_alphas
-from bench.workloads.base import SPLITS, TableSpec, Workload
+from bench.workloads.access_patterns import ZipfIds, check_access, feature_alphas
+from bench.workloads.workload import SPLITS, TableSpec, Workload
 from bench.workloads.criteo_multihot import (
     MLPERF_MULTI_HOT_SIZES,
     MLPERF_NUM_EMBEDDINGS,
@@ -42,7 +42,7 @@ class SyntheticIdsConfig(WorkloadConfig):
     num_dense: int = 13
     cardinalities: list[int] = field(default_factory=lambda: list(MLPERF_NUM_EMBEDDINGS))
     pooling: Optional[list[int]] = field(default_factory=lambda: list(MLPERF_MULTI_HOT_SIZES))
-    access: str = "zipf"  # zipf | uniform | criteo (bench.workloads.access)
+    access: str = "zipf"  # zipf | uniform | criteo (bench.workloads.access_patterns)
     zipf_alpha: float = 1.1
     positive_rate: float = 0.25
 

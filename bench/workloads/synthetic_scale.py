@@ -3,7 +3,7 @@
 The same planted-teacher click log as `synthetic` (see its module docstring), with 26 tables of
 `table_rows` rows each (300k by default: 2.0 GB in fp32 at dim 64, 60x a 32 MiB last-level cache)
 and a selectable access pattern (`access`: zipf, uniform, or fitted to real Criteo rows; see
-`bench.workloads.access`). `+sweep=scale` sweeps the access pattern, the table size and the batch
+`bench.workloads.access_patterns`). `+sweep=scale` sweeps the access pattern, the table size and the batch
 size over the quantized backends. Records and reports name it `synthetic_scale:<access>-<rows>rows`
 (`workload.tag`), so the swept variants stay apart.
 """

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.io import write_json_atomic
-from bench.workloads.access import (
+from bench.workloads.access_patterns import (
     CRITEO_PROFILE,
     FIT_BATCHES,
     criteo_profile,

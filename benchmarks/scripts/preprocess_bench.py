@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 OURS = """
 import os, sys, threading, time
-from bench.workloads.criteo.preprocess import PreprocessOptions, preprocess
+from bench.workloads.criteo.convert import PreprocessOptions, preprocess
 
 def tree_rss_kb():
     # VmRSS of this process plus its child processes (the parsing workers), from /proc

@@ -17,9 +17,9 @@ import time
 import torch
 
 from bench import registry
-from bench.compose import compose
+from bench.config.compose import compose
 from bench.measure.timing import loop_options, time_module
-from bench.pipeline import Session, run_one
+from bench.runner import Session, run_one
 
 
 def bare_loop(module, inputs, batch_size: int, batches: int) -> float:

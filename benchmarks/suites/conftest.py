@@ -28,12 +28,12 @@ from typing import Any, Callable, Sequence
 import pytest
 import torch
 
-from bench.compose import compose
+from bench.config.compose import compose
 from bench.config import Config
 from bench.hardware import pin_malloc, set_threads
-from bench.measure.env import environment
+from bench.measure.environment import environment
 
-# Fields of bench.measure.env.environment() copied to pytest-benchmark's machine_info. git state is
+# Fields of bench.measure.environment.environment() copied to pytest-benchmark's machine_info. git state is
 # left out: pytest-benchmark keeps it in commit_info, and machine_info is what --benchmark-compare
 # checks, which should only differ when the machine or the stack does.
 MACHINE_KEYS = ("torch", "torchrec", "fbgemm_gpu", "bench", "python", "cpu", "cpu_count", "threads", "gpu", "fingerprint")

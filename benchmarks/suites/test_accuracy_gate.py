@@ -3,7 +3,7 @@
 A small sweep goes through the one code path, `bench.pipeline.run_one`, for fp32 (the baseline every
 rule is read against) and each backend of `--gate-backends` (default: every registered backend) at
 one batch size; `bench.report.results_table` builds the table, and `bench.gate.evaluate_gate` judges
-it with `conf/gate/default.yaml` (`bench.gate.config.load_gate_config`). Each backend's test fails
+it with `conf/gate/default.yaml` (`bench.gate.thresholds.load_gate_config`). Each backend's test fails
 when any of its verdicts fails, and the message names the failing rows, rules, values and thresholds.
 
     pytest benchmarks/suites/test_accuracy_gate.py                                   # all backends, as +sweep=nightly
@@ -24,9 +24,9 @@ import pytest
 
 from bench import registry
 from bench.gate import FAIL, evaluate_gate, load_gate_config
-from bench.pipeline import Session, run_one
+from bench.runner import Session, run_one
 from bench.report import results_table
-from bench.testing import TINY_OVERRIDES
+from bench.config.quick import TINY_OVERRIDES
 
 # The nightly sweep's configuration (`+sweep=nightly`: the default workload and model, batch 1024),
 # so the pytest gate and the nightly gate judge the same numbers and share the trained checkpoint.

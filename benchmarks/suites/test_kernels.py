@@ -3,7 +3,7 @@
 TBE: a model holding just an EmbeddingBagCollection (built by `bench.models.dlrm`, as the DLRM's is)
 goes through `bench.backends.tbe.quantize_tables`, the code every TBE backend runs, for each weight
 type (fp32, fp16, int8, int4, int2) across table size and pooling factor. Ids are uniform over the
-table (`bench.testing.random_batch`): the worst case for caches; a big table is DRAM-bound. Every
+table (`bench.workloads.random_batch.random_batch`): the worst case for caches; a big table is DRAM-bound. Every
 timed call gets a fresh batch from a pool of `ID_POOL` distinct id batches, as FBGEMM's own
 `nbit-cpu` benchmark draws fresh ids per iteration: re-timing one batch keeps its rows in cache
 (at pooling 1 that made the int8 figure 2.35x faster than FBGEMM's own benchmark).
@@ -35,8 +35,8 @@ from bench.backends.linear import quantize_int8
 from bench.backends.tables import table_storage
 from bench.backends.tbe import WEIGHT_DTYPES, quantize_tables
 from bench.models.dlrm import embedding_bag_collection
-from bench.testing import random_batch
-from bench.workloads.base import TableSpec
+from bench.workloads.random_batch import random_batch
+from bench.workloads.workload import TableSpec
 
 NUM_TABLES = 2
 EMBEDDING_DIM = 128  # DLRM-v2's; packs into whole bytes at every weight type (INT2: D % 4 == 0)

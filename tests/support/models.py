@@ -3,9 +3,9 @@
 import shutil
 from pathlib import Path
 
-from bench.compose import compose
-from bench.pipeline import Session
-from bench.testing import TINY_OVERRIDES as TINY
+from bench.config.compose import compose
+from bench.runner import Session
+from bench.config.quick import TINY_OVERRIDES as TINY
 
 # TINY, smaller again: four small tables, so a job (training included) takes about a second.
 FAST = [

@@ -27,7 +27,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from bench.errors import UserError
-from bench.paramserver.rows import decode, encode, row_bytes
+from bench.backends.paramserver.rows import decode, encode, row_bytes
 
 WRITER = "bench ps_redis"
 FORMAT = 1

@@ -16,10 +16,9 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from bench.config import CompareConfig
+from bench.config import CONF_DIR, CompareConfig
 from bench.errors import UserError
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 T = TypeVar("T")
 
 

@@ -1,4 +1,5 @@
-"""Small random models and batches for tests and suites (not a workload: no planted signal)."""
+"""Small random tables, model configs and batches for the kernel suites and the tests (not a workload:
+no planted signal)."""
 
 from __future__ import annotations
 
@@ -8,25 +9,8 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from bench.batch import Batch
 from bench.config import ModelConfig
-from bench.workloads.base import TableSpec
+from bench.workloads.workload import TableSpec
 
-# Hydra overrides for a workload and training budget small enough to run end to end in seconds
-# on 2 cores: the unit tests' and the suites' quick mode's configuration.
-TINY_OVERRIDES = [
-    "workload.train_samples=16384",
-    "workload.eval_samples=8192",
-    "workload.calibration_samples=2048",
-    "model.train.samples=16384",
-    "model.train.progress=false",
-    "eval_batch_size=4096",
-    "calibration_batch_size=1024",
-    "batch_size=512",
-    "timing.warmup_batches=1",
-    "timing.trials=2",
-    "timing.max_rounds=2",
-    "timing.batches_per_trial=2",
-    "timing.min_trial_seconds=0",
-]
 
 
 def tiny_tables(num_tables: int = 4, rows: int = 100, pooling: int = 1) -> list[TableSpec]:

@@ -12,7 +12,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from bench.workloads.base import TableSpec
+from bench.workloads.workload import TableSpec
 
 
 def access_profile(inputs: Sequence[tuple], tables: Sequence[TableSpec]) -> dict:

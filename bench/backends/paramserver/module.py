@@ -29,9 +29,9 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from bench.backends.tbe import quantize_tables
-from bench.paramserver.cache import RowCache
-from bench.paramserver.server import RedisServer
-from bench.paramserver.store import Location, RowStore, TableRows, weights_digest
+from bench.backends.paramserver.cache import RowCache
+from bench.backends.paramserver.server import RedisServer
+from bench.backends.paramserver.redis_tables import Location, RowStore, TableRows, weights_digest
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,10 @@ from bench.errors import UserError
 
 
 RECORDS_FILE = "records.jsonl"  # the record store in reports_dir (bench.store)
+# Keys that change where output goes or what happens after measuring, never what a job measures: not
+# part of a job's identity (its config hash, bench.runner) nor of a sweep's variant (bench.sweep).
+NOT_THE_JOB = ("reports_dir", "cache_dir", "sweep_name", "gate", "compare", "run_gate", "resume", "memory_fraction", "tune",
+               "one_job_per_host")
 
 
 @dataclass
@@ -180,7 +184,7 @@ class RuleSet:
 
 @dataclass
 class CompareConfig:
-    """The comparison engine's noise rules (`bench.compare`), shared by the gate, the baseline
+    """The comparison engine's noise rules (`bench.comparison`), shared by the gate, the baseline
     comparison and the nightly history. A change is flagged only when its (1 - alpha) interval
     excludes "no change" and it moved by more than the tolerance."""
 
@@ -376,3 +380,30 @@ def register_configs(plugins: bool = True) -> None:
     for kind in registry.KINDS if plugins else ():
         for name, entry in registry.entries(kind).items():
             cs.store(group=kind, name=f"base_{name}", node=entry.config)
+
+
+__all__ = [
+    "NOT_THE_JOB",
+    "RECORDS_FILE",
+    "WorkloadConfig",
+    "workload_label",
+    "TrainConfig",
+    "CUSTOM_ARCH",
+    "MODEL_OUTPUTS",
+    "ModelConfig",
+    "check_model_config",
+    "BackendConfig",
+    "DeviceConfig",
+    "ShardingConfig",
+    "TimingConfig",
+    "RuleSet",
+    "CompareConfig",
+    "GateConfig",
+    "TuneConfig",
+    "MLPERF_PAIRS",
+    "SCENARIOS",
+    "ServeConfig",
+    "check_serve_config",
+    "Config",
+    "register_configs",
+]

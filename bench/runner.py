@@ -1,46 +1,73 @@
-"""`run_job(cfg, shared) -> (RunRecord, exception)`: the one code path from a typed config to a record.
+"""`run_job(cfg, session) -> (RunRecord, exception)`: the one code path from a typed config to a record.
+
+The same steps for every route (bench.routes): check the values, resolve the device and the
+backend, ask the route why it cannot run here, claim the job and reuse its stored record
+(`resume=true`), estimate its memory, then let the route measure, and turn what it measured into
+the record.
 
 It never raises for a job that fails: the failure becomes a record with status `error` (or
 `skipped`, with a reason, when the device or backend cannot run here, or the job would not fit in
 memory), so a sweep goes on and nothing measured is lost. An exception, a NaN or inf score, or
 running out of memory fails the job, not the sweep; after an out-of-memory the shared work is
-dropped so the next job starts clean. The backend's `close()` runs after every job.
+dropped so the next job starts clean. The backend's `close()` and the route's `teardown()` run
+after every job.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from bench import distributed, registry
-from bench.backends.base import NotApplicable
-from bench.config import Config, workload_label
+from bench import registry
+from bench.backends.backend import NotApplicable
+from bench.config import NOT_THE_JOB, Config, workload_label
 from bench.errors import UserError
 from bench.hardware import prepare_process, resolve
 from bench.hashing import config_hash
-from bench.measure.env import environment
+from bench.measure.environment import environment
 from bench.measure.memory import memory_skip_reason
 from bench.models.train import input_identity
-from bench.pipeline.guard import ResumeIndex, memory_estimate, resumed
-from bench.pipeline.job import measure
+from bench.pipeline.guard import memory_estimate
 from bench.pipeline.shared import SharedWork
 from bench.record import USER, RunRecord
-from bench.store import Claims
-from bench.validation import check_values
+from bench.routes import route_for
+from bench.store import RECORDS, Claims, StoreIndex
+from bench.config.validation import check_values
 
 log = logging.getLogger(__name__)
 
-# Keys that change where output goes or how it is shown, never what is measured.
-NON_SEMANTIC_KEYS = ("reports_dir", "cache_dir", "sweep_name", "gate", "compare", "run_gate", "resume", "memory_fraction", "tune",
-                     "one_job_per_host")
 OUT_OF_MEMORY = (MemoryError, torch.OutOfMemoryError)
 
 
 def job_hash(resolved: dict[str, Any]) -> str:
-    return config_hash({k: v for k, v in resolved.items() if k not in NON_SEMANTIC_KEYS})
+    return config_hash({k: v for k, v in resolved.items() if k not in NOT_THE_JOB})
+
+
+class ResumeIndex:
+    """Stored records by store path, read incrementally (one index per records.jsonl)."""
+
+    def __init__(self) -> None:
+        self._stores: dict[str, StoreIndex] = {}
+
+    def stored(self, reports_dir: str, config_hash: str, fingerprint: str) -> RunRecord | None:
+        path = os.path.abspath(Path(reports_dir) / RECORDS)
+        if path not in self._stores:
+            self._stores[path] = StoreIndex(Path(path))
+        return self._stores[path].latest(config_hash, fingerprint)
+
+
+def resumed(prior: RunRecord, record: RunRecord) -> RunRecord:
+    """The stored measurement, re-emitted for this run: its results and environment, this run's config."""
+    record.status, record.error = prior.status, prior.error
+    record.metrics, record.env = prior.metrics, prior.env
+    record.resumed_from = prior.record_id
+    log.info("resume: %s %s bs=%s already measured (record %s)", record.backend, record.device, record.batch_size, prior.record_id)
+    return record
 
 
 @dataclasses.dataclass
@@ -76,6 +103,7 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
         env={},
     )
     device = backend = None
+    route = route_for(cfg)
     try:
         check_values(cfg)
         # The user's data and code join the job's identity, so resume never hands back a record measured
@@ -93,7 +121,7 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
             # record says what ran and resume tells two contents of one file apart.
             record.config["backend"] = dataclasses.asdict(backend.cfg)
             record.config_hash = job_hash(record.config)
-            skip = backend.unsupported_reason(device) or distributed.unsupported_reason(cfg, backend, device, session.work)
+            skip = backend.unsupported_reason(device) or route.skip_reason(cfg, backend, device, session.work)
         if skip is not None:
             device = None  # not usable here: describe the machine without it
         if cfg.resume:
@@ -110,18 +138,10 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
                 skip = memory_skip_reason(estimate, device, cfg.memory_fraction)
         if skip is not None:
             record.status, record.error = "skipped", skip
-        elif distributed.sharded(cfg):
-            record.metrics = distributed.measure_sharded(cfg, backend, device, session.work)
-            record.error = distributed.accuracy_error(record.metrics)  # sharding changed a score
-            record.status = "error" if record.error else "ok"
-        elif cfg.serve is not None:  # +sweep=serve: through MLPerf LoadGen
-            from bench.serve import accuracy_error, measure_serving  # bench.serve imports this package
-
-            record.metrics = measure_serving(cfg, backend, device, session.work)
-            record.error = accuracy_error(record.metrics)  # serving changed the AUC beyond its tolerance
-            record.status = "error" if record.error else "ok"
         else:
-            record.metrics = measure(cfg, backend, device, session.work)
+            record.metrics = route.measure(cfg, backend, device, session.work)
+            record.error = route.fault(record.metrics)  # it ran, but what it measured fails the job
+            record.status = "error" if record.error else "ok"
         return record, None
     except NotApplicable as exc:  # this backend cannot apply to this model: nothing failed
         record.status, record.error = "skipped", str(exc)
@@ -137,6 +157,7 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
         log.debug("job failed", exc_info=True)
         return record, exc
     finally:
+        route.teardown()
         if backend is not None:
             _close(backend, record)
         if not record.resumed_from:

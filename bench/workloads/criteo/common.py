@@ -18,9 +18,9 @@ from omegaconf import MISSING
 from bench.batch import Batch
 from bench.config import WorkloadConfig
 from bench.errors import UserError
-from bench.workloads.base import SPLITS, TableSpec, Workload
+from bench.workloads.workload import SPLITS, TableSpec, Workload
 from bench.workloads.criteo import layout
-from bench.workloads.criteo.preprocess import (
+from bench.workloads.criteo.convert import (
     PreprocessOptions,
     cache_key,
     preprocess,

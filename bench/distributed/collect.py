@@ -28,13 +28,14 @@ import torch
 import torch.distributed as dist
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from bench.backends.base import Backend
+from bench.backends.backend import Backend
 from bench.backends.tables import table_storage
 from bench.backends.tbe import row_alignment
 from bench.batch import Batch
 from bench.config import Config
+from bench.registry import BASELINE_BACKEND
 from bench.distributed import engine
-from bench.distributed import env as ranks
+from bench.distributed import ranks
 from bench.distributed.plan import (
     SHARDING_TYPES,
     bytes_per_rank,
@@ -182,7 +183,7 @@ def sharded_metrics(cfg: Config, backend: Backend, device: torch.device, work: S
     if not np.array_equal(labels, run.labels):
         raise RuntimeError("the sharded run scored the eval samples in another order than the unsharded run")
     same = paired_auc_delta(labels, unsharded, run.logits)
-    _, base_logits = _scores_of(cfg, backend_config({"name": "fp32"}), model, workload, device, work)
+    _, base_logits = _scores_of(cfg, backend_config({"name": BASELINE_BACKEND}), model, workload, device, work)
     delta = paired_auc_delta(labels, base_logits, run.logits)
     metrics.update(auc_fp32=delta.auc_base, **delta.as_metrics())
 

@@ -1,4 +1,4 @@
-"""Compare a sweep with a baseline sweep, row by row, with the comparison engine (`bench.compare`).
+"""Compare a sweep with a baseline sweep, row by row, with the comparison engine (`bench.comparison`).
 
 Rows join on (workload, device, backend, batch_size), the newest record per key on each side.
 A row whose machine fingerprint differs is marked "machine differs" and not judged. Otherwise
@@ -23,7 +23,7 @@ from typing import Any, Iterable, Optional
 
 import pandas as pd
 
-from bench.compare import (
+from bench.comparison import (
     BETTER,
     NOT_COMPARABLE,
     WORSE,
@@ -172,7 +172,7 @@ def render_compare(df: pd.DataFrame, title: str, current: str, baseline: str, cf
         "",
         f"Summary: {summary(df)}.",
         "",
-        "Rules (`bench.compare`, tolerances from `conf/compare/`): rows join on workload, device, backend and "
+        "Rules (`bench.comparison`, tolerances from `conf/compare/`): rows join on workload, device, backend and "
         f"batch size (the newest record of each). Throughput is flagged when the {level} bootstrap interval of "
         "the ratio of median throughputs (over both runs' trials) excludes 1 and the ratio moved by more than "
         f"{cfg.throughput_tolerance:.0%}. AUC is flagged when its change exceeds the noise (the larger paired "

@@ -3,7 +3,7 @@
 `GateConfig` (in `bench.config`) is the Hydra structured-config schema of the `gate` group
 (stored as `gate/base_gate`); a run overrides a threshold with `gate.rules.<backend>.<rule>=VALUE`.
 Outside Hydra (the `python -m bench.gate` CLI), `load_gate_config` reads the same YAML and applies
-`rules.<backend>.<rule>=VALUE` overrides (`bench.config_files`).
+`rules.<backend>.<rule>=VALUE` overrides (`bench.config.files`).
 """
 
 from __future__ import annotations
@@ -12,10 +12,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from bench.config import GateConfig, RuleSet
-from bench.config_files import CONF_DIR as _CONF_ROOT
-from bench.config_files import load_group, to_schema
+from bench.config.files import load_group, to_schema
 
-CONF_DIR = _CONF_ROOT / "gate"
 
 
 def validate(cfg: GateConfig) -> None:
@@ -35,4 +33,4 @@ def load_gate_config(source: str | Path = "default", overrides: Iterable[str] = 
     return load_group("gate", GateConfig, source, overrides, validate)
 
 
-__all__ = ["CONF_DIR", "GateConfig", "RuleSet", "as_gate_config", "load_gate_config", "validate"]
+__all__ = ["GateConfig", "RuleSet", "as_gate_config", "load_gate_config", "validate"]

@@ -15,9 +15,8 @@ from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from bench.config import Config, register_configs
+from bench.config import CONF_DIR, Config, register_configs
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
 def compose_dictconfig(overrides: Iterable[str] = (), with_hydra: bool = False) -> DictConfig:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bench.backends.base import Backend
+from bench.backends.backend import Backend
 from bench.backends.tables import embedding_bytes
 from bench.config import Config, check_serve_config
 from bench.measure.memory import model_bytes
@@ -29,9 +29,9 @@ from bench.models.random_weights import RANDOM
 from bench.pipeline.job import PERFORMANCE_ONLY, backend_scores
 from bench.pipeline.shared import SharedWork
 from bench.serve import loadgen
-from bench.serve.accuracy import accuracy_check
+from bench.serve.accuracy_log import accuracy_check
 from bench.serve.queries import QuerySet
-from bench.serve.search import find_max_qps
+from bench.serve.qps_search import find_max_qps
 from bench.serve.sut import ServingSystem, predict
 
 SAMPLE = "one LoadGen sample is one user's group of candidate pairs (rows); pairs/s = samples/s x the pairs per sample served"

@@ -1,0 +1,28 @@
+"""The unsharded model in this process: accuracy, deltas, paired timing and memory (bench.pipeline.job)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from bench.backends.backend import Backend
+from bench.config import Config
+from bench.distributed import unsharded_skip_reason
+from bench.pipeline.job import measure
+from bench.pipeline.shared import SharedWork
+from bench.routes.route import Route
+
+
+class SingleRoute(Route):
+    name = "single"
+
+    @classmethod
+    def takes(cls, cfg: Config) -> bool:
+        return True
+
+    def skip_reason(self, cfg: Config, backend: Backend, device: torch.device, work: SharedWork) -> str | None:
+        return unsharded_skip_reason(cfg)
+
+    def measure(self, cfg: Config, backend: Backend, device: torch.device, work: SharedWork) -> dict[str, Any]:
+        return measure(cfg, backend, device, work)

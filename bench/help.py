@@ -15,7 +15,6 @@ import re
 import tokenize
 from pathlib import Path
 
-from omegaconf import OmegaConf
 
 from bench import config as schemas
 from bench.config import CONF_DIR, config_groups, default_choices, group_key, group_options

@@ -148,6 +148,10 @@ def task(cfg: DictConfig) -> str:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["dashboard"]:  # a subcommand word, not a Hydra run (bench.report.dashboard)
+        from bench.report.dashboard import main as dashboard
+
+        sys.exit(dashboard(sys.argv[2:]))
     if {"--help", "-h"} & set(sys.argv[1:]):
         from bench.help import help_text
 

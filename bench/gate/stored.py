@@ -34,6 +34,7 @@ from bench.config_files import (
 )
 from bench.gate.config import as_gate_config, load_gate_config, validate
 from bench.gate.evaluate import GateResult, Verdict, evaluate_gate
+from bench.gate.rules import VERDICTS
 from bench.gate.writers import render_markdown, write_outputs
 from bench.hashing import config_hash
 from bench.io import write_text_atomic
@@ -93,8 +94,19 @@ def gate_sweep(report_dir: Path, gate_cfg: Any, compare_cfg: Any, reports_dir: P
     records = load_records(report_dir)
     result = judge(records, s)
     write_outputs(result, report_dir, STORED)
-    update_history(records, history_path(s.gate.history_file, reports_dir), s.compare, runs=s.gate.history_runs, run_id=run_id)
+    update_history(records, history_path(s.gate.history_file, reports_dir), s.compare, runs=s.gate.history_runs, run_id=run_id,
+                   report_dir=report_dir, gate=row_verdicts(result), gate_passed=result.passed)
     return result.exit_code
+
+
+def row_verdicts(result: GateResult) -> dict[tuple, str]:
+    """(workload, device, backend, batch_size) -> the first of its rules' verdicts in VERDICTS order (fail first)."""
+    worst: dict[tuple, str] = {}
+    for v in result.verdicts:
+        key = (v.workload, v.device, v.backend, v.batch_size)
+        if key not in worst or VERDICTS.index(v.verdict) < VERDICTS.index(worst[key]):
+            worst[key] = v.verdict
+    return worst
 
 
 # ---------------------------------------------------------------------------- re-judging

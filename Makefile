@@ -7,6 +7,9 @@ BIN     = $(VENV)/bin
 STACK  ?= current
 STACKS  = current previous
 STAMP   = $(VENV)/.installed-$(STACK)
+ifeq ($(filter $(STACK),$(STACKS)),)
+$(error STACK=$(STACK) is not a tested stack: choose one of $(STACKS) (requirements/<STACK>.txt))
+endif
 # Where the CPU build of torch comes from: PyTorch's CPU wheel index by default, as the +cpu build
 # of the stack's torch version (a torch wheel named only by its version is the CUDA build, with its
 # NVIDIA packages, on most Linux machines). Empty (`make setup TORCH_INDEX=`) takes that version
@@ -28,7 +31,6 @@ setup: $(STAMP)
 # requirement (see requirements/current.txt). Installed with --no-deps, pip does not check the
 # missing fbgemm-gpu, so no resolver error is printed.
 $(STAMP): pyproject.toml $(REQS)
-	@case " $(STACKS) " in *" $(STACK) "*) ;; *) echo "STACK=$(STACK) is not a tested stack: choose one of $(STACKS)" >&2; exit 2;; esac
 	$(PYTHON) -m venv $(VENV)
 	rm -f $(VENV)/.installed-*
 	$(BIN)/pip install --upgrade pip

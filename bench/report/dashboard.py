@@ -218,7 +218,7 @@ def build_site(reports_dir: Path, out_dir: Path, cfg: Tolerances) -> tuple[Path,
         history["sweep"] = history["sweep"].where(history["sweep"].notna(), NO_SWEEP)
         for sweep, sweep_rows in history.groupby("sweep", sort=True):
             runs = run_order(sweep_rows)
-            labels = {r: f"{i + 1}: {r}" for i, r in enumerate(runs)}
+            labels = {r: f"{i + 1}" for i, r in enumerate(runs)}  # run ids are in the table and the hover text
             parts = [f"<h2>Sweep <code>{html.escape(str(sweep))}</code> ({len(runs)} runs; history {html.escape(str(path))})</h2>",
                      _runs_table(sweep_rows, runs, path.parent, out_dir)]
             for (workload, device), group in sweep_rows.groupby(["workload", "device"], sort=True):
@@ -227,7 +227,8 @@ def build_site(reports_dir: Path, out_dir: Path, cfg: Tolerances) -> tuple[Path,
                     traces, steps = _series(group, runs, metric, cfg, path.parent, out_dir, labels)
                     chart_id = _slug("chart", sweep, workload, device, metric.name)
                     fig = go.Figure(traces, layout=dict(title=metric.title, height=380, margin=dict(l=60, r=20, t=50, b=90),
-                                                        xaxis=dict(type="category", title="run"), legend=dict(orientation="h", y=-0.3)))
+                                                        xaxis=dict(type="category", title="run"), showlegend=True,
+                                                        legend=dict(orientation="h", y=-0.3)))
                     parts.append(f'<div class=chart data-steps="{html.escape(json.dumps(steps, default=str))}">'
                                  + fig.to_html(full_html=False, include_plotlyjs=False, div_id=chart_id) + "</div>")
                     series = [t for t in traces if t.meta["kind"] == "series"]
@@ -274,11 +275,17 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench dashboard", description=__doc__.splitlines()[0])
     parser.add_argument("reports_dir", type=Path, help="the reports folder: every history.jsonl under it is read")
     parser.add_argument("--out", type=Path, default=None, help=f"where the site goes (default: REPORTS_DIR/{SITE_DIR})")
+    parser.add_argument("overrides", nargs="*", metavar="compare.KEY=VALUE",
+                        help="the tolerances the nightly ran with, when not conf/compare/default.yaml's (e.g. compare.throughput_tolerance=0.1)")
     args = parser.parse_args(argv)
     try:
         if not args.reports_dir.is_dir():
             raise UserError(f"{args.reports_dir} is not a folder: give the reports folder (reports_dir) the nightly wrote to")
-        index, summary = build_site(args.reports_dir, (args.out or args.reports_dir / SITE_DIR).resolve(), load_compare_config())
+        wrong = [o for o in args.overrides if not o.startswith("compare.")]
+        if wrong:
+            raise UserError(f"{wrong[0]!r}: only compare.KEY=VALUE overrides are taken here (e.g. compare.throughput_tolerance=0.1)")
+        cfg = load_compare_config("default", [o[len("compare."):] for o in args.overrides])
+        index, summary = build_site(args.reports_dir, (args.out or args.reports_dir / SITE_DIR).resolve(), cfg)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -55,12 +55,22 @@ def test_the_planted_step_is_marked_where_history_md_flags_it(tmp_path):
     flagged = flagged[flagged["flagged"].astype(bool)]
     assert list(zip(flagged["backend"], flagged["metric"])) == [("int8_tbe", "throughput")]
     _, summary = build_site(tmp_path, tmp_path / "site", CFG)
+    for c in flagged.to_dict("records"):  # everything history.md flags is marked, at the run it flags
+        chart = {"throughput": "throughput", "auc": "auc_delta"}[c["metric"]]
+        assert any(s["chart"].endswith(chart) and s["series"] == f"{c['backend']} bs={c['batch_size']}" and s["run_id"] == "run5"
+                   for s in summary["steps"])
     steps = [(s["chart"].rsplit("-", 1)[-1], s["series"], s["run_id"]) for s in summary["steps"]]
     # throughput drops at run 5; the speedup over fp32 drops with it
     assert ("throughput", "int8_tbe bs=1024", "run5") in steps
     assert ("speedup", "int8_tbe bs=1024", "run5") in steps
     assert all(run == "run5" for _, _, run in steps)
     assert not any(chart == "auc_delta" or chart == "memory" for chart, _, _ in steps)
+
+
+def test_a_slowdown_in_the_middle_is_a_step_found_by_asv(tmp_path):
+    planted_history(tmp_path, runs=6, slow_run=2, slowdown=0.2)  # runs 3-6 slow: a new level, not the newest run
+    _, summary = build_site(tmp_path, tmp_path / "site", CFG)
+    assert {(s["chart"].rsplit("-", 1)[-1], s["run_id"]) for s in summary["steps"]} == {("throughput", "run3"), ("speedup", "run3")}
 
 
 def test_a_flat_history_has_no_steps(tmp_path):

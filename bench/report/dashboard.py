@@ -16,7 +16,9 @@ weights by its confidence interval). A cut is marked as a step only where the co
 calls the runs on either side of it different, with the tolerances of `conf/compare/` that
 `history.md` uses: throughput and ΔAUC by `compare_metrics` (the very verdict `history.md` gives when
 the later run is the latest), speedup by the same rule over its interval (`difference_change`), and
-memory when it moved by more than the throughput tolerance. A run whose gate failed has its points
+memory when it moved by more than the throughput tolerance. The newest run is always a candidate
+too, against the run before it, exactly as `history.md` judges it (a single point cannot yet make
+a piece of asv's fit). A run whose gate failed has its points
 drawn as red crosses; the table of runs lists each run's gate verdict and stack versions, and each
 point links to the run's report when the report folder is still there (CI artifacts expire).
 """
@@ -114,12 +116,19 @@ def detect_steps(rows: list[dict], metric: Metric, cfg: Tolerances) -> list[dict
     if sum(v is not None for v in y) < 2:
         return []
     pieces = asv_steps(y, w)
+    cuts = {left: (before_value, value) for (_, _, before_value, _, _), (left, _, value, _, _) in zip(pieces, pieces[1:])}
+    # The newest run is also judged against the one before it, as history.md judges it: one point
+    # cannot make a new piece of asv's fit yet, and the page must not miss what history.md flags.
+    last = max(i for i, v in enumerate(y) if v is not None)
+    shown = [i for i, v in enumerate(y) if v is not None]
+    if len(shown) >= 2 and last not in cuts:
+        cuts[last] = (y[shown[-2]], y[last])
     steps = []
-    for (_, right, value, _, _), (left_next, _, value_next, _, _) in zip(pieces, pieces[1:]):
-        before = max(i for i in range(right) if y[i] is not None)
-        why = _confirmed(metric.name, rows[before], rows[left_next], cfg)
+    for index, (value_before, value_after) in sorted(cuts.items()):
+        before = max(i for i in range(index) if y[i] is not None)
+        why = _confirmed(metric.name, rows[before], rows[index], cfg)
         if why:
-            steps.append({"index": left_next, "run_id": rows[left_next]["run_id"], "from": value, "to": value_next, "why": why})
+            steps.append({"index": index, "run_id": rows[index]["run_id"], "from": value_before, "to": value_after, "why": why})
     return steps
 
 

@@ -104,3 +104,13 @@ def test_dashboard_bad_input_is_one_line_and_exit_2(tmp_path, make, message):
     done = run_bench("dashboard", str(make(tmp_path)), timeout=120)
     assert done.returncode == 2
     assert message in done.stderr and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_history_fields_rejudge_a_stored_report_folder_to_the_same_verdicts(tmp_path):
+    from bench.gate.stored import history_fields
+
+    planted_history(tmp_path, runs=2, failing_run=1)
+    lines = [json.loads(x) for x in (tmp_path / "history.jsonl").read_text().splitlines() if '"run2"' in x]
+    fields = history_fields(tmp_path / "nightly" / "20260102-022300")  # no result given: re-judged from the folder
+    assert fields["gate_passed"] is False and fields["gate_passed"] == lines[0]["gate_passed"]
+    assert {k[2]: v for k, v in fields["gate"].items()} == {x["backend"]: x["gate"] for x in lines}

@@ -95,8 +95,17 @@ def gate_sweep(report_dir: Path, gate_cfg: Any, compare_cfg: Any, reports_dir: P
     result = judge(records, s)
     write_outputs(result, report_dir, STORED)
     update_history(records, history_path(s.gate.history_file, reports_dir), s.compare, runs=s.gate.history_runs, run_id=run_id,
-                   report_dir=report_dir, gate=row_verdicts(result), gate_passed=result.passed)
+                   **history_fields(report_dir, result))
     return result.exit_code
+
+
+def history_fields(report_dir: Path, result: Optional[GateResult] = None) -> dict[str, Any]:
+    """What a judged report folder gives its history lines (`update_history`'s keywords): the folder,
+    each row's gate verdict and the run's. Without `result`, the folder's stored verdict is re-judged
+    from its records and its gate_config.yaml (the same verdict, see `rejudge`)."""
+    if result is None:
+        result = judge(load_records(report_dir), read_settings(Path(report_dir) / GATE_CONFIG))
+    return {"report_dir": Path(report_dir), "gate": row_verdicts(result), "gate_passed": result.passed}
 
 
 def row_verdicts(result: GateResult) -> dict[tuple, str]:

@@ -4,6 +4,7 @@ TORCH_INDEX is emptied. Checked with `make -n` (what make would run), not by ins
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 
@@ -20,7 +21,10 @@ def pins(stack: str) -> dict[str, str]:
 
 
 def make(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "-n", *args], cwd=REPO, capture_output=True, text=True, timeout=60)
+    """`make -n ARGS` as a user types it: the Makefile's defaults, not what this process inherited
+    (.ci/run exports TORCH_INDEX; `make test` passes its own flags down)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCH_INDEX", "STACK", "VENV", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    return subprocess.run(["make", "-n", *args], cwd=REPO, capture_output=True, text=True, timeout=60, env=env)
 
 
 @pytest.mark.parametrize("stack", STACKS)

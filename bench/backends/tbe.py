@@ -68,9 +68,6 @@ BITS = {name: SparseType(name).bit_rate() for name in WEIGHT_DTYPES}
 class TbeConfig(BackendConfig):
     mlp: str = "int8"  # fp32 | int8 (| int4 weight-only, with mlp_engine=torchao): the MLP's Linear layers
     mlp_mode: str = "dynamic"  # dynamic | static (calibrated on the calibration batches; torch_ao only); used when mlp=int8
-    # Who quantizes the MLP: torch_ao (torch.ao.quantization's int8 modules on FBGEMM, deprecated upstream
-    # but faster on CPU, see docs/torchao.md) | torchao (torchao's quantize_)
-    mlp_engine: str = "torch_ao"
     # Per-table weight type overrides, table name -> fp32 | fp16 | int8 | int4 | int2. On the command line
     # the keys are new to the (struct) config, hence the +: `+backend.per_table={t_cat_3: int8}`.
     per_table: dict[str, str] = field(default_factory=dict)
@@ -80,6 +77,9 @@ class TbeConfig(BackendConfig):
     # the mixed recipe keeps small tables at int8 and quantizes only the big ones further. null: off.
     small_table_rows: Optional[int] = None
     small_table_dtype: str = "int8"
+    # Who quantizes the MLP: torch_ao (torch.ao.quantization's int8 modules on FBGEMM, deprecated upstream
+    # but faster on CPU, see docs/torchao.md) | torchao (torchao's quantize_)
+    mlp_engine: str = "torch_ao"
 
     def validate(self) -> None:
         check_config(self)

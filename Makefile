@@ -2,29 +2,43 @@
 PYTHON ?= python3.11
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-STAMP   = $(VENV)/.installed
-# Where the CPU build of torch comes from: PyTorch's CPU wheel index by default (a torch wheel named
-# only by its version is the CUDA build, with its NVIDIA packages, on most Linux machines). Empty
-# (`make setup TORCH_INDEX=`) uses only the indexes pip is configured with, which then must hold
-# torch==2.13.0+cpu. Only the torch wheel itself is looked up there; everything else comes from
-# pip's configured index.
+# Which tested stack to install (README, "Tested versions"): requirements/<STACK>.txt and
+# requirements/<STACK>-torchrec.txt. `current` is the default; `previous` is kept working.
+STACK  ?= current
+STACKS  = current previous
+STAMP   = $(VENV)/.installed-$(STACK)
+ifeq ($(filter $(STACK),$(STACKS)),)
+$(error STACK=$(STACK) is not a tested stack: choose one of $(STACKS) (requirements/<STACK>.txt))
+endif
+# Where the CPU build of torch comes from: PyTorch's CPU wheel index by default, as the +cpu build
+# of the stack's torch version (a torch wheel named only by its version is the CUDA build, with its
+# NVIDIA packages, on most Linux machines). Empty (`make setup TORCH_INDEX=`) takes that version
+# from the indexes pip is configured with, whichever build they hold: a CUDA build then runs on the
+# CPU, but it does not import without its CUDA libraries, so pip installs them too (about 3 GB).
+# Only the torch wheel itself is looked up at TORCH_INDEX; everything else, torch's own
+# requirements included, comes from pip's configured index.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_PIP_OPTS = $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+TORCH_BUILD = $(if $(TORCH_INDEX),+cpu)
+REQS = requirements/$(STACK).txt requirements/$(STACK)-torchrec.txt
 
-.PHONY: setup run test clean
+.PHONY: setup run test docs clean
 
 setup: $(STAMP)
 
-# torch first, from TORCH_INDEX; then the rest of the CPU stack and the harness; torchrec last and
-# without its CUDA-only fbgemm-gpu requirement (see requirements/cpu.txt). Installed with
-# --no-deps, pip does not check the missing fbgemm-gpu, so no resolver error is printed.
-$(STAMP): pyproject.toml requirements/cpu.txt requirements/torchrec.txt
+# torch first, alone and with --no-deps, from TORCH_INDEX; then the rest of the stack (torch's own
+# requirements with it) and the harness; torchrec last and without its CUDA-only fbgemm-gpu
+# requirement (see requirements/current.txt). Installed with --no-deps, pip does not check the
+# missing fbgemm-gpu, so no resolver error is printed.
+$(STAMP): pyproject.toml $(REQS)
 	$(PYTHON) -m venv $(VENV)
+	rm -f $(VENV)/.installed-*
 	$(BIN)/pip install --upgrade pip
-	$(BIN)/pip install $(TORCH_PIP_OPTS) --no-deps $$(grep -m1 '^torch==' requirements/cpu.txt)
-	$(BIN)/pip install -r requirements/cpu.txt
+	$(BIN)/pip install $(TORCH_PIP_OPTS) --no-deps "$$(grep -m1 '^torch==' requirements/$(STACK).txt)$(TORCH_BUILD)"
+	$(BIN)/pip install -r requirements/$(STACK).txt
 	$(BIN)/pip install -e ".[dev,cluster]"
-	$(BIN)/pip install --no-deps -r requirements/torchrec.txt
+	$(BIN)/pip install --no-deps -r requirements/$(STACK)-torchrec.txt
+	$(BIN)/python -c "import torch, fbgemm_gpu, torchrec, torchao; print('stack $(STACK): torch', torch.__version__, '| fbgemm_gpu', fbgemm_gpu.__version__, '| torchrec', torchrec.__version__, '| torchao', torchao.__version__)"
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -33,5 +47,10 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# The documentation site (mkdocs.yml): built strictly, so a broken link or a page missing from the nav fails.
+# NO_MKDOCS_2_WARNING: mkdocs-material's banner that it reaches end of life in May 2027 (Zensical succeeds it).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) .cache outputs multirun
+	rm -rf $(VENV) .cache outputs multirun site

@@ -137,6 +137,10 @@ def run(argv: list[str]) -> int:
         from bench.store import main as store_main
 
         return store_main(argv[1:])
+    if argv[:1] == ["dashboard"]:  # a subcommand word, not a Hydra run (bench.report.dashboard)
+        from bench.report.dashboard import main as dashboard
+
+        return dashboard(argv[1:])
     if {"--help", "-h"} & set(argv):
         from bench.help import help_text
 

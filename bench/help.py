@@ -35,6 +35,7 @@ COMMANDS = """\
   python -m bench backend=fake_quant --cfg job       print the composed config: every key of that choice
   python -m bench.report DIR [--baseline DIR]        report and compare stored sweeps
   python -m bench.gate DIR                           re-run the gate on a stored report
+  python -m bench dashboard REPORTS_DIR              a self-contained web page of the nightly history (trends, steps)
   python -m bench.preprocess SRC... --out DIR        preprocess Criteo text files by hand
   python -m bench store check DIR                    check a record store: whole records, damage named by line"""
 

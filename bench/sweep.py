@@ -151,11 +151,13 @@ def finish(config: DictConfig) -> int:
     if stages.run("report", lambda: finish_report(records, report_dir, title, variant)) is not None:
         print(f"report: {report_dir / 'report.md'}")
     if config.get("run_gate") and any(not is_serving(r) for r in records):  # the history follows the results table: no serving rows
+        from bench.gate.stored import history_fields
         from bench.report.history import history_path, update_history
 
         gate, compare = config.gate, config.get("compare") or {}
         path = history_path(gate.get("history_file"), Path(config.reports_dir))
-        history_md = stages.run("history", lambda: update_history(records, path, compare_settings(compare), runs=gate.history_runs))
+        history_md = stages.run("history", lambda: update_history(records, path, compare_settings(compare), runs=gate.history_runs,
+                                                                  **history_fields(report_dir)))
         if history_md is not None:
             print(f"history: {path} ({history_md})")
     return max(stages.code, gate_code or EXIT_OK)

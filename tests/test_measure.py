@@ -1,3 +1,5 @@
+from importlib.metadata import version
+
 import numpy as np
 import pytest
 import torch
@@ -94,9 +96,11 @@ def test_score_catches_dropped_samples():
 
 def test_environment_fields():
     env = environment()
-    for key in ("python", "torch", "torchrec", "fbgemm_gpu", "cpu", "threads", "gpu", "git_sha", "git_dirty", "fingerprint"):
+    for key in ("python", "torch", "torchrec", "fbgemm_gpu", "torchao", "cpu", "threads", "gpu", "git_sha", "git_dirty", "fingerprint"):
         assert key in env
-    assert env["torchrec"] == "1.8.0" and env["gpu"] is None
+    # the installed stack, whichever of the tested ones (requirements/) this environment holds
+    assert env["torchrec"] == version("torchrec") and env["torchao"] == version("torchao") and env["gpu"] is None
+    assert env["fbgemm_gpu"] == version("fbgemm-gpu-cpu") and env["torch"] == torch.__version__
 
 
 def test_devices_and_threads():

@@ -37,7 +37,7 @@ def test_append_writes_one_line_per_key_with_the_raw_trials(tmp_path):
     lines = path.read_text().splitlines()
     assert n == len(df) == len(lines)
     first = json.loads(lines[0])
-    assert first["history_version"] == HISTORY_VERSION == 2
+    assert first["history_version"] == HISTORY_VERSION == 3
     assert (first["run_id"], first["timestamp"], first["git_sha"]) == ("r1", "2025-01-01T00:00:00+00:00", "abc123")
     assert {"workload", "device", "backend", "batch_size", "auc", "throughput", "throughput_trials", "speedup_lo",
             "speedup_hi", "config_hash", "fingerprint"} <= set(first)

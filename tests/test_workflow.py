@@ -62,9 +62,8 @@ def test_setup_then_the_bench_command_whose_exit_code_fails_the_job(steps):
 
 
 def test_uploads_reports_always(steps):
-    [upload] = uses(steps, "actions/upload-artifact")
+    [upload] = [s for s in uses(steps, "actions/upload-artifact") if s["with"]["path"].rstrip("/") == "reports"]
     assert upload["if"] == "always()"
-    assert upload["with"]["path"].rstrip("/") == "reports"
     bench = next(s for s in steps if "+sweep=nightly" in s.get("run", ""))
     assert index(steps, bench) < index(steps, upload)
 
@@ -75,3 +74,11 @@ def test_history_survives_between_nights(steps):
     assert restore["with"]["path"] == save["with"]["path"] == "reports/history.jsonl"
     assert save["if"] == "always()"
     assert "bench-history-" in restore["with"]["restore-keys"]
+
+
+def test_publishes_the_dashboard_over_the_history(steps):
+    bench = next(s for s in steps if "+sweep=nightly" in s.get("run", ""))
+    dashboard = next(s for s in steps if "-m bench dashboard reports" in s.get("run", ""))
+    assert dashboard["if"] == "always()" and index(steps, bench) < index(steps, dashboard)
+    [upload] = [s for s in uses(steps, "actions/upload-artifact") if s["with"]["path"].rstrip("/") == "reports/dashboard"]
+    assert upload["if"] == "always()" and index(steps, dashboard) < index(steps, upload)

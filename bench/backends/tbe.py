@@ -4,7 +4,9 @@ Every eager EmbeddingBagCollection becomes torchrec's quantized EmbeddingBagColl
 run on FBGEMM's `IntNBitTableBatchedEmbeddingBagsCodegen` kernels, through torchrec's own inference
 path (`quantize_inference_model`: register the TBEs, cache the feature order, `quantize_dynamic` with a
 `QuantConfig` per table). Rows are aligned to 1 byte on CPU (FBGEMM's CPU default; torchrec's own
-default is 16) and 16 on CUDA. The MLP then runs in fp32 or int8 (`bench.backends.linear`).
+default is 16) and 16 on CUDA. The MLP then runs in fp32 or int8, quantized by `backend.mlp_engine`:
+torch.ao's int8 modules on FBGEMM kernels (`torch_ao`, `bench.backends.linear`), or torchao's `quantize_`
+(`torchao`, `bench.backends.torchao_mlp`, which also offers `mlp=int4`, int4 weight-only).
 
 After quantizing, every table's dtype is read back from the module (`bench.backends.tables`) and
 compared with the one asked for: a table left in fp32 (e.g. `quantize_dynamic` without a qconfig spec
@@ -37,6 +39,8 @@ from bench.backends.ao_notice import torch_ao_calls
 from bench.backends.backend import Backend, NotApplicable
 from bench.backends.direct import build_tables_directly
 from bench.backends.linear import MLP_CHOICES, MODES, check_choice, quantize_int8
+from bench.backends.torchao_mlp import SCHEMES as TORCHAO_SCHEMES
+from bench.backends.torchao_mlp import quantize_torchao
 from bench.backends.modules import (
     embedding_bag_collections,
     require_embedding_bag_collections,
@@ -62,8 +66,8 @@ BITS = {name: SparseType(name).bit_rate() for name in WEIGHT_DTYPES}
 
 @dataclass
 class TbeConfig(BackendConfig):
-    mlp: str = "int8"  # fp32 | int8: the MLP's Linear layers
-    mlp_mode: str = "dynamic"  # dynamic | static (calibrated on the calibration batches); used when mlp=int8
+    mlp: str = "int8"  # fp32 | int8 (| int4 weight-only, with mlp_engine=torchao): the MLP's Linear layers
+    mlp_mode: str = "dynamic"  # dynamic | static (calibrated on the calibration batches; torch_ao only); used when mlp=int8
     # Per-table weight type overrides, table name -> fp32 | fp16 | int8 | int4 | int2. On the command line
     # the keys are new to the (struct) config, hence the +: `+backend.per_table={t_cat_3: int8}`.
     per_table: dict[str, str] = field(default_factory=dict)
@@ -73,6 +77,9 @@ class TbeConfig(BackendConfig):
     # the mixed recipe keeps small tables at int8 and quantizes only the big ones further. null: off.
     small_table_rows: Optional[int] = None
     small_table_dtype: str = "int8"
+    # Who quantizes the MLP: torch_ao (torch.ao.quantization's int8 modules on FBGEMM, deprecated upstream
+    # but faster on CPU, see docs/torchao.md) | torchao (torchao's quantize_)
+    mlp_engine: str = "torch_ao"
 
     def validate(self) -> None:
         check_config(self)
@@ -92,9 +99,20 @@ def read_per_table_file(path: str) -> dict[str, str]:
     return data
 
 
+ENGINES = ("torch_ao", "torchao")
+
+
 def check_config(cfg) -> None:
     """The choices of a TBE backend config (the schema, or its composed DictConfig), before anything is built."""
-    check_choice(cfg.mlp, MLP_CHOICES, "backend.mlp")
+    check_choice(cfg.mlp_engine, ENGINES, "backend.mlp_engine")
+    if cfg.mlp_engine == "torchao":
+        check_choice(cfg.mlp, ("fp32", *TORCHAO_SCHEMES), "backend.mlp")
+        if cfg.mlp != "fp32" and cfg.mlp_mode != "dynamic":
+            raise UserError(f"backend.mlp_mode={cfg.mlp_mode!r}: the torchao engine quantizes activations per call only; "
+                            "set backend.mlp_mode=dynamic or backend.mlp_engine=torch_ao")
+    elif cfg.mlp not in MLP_CHOICES and cfg.mlp in TORCHAO_SCHEMES:
+        raise UserError(f"backend.mlp={cfg.mlp!r} needs backend.mlp_engine=torchao")
+    check_choice(cfg.mlp, MLP_CHOICES + TORCHAO_SCHEMES, "backend.mlp")
     check_choice(cfg.mlp_mode, MODES, "backend.mlp_mode")
     for name, dtype in cfg.per_table.items():
         check_dtype(dtype, f"backend.per_table.{name}")
@@ -162,8 +180,8 @@ class TbeBackend(Backend):
 
     def unsupported_reason(self, device: torch.device) -> str | None:
         reason = super().unsupported_reason(device)
-        if reason is None and self.cfg.mlp == "int8" and device.type != "cpu":
-            return f"backend {self.cfg.name!r}: the int8 MLP (torch.ao int8 Linear) runs on CPU only; set backend.mlp=fp32"
+        if reason is None and self.cfg.mlp == "int8" and self.cfg.mlp_engine == "torch_ao" and device.type != "cpu":
+            return f"backend {self.cfg.name!r}: the int8 MLP (torch.ao int8 Linear) runs on CPU only; set backend.mlp=fp32 or backend.mlp_engine=torchao"
         return reason
 
     def _overrides(self, rows: Mapping[str, int]) -> dict[str, str]:
@@ -197,7 +215,9 @@ class TbeBackend(Backend):
         else:
             model.to(device)
             quantize_tables(model, dtypes, device)
-        if self.cfg.mlp == "int8" and quantize_int8(model, self.cfg.mlp_mode, calibration_batches, device) == 0:
+        if self.cfg.mlp != "fp32" and self.cfg.mlp_engine == "torchao":
+            quantize_torchao(model, self.cfg.mlp)
+        elif self.cfg.mlp == "int8" and quantize_int8(model, self.cfg.mlp_mode, calibration_batches, device) == 0:
             raise NotApplicable(f"backend {self.cfg.name!r} runs the model's nn.Linear layers in int8, and the model has none: set backend.mlp=fp32")
         return model
 
@@ -215,6 +235,8 @@ class TbeBackend(Backend):
         small = self.cfg.small_table_rows is not None and BITS[self.cfg.small_table_dtype] != 32
         if BITS[self.weight_dtype] == 32 and all(b == 32 for b in per_table.values()) and not small and self.cfg.mlp == "fp32":
             return None
+        if self.cfg.mlp != "fp32" and self.cfg.mlp_engine == "torchao":
+            return None  # fake_quant emulates torch.ao's int8 schemes, not torchao's per-row activations
         twin = {
             "name": "fake_quant",
             "bits": BITS[self.weight_dtype],

@@ -166,6 +166,9 @@ class TimingConfig:
     max_trial_cv: float = 0.10
     # ... or the paired speedup's 95% interval is wider than this share of the speedup.
     max_ratio_spread: float = 0.10
+    # Testing only: each timed CPU call busy-waits this fraction of its own duration more (0.2: 20%
+    # slower), a real change of the timed work that the dashboard's step detection must find.
+    test_delay: float = 0.0
 
 
 @dataclass

@@ -62,6 +62,8 @@ def check_timing(timing, threads: int | None) -> None:
         raise UserError(f"timing.clock={timing.clock!r} is not a clock: choose one of {', '.join(CLOCKS)}")
     if timing.clock == "thread_cpu" and threads != 1:
         raise UserError("timing.clock=thread_cpu times the calling thread only: set threads=1 with it")
+    if timing.test_delay < 0:
+        raise UserError(f"timing.test_delay must be 0 or more (0.2: each timed call takes 20% longer), got {timing.test_delay}")
     if timing.pool_samples < 0:
         raise UserError(f"timing.pool_samples must be 0 or more, got {timing.pool_samples}")
     if not timing.target_spread > 0:

@@ -37,11 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         done = rejudge(args.report_dir, args.overrides, args.config, args.out)
         if args.history:
+            from bench.gate.stored import history_fields
             from bench.report.history import history_path, update_history
 
             s = done.settings
             history_md = update_history(done.records, history_path(s.gate.history_file, done.folder), s.compare,
-                                        runs=s.gate.history_runs, run_id=args.run_id)
+                                        runs=s.gate.history_runs, run_id=args.run_id, **history_fields(done.folder, done.result))
     except UserError as exc:
         print(f"bench.gate: error: {exc}", file=sys.stderr)
         return exc.exit_code

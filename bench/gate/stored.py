@@ -35,6 +35,7 @@ from bench.config.files import (
 )
 from bench.gate.thresholds import as_gate_config, load_gate_config, validate
 from bench.gate.evaluate import GateResult, Verdict, evaluate_gate
+from bench.gate.rules import VERDICTS
 from bench.gate.writers import render_markdown, write_outputs
 from bench.hashing import config_hash
 from bench.io import write_text_atomic
@@ -99,6 +100,25 @@ def gate_sweep(report_dir: Path, gate_cfg: Any, compare_cfg: Any) -> int:
     result = judge(load_records(report_dir), s)
     write_outputs(result, report_dir, STORED)
     return result.exit_code
+
+
+def history_fields(report_dir: Path, result: Optional[GateResult] = None) -> dict[str, Any]:
+    """What a judged report folder gives its history lines (`update_history`'s keywords): the folder,
+    each row's gate verdict and the run's. Without `result`, the folder's stored verdict is re-judged
+    from its records and its gate_config.yaml (the same verdict, see `rejudge`)."""
+    if result is None:
+        result = judge(load_records(report_dir), read_settings(Path(report_dir) / GATE_CONFIG))
+    return {"report_dir": Path(report_dir), "gate": row_verdicts(result), "gate_passed": result.passed}
+
+
+def row_verdicts(result: GateResult) -> dict[tuple, str]:
+    """(workload, device, backend, batch_size) -> the first of its rules' verdicts in VERDICTS order (fail first)."""
+    worst: dict[tuple, str] = {}
+    for v in result.verdicts:
+        key = (v.workload, v.device, v.backend, v.batch_size)
+        if key not in worst or VERDICTS.index(v.verdict) < VERDICTS.index(worst[key]):
+            worst[key] = v.verdict
+    return worst
 
 
 # ---------------------------------------------------------------------------- re-judging

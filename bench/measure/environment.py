@@ -35,6 +35,7 @@ def _static() -> dict:
         "torch": torch.__version__,
         "torchrec": _version("torchrec"),
         "fbgemm_gpu": _version("fbgemm-gpu-cpu") or _version("fbgemm-gpu"),
+        "torchao": _version("torchao"),
         "bench": _version("dlrm-quant-bench"),  # the distribution of the `bench` package
         "cpu": hardware.cpu_model(),
         "cpu_count": hardware.cpu_count(),

@@ -5,7 +5,9 @@ the custom ones (FBGEMM's `fbgemm::*`, torch.ao's `quantized::*`). That answers 
 this backend use" from what ran, not from what the code meant: torchrec's eager
 EmbeddingBagCollection goes through ATen's `embedding_bag`, the TBE backends through FBGEMM's
 `int_nbit_split_embedding_codegen_lookup_function` (fp32 rows included), an int8 MLP through
-`quantized::linear_dynamic`. The FLOPs of the matrix products (2*M*K*N each) give the dense
+`quantized::linear_dynamic` (torch.ao) or `aten::_int_mm` (torchao's int8 x int8 -> int32 product; a
+dequantize-then-fp32 fallback would show `aten::mm`/`addmm` instead), an int4 weight-only MLP through
+`aten::_weight_int4pack_mm_for_cpu`. The FLOPs of the matrix products (2*M*K*N each) give the dense
 work per sample for the roofline.
 """
 
@@ -19,7 +21,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 EMBEDDING_WORDS = ("embedding", "lookup")
 GEMM_OPS = {"aten::linear", "aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "quantized::linear_dynamic",
-            "quantized::linear_relu_dynamic", "quantized::linear", "quantized::linear_relu"}  # fmt: skip
+            "quantized::linear_relu_dynamic", "quantized::linear", "quantized::linear_relu",
+            "aten::_int_mm", "aten::_weight_int4pack_mm_for_cpu"}  # fmt: skip
+INT8_GEMM_OPS = {name for name in GEMM_OPS if name.startswith("quantized::")} | {"aten::_int_mm"}
 
 
 @dataclass
@@ -66,7 +70,7 @@ class _Recorder(TorchDispatchMode):
             self.log.gemm.add(name)
             flops = _flops(name, args, out)
             self.log.gemm_flops += flops
-            if name.startswith("quantized::"):
+            if name in INT8_GEMM_OPS:
                 self.log.int8_gemm_flops += flops
         return out
 

@@ -13,6 +13,7 @@ from fbgemm_gpu.split_table_batched_embeddings_ops_inference import (
     rounded_row_size_in_bytes,
 )
 from torch import nn
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torchrec.tensor_types import UIntXTensor
 
 from bench import hardware
@@ -29,7 +30,9 @@ def model_bytes(module: nn.Module) -> int:
       not registered with the module; the per-table weights are views into it, so the buffer is counted
       once, 128-byte table alignment included;
     - quantized Linear weights inside packed params: int8 data, bias, and the per-channel scale and
-      zero point the quantized tensor holds.
+      zero point the quantized tensor holds;
+    - a tensor subclass that wraps others (torchao's quantized weights) by the tensors it holds
+      (`__tensor_flatten__`): its own storage is not real memory.
     """
     tensors: list[torch.Tensor] = [*module.parameters(), *module.buffers()]
     for m in module.modules():
@@ -39,13 +42,24 @@ def model_bytes(module: nn.Module) -> int:
         if packed is not None and hasattr(packed, "_weight_bias"):
             tensors += [t for t in packed._weight_bias() if t is not None]
     seen: dict[tuple, int] = {}
-    for t in tensors:
+    for t in _unwrapped(tensors):
         t = t.elem if isinstance(t, UIntXTensor) else t
         seen.setdefault(_storage_key(t), _storage_bytes(t))
         if t.is_quantized and t.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
             for qparams in (t.q_per_channel_scales(), t.q_per_channel_zero_points()):
                 seen[("qparams", id(t), qparams.dtype)] = qparams.numel() * qparams.element_size()
     return sum(seen.values())
+
+
+def _unwrapped(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    out = []
+    for t in tensors:
+        if is_traceable_wrapper_subclass(t):
+            names, _ = t.__tensor_flatten__()
+            out += _unwrapped([getattr(t, n) for n in names if isinstance(getattr(t, n, None), torch.Tensor)])
+        else:
+            out.append(t)
+    return out
 
 
 def _storage_key(t: torch.Tensor) -> tuple:

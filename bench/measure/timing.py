@@ -38,7 +38,7 @@ from bench.stats import median_interval
 
 Clock = Callable[[], int]  # nanoseconds
 # The timing config's keys that drive the loop (`pool_samples` chose the inputs: the caller's business).
-LOOP_KEYS = ("warmup_batches", "trials", "batches_per_trial", "min_trial_seconds", "target_spread", "max_rounds")
+LOOP_KEYS = ("warmup_batches", "trials", "batches_per_trial", "min_trial_seconds", "target_spread", "max_rounds", "test_delay")
 CLOCKS = {"wall": time.perf_counter_ns, "thread_cpu": time.thread_time_ns}
 
 
@@ -123,11 +123,11 @@ class _Calls:
         return out
 
 
-def _clock_fn(device: torch.device, clock: Clock | str):
+def _clock_fn(device: torch.device, clock: Clock | str, test_delay: float = 0.0):
     clock = CLOCKS[clock] if isinstance(clock, str) else clock  # a name: timing.clock's
     if device.type == "cuda":
         return _cuda_clock
-    return lambda module, trial_inputs, device: _cpu_clock(module, trial_inputs, clock)
+    return lambda module, trial_inputs, device: _cpu_clock(module, trial_inputs, clock, test_delay)
 
 
 def _calls_per_trial(warm_ms: list[float], batches_per_trial: int, min_trial_seconds: float) -> int:
@@ -146,6 +146,7 @@ def time_module(
     min_trial_seconds: float = 0.0,
     clock: Clock = time.perf_counter_ns,
     agree_calls: Callable[[int], int] | None = None,
+    test_delay: float = 0.0,
     **_unused,
 ) -> Timing:
     """Call `module(*inputs[i])` in trials; `inputs` already live on `device`.
@@ -154,7 +155,7 @@ def time_module(
     many would take less than `min_trial_seconds`, walking on through `inputs`. `agree_calls` turns
     this process's count into the one every rank of a sharded job uses (their calls meet in collectives).
     """
-    calls, timed = _Calls(inputs), _clock_fn(device, clock)
+    calls, timed = _Calls(inputs), _clock_fn(device, clock, test_delay)
     with torch.inference_mode():
         warm = timed(module, calls.take(max(1, warmup_batches)), device)
         n = _calls_per_trial(warm, batches_per_trial, min_trial_seconds)
@@ -177,6 +178,7 @@ def time_paired(
     clock: Clock = time.perf_counter_ns,
     target_spread: float = 0.05,
     max_rounds: int = 0,
+    test_delay: float = 0.0,
     **_unused,
 ) -> PairedTiming:
     """At least `trials` rounds; in each, both modules run the same next batches, in ABBA order.
@@ -185,7 +187,7 @@ def time_paired(
     at least `min_trial_seconds`. With `max_rounds` above `trials`, rounds go on two at a time
     (as many of each order) until the speedup's interval spans at most `target_spread` of it.
     """
-    calls, timed = _Calls(inputs), _clock_fn(device, clock)
+    calls, timed = _Calls(inputs), _clock_fn(device, clock, test_delay)
     sides = {"candidate": candidate, "reference": reference}
     lat: dict[str, list[list[float]]] = {"candidate": [], "reference": []}
     first: list[str] = []
@@ -218,11 +220,15 @@ def time_paired(
                 return result
 
 
-def _cpu_clock(module: nn.Module, trial_inputs: list[tuple], clock: Clock) -> list[float]:
+def _cpu_clock(module: nn.Module, trial_inputs: list[tuple], clock: Clock, test_delay: float = 0.0) -> list[float]:
     out = []
     for args in trial_inputs:
         start = clock()
         module(*args)
+        if test_delay:  # testing only: the call does `test_delay` of its own duration more work, on the same clock
+            until = clock() + (clock() - start) * test_delay
+            while clock() < until:
+                pass
         out.append((clock() - start) / 1e6)
     return out
 

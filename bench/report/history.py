@@ -14,7 +14,11 @@ config hash is compared and flagged with a note.
 
 Versions (`history_version`): 1 kept a throughput spread (`throughput_lo`/`_hi`, rebuilt from
 the speedup interval when trials were gone); 2 keeps the raw `throughput_trials` instead. A v1
-line reads as v2 with no trials: its throughput is shown, not judged.
+line reads as v2 with no trials: its throughput is shown, not judged. 3 adds what the dashboard
+(`bench.report.dashboard`) shows: `peak_rss_bytes`, the run's `stack` (python, torch, fbgemm_gpu,
+torchrec, torchao versions), the `sweep` name, its report folder (`report`, relative to the history
+file's folder), the row's gate verdict (`gate`: its worst rule verdict) and the run's (`gate_passed`).
+A v2 line reads as v3 with those unknown (null).
 """
 
 from __future__ import annotations
@@ -34,12 +38,14 @@ from bench.io import append_jsonl, read_jsonl, write_text_atomic
 from bench.record import RunRecord
 from bench.report.table import KEY, as_records, latest_records, results_table, trials
 
-HISTORY_VERSION = 2
+HISTORY_VERSION = 3
 HISTORY_FILE = "history.jsonl"
 _NUMERIC = ["auc", "auc_delta", "auc_delta_lo", "auc_delta_hi", "throughput", "speedup", "speedup_lo", "speedup_hi",
-            "latency_p50_ms", "latency_p99_ms", "embedding_bytes"]  # fmt: skip
+            "latency_p50_ms", "latency_p99_ms", "embedding_bytes", "peak_rss_bytes"]  # fmt: skip
 _TEXT = ["config_hash", "fingerprint"]
-_COLUMNS = ["run_id", "timestamp", "git_sha", *KEY, "status", *_NUMERIC, "throughput_trials", *_TEXT]
+_RUN = ["sweep", "report", "gate_passed", "stack"]  # version 3: the same on every line of a run
+_COLUMNS = ["run_id", "timestamp", "git_sha", *KEY, "status", *_NUMERIC, "throughput_trials", *_TEXT, *_RUN, "gate"]
+STACK_KEYS = ("python", "torch", "fbgemm_gpu", "torchrec", "torchao")
 log = logging.getLogger(__name__)
 
 
@@ -54,8 +60,12 @@ def _v1_to_v2(line: dict[str, Any]) -> dict[str, Any]:
     return {**line, "throughput_trials": None}
 
 
+def _v2_to_v3(line: dict[str, Any]) -> dict[str, Any]:
+    return {"peak_rss_bytes": None, "gate": None, **{k: None for k in _RUN}, **line}
+
+
 # MIGRATIONS[n] turns a version-n line into a version-(n+1) line.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def migrate(line: dict[str, Any], where: str) -> dict[str, Any]:
@@ -71,8 +81,10 @@ def migrate(line: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def history_rows(records: Iterable[RunRecord | dict[str, Any]], *, run_id: str, timestamp: str,
-                 git_sha: Optional[str], alpha: float = 0.05) -> list[dict[str, Any]]:
-    """One line per key: the results table's figures plus the newest record's raw trials."""
+                 git_sha: Optional[str], alpha: float = 0.05, run: Optional[dict[str, Any]] = None,
+                 gate: Optional[dict[tuple, str]] = None) -> list[dict[str, Any]]:
+    """One line per key: the results table's figures plus the newest record's raw trials and stack.
+    `run` holds the run-level fields (`sweep`, `report`, `gate_passed`), `gate` each key's verdict."""
     records = as_records(records)
     latest = latest_records(records)
     rows = []
@@ -83,6 +95,10 @@ def history_rows(records: Iterable[RunRecord | dict[str, Any]], *, run_id: str, 
         out["status"] = str(row["status"])
         out.update({k: finite(row.get(k)) for k in _NUMERIC})
         out["throughput_trials"] = trials(latest[key]) or None
+        env = latest[key].env or {}
+        out["stack"] = {k: env.get(k) for k in STACK_KEYS}
+        out.update({k: (run or {}).get(k) for k in _RUN if k != "stack"})
+        out["gate"] = (gate or {}).get(key)
         out.update({k: row[k] for k in _TEXT if isinstance(row.get(k), str) and row[k]})
         if isinstance(row.get("stable"), bool):  # timing noise flags; absent in older lines
             reason = row.get("unstable_reason")  # a stable row's None is NaN in the frame
@@ -92,10 +108,11 @@ def history_rows(records: Iterable[RunRecord | dict[str, Any]], *, run_id: str, 
 
 
 def append_history(records: Iterable[RunRecord | dict[str, Any]], path: Path, *, run_id: str,
-                   timestamp: Optional[str] = None, git_sha: Optional[str] = None, alpha: float = 0.05) -> int:
+                   timestamp: Optional[str] = None, git_sha: Optional[str] = None, alpha: float = 0.05,
+                   run: Optional[dict[str, Any]] = None, gate: Optional[dict[tuple, str]] = None) -> int:
     """Append this run's lines (locked, fsynced); returns lines written (0: run id already there)."""
     timestamp = timestamp or datetime.now(timezone.utc).isoformat(timespec="seconds")
-    rows = history_rows(records, run_id=run_id, timestamp=timestamp, git_sha=git_sha, alpha=alpha)
+    rows = history_rows(records, run_id=run_id, timestamp=timestamp, git_sha=git_sha, alpha=alpha, run=run, gate=gate)
     if not rows:
         raise UserError("no records to add to the history (did the sweep run?)")
     return append_jsonl(Path(path), rows, unless=lambda line: line.get("run_id") == run_id,
@@ -251,11 +268,18 @@ def history_path(history_file: Optional[str], reports_dir: Path) -> Path:
 
 
 def update_history(records: Iterable[RunRecord | dict[str, Any]], path: Path, cfg: Tolerances, *, runs: int = 14,
-                   run_id: Optional[str] = None, git_sha: Optional[str] = None, timestamp: Optional[str] = None) -> Path:
-    """Append this run to the history file and rewrite `history.md` beside it; returns its path."""
+                   run_id: Optional[str] = None, git_sha: Optional[str] = None, timestamp: Optional[str] = None,
+                   report_dir: Optional[Path] = None, gate: Optional[dict[tuple, str]] = None,
+                   gate_passed: Optional[bool] = None) -> Path:
+    """Append this run to the history file and rewrite `history.md` beside it; returns its path.
+    `report_dir` is the run's report folder (its name and parent, the sweep, go into the lines),
+    `gate` each key's gate verdict and `gate_passed` the run's."""
     path = Path(path)
+    run = {"gate_passed": gate_passed}
+    if report_dir is not None:
+        run.update(sweep=Path(report_dir).parent.name, report=os.path.relpath(Path(report_dir).resolve(), path.parent.resolve()))
     append_history(records, path, run_id=run_id or default_run_id(), timestamp=timestamp, alpha=cfg.alpha,
-                   git_sha=git_sha if git_sha is not None else current_git_sha())
+                   git_sha=git_sha if git_sha is not None else current_git_sha(), run=run, gate=gate)
     md = render_history(load_history(path), cfg, runs=runs)
     write_text_atomic(path.parent / "history.md", md)
     return path.parent / "history.md"

@@ -1,6 +1,6 @@
 """The bracketed search over target QPS, driven by a stand-in step that judges a fixed limit (no LoadGen)."""
 
-from bench.serve.serving import round_qps
+from bench.serve.scenario import round_qps
 from bench.serve.qps_search import find_max_qps
 
 

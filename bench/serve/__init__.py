@@ -8,6 +8,6 @@
     job.py       measure_serving(cfg, backend, device, work) -> metrics: one serving job
 """
 
-from bench.serve.serving import accuracy_error, measure_serving
+from bench.serve.scenario import accuracy_error, measure_serving
 
 __all__ = ["accuracy_error", "measure_serving"]

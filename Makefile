@@ -22,7 +22,7 @@ TORCH_PIP_OPTS = $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 TORCH_BUILD = $(if $(TORCH_INDEX),+cpu)
 REQS = requirements/$(STACK).txt requirements/$(STACK)-torchrec.txt
 
-.PHONY: setup run test docs clean
+.PHONY: setup run test test-fast lint docs clean
 
 setup: $(STAMP)
 
@@ -46,6 +46,15 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# The fast subset for day-to-day work: the tests not marked slow (end-to-end runs that train models,
+# subprocess sweeps, real LoadGen and browser runs stay in `make test`).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow"
+
+# The import layers and circles (import-linter's contracts in pyproject.toml), and the docs site.
+lint: $(STAMP) docs
+	$(BIN)/lint-imports
 
 # The documentation site (mkdocs.yml): built strictly, so a broken link or a page missing from the nav fails.
 # NO_MKDOCS_2_WARNING: mkdocs-material's banner that it reaches end of life in May 2027 (Zensical succeeds it).

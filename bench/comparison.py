@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from statistics import NormalDist, median
 from typing import Any, Iterable, Mapping, Optional, Protocol, Sequence
 
+from bench.metrics import AUC, AUC_DELTA, THROUGHPUT, THROUGHPUT_TRIALS, hi, lo
 from bench.stats import ratio_interval
 
 SAME, BETTER, WORSE, NOT_COMPARABLE = "same", "better", "worse", "not comparable"
@@ -133,7 +134,7 @@ def ratio(new_samples: Sequence[float], base_samples: Sequence[float], *, alpha:
 
 
 def throughput_change(new_samples: Iterable[float], base_samples: Iterable[float], *, tolerance: float, alpha: float,
-                      new_point: Any = None, base_point: Any = None, metric: str = "throughput",
+                      new_point: Any = None, base_point: Any = None, metric: str = THROUGHPUT,
                       higher_is_better: bool = True) -> Change:
     """Ratio new / base of raw samples (per-trial throughputs); `*_point` only fill in the point
     shown when a side has no samples, which makes the change `not comparable`."""
@@ -160,7 +161,7 @@ def throughput_change(new_samples: Iterable[float], base_samples: Iterable[float
     return Change(metric, RATIO, base_med, new_med, f.value, f.lo, f.hi, noise, tolerance, verdict, reason)
 
 
-def difference_change(new: Figure, base: Figure, *, tolerance: float, alpha: float, metric: str = "auc",
+def difference_change(new: Figure, base: Figure, *, tolerance: float, alpha: float, metric: str = AUC,
                       higher_is_better: bool = True, digits: int = 4) -> Change:
     """new - base of two paired figures; noise is the larger half-width of their intervals at 1 - alpha."""
     if new.value is None or base.value is None:
@@ -184,8 +185,8 @@ def auc_figure(metrics: Mapping[str, Any]) -> Figure:
     The paired interval measures how far two closely related models' AUCs on these eval samples
     differ by chance, which is the noise of an AUC change between two runs of one backend.
     """
-    auc, delta = finite(metrics.get("auc")), finite(metrics.get("auc_delta"))
-    band = Figure.of(delta, metrics.get("auc_delta_lo"), metrics.get("auc_delta_hi"))
+    auc, delta = finite(metrics.get(AUC)), finite(metrics.get(AUC_DELTA))
+    band = Figure.of(delta, metrics.get(lo(AUC_DELTA)), metrics.get(hi(AUC_DELTA)))
     if auc is None or delta is None or band.interval is None:
         return Figure(auc)
     return Figure(auc, auc + band.lo - delta, auc + band.hi - delta, band.level)
@@ -203,17 +204,17 @@ def compare_metrics(new: Mapping[str, Any], base: Mapping[str, Any], cfg: Tolera
     unstable = [f"{side} ({m.get('unstable_reason') or 'marked unstable'})" for side, m in (("base", base), ("new", new))
                 if m.get("stable") is False]
     if unstable:
-        t, b = finite(new.get("throughput")), finite(base.get("throughput"))
-        throughput = Change("throughput", RATIO, b, t, t / b if t is not None and b else None, None, None, None,
+        t, b = finite(new.get(THROUGHPUT)), finite(base.get(THROUGHPUT))
+        throughput = Change(THROUGHPUT, RATIO, b, t, t / b if t is not None and b else None, None, None, None,
                             cfg.throughput_tolerance, NOT_COMPARABLE, f"timing too noisy on the {' and '.join(unstable)} side: not judged")
     else:
         noise_floor = max([cfg.throughput_tolerance, *(_trial_cv(m) for m in (new, base))])
-        throughput = throughput_change(new.get("throughput_trials") or [], base.get("throughput_trials") or [],
+        throughput = throughput_change(new.get(THROUGHPUT_TRIALS) or [], base.get(THROUGHPUT_TRIALS) or [],
                                        tolerance=noise_floor, alpha=cfg.alpha,
-                                       new_point=new.get("throughput"), base_point=base.get("throughput"))
+                                       new_point=new.get(THROUGHPUT), base_point=base.get(THROUGHPUT))
     return {
-        "throughput": throughput,
-        "auc": difference_change(auc_figure(new), auc_figure(base), tolerance=cfg.auc_tolerance, alpha=cfg.alpha),
+        THROUGHPUT: throughput,
+        AUC: difference_change(auc_figure(new), auc_figure(base), tolerance=cfg.auc_tolerance, alpha=cfg.alpha),
     }
 
 

@@ -23,6 +23,8 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from bench.metrics import AUC_DELTA, AUC_DELTA_P, hi, lo
+
 METHODS = ("delong", "bootstrap")
 
 
@@ -46,10 +48,10 @@ class AucDelta:
     def as_metrics(self) -> dict[str, float]:
         """The record's metric names (`auc_delta`, `auc_delta_lo`, ...)."""
         return {
-            "auc_delta": self.delta,
-            "auc_delta_lo": self.lo,
-            "auc_delta_hi": self.hi,
-            "auc_delta_p": self.p_value,
+            AUC_DELTA: self.delta,
+            lo(AUC_DELTA): self.lo,
+            hi(AUC_DELTA): self.hi,
+            AUC_DELTA_P: self.p_value,
         }
 
 

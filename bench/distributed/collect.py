@@ -45,8 +45,10 @@ from bench.distributed.plan import (
 from bench.errors import UserError
 from bench.io import write_json_atomic
 from bench.measure.accuracy import CountMismatch, accuracy_metrics
+from bench.measure.figures import Held, JobFigures, Timed
 from bench.measure.memory import PeakMemory, model_bytes
 from bench.measure.timing import loop_options, time_module
+from bench.metrics import AUC_FP32, EMBEDDING_BYTES, LATENCY_MS, ORACLE_AUC, PEAK_RSS_BYTES, THROUGHPUT, hi, lo
 from bench.pipeline.job import _scores_of, backend_config
 from bench.pipeline.shared import SharedWork
 from bench.stats import median_interval, paired_auc_delta
@@ -135,8 +137,8 @@ def collect(cfg: Config, backend: Backend, device: torch.device, work: SharedWor
         inputs = [slice_rows(*args, lo, hi) for args in work.timing_inputs(cfg, workload, device)]
         timing = time_module(sharded, inputs, hi - lo, device, **loop_options(cfg.timing), agree_calls=lambda n: int(ranks.agree_max(n)))
 
-    mine = {"rank": rank, "rows_per_call": hi - lo, "peak_rss_bytes": peak.peak_rss_bytes, "rss_scope": peak.rss_scope,
-            "threads": torch.get_num_threads(), "latency_ms": timing.latency_ms, "scores": local_scores}  # fmt: skip
+    mine = {"rank": rank, "rows_per_call": hi - lo, PEAK_RSS_BYTES: peak.peak_rss_bytes, "rss_scope": peak.rss_scope,
+            "threads": torch.get_num_threads(), LATENCY_MS: timing.latency_ms, "scores": local_scores}  # fmt: skip
     everyone = ranks.gather(mine)
     if everyone is None:
         return None
@@ -151,7 +153,7 @@ def collect(cfg: Config, backend: Backend, device: torch.device, work: SharedWor
         plan=plan_record(plan, storage, row_alignment(device)),
         labels=labels,
         logits=logits,
-        latency_ms=[r.pop("latency_ms") for r in everyone],
+        latency_ms=[r.pop(LATENCY_MS) for r in everyone],
         per_rank=[{k: v for k, v in r.items() if k != "scores"} for r in everyone],
         model_bytes=dense_bytes,
     )
@@ -178,14 +180,14 @@ def sharded_metrics(cfg: Config, backend: Backend, device: torch.device, work: S
     workload = work.workload(cfg)
     model = work.model(cfg, workload)
     metrics: dict[str, Any] = accuracy_metrics(run.labels, run.logits)
-    metrics["oracle_auc"] = workload.oracle_auc()
+    metrics[ORACLE_AUC] = workload.oracle_auc()
     labels, unsharded = _scores_of(cfg, backend.cfg, model, workload, device, work)
     if not np.array_equal(labels, run.labels):
         raise RuntimeError("the sharded run scored the eval samples in another order than the unsharded run")
     same = paired_auc_delta(labels, unsharded, run.logits)
     _, base_logits = _scores_of(cfg, backend_config({"name": BASELINE_BACKEND}), model, workload, device, work)
     delta = paired_auc_delta(labels, base_logits, run.logits)
-    metrics.update(auc_fp32=delta.auc_base, **delta.as_metrics())
+    metrics.update({AUC_FP32: delta.auc_base, **delta.as_metrics()})
 
     trials = _trial_throughputs(run, cfg.batch_size)
     interval = median_interval(trials)
@@ -200,28 +202,23 @@ def sharded_metrics(cfg: Config, backend: Backend, device: torch.device, work: S
         proc = processes[0 if one_process else r]
         per_rank.append({
             "rank": r,
-            "embedding_bytes": per_rank_bytes[r],
+            EMBEDDING_BYTES: per_rank_bytes[r],
             "tables": per_rank_tables[r],
-            "peak_rss_bytes": proc["peak_rss_bytes"],
+            PEAK_RSS_BYTES: proc[PEAK_RSS_BYTES],
             "rss_scope": "one process holds every rank" if one_process else proc["rss_scope"],
             "threads": proc["threads"],
             "rows_per_call": proc["rows_per_call"],
             "latency_samples_ms": None if one_process else run.latency_ms[r],
         })  # fmt: skip
-    metrics.update(
-        throughput=interval.ratio,
-        throughput_trials=trials,
-        latency_ms={f"p{q}": float(np.percentile(flat, q)) for q in (50, 90, 99)},
-        latency_samples_ms=steps,
-        embedding_bytes=sum(per_rank_bytes),
-        model_bytes=run.model_bytes,
-        peak_rss_bytes=max(p["peak_rss_bytes"] for p in run.per_rank),
-        peak_rss_scope="max over ranks" if not one_process else processes[0]["rss_scope"],
-        cuda_peak_bytes=None,
+    metrics.update(JobFigures(
+        timed=Timed(interval.ratio, trials, {f"p{q}": float(np.percentile(flat, q)) for q in (50, 90, 99)}, steps),
+        held=Held(sum(per_rank_bytes), run.model_bytes, max(p[PEAK_RSS_BYTES] for p in run.per_rank),
+                  "max over ranks" if not one_process else processes[0]["rss_scope"]),
         threads=processes[0]["threads"],
         model_source=model.info.get("source"),
         workload_info=workload.describe(),
-        sample="one row (user-item pair) of the workload",
+    ).metrics())
+    metrics.update(
         sharding={
             "type": cfg.sharding.name,
             "world_size": run.world_size,
@@ -231,8 +228,8 @@ def sharded_metrics(cfg: Config, backend: Backend, device: torch.device, work: S
             "bytes_per_rank": per_rank_bytes,
             "tables_per_rank": per_rank_tables,
             "per_rank": per_rank,
-            "throughput_lo": interval.lo,
-            "throughput_hi": interval.hi,
+            lo(THROUGHPUT): interval.lo,
+            hi(THROUGHPUT): interval.hi,
             # both AUCs by one computation (bench.stats), so identical scores give exactly 0
             "auc_unsharded": same.auc_base,
             "auc_sharded": same.auc_new,

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 from bench.comparison import Figure, finite
+from bench.metrics import AUC, AUC_DELTA, EMBEDDING_BYTES, MAX_QPS, SPEEDUP, hi, lo
 
 PASS, FAIL, INCONCLUSIVE, SKIPPED = "pass", "fail", "inconclusive", "skipped"
 VERDICTS = (FAIL, INCONCLUSIVE, SKIPPED, PASS)  # display order: failing rows first
@@ -103,7 +104,7 @@ _NO_REF = "auc_delta is missing (no fp32 row at this workload/device/batch?)"
 
 @rule("max_auc_drop", "max", "AUC drop vs fp32", fmt_auc)
 def auc_drop(row: Row) -> Measure:
-    delta = figure(row, "auc_delta", "auc_delta_lo", "auc_delta_hi")  # paired, from the run's scores
+    delta = figure(row, AUC_DELTA, lo(AUC_DELTA), hi(AUC_DELTA))  # paired, from the run's scores
     if delta.value is None:
         return Measure(None, missing=_NO_REF)
     return _measure(delta.scaled(-1.0))
@@ -113,7 +114,7 @@ def auc_drop(row: Row) -> Measure:
 def auc_ratio(row: Row) -> Measure:
     # The paired CI is of the delta; the fp32 AUC is taken as fixed, as the threshold is a
     # fraction of it.
-    auc, delta = finite(row.get("auc")), figure(row, "auc_delta", "auc_delta_lo", "auc_delta_hi")
+    auc, delta = finite(row.get(AUC)), figure(row, AUC_DELTA, lo(AUC_DELTA), hi(AUC_DELTA))
     if auc is None:
         return Measure(None, missing="auc is missing")
     if delta.value is None:
@@ -128,7 +129,7 @@ def auc_ratio(row: Row) -> Measure:
 def speedup(row: Row) -> Measure:
     # Paired against fp32 in the job's process when the record has it; else the engine's ratio of the
     # two rows' trials (the results table says which in `speedup_method`).
-    value = figure(row, "speedup", "speedup_lo", "speedup_hi")
+    value = figure(row, SPEEDUP, lo(SPEEDUP), hi(SPEEDUP))
     if value.value is None:
         return Measure(None, missing="speedup is missing (no fp32 throughput at this workload/device/batch?)")
     unstable = f"timing too noisy to pass on: {row.get('unstable_reason')}" if row.get("stable") is False else ""
@@ -137,7 +138,7 @@ def speedup(row: Row) -> Measure:
 
 @rule("max_embedding_bytes", "max", "embedding bytes", fmt_bytes)
 def embedding_bytes(row: Row) -> Measure:
-    value = finite(row.get("embedding_bytes"))
+    value = finite(row.get(EMBEDDING_BYTES))
     return Measure(None, missing="embedding_bytes is missing") if value is None else Measure(value)
 
 
@@ -152,7 +153,7 @@ def fmt_ms(v: float) -> str:
 @rule("min_qps_at_sla", "min", "max QPS at the p99 bound", fmt_qps, rows=(SERVER,))
 def qps_at_sla(row: Row) -> Measure:
     # The highest target LoadGen judged VALID; 0 when none was (the search's bracket is in serve.md).
-    value = finite(row.get("max_qps"))
+    value = finite(row.get(MAX_QPS))
     return Measure(None, missing="max_qps is missing") if value is None else Measure(value)
 
 

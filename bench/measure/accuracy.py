@@ -12,6 +12,7 @@ from torch import nn
 
 from bench.batch import Batch
 from bench.errors import UserError
+from bench.metrics import AUC, LOGLOSS, NE, N_EVAL
 from bench.progress import progress
 
 
@@ -54,9 +55,9 @@ def accuracy_metrics(labels: np.ndarray, logits: np.ndarray) -> dict[str, float]
     # predicting the positive rate for everyone).
     base_entropy = -(positives * math.log(positives) + (1 - positives) * math.log(1 - positives))
     return {
-        "auc": float(roc_auc_score(labels, logits)),
-        "logloss": logloss,
-        "ne": logloss / base_entropy,
-        "n_eval": int(len(labels)),
+        AUC: float(roc_auc_score(labels, logits)),
+        LOGLOSS: logloss,
+        NE: logloss / base_entropy,
+        N_EVAL: int(len(labels)),
         "positive_rate": positives,
     }

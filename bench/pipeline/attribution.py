@@ -17,6 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from bench.config import BackendConfig
+from bench.metrics import AUC_DELTA_EMBEDDINGS, AUC_DELTA_MLP, hi, lo
 from bench.stats import paired_auc_delta
 
 Scores = tuple[np.ndarray, np.ndarray]
@@ -28,7 +29,7 @@ def attribute_delta(backend_cfg: BackendConfig, labels: np.ndarray, base_logits:
     mlp = getattr(backend_cfg, "mlp", None)
     if mlp == "fp32":
         total = paired_auc_delta(labels, base_logits, logits)
-        return {**_named(total, "auc_delta_embeddings"), "auc_delta_mlp": 0.0, "auc_delta_mlp_lo": 0.0, "auc_delta_mlp_hi": 0.0}
+        return {**_named(total, AUC_DELTA_EMBEDDINGS), AUC_DELTA_MLP: 0.0, lo(AUC_DELTA_MLP): 0.0, hi(AUC_DELTA_MLP): 0.0}
     if mlp != "int8":
         return {}
     try:
@@ -37,7 +38,7 @@ def attribute_delta(backend_cfg: BackendConfig, labels: np.ndarray, base_logits:
         return {"attribution_error": f"{type(exc).__name__}: {exc}"}
     embeddings = paired_auc_delta(labels, base_logits, emb_logits)
     dense = paired_auc_delta(labels, emb_logits, logits)
-    return {**_named(embeddings, "auc_delta_embeddings"), **_named(dense, "auc_delta_mlp")}
+    return {**_named(embeddings, AUC_DELTA_EMBEDDINGS), **_named(dense, AUC_DELTA_MLP)}
 
 
 def _named(delta, name: str) -> dict[str, float]:

@@ -17,6 +17,7 @@ from bench.config import BackendConfig, Config
 from bench.errors import UserError
 from bench.hashing import plain
 from bench.measure.accuracy import accuracy_metrics, score
+from bench.measure.figures import Held, JobFigures, Timed
 from bench.measure.memory import PeakMemory, model_bytes
 from bench.measure.noise import LoadWatch, stability
 from bench.measure.timing import (
@@ -26,6 +27,7 @@ from bench.measure.timing import (
     time_module,
     time_paired,
 )
+from bench.metrics import AUC_FP32, FIDELITY_GAP, ORACLE_AUC, PREPARE_SECONDS, SPEEDUP, hi, lo, with_interval
 from bench.models.random_weights import RANDOM
 from bench.pipeline.attribution import attribute_delta
 from bench.pipeline.guard import memory_estimate
@@ -79,25 +81,15 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
     metrics.update(_timing_figures(cfg, backend, timing, paired, why_unpaired, load.figures, inputs))
     calls = timing.timed_calls + (paired.reference.timed_calls if paired else 0)
     calls += cfg.timing.warmup_batches * (2 if paired else 1)
-    metrics.update(
-        throughput=timing.throughput,
-        throughput_trials=timing.trial_throughput,
-        latency_ms=timing.latency_percentiles(),
-        latency_samples_ms=timing.latency_ms,
-        page_faults_per_call=faults / calls,
-        embedding_bytes=embedding_bytes(prepared),
-        model_bytes=model_bytes(prepared),
-        prepare_seconds=shared.prepare_seconds(backend, model, device),
-        peak_rss_bytes=peak.peak_rss_bytes,
-        peak_rss_scope=peak.rss_scope,
-        rss_start_bytes=peak.rss_start_bytes,
-        cuda_peak_bytes=peak.cuda_peak_bytes,
+    metrics.update(JobFigures(
+        timed=Timed(timing.throughput, timing.trial_throughput, timing.latency_percentiles(), timing.latency_ms),
+        held=Held(embedding_bytes(prepared), model_bytes(prepared), peak.peak_rss_bytes, peak.rss_scope, peak.cuda_peak_bytes),
         threads=torch.get_num_threads(),
         model_source=model.info.get("source"),
         workload_info=workload.describe(),
-        table_rows=[int(t.num_embeddings) for t in workload.tables],
-        sample="one row (user-item pair) of the workload",
-    )
+        extra={PREPARE_SECONDS: shared.prepare_seconds(backend, model, device), "page_faults_per_call": faults / calls,
+               "rss_start_bytes": peak.rss_start_bytes, "table_rows": [int(t.num_embeddings) for t in workload.tables]},
+    ).metrics())
     metrics.update(job_profile(cfg, prepared, inputs, workload, timing, device, shared))
     metrics.update(backend.job_metrics(prepared))
     return metrics
@@ -133,9 +125,9 @@ def _timing_figures(cfg: Config, backend: Backend, timing: Timing, paired: Paire
         "timing_calls_per_batch": timing.calls_per_batch,
     }
     if paired is not None:
-        point, lo, hi = paired.speedup()
+        out.update(dict(zip(with_interval(SPEEDUP), paired.speedup())))
         out.update(
-            speedup=point, speedup_lo=lo, speedup_hi=hi, speedup_rounds=paired.ratios, speedup_first=paired.first,
+            speedup_rounds=paired.ratios, speedup_first=paired.first,
             speedup_method=f"paired: {len(paired.ratios)} ABBA rounds against {BASELINE_BACKEND} in this process",
             speedup_stop=paired.stopped,
             reference_throughput=paired.reference.throughput, reference_throughput_trials=paired.reference.trial_throughput,
@@ -161,10 +153,10 @@ def _accuracy(cfg: Config, backend: Backend, model: TrainedModel, workload: Work
               shared: SharedWork, labels, logits) -> dict[str, Any]:
     """Accuracy on the eval split, its delta against fp32 and the fidelity gap to the fake-quant twin."""
     metrics: dict[str, Any] = accuracy_metrics(labels, logits)
-    metrics["oracle_auc"] = workload.oracle_auc()
+    metrics[ORACLE_AUC] = workload.oracle_auc()
     _, base_logits = _scores_of(cfg, backend_config({"name": BASELINE_BACKEND}), model, workload, device, shared)
     delta = paired_auc_delta(labels, base_logits, logits)
-    metrics.update(auc_fp32=delta.auc_base, **delta.as_metrics())
+    metrics.update({AUC_FP32: delta.auc_base, **delta.as_metrics()})
     metrics.update(_fidelity(cfg, backend, model, workload, device, shared, labels, logits))
     return metrics
 
@@ -222,4 +214,4 @@ def _fidelity(cfg: Config, backend: Backend, model: TrainedModel, workload: Work
     except Exception as exc:  # noqa: BLE001 - the twin is extra: keep what this job measured
         return {"fidelity_twin": emulation, "fidelity_error": f"{type(exc).__name__}: {exc}"}
     gap = paired_auc_delta(labels, twin_logits, logits)
-    return {"fidelity_gap": gap.delta, "fidelity_gap_lo": gap.lo, "fidelity_gap_hi": gap.hi, "fidelity_twin": emulation}
+    return {FIDELITY_GAP: gap.delta, lo(FIDELITY_GAP): gap.lo, hi(FIDELITY_GAP): gap.hi, "fidelity_twin": emulation}

@@ -35,6 +35,7 @@ from bench.comparison import (
 )
 from bench.config import CompareConfig
 from bench.io import write_text_atomic
+from bench.metrics import AUC, AUC_DELTA, THROUGHPUT
 from bench.record import RunRecord
 from bench.report import fmt
 from bench.report.table import KEY, backend_rank, latest_records
@@ -46,8 +47,8 @@ COLUMNS = [*KEY, "verdict", "notes", "status_base", "status_new", "throughput_ba
 
 # Verdicts that call for a look, in summary order.
 FLAGS = ("slower", "faster", "auc lower", "auc higher", "status changed", "machine differs", "missing", "new")
-_WORDS = {("throughput", WORSE): "slower", ("throughput", BETTER): "faster",
-          ("auc", WORSE): "auc lower", ("auc", BETTER): "auc higher"}  # fmt: skip
+_WORDS = {(THROUGHPUT, WORSE): "slower", (THROUGHPUT, BETTER): "faster",
+          (AUC, WORSE): "auc lower", (AUC, BETTER): "auc higher"}  # fmt: skip
 
 
 def _m(r: RunRecord | None, name: str) -> float:
@@ -67,7 +68,7 @@ def _nan(x: Optional[float]) -> float:
 
 
 def _judge(changes: dict[str, Change], row: dict[str, Any]) -> list[str]:
-    t, a = changes["throughput"], changes["auc"]
+    t, a = changes[THROUGHPUT], changes[AUC]
     row.update(throughput_ratio=_nan(t.value), throughput_ratio_lo=_nan(t.lo), throughput_ratio_hi=_nan(t.hi),
                auc_change=_nan(a.value), auc_change_lo=_nan(a.lo), auc_change_hi=_nan(a.hi))
     for c in (t, a):
@@ -97,18 +98,18 @@ def compare_table(
             notes=[],
             status_base=base.status if base else None,
             status_new=new.status if new else None,
-            throughput_base=_m(base, "throughput"),
-            throughput_new=_m(new, "throughput"),
+            throughput_base=_m(base, THROUGHPUT),
+            throughput_new=_m(new, THROUGHPUT),
             throughput_ratio=math.nan,
             throughput_ratio_lo=math.nan,
             throughput_ratio_hi=math.nan,
-            auc_base=_m(base, "auc"),
-            auc_new=_m(new, "auc"),
+            auc_base=_m(base, AUC),
+            auc_new=_m(new, AUC),
             auc_change=math.nan,
             auc_change_lo=math.nan,
             auc_change_hi=math.nan,
-            auc_delta_base=_m(base, "auc_delta"),
-            auc_delta_new=_m(new, "auc_delta"),
+            auc_delta_base=_m(base, AUC_DELTA),
+            auc_delta_new=_m(new, AUC_DELTA),
             fingerprint_base=None if base is None else (base.env or {}).get("fingerprint"),
             fingerprint_new=None if new is None else (new.env or {}).get("fingerprint"),
             comparable=False,

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable
 
 from bench.errors import UserError
 from bench.io import write_text_atomic
+from bench.metrics import EMBEDDING_BYTES, SAMPLES_PER_S
 from bench.report.fmt import DASH, count, markdown_table, megabytes, missing
 
 OUTPUT = "benchmarks.md"
@@ -37,10 +38,10 @@ def _sci(x: Any) -> str:
 EXTRA_COLUMNS: dict[str, tuple[str, Callable[[Any], str]]] = {
     "batch_size": ("batch", count),
     "gbps": ("GB/s", _fixed(2)),
-    "samples_per_s": ("samples/s", count),
+    SAMPLES_PER_S: ("samples/s", count),
     "gflops": ("GFLOP/s", _fixed(1)),
     "rel_error_vs_fp32": ("rel. error vs fp32", _sci),
-    "embedding_bytes": ("embeddings MB", megabytes),
+    EMBEDDING_BYTES: ("embeddings MB", megabytes),
 }
 MACHINE_FIELDS = ("torch", "torchrec", "fbgemm_gpu", "cpu", "threads", "gpu", "fingerprint")
 UNITS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
@@ -77,8 +78,8 @@ def benchmark_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
         if median:  # rates the suites derive from per-call amounts, for files written without them
             if "gbps" not in extra and "bytes_read" in extra:
                 extra["gbps"] = extra["bytes_read"] / median / 1e9
-            if "samples_per_s" not in extra and "batch_size" in extra:
-                extra["samples_per_s"] = extra["batch_size"] / median
+            if SAMPLES_PER_S not in extra and "batch_size" in extra:
+                extra[SAMPLES_PER_S] = extra["batch_size"] / median
         rows.append(
             {
                 "group": b.get("group") or "(no group)",

@@ -38,6 +38,7 @@ import pandas as pd
 
 from bench.comparison import Figure, Tolerances, compare_metrics, difference_change, finite, identity
 from bench.errors import UserError
+from bench.metrics import AUC, AUC_DELTA, PEAK_RSS_BYTES, SPEEDUP, THROUGHPUT, THROUGHPUT_TRIALS, hi, lo
 from bench.report.history import HISTORY_FILE, STACK_KEYS, load_history, run_order
 from bench.stats import median_interval
 
@@ -54,30 +55,30 @@ class Metric:
 
 
 def _speedup(row: dict):
-    return finite(row.get("speedup")), finite(row.get("speedup_lo")), finite(row.get("speedup_hi"))
+    return finite(row.get(SPEEDUP)), finite(row.get(lo(SPEEDUP))), finite(row.get(hi(SPEEDUP)))
 
 
 def _throughput(row: dict):
-    trials = [t for t in (row.get("throughput_trials") or []) if finite(t) is not None]
+    trials = [t for t in (row.get(THROUGHPUT_TRIALS) or []) if finite(t) is not None]
     if trials:
         point, lo, hi = median_interval(trials)
-        return finite(row.get("throughput")) or point, lo, hi
-    return finite(row.get("throughput")), None, None
+        return finite(row.get(THROUGHPUT)) or point, lo, hi
+    return finite(row.get(THROUGHPUT)), None, None
 
 
 def _auc_delta(row: dict):
-    return finite(row.get("auc_delta")), finite(row.get("auc_delta_lo")), finite(row.get("auc_delta_hi"))
+    return finite(row.get(AUC_DELTA)), finite(row.get(lo(AUC_DELTA))), finite(row.get(hi(AUC_DELTA)))
 
 
 def _memory(row: dict):
-    v = finite(row.get("peak_rss_bytes"))
+    v = finite(row.get(PEAK_RSS_BYTES))
     return (v / 2**20 if v is not None else None), None, None
 
 
 METRICS = [
-    Metric("speedup", "Speedup over fp32 (x, 95% paired interval)", False, _speedup),
-    Metric("throughput", "Throughput (rows/s, median of trials, 95% bootstrap interval)", True, _throughput),
-    Metric("auc_delta", "ΔAUC vs fp32 (95% paired DeLong interval)", False, _auc_delta),
+    Metric(SPEEDUP, "Speedup over fp32 (x, 95% paired interval)", False, _speedup),
+    Metric(THROUGHPUT, "Throughput (rows/s, median of trials, 95% bootstrap interval)", True, _throughput),
+    Metric(AUC_DELTA, "ΔAUC vs fp32 (95% paired DeLong interval)", False, _auc_delta),
     Metric("memory", "Peak RSS (MiB, one reading per run)", True, _memory),
 ]
 
@@ -87,17 +88,17 @@ def _confirmed(metric: str, before: dict, after: dict, cfg: Tolerances) -> Optio
     refused, _ = identity(after, before)
     if refused:
         return None
-    if metric in ("throughput", "auc_delta"):
+    if metric in (THROUGHPUT, AUC_DELTA):
         if before.get("status") != "ok" or after.get("status") != "ok":
             return None
-        change = compare_metrics(after, before, cfg)["throughput" if metric == "throughput" else "auc"]
+        change = compare_metrics(after, before, cfg)[THROUGHPUT if metric == THROUGHPUT else AUC]
         return f"{change.verdict}: {change.reason}" if change.flagged else None
-    if metric == "speedup":
+    if metric == SPEEDUP:
         new, base = Figure.of(*_speedup(after)), Figure.of(*_speedup(before))
         if base.value is None:
             return None
         change = difference_change(new, base, tolerance=cfg.throughput_tolerance * base.value, alpha=cfg.alpha,
-                                   metric="speedup", digits=3)
+                                   metric=SPEEDUP, digits=3)
         return f"{change.verdict}: {change.reason}" if change.flagged else None
     new, base = _memory(after)[0], _memory(before)[0]
     if new is None or not base:

@@ -35,16 +35,17 @@ import pandas as pd
 from bench.comparison import NOT_COMPARABLE, Tolerances, compare_metrics, finite, identity
 from bench.errors import UserError
 from bench.io import append_jsonl, read_jsonl, write_text_atomic
+from bench.metrics import AUC, AUC_DELTA, EMBEDDING_BYTES, PEAK_RSS_BYTES, SPEEDUP, THROUGHPUT, THROUGHPUT_TRIALS, hi, lo
 from bench.record import RunRecord
 from bench.report.table import KEY, as_records, latest_records, results_table, trials
 
 HISTORY_VERSION = 3
 HISTORY_FILE = "history.jsonl"
-_NUMERIC = ["auc", "auc_delta", "auc_delta_lo", "auc_delta_hi", "throughput", "speedup", "speedup_lo", "speedup_hi",
-            "latency_p50_ms", "latency_p99_ms", "embedding_bytes", "peak_rss_bytes"]  # fmt: skip
+_NUMERIC = [AUC, AUC_DELTA, lo(AUC_DELTA), hi(AUC_DELTA), THROUGHPUT, SPEEDUP, lo(SPEEDUP), hi(SPEEDUP),
+            "latency_p50_ms", "latency_p99_ms", EMBEDDING_BYTES, PEAK_RSS_BYTES]  # fmt: skip
 _TEXT = ["config_hash", "fingerprint"]
 _RUN = ["sweep", "report", "gate_passed", "stack"]  # version 3: the same on every line of a run
-_COLUMNS = ["run_id", "timestamp", "git_sha", *KEY, "status", *_NUMERIC, "throughput_trials", *_TEXT, *_RUN, "gate"]
+_COLUMNS = ["run_id", "timestamp", "git_sha", *KEY, "status", *_NUMERIC, THROUGHPUT_TRIALS, *_TEXT, *_RUN, "gate"]
 STACK_KEYS = ("python", "torch", "fbgemm_gpu", "torchrec", "torchao")
 log = logging.getLogger(__name__)
 
@@ -56,12 +57,12 @@ class NewerHistory(UserError):
 
 
 def _v1_to_v2(line: dict[str, Any]) -> dict[str, Any]:
-    line = {k: v for k, v in line.items() if k not in ("throughput_lo", "throughput_hi")}
-    return {**line, "throughput_trials": None}
+    line = {k: v for k, v in line.items() if k not in (lo(THROUGHPUT), hi(THROUGHPUT))}
+    return {**line, THROUGHPUT_TRIALS: None}
 
 
 def _v2_to_v3(line: dict[str, Any]) -> dict[str, Any]:
-    return {"peak_rss_bytes": None, "gate": None, **{k: None for k in _RUN}, **line}
+    return {PEAK_RSS_BYTES: None, "gate": None, **{k: None for k in _RUN}, **line}
 
 
 # MIGRATIONS[n] turns a version-n line into a version-(n+1) line.
@@ -94,7 +95,7 @@ def history_rows(records: Iterable[RunRecord | dict[str, Any]], *, run_id: str, 
         out.update({k: (int(row[k]) if k == "batch_size" else str(row[k])) for k in KEY})
         out["status"] = str(row["status"])
         out.update({k: finite(row.get(k)) for k in _NUMERIC})
-        out["throughput_trials"] = trials(latest[key]) or None
+        out[THROUGHPUT_TRIALS] = trials(latest[key]) or None
         env = latest[key].env or {}
         out["stack"] = {k: env.get(k) for k in STACK_KEYS}
         out.update({k: (run or {}).get(k) for k in _RUN if k != "stack"})
@@ -184,7 +185,7 @@ def history_changes(history: pd.DataFrame, cfg: Tolerances) -> pd.DataFrame:
         for metric, c in compare_metrics(now, prev, cfg).items():
             if c.verdict == NOT_COMPARABLE and c.value is None and c.base is None:
                 continue
-            shown = f"{c.moved:+.1%}" if metric == "throughput" and c.moved is not None else (
+            shown = f"{c.moved:+.1%}" if metric == THROUGHPUT and c.moved is not None else (
                 f"{c.moved:+.4f}" if c.moved is not None else "")
             out.append({**base, "metric": metric, "previous": c.base, "latest": c.new, "change": c.moved,
                         "noise": c.noise, "flagged": c.flagged,
@@ -227,7 +228,7 @@ def render_history(history: pd.DataFrame, cfg: Tolerances, *, runs: int = 14) ->
             lines.append(f"| {_md(c['backend'])} | {_md(c['workload'])} | {_md(c['device'])} | {c['batch_size']} | {c['metric']} | ⚠ {_md(c['note'])} |")
     for (workload, device), group in recent.groupby(["workload", "device"], sort=True):
         lines += ["", f"## {workload} on {device}"]
-        for metric, fmt, title in (("auc", _fmt_auc, "AUC"), ("throughput", _fmt_tput, "Throughput (rows/s)")):
+        for metric, fmt, title in ((AUC, _fmt_auc, "AUC"), (THROUGHPUT, _fmt_tput, "Throughput (rows/s)")):
             lines += ["", f"### {title}", "", "| backend | batch | " + " | ".join(f"`{r}`" for r in order) + " |",
                       "| --- | ---: |" + " ---: |" * len(order)]
             for (backend, batch), rows in group.groupby(["backend", "batch_size"], sort=True):

@@ -17,12 +17,13 @@ from typing import Any
 
 import pandas as pd
 
+from bench.metrics import PREPARE_SECONDS, SPEEDUP, hi, lo
 from bench.record import RunRecord
 from bench.registry import BASELINE_BACKEND as BASELINE
 from bench.report import fmt
 
 EXTRA_COLUMNS = [
-    "performance_only", "access", "embedding_share", "embedding_gbps", "dense_share", "prepare_seconds",
+    "performance_only", "access", "embedding_share", "embedding_gbps", "dense_share", PREPARE_SECONDS,
     "page_faults_per_call", "pool_batches", "pool_samples", "unique_ids_per_batch", "rows_touched",
     "working_set_bytes", "llc_bytes", "rss_start_bytes", "embedding_kernel", "gemm_kernel",
 ]  # fmt: skip
@@ -52,7 +53,7 @@ def row_extras(r: RunRecord) -> dict[str, Any]:
         "embedding_share": _num(roof.get("embedding_share")),
         "embedding_gbps": _num(roof.get("embedding_bytes_per_s")) / 1e9,
         "dense_share": _num(roof.get("dense_share")),
-        "prepare_seconds": _num(m.get("prepare_seconds")),
+        PREPARE_SECONDS: _num(m.get(PREPARE_SECONDS)),
         "page_faults_per_call": _num(m.get("page_faults_per_call")),
         "pool_batches": _num(pool.get("batches")),
         "pool_samples": _num(pool.get("samples")),
@@ -168,8 +169,8 @@ def scale_verdicts(rows: pd.DataFrame, backends: list[str]) -> list[str]:
         big = largest[(largest["backend"] == b) & (largest["batch_size"] >= 1024)]
         if big.empty:
             continue
-        above = big[big["speedup_lo"] > 1]
-        below = big[big["speedup_hi"] < 1]
+        above = big[big[lo(SPEEDUP)] > 1]
+        below = big[big[hi(SPEEDUP)] < 1]
         by_access = defaultdict(list)
         for r in big.itertuples(index=False):
             by_access[r.access].append(f"{r.batch_size}: {r.speedup:.2f}×")

@@ -9,6 +9,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from bench.metrics import AUC, AUC_DELTA, AUC_DELTA_EMBEDDINGS, FIDELITY_GAP, N_EVAL, ORACLE_AUC, SPEEDUP, lo
 from bench.record import USER, RunRecord, is_serving
 from bench.report import fmt
 from bench.report.machine import (
@@ -67,8 +68,8 @@ READING_NOTES = [
 
 def _group_table(g: pd.DataFrame) -> str:
     with_status = (g["status"] != "ok").any()
-    with_fidelity = g["fidelity_gap"].notna().any()
-    with_accuracy = g["auc"].notna().any() or not g["performance_only"].any()  # untrained models have no AUC to show
+    with_fidelity = g[FIDELITY_GAP].notna().any()
+    with_accuracy = g[AUC].notna().any() or not g["performance_only"].any()  # untrained models have no AUC to show
     with_build = g["performance_only"].any()  # building their tables is part of what they measure
     headers = ["backend", "batch"] + (["status"] if with_status else [])
     headers += ["AUC", f"ΔAUC [{CONFIDENCE} CI]", "p"] if with_accuracy else []
@@ -125,14 +126,14 @@ VERDICT_WORDS = {
 def delta_sentences(g: pd.DataFrame) -> list[str]:
     """One sentence per distinct ΔAUC of a backend (AUC does not depend on the batch size), with
     its practical verdict: equivalent within the margin, a gain, a loss, or inconclusive."""
-    ok = g[(g["status"] == "ok") & (g["backend"] != BASELINE) & g["auc_delta"].notna()]
+    ok = g[(g["status"] == "ok") & (g["backend"] != BASELINE) & g[AUC_DELTA].notna()]
     groups: dict[tuple, list[int]] = defaultdict(list)
     extra: dict[tuple, tuple] = {}
     for r in ok.itertuples(index=False):
         k = (r.backend, r.auc_delta, r.auc_delta_lo, r.auc_delta_hi)
         groups[k].append(r.batch_size)
         extra[k] = (r.auc_delta_p, r.auc_verdict, r.auc_margin)
-    n_eval = g["n_eval"].dropna()
+    n_eval = g[N_EVAL].dropna()
     n_text = f", {fmt.count(n_eval.iloc[0])} eval samples" if not n_eval.empty else ""
     out = []
     for (backend, d, lo, hi), sizes in groups.items():
@@ -151,7 +152,7 @@ def delta_sentences(g: pd.DataFrame) -> list[str]:
 
 def attribution_rows(g: pd.DataFrame) -> list[list[str]]:
     """One row per backend whose record splits its ΔAUC into embeddings and dense layers (MLP)."""
-    rows = g[(g["status"] == "ok") & g["auc_delta_embeddings"].notna()]
+    rows = g[(g["status"] == "ok") & g[AUC_DELTA_EMBEDDINGS].notna()]
     points = rows.sort_values("batch_size").groupby("backend", sort=False).tail(1)  # AUC ignores the batch size
     return [
         [r.backend, fmt.delta_ci(r.auc_delta, r.auc_delta_lo, r.auc_delta_hi),
@@ -169,7 +170,7 @@ def speedup_sentences(g: pd.DataFrame) -> list[str]:
     out += [
         f"**{r.backend}** (batch {r.batch_size}): speedup {fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi)} "
         "cannot be told from no change: the interval contains 1."
-        for r in rows[rows["speedup_lo"].notna()].itertuples(index=False)
+        for r in rows[rows[lo(SPEEDUP)].notna()].itertuples(index=False)
         if r.stable is not False and interval_contains(r.speedup_lo, r.speedup_hi, 1.0)
     ]
     return out
@@ -189,11 +190,11 @@ def tbe_split(latest: dict[tuple, RunRecord], workload: str, device: str) -> lis
 
 
 def _oracle_line(g: pd.DataFrame) -> str | None:
-    oracle = g["oracle_auc"].dropna()
+    oracle = g[ORACLE_AUC].dropna()
     if oracle.empty:
         return None
     o = float(oracle.iloc[0])
-    base = g[(g["backend"] == BASELINE) & g["auc"].notna()]["auc"]
+    base = g[(g["backend"] == BASELINE) & g[AUC].notna()][AUC]
     tail = f"; fp32 reaches {float(base.iloc[0]):.4f} ({100 * float(base.iloc[0]) / o:.1f}% of it)" if not base.empty else ""
     return f"Oracle AUC (the workload's true probabilities on the same eval split): {o:.4f}{tail}."
 
@@ -212,7 +213,7 @@ def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Seque
     reason = _one_reason(g)
     if reason is not None:
         return lines + [f"All {len(g)} jobs skipped ({g['backend'].nunique()} backends, {_batches(g['batch_size'])}): {reason}", ""]
-    n_eval = g["n_eval"].dropna()
+    n_eval = g[N_EVAL].dropna()
     if not n_eval.empty:
         lines += [f"AUC over {fmt.count(n_eval.max())} eval samples, each scored once.", ""]
     lines += malformed_lines(latest, workload, device)

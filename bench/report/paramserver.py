@@ -11,6 +11,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+from bench.metrics import THROUGHPUT
 from bench.record import RunRecord
 from bench.report import fmt
 from bench.report.table import trials
@@ -53,7 +54,7 @@ def ps_section(latest: dict[tuple, RunRecord], workload: str, device: str) -> li
             fmt.count(m.get("ps_rows_pulled_per_s")), fmt.megabytes(m.get("ps_bytes_pulled_per_s")),
             fmt.ms(m.get("ps_pull_ms")), fmt.ms(m.get("ps_cache_ms")), fmt.ms(m.get("ps_compute_ms")), _pct(m.get("ps_pull_share")),
             fmt.megabytes(m.get("ps_redis_used_memory_bytes")), fmt.count(m.get("ps_rows_stored")),
-            fmt.count(m.get("throughput")), vs,
+            fmt.count(m.get(THROUGHPUT)), vs,
         ])  # fmt: skip
     if not rows:
         return []
@@ -75,8 +76,8 @@ def cache_plot(df: pd.DataFrame, workload: str, device: str, path: Path) -> Path
     for (twin, bs), rows in ps.groupby(["ps_twin", "batch_size"], sort=True):
         rows = rows.sort_values("ps_cache_fraction")
         rows_of = {"fp32": "fp32", "int8_tbe": "int8", "uint4": "int4"}.get(twin, twin)  # the twin names the row precision
-        line = ax.plot(rows["ps_cache_fraction"] * 100, rows["throughput"], marker="o", label=f"PS, {rows_of} rows, batch {bs}")[0]
-        memory = g[(g["backend"] == twin) & (g["batch_size"] == bs)]["throughput"]
+        line = ax.plot(rows["ps_cache_fraction"] * 100, rows[THROUGHPUT], marker="o", label=f"PS, {rows_of} rows, batch {bs}")[0]
+        memory = g[(g["backend"] == twin) & (g["batch_size"] == bs)][THROUGHPUT]
         if not memory.empty:
             ax.axhline(float(memory.iloc[0]), linestyle="--", color=line.get_color(), linewidth=1, label=f"{twin} in memory, batch {bs}")
     ax.set_xscale("log")

@@ -14,6 +14,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
+from bench.metrics import AUC_DELTA, EMBEDDING_BYTES, SPEEDUP, THROUGHPUT, hi, lo
 from bench.report import fmt
 from bench.report.machine import SCALE_BACKENDS, SCALE_PLOTS, scale_rows, swept
 from bench.report.paramserver import cache_plot
@@ -48,7 +49,7 @@ def _trial_band(row, trials_of) -> tuple[float, float]:
 def throughput_plot(df: pd.DataFrame, workload: str, device: str, path: Path, trials_of=None) -> Path | None:
     """Samples/s against batch size, one line per backend, log x. Error bars span the trials;
     an unstable row (timing too noisy) is drawn hollow and hatched, and the legend says so."""
-    rows = _ok(df[(df["workload"] == workload) & (df["device"] == device)], "throughput")
+    rows = _ok(df[(df["workload"] == workload) & (df["device"] == device)], THROUGHPUT)
     if rows.empty:
         return None
     fig = Figure(figsize=(7.2, 4.6))
@@ -61,11 +62,11 @@ def throughput_plot(df: pd.DataFrame, workload: str, device: str, path: Path, tr
         if trials_of is not None:
             bands = [_trial_band(r, trials_of) for r in b.itertuples(index=False)]
             err = [[lo for lo, _ in bands], [hi for _, hi in bands]]
-        line = ax.errorbar(b["batch_size"], b["throughput"], yerr=err, marker=marker, capsize=3, label=backend)
+        line = ax.errorbar(b["batch_size"], b[THROUGHPUT], yerr=err, marker=marker, capsize=3, label=backend)
         unstable = b[b["stable"] == False]  # noqa: E712 - None (not recorded) is not unstable
         if not unstable.empty:
             any_unstable = True
-            ax.scatter(unstable["batch_size"], unstable["throughput"], s=160, facecolors="none", hatch="///",
+            ax.scatter(unstable["batch_size"], unstable[THROUGHPUT], s=160, facecolors="none", hatch="///",
                        edgecolors=line[0].get_color(), linewidths=1.2, zorder=3)
     if any_unstable:
         ax.scatter([], [], s=160, facecolors="none", hatch="///", edgecolors="grey", label="unstable timing (not a finding)")
@@ -90,8 +91,8 @@ def frontier_plot(df: pd.DataFrame, workload: str, device: str, path: Path) -> P
     the log axis and each point is labelled, so every backend is visible; ticks are the byte
     sizes present, in MB.
     """
-    rows = _ok(df[(df["workload"] == workload) & (df["device"] == device)], "auc_delta")
-    rows = rows[rows["embedding_bytes"].notna()]
+    rows = _ok(df[(df["workload"] == workload) & (df["device"] == device)], AUC_DELTA)
+    rows = rows[rows[EMBEDDING_BYTES].notna()]
     if rows.empty:
         return None
     # AUC and bytes do not depend on the batch size: one point per backend (its largest batch).
@@ -112,7 +113,7 @@ def frontier_plot(df: pd.DataFrame, workload: str, device: str, path: Path) -> P
         ax.annotate(r.backend, (x, r.auc_delta), textcoords="offset points", xytext=(5, 4), fontsize="x-small")
     ax.axhline(0.0, color="grey", linewidth=0.8)
     ax.set_xscale("log")
-    sizes = sorted(set(round(v, 6) for v in points["embedding_bytes"] / fmt.MB))
+    sizes = sorted(set(round(v, 6) for v in points[EMBEDDING_BYTES] / fmt.MB))
     ax.set_xticks(sizes)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
     ax.xaxis.set_minor_formatter(NullFormatter())
@@ -132,7 +133,7 @@ def scale_plot(df: pd.DataFrame, access: str, path: Path) -> Path | None:
     (left: one line per batch size >= 1024) and against batch size (right: one line per table size),
     for one access pattern; bars span the 95% CI."""
     rows = scale_rows(df)
-    rows = rows[(rows["access"] == access) & rows["backend"].isin(SCALE_BACKENDS) & rows["speedup"].notna()]
+    rows = rows[(rows["access"] == access) & rows["backend"].isin(SCALE_BACKENDS) & rows[SPEEDUP].notna()]
     if rows.empty or not swept(rows):
         return None
     backends = [b for b in SCALE_BACKENDS if (rows["backend"] == b).any()]
@@ -141,17 +142,17 @@ def scale_plot(df: pd.DataFrame, access: str, path: Path) -> Path | None:
     batches = sorted(rows["batch_size"].unique())
 
     def bars(b: pd.DataFrame) -> np.ndarray:
-        return np.array([(b["speedup"] - b["speedup_lo"]).clip(lower=0).fillna(0), (b["speedup_hi"] - b["speedup"]).clip(lower=0).fillna(0)])
+        return np.array([(b[SPEEDUP] - b[lo(SPEEDUP)]).clip(lower=0).fillna(0), (b[hi(SPEEDUP)] - b[SPEEDUP]).clip(lower=0).fillna(0)])
 
     for i, backend in enumerate(backends):
         mine = rows[rows["backend"] == backend]
         left, right = fig.add_subplot(len(backends), 2, 2 * i + 1), fig.add_subplot(len(backends), 2, 2 * i + 2)
         for bs in (s for s in batches if s >= 1024):
             b = mine[mine["batch_size"] == bs].sort_values("fp32_embedding_bytes")
-            left.errorbar(b["fp32_embedding_bytes"] / fmt.MB, b["speedup"], yerr=bars(b), marker="o", capsize=3, label=f"batch {bs}")
+            left.errorbar(b["fp32_embedding_bytes"] / fmt.MB, b[SPEEDUP], yerr=bars(b), marker="o", capsize=3, label=f"batch {bs}")
         for size in sizes:
             b = mine[mine["fp32_embedding_bytes"] == size].sort_values("batch_size")
-            right.errorbar(b["batch_size"], b["speedup"], yerr=bars(b), marker="o", capsize=3, label=f"{size / fmt.MB:,.0f} MB")
+            right.errorbar(b["batch_size"], b[SPEEDUP], yerr=bars(b), marker="o", capsize=3, label=f"{size / fmt.MB:,.0f} MB")
         left.set_xscale("log")
         left.set_xticks([x / fmt.MB for x in sizes])
         left.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Sequence
 
+from bench.metrics import THROUGHPUT_TRIALS
 from bench.record import RunRecord
 from bench.report import fmt
 
@@ -70,7 +71,7 @@ def timing_lines(records: Sequence[RunRecord]) -> list[str]:
     for key, recs in by_config.items():
         t = dict(key)
         calls = sorted(
-            {round(len(m["latency_samples_ms"]) / len(m["throughput_trials"])) for m in (r.metrics or {} for r in recs) if m.get("latency_samples_ms") and m.get("throughput_trials")}
+            {round(len(m["latency_samples_ms"]) / len(m[THROUGHPUT_TRIALS])) for m in (r.metrics or {} for r in recs) if m.get("latency_samples_ms") and m.get(THROUGHPUT_TRIALS)}
         )
         distinct = sorted({(r.metrics or {}).get("timing_distinct_batches") for r in recs} - {None})
         paired = any(str((r.metrics or {}).get("speedup_method", "")).startswith("paired") for r in recs)

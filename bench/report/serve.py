@@ -20,14 +20,15 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from bench.io import write_text_atomic
+from bench.metrics import LATENCY_MS, MAX_QPS, PAIRS_PER_S, SAMPLES_PER_S, hi, lo
 from bench.record import RunRecord, is_serving
 from bench.report import fmt
 from bench.report.table import BASELINE, as_records, backend_label, backend_rank
 
 SERVE_KEY = ["workload", "device", "backend", "scenario", "bound_ms", "batch_size", "max_wait_ms", "workers"]
 COLUMNS = [
-    *SERVE_KEY, "status", "max_qps", "max_qps_lo", "max_qps_hi", "monotonic", "search_stop", "steps", "validity",
-    "latency_p50_ms", "latency_p90_ms", "latency_p99_ms", "samples_per_s", "pairs_per_s", "qps_ratio",
+    *SERVE_KEY, "status", MAX_QPS, lo(MAX_QPS), hi(MAX_QPS), "monotonic", "search_stop", "steps", "validity",
+    "latency_p50_ms", "latency_p90_ms", "latency_p99_ms", SAMPLES_PER_S, PAIRS_PER_S, "qps_ratio",
     "service_p99_ms", "pairs_mean", "auc_loadgen", "auc_offline", "auc_shift", "auc_tolerance", "auc_check",
     "batch_dependent", "min_duration_s", "min_query_count", "threads", "loadgen_version", "error", "config_hash",
     "fingerprint", "created_at", "record_id",
@@ -84,22 +85,22 @@ def _num(x: Any) -> float:
 
 def _row(key: tuple, r: RunRecord) -> dict[str, Any]:
     m, serve = r.metrics or {}, (r.config or {}).get("serve") or {}
-    lat = m.get("latency_ms") or {}
+    lat = m.get(LATENCY_MS) or {}
     server = key[3] == "server"
     row: dict[str, Any] = dict(zip(SERVE_KEY, key))
     row.update(
         status=r.status, error=r.error, config_hash=r.config_hash, created_at=r.created_at, record_id=r.record_id,
         fingerprint=(r.env or {}).get("fingerprint"),
-        max_qps=_num(m.get("max_qps")) if server else math.nan,
-        max_qps_lo=_num(m.get("max_qps_lo")), max_qps_hi=_num(m.get("max_qps_hi")),
+        max_qps=_num(m.get(MAX_QPS)) if server else math.nan,
+        max_qps_lo=_num(m.get(lo(MAX_QPS))), max_qps_hi=_num(m.get(hi(MAX_QPS))),
         monotonic=m.get("monotonic"), search_stop=m.get("search_stop"),
         steps=len(m.get("steps") or []) or math.nan,
         validity=" ".join(f"{s.get('target_qps'):g}:{s.get('validity')}" for s in m.get("steps") or []) or None,
         latency_p50_ms=_num(lat.get("p50")) if server else math.nan,
         latency_p90_ms=_num(lat.get("p90")) if server else math.nan,
         latency_p99_ms=_num(lat.get("p99")) if server else math.nan,
-        samples_per_s=_num(m.get("samples_per_s") if server else m.get("offline_samples_per_s")),
-        pairs_per_s=_num(_at_max(m).get("pairs_per_s") if server else m.get("offline_pairs_per_s")),
+        samples_per_s=_num(m.get(SAMPLES_PER_S) if server else m.get("offline_samples_per_s")),
+        pairs_per_s=_num(_at_max(m).get(PAIRS_PER_S) if server else m.get("offline_pairs_per_s")),
         service_p99_ms=_num(m.get("service_p99_ms")),
         pairs_mean=_num((m.get("query_set") or {}).get("pairs_mean")),
         auc_loadgen=_num(m.get("auc_loadgen")), auc_offline=_num(m.get("auc_offline")), auc_shift=_num(m.get("auc_shift")),
@@ -112,7 +113,7 @@ def _row(key: tuple, r: RunRecord) -> dict[str, Any]:
 
 def _at_max(m: dict[str, Any]) -> dict[str, Any]:
     """The step at the highest VALID target (none: {})."""
-    best = m.get("max_qps_lo")
+    best = m.get(lo(MAX_QPS))
     return next((s for s in m.get("steps") or [] if s.get("validity") == "VALID" and s.get("target_qps") == best), {})
 
 
@@ -125,7 +126,7 @@ def serve_table(records: Iterable[RunRecord | dict[str, Any]]) -> pd.DataFrame:
     by_key = {tuple(row[c] for c in SERVE_KEY): row for row in rows}
     for row in rows:
         base = by_key.get(tuple(BASELINE if c == "backend" else row[c] for c in SERVE_KEY))
-        measure = "max_qps" if row["scenario"] == "server" else "samples_per_s"
+        measure = MAX_QPS if row["scenario"] == "server" else SAMPLES_PER_S
         ok = base is not None and base["status"] == "ok" and row["status"] == "ok" and base[measure] > 0
         row["qps_ratio"] = row[measure] / base[measure] if ok else math.nan
     df = pd.DataFrame(rows)
@@ -172,9 +173,9 @@ def render_serve(df: pd.DataFrame, latest: dict[tuple, RunRecord], plots: list[P
         steps, by_id = [], {rec.record_id: rec for rec in latest.values()}
         for r in server.itertuples(index=False):
             for i, s in enumerate(by_id[r.record_id].metrics.get("steps") or [], 1):
-                lat = s.get("latency_ms") or {}
-                steps.append([r.backend, i, f"{s.get('target_qps'):g}", s.get("validity"), fmt.number(s.get("samples_per_s"), 1),
-                              fmt.count(s.get("pairs_per_s")), fmt.ms(lat.get("p50")), fmt.ms(lat.get("p90")), fmt.ms(lat.get("p99")),
+                lat = s.get(LATENCY_MS) or {}
+                steps.append([r.backend, i, f"{s.get('target_qps'):g}", s.get("validity"), fmt.number(s.get(SAMPLES_PER_S), 1),
+                              fmt.count(s.get(PAIRS_PER_S)), fmt.ms(lat.get("p50")), fmt.ms(lat.get("p90")), fmt.ms(lat.get("p99")),
                               s.get("queries"), s.get("overlatency_queries"), fmt.first_line(s.get("early_stopping"), 120)])
         lines += [fmt.markdown_table(["backend", "step", "target QPS", "LoadGen", "samples/s", "pairs/s", "p50 ms", "p90 ms",
                                       "p99 ms", "queries", "over bound", "early stopping"], steps, "lrrlrrrrrrrl"), ""]
@@ -230,7 +231,7 @@ def latency_plot(latest: dict[tuple, RunRecord], key: tuple, path: Path) -> Path
     ax = fig.add_subplot()
     qps = [s["target_qps"] for s in steps]
     for q, style in (("p50", ":"), ("p90", "--"), ("p99", "-")):
-        values = [(s.get("latency_ms") or {}).get(q) for s in steps]
+        values = [(s.get(LATENCY_MS) or {}).get(q) for s in steps]
         line = ax.plot(qps, values, style, label=q)[0]
         for x, y, s in zip(qps, values, steps):
             valid = s.get("validity") == "VALID"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Iterable
 
+from bench.metrics import AUC, EMBEDDING_BYTES, PEAK_RSS_BYTES, THROUGHPUT
 from bench.record import RunRecord
 from bench.report import fmt
 from bench.report.table import backend_label, backend_rank
@@ -63,11 +64,11 @@ def _row(r: RunRecord) -> list[Any]:
         r.workload, r.device, r.backend, (config.get("sharding") or {}).get("name", "none"), config.get("world_size", 1),
         info.get("route", fmt.DASH) + (f" ({info['process_group']})" if info.get("process_group") else ""),
         r.batch_size, r.status,
-        fmt.number(m.get("auc")) if "auc" in m else fmt.DASH,
+        fmt.number(m.get(AUC)) if AUC in m else fmt.DASH,
         delta_text,
-        f"{fmt.count(m['throughput'])} [{fmt.count(info.get('throughput_lo'))}, {fmt.count(info.get('throughput_hi'))}]" if "throughput" in m else fmt.DASH,
-        " / ".join(fmt.megabytes(p["embedding_bytes"]) for p in per_rank) or fmt.DASH,
-        " / ".join(fmt.megabytes(p["peak_rss_bytes"]) for p in per_rank) or fmt.DASH,
+        f"{fmt.count(m[THROUGHPUT])} [{fmt.count(info.get('throughput_lo'))}, {fmt.count(info.get('throughput_hi'))}]" if THROUGHPUT in m else fmt.DASH,
+        " / ".join(fmt.megabytes(p[EMBEDDING_BYTES]) for p in per_rank) or fmt.DASH,
+        " / ".join(fmt.megabytes(p[PEAK_RSS_BYTES]) for p in per_rank) or fmt.DASH,
     ]  # fmt: skip
 
 

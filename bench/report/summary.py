@@ -2,6 +2,24 @@
 
 from __future__ import annotations
 
+from bench.metrics import (
+    AUC,
+    AUC_DELTA,
+    EMBEDDING_BYTES,
+    LATENCY_MS,
+    LOGLOSS,
+    MAX_QPS,
+    MODEL_BYTES,
+    NE,
+    N_EVAL,
+    ORACLE_AUC,
+    PEAK_RSS_BYTES,
+    PREPARE_SECONDS,
+    SPEEDUP,
+    THROUGHPUT,
+    hi,
+    lo,
+)
 from bench.record import RunRecord, is_serving
 from bench.registry import BASELINE_BACKEND
 
@@ -14,26 +32,26 @@ def summary(record: RunRecord) -> str:
         return f"{head} ({record.error})"
     m = record.metrics
     lines = [head]
-    if "auc" in m:
-        auc = f"  AUC {m['auc']:.4f}"
-        if m.get("oracle_auc") is not None:
-            auc += f" (oracle {m['oracle_auc']:.4f}, gap {m['oracle_auc'] - m['auc']:.4f})"
+    if AUC in m:
+        auc = f"  AUC {m[AUC]:.4f}"
+        if m.get(ORACLE_AUC) is not None:
+            auc += f" (oracle {m[ORACLE_AUC]:.4f}, gap {m[ORACLE_AUC] - m[AUC]:.4f})"
         if record.backend != BASELINE_BACKEND:
-            auc += f"; ΔAUC vs {BASELINE_BACKEND} {m['auc_delta']:+.4f} [{m['auc_delta_lo']:+.4f}, {m['auc_delta_hi']:+.4f}]"
-        lines.append(auc + f"; log loss {m['logloss']:.4f}, NE {m['ne']:.4f}, {m['n_eval']} eval samples")
+            auc += f"; ΔAUC vs {BASELINE_BACKEND} {m[AUC_DELTA]:+.4f} [{m[lo(AUC_DELTA)]:+.4f}, {m[hi(AUC_DELTA)]:+.4f}]"
+        lines.append(auc + f"; log loss {m[LOGLOSS]:.4f}, NE {m[NE]:.4f}, {m[N_EVAL]} eval samples")
     else:
         lines.append(f"  {m.get('accuracy', 'no accuracy measured')}")
-    lat = m["latency_ms"]
+    lat = m[LATENCY_MS]
     lines.append(
-        f"  throughput {m['throughput']:,.0f} samples/s; latency p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, p99 {lat['p99']:.2f} ms; {m['threads']} threads"
+        f"  throughput {m[THROUGHPUT]:,.0f} samples/s; latency p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, p99 {lat['p99']:.2f} ms; {m['threads']} threads"
     )
-    if m.get("speedup") is not None:
-        lines.append(f"  speedup vs fp32 {m['speedup']:.2f}x [{m['speedup_lo']:.2f}, {m['speedup_hi']:.2f}] ({m['speedup_method']})")
+    if m.get(SPEEDUP) is not None:
+        lines.append(f"  speedup vs fp32 {m[SPEEDUP]:.2f}x [{m[lo(SPEEDUP)]:.2f}, {m[hi(SPEEDUP)]:.2f}] ({m['speedup_method']})")
     if m.get("stable") is False:
         lines.append(f"  UNSTABLE timing: {m['unstable_reason']}")
     lines.append(
-        f"  embeddings {m['embedding_bytes'] / 1e6:.2f} MB; model {m['model_bytes'] / 1e6:.2f} MB; peak RSS {m['peak_rss_bytes'] / 1e6:.0f} MB"
-        + (f"; built in {m['prepare_seconds']:.1f} s" if m.get("prepare_seconds") is not None else "")
+        f"  embeddings {m[EMBEDDING_BYTES] / 1e6:.2f} MB; model {m[MODEL_BYTES] / 1e6:.2f} MB; peak RSS {m[PEAK_RSS_BYTES] / 1e6:.0f} MB"
+        + (f"; built in {m[PREPARE_SECONDS]:.1f} s" if m.get(PREPARE_SECONDS) is not None else "")
     )
     if m.get("ps_twin"):
         from bench.backends.paramserver.module import summary_line
@@ -59,11 +77,11 @@ def serving_summary(record: RunRecord) -> str:
         return f"{head} ({record.error})"
     lines = [head]
     for s in m.get("steps") or []:
-        lat = s.get("latency_ms") or {}
+        lat = s.get(LATENCY_MS) or {}
         lines.append(f"  {s.get('target_qps'):g} QPS target: {s.get('validity')}; {s.get('samples_per_s') or 0:,.1f} samples/s, "
                      f"{s.get('pairs_per_s') or 0:,.0f} pairs/s; p50 {lat.get('p50') or 0:.1f} ms, p99 {lat.get('p99') or 0:.1f} ms")
     if serve.get("scenario") == "server":
-        lo, hi = m.get("max_qps_lo"), m.get("max_qps_hi")
+        lo, hi = m.get(lo(MAX_QPS)), m.get(hi(MAX_QPS))
         lines.append(f"  max QPS at the bound {m.get('max_qps'):g}, bracket [{'-' if lo is None else f'{lo:g}'}, "
                      f"{'-' if hi is None else f'{hi:g}'}] ({m.get('search_stop')})")
     if "auc_loadgen" in m:

@@ -19,6 +19,27 @@ from typing import Any, Iterable
 import pandas as pd
 
 from bench.comparison import finite, ratio, samples
+from bench.metrics import (
+    AUC,
+    AUC_DELTA,
+    AUC_DELTA_P,
+    AUC_FP32,
+    CUDA_PEAK_BYTES,
+    EMBEDDING_BYTES,
+    FIDELITY_GAP,
+    LATENCY_MS,
+    LOGLOSS,
+    MODEL_BYTES,
+    NE,
+    N_EVAL,
+    ORACLE_AUC,
+    PEAK_RSS_BYTES,
+    SPEEDUP,
+    THROUGHPUT,
+    THROUGHPUT_TRIALS,
+    hi,
+    lo,
+)
 from bench.registry import BASELINE_BACKEND
 from bench.record import RunRecord, is_serving
 from bench.report.machine import EXTRA_COLUMNS, row_extras
@@ -32,22 +53,22 @@ LEADING_BACKENDS = (BASELINE_BACKEND, "fp32_tbe")
 COLUMNS = [
     *KEY,
     "status",
-    "auc",
-    "auc_delta",
-    "auc_delta_lo",
-    "auc_delta_hi",
-    "auc_delta_p",
-    "auc_fp32",
-    "oracle_auc",
-    "fidelity_gap",
+    AUC,
+    AUC_DELTA,
+    lo(AUC_DELTA),
+    hi(AUC_DELTA),
+    AUC_DELTA_P,
+    AUC_FP32,
+    ORACLE_AUC,
+    FIDELITY_GAP,
     *(f"auc_delta_{part}{end}" for part in ("embeddings", "mlp") for end in ("", "_lo", "_hi")),
-    "n_eval",
-    "logloss",
-    "ne",
-    "throughput",
-    "speedup",
-    "speedup_lo",
-    "speedup_hi",
+    N_EVAL,
+    LOGLOSS,
+    NE,
+    THROUGHPUT,
+    SPEEDUP,
+    lo(SPEEDUP),
+    hi(SPEEDUP),
     "speedup_method",
     "speedup_rounds",
     "speedup_stop",
@@ -66,11 +87,11 @@ COLUMNS = [
     "latency_p50_ms",
     "latency_p90_ms",
     "latency_p99_ms",
-    "embedding_bytes",
-    "model_bytes",
+    EMBEDDING_BYTES,
+    MODEL_BYTES,
     "compression",
-    "peak_rss_bytes",
-    "cuda_peak_bytes",
+    PEAK_RSS_BYTES,
+    CUDA_PEAK_BYTES,
     "threads",
     "ps_twin",
     "ps_cache_fraction",
@@ -86,9 +107,9 @@ COLUMNS = [
     *EXTRA_COLUMNS,  # where each job stood against the machine (bench.report.machine)
 ]
 
-_METRICS = ["auc", "auc_delta", "auc_delta_lo", "auc_delta_hi", "auc_delta_p", "auc_fp32", "oracle_auc",
-            "fidelity_gap", "n_eval", "logloss", "ne", "throughput", "embedding_bytes", "model_bytes",
-            "peak_rss_bytes", "cuda_peak_bytes", "threads",
+_METRICS = [AUC, AUC_DELTA, lo(AUC_DELTA), hi(AUC_DELTA), AUC_DELTA_P, AUC_FP32, ORACLE_AUC,
+            FIDELITY_GAP, N_EVAL, LOGLOSS, NE, THROUGHPUT, EMBEDDING_BYTES, MODEL_BYTES,
+            PEAK_RSS_BYTES, CUDA_PEAK_BYTES, "threads",
             "ps_cache_fraction", "ps_hit_rate_steady", "ps_pull_share",
             *(f"auc_delta_{part}{end}" for part in ("embeddings", "mlp") for end in ("", "_lo", "_hi"))]  # fmt: skip
 
@@ -139,7 +160,7 @@ def trials(record: RunRecord | None) -> list[float]:
     """Per-trial throughputs of an ok record, or [] when there are none."""
     if record is None or record.status != "ok":
         return []
-    return samples(record.metrics.get("throughput_trials"))
+    return samples(record.metrics.get(THROUGHPUT_TRIALS))
 
 
 def _num(value: Any) -> float:
@@ -150,7 +171,7 @@ def _num(value: Any) -> float:
 
 def _row(r: RunRecord) -> dict[str, Any]:
     m = r.metrics or {}
-    lat = m.get("latency_ms") or {}
+    lat = m.get(LATENCY_MS) or {}
     row: dict[str, Any] = {
         "workload": r.workload,
         "device": r.device,
@@ -187,7 +208,7 @@ def _row(r: RunRecord) -> dict[str, Any]:
 
 def speedup(new: RunRecord, base: RunRecord, alpha: float = 0.05) -> tuple[float, float, float]:
     """throughput(new) / throughput(base) with the trials' bootstrap interval (NaN when absent)."""
-    point = _num(new.metrics.get("throughput")) / _num(base.metrics.get("throughput"))
+    point = _num(new.metrics.get(THROUGHPUT)) / _num(base.metrics.get(THROUGHPUT))
     t_new, t_base = trials(new), trials(base)
     if not (t_new and t_base):
         return point, math.nan, math.nan
@@ -197,17 +218,17 @@ def speedup(new: RunRecord, base: RunRecord, alpha: float = 0.05) -> tuple[float
 
 def _paired_speedup(rec: RunRecord) -> tuple[float, float, float] | None:
     """The speedup timed against fp32 in the job's own process (ABBA rounds), when the record has one."""
-    values = tuple(_num(rec.metrics.get(k)) for k in ("speedup", "speedup_lo", "speedup_hi"))
+    values = tuple(_num(rec.metrics.get(k)) for k in (SPEEDUP, lo(SPEEDUP), hi(SPEEDUP)))
     return None if any(math.isnan(v) for v in values) else values
 
 
 def _relative_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord], alpha: float) -> pd.DataFrame:
-    speed = {"speedup": [], "speedup_lo": [], "speedup_hi": [], "speedup_method": []}
+    speed = {SPEEDUP: [], lo(SPEEDUP): [], hi(SPEEDUP): [], "speedup_method": []}
     compression, fp32_table_bytes = [], []
     fp32_bytes = {}
     for r in latest.values():  # embedding bytes do not depend on the batch size
-        if r.backend == BASELINE and r.status == "ok" and r.metrics.get("embedding_bytes"):
-            fp32_bytes.setdefault((r.workload, r.device), float(r.metrics["embedding_bytes"]))
+        if r.backend == BASELINE and r.status == "ok" and r.metrics.get(EMBEDDING_BYTES):
+            fp32_bytes.setdefault((r.workload, r.device), float(r.metrics[EMBEDDING_BYTES]))
     for row in df.itertuples(index=False):
         rec = latest[(row.workload, row.device, row.backend, row.batch_size)]
         base = latest.get((row.workload, row.device, BASELINE, row.batch_size))
@@ -239,7 +260,7 @@ def margins(rec: RunRecord) -> tuple[float, float]:
     gate = cfg.get("gate") or {}
     rules = (gate.get("rules") or {}).get(rec.backend) or gate.get("default_rules") or {}
     auc_margin = finite(rules.get("max_auc_drop"))
-    ratio, auc_fp32 = finite(rules.get("min_auc_ratio")), finite(rec.metrics.get("auc_fp32"))
+    ratio, auc_fp32 = finite(rules.get("min_auc_ratio")), finite(rec.metrics.get(AUC_FP32))
     if (auc_margin is None or auc_margin <= 0) and ratio is not None and auc_fp32 is not None:
         auc_margin = (1 - ratio) * auc_fp32
     if auc_margin is None or auc_margin <= 0:

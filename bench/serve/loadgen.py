@@ -19,6 +19,7 @@ import mlperf_loadgen as lg
 import numpy as np
 
 from bench.config import ServeConfig
+from bench.metrics import LATENCY_MS, SAMPLES_PER_S
 from bench.serve.queries import QuerySet
 from bench.serve.sut import ServingSystem
 
@@ -115,7 +116,7 @@ def read_step(log_dir: Path) -> dict[str, Any]:
         "queries": d.get("result_query_count"),
         "overlatency_queries": d.get("result_overlatency_query_count"),
         # Server: completed samples per second; Offline: samples per second
-        "samples_per_s": d.get("result_completed_samples_per_sec", d.get("result_samples_per_second")),
+        SAMPLES_PER_S: d.get("result_completed_samples_per_sec", d.get("result_samples_per_second")),
         "scheduled_samples_per_s": d.get("result_scheduled_samples_per_sec"),
         "min_duration_s": _s(d.get("effective_min_duration_ms")),
         "min_query_count": d.get("effective_min_query_count"),
@@ -123,7 +124,7 @@ def read_step(log_dir: Path) -> dict[str, Any]:
         "samples_per_query": d.get("effective_samples_per_query"),
         "performance_sample_count": d.get("effective_performance_sample_count"),
         "seeds": [d.get(f"effective_{k}_rng_seed") for k in ("qsl", "sample_index", "schedule")],
-        "latency_ms": {q: _ms(d.get(f"result_{p}_percentile_latency_ns")) for q, p in PERCENTILES.items()},
+        LATENCY_MS: {q: _ms(d.get(f"result_{p}_percentile_latency_ns")) for q, p in PERCENTILES.items()},
         "latency_mean_ms": _ms(d.get("result_mean_latency_ns")),
         "latency_max_ms": _ms(d.get("result_max_latency_ns")),
         "loadgen_version": d.get("loadgen_version"),

@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from bench.metrics import LATENCY_MS, MAX_QPS, SAMPLES_PER_S, hi, lo
+
 Step = dict[str, Any]  # one LoadGen run (bench.serve.loadgen.read_step), with `target_qps` and `validity`
 
 
@@ -56,13 +58,13 @@ class Search:
     def as_metrics(self) -> dict[str, Any]:
         at = self.at_max() or {}
         return {
-            "max_qps": self.highest_valid if self.highest_valid is not None else 0.0,  # 0: no load met the bound
-            "max_qps_lo": self.highest_valid,
-            "max_qps_hi": self.lowest_invalid,
+            MAX_QPS: self.highest_valid if self.highest_valid is not None else 0.0,  # 0: no load met the bound
+            lo(MAX_QPS): self.highest_valid,
+            hi(MAX_QPS): self.lowest_invalid,
             "monotonic": self.monotonic,
             "search_stop": self.stop,
-            "latency_ms": at.get("latency_ms"),
-            "samples_per_s": at.get("samples_per_s"),
+            LATENCY_MS: at.get(LATENCY_MS),
+            SAMPLES_PER_S: at.get(SAMPLES_PER_S),
             "steps": self.steps,
         }
 

@@ -24,7 +24,9 @@ from torch import nn
 from bench.backends.backend import Backend
 from bench.backends.tables import embedding_bytes
 from bench.config import Config, check_serve_config
+from bench.measure.figures import Held, JobFigures
 from bench.measure.memory import model_bytes
+from bench.metrics import LATENCY_MS, PAIRS_PER_S, SAMPLES_PER_S
 from bench.models.random_weights import RANDOM
 from bench.pipeline.job import PERFORMANCE_ONLY, backend_scores
 from bench.pipeline.shared import SharedWork
@@ -73,14 +75,13 @@ def measure_serving(cfg: Config, backend: Backend, device: torch.device, work: S
         check = accuracy_check(Path(step["log_dir"]) / loadgen.ACCURACY, queries, logits, backend.scores_depend_on_batch(),
                                serve.batch_dependent_auc_tolerance)
         metrics.update(check, accuracy_step=step)
-    metrics.update(
-        embedding_bytes=embedding_bytes(prepared),
-        model_bytes=model_bytes(prepared),
+    metrics.update(JobFigures(
+        held=Held(embedding_bytes(prepared), model_bytes(prepared)),
         threads=torch.get_num_threads(),
         model_source=model.info.get("source"),
         workload_info=workload.describe(),
-        log_root=str(runs.logs),
-    )
+        extra={"log_root": str(runs.logs)},
+    ).metrics())
     return metrics
 
 
@@ -98,7 +99,7 @@ class Runs:
         step = loadgen.run(self.system, self.queries, test, log_dir)
         rows = step["batching"]
         pairs_per_sample = (rows["rows_per_batch"] / rows["samples_per_batch"]) if rows["batches"] else None
-        step["pairs_per_s"] = step["samples_per_s"] * pairs_per_sample if step["samples_per_s"] and pairs_per_sample else None
+        step[PAIRS_PER_S] = step[SAMPLES_PER_S] * pairs_per_sample if step[SAMPLES_PER_S] and pairs_per_sample else None
         return step
 
 
@@ -128,12 +129,12 @@ def server(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any]) -> float:
 def offline(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any]) -> float:
     """The Offline run (and its retry, when it fell short of the minimum duration) into `metrics`; its samples/s."""
     steps = [runs.run("performance", round_qps(warm["capacity_samples_per_s"]), "offline")]
-    if steps[0]["min_duration_met"] is False and steps[0]["samples_per_s"]:
-        steps.append(runs.run("performance", round_qps(steps[0]["samples_per_s"] * OFFLINE_RETRY_MARGIN), "offline_retry"))
+    if steps[0]["min_duration_met"] is False and steps[0][SAMPLES_PER_S]:
+        steps.append(runs.run("performance", round_qps(steps[0][SAMPLES_PER_S] * OFFLINE_RETRY_MARGIN), "offline_retry"))
     step = steps[-1]
-    metrics.update(offline_samples_per_s=step["samples_per_s"], offline_pairs_per_s=step["pairs_per_s"],
-                   latency_ms=step["latency_ms"], steps=steps)
-    return step["samples_per_s"] or warm["capacity_samples_per_s"]
+    metrics.update({"offline_samples_per_s": step[SAMPLES_PER_S], "offline_pairs_per_s": step[PAIRS_PER_S],
+                    LATENCY_MS: step[LATENCY_MS], "steps": steps})
+    return step[SAMPLES_PER_S] or warm["capacity_samples_per_s"]
 
 
 def accuracy_error(metrics: dict[str, Any]) -> str | None:

@@ -13,14 +13,15 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from bench.io import write_text_atomic
+from bench.metrics import AUC_DELTA, AUC_DELTA_P, AUC_FP32, EMBEDDING_BYTES, hi, lo
 from bench.report import fmt
 from bench.report.publish import fresh_report_dir, point_latest
 from bench.tune.measured import Row
 from bench.tune.run import TuneResult
 from bench.tune.sizes import PRECISIONS, map_bytes, uniform
 
-CSV_COLUMNS = ["candidate", "split", "embedding_bytes", "auc_delta", "auc_delta_lo", "auc_delta_hi", "chosen",
-               "kind", "dense", "measured_by", "auc_delta_p", "auc_fp32", "per_table"]  # fmt: skip
+CSV_COLUMNS = ["candidate", "split", EMBEDDING_BYTES, AUC_DELTA, lo(AUC_DELTA), hi(AUC_DELTA), "chosen",
+               "kind", "dense", "measured_by", AUC_DELTA_P, AUC_FP32, "per_table"]  # fmt: skip
 
 SELECTION_BIAS = (
     "Why a held-out half: the search measures many candidates on the same samples and keeps the "

@@ -1,0 +1,110 @@
+"""The one vocabulary of the figures a run record holds: each metric declared once, with its unit,
+which way is better, how one value is printed, what it means and the stage that measures it.
+
+A metric's name is a constant here (`THROUGHPUT`, `AUC_DELTA`, ...); every other module uses the
+constant, never the spelled name. A metric with an interval keeps its bounds under `lo(name)` and
+`hi(name)`. The routes assemble a record's metrics with these names, and the CLI summary, the report
+table, the comparison engine, the gate, the history, the dashboard and `--help` read them from here.
+Adding a metric is one `metric(...)` line here plus the code that measures it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+HIGHER, LOWER, NEITHER = "higher", "lower", ""  # which way is better
+ACCURACY, TIMING, MEMORY, SERVING = "accuracy", "timing", "memory", "serving"  # the stage that measures it
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str  # "" for a ratio or a score
+    better: str  # HIGHER, LOWER or NEITHER
+    fmt: str  # format spec of one value
+    description: str
+    stage: str
+    interval: bool = False  # a 95% interval under lo(name) and hi(name)
+
+    def format(self, value: Any) -> str:
+        """One value as the summary prints it ("" for a missing one): "1.42x", "3,450 samples/s"."""
+        if value is None:
+            return ""
+        try:
+            text = format(value, self.fmt)
+        except (TypeError, ValueError):
+            return str(value)
+        return text + self.unit if self.unit == "x" else f"{text} {self.unit}".rstrip()
+
+
+METRICS: dict[str, Metric] = {}
+
+
+def metric(name: str, unit: str, better: str, fmt: str, description: str, stage: str, interval: bool = False) -> str:
+    if name in METRICS:
+        raise ValueError(f"metric {name!r} is declared twice")
+    METRICS[name] = Metric(name, unit, better, fmt, description, stage, interval)
+    return name
+
+
+def lo(name: str) -> str:
+    """The lower bound of a metric's 95% interval."""
+    return f"{name}_lo"
+
+
+def hi(name: str) -> str:
+    """The upper bound of a metric's 95% interval."""
+    return f"{name}_hi"
+
+
+def with_interval(name: str) -> tuple[str, str, str]:
+    return name, lo(name), hi(name)
+
+
+# ------------------------------------------------------------------------------------ accuracy
+AUC = metric("auc", "", HIGHER, ".4f", "area under the ROC curve over every eval sample, each scored once", ACCURACY)
+AUC_DELTA = metric("auc_delta", "", HIGHER, "+.4f", "AUC minus fp32's AUC on the same eval samples, with a paired 95% DeLong interval",
+                   ACCURACY, interval=True)
+AUC_DELTA_P = metric("auc_delta_p", "", NEITHER, ".2g", "the two-sided p-value of the paired ΔAUC (DeLong)", ACCURACY)
+AUC_FP32 = metric("auc_fp32", "", HIGHER, ".4f", "fp32's AUC on the same eval samples (the ΔAUC's reference)", ACCURACY)
+ORACLE_AUC = metric("oracle_auc", "", HIGHER, ".4f", "the synthetic teacher's own AUC: the best any model can do on that workload", ACCURACY)
+FIDELITY_GAP = metric("fidelity_gap", "", NEITHER, "+.5f", "AUC of an integer backend minus its fake-quant twin's: does the QDQ emulation "
+                      "predict the deployment?", ACCURACY, interval=True)
+AUC_DELTA_EMBEDDINGS = metric("auc_delta_embeddings", "", HIGHER, "+.4f", "the share of the ΔAUC that the quantized tables alone cause",
+                              ACCURACY, interval=True)
+AUC_DELTA_MLP = metric("auc_delta_mlp", "", HIGHER, "+.4f", "the share of the ΔAUC that the quantized dense layers alone cause",
+                       ACCURACY, interval=True)
+LOGLOSS = metric("logloss", "", LOWER, ".4f", "log loss over the eval samples", ACCURACY)
+NE = metric("ne", "", LOWER, ".4f", "normalized entropy: log loss over the entropy of the base rate", ACCURACY)
+N_EVAL = metric("n_eval", "samples", NEITHER, ",d", "eval samples scored, each exactly once (a count check)", ACCURACY)
+
+# -------------------------------------------------------------------------------------- timing
+THROUGHPUT = metric("throughput", "samples/s", HIGHER, ",.0f", "rows (user-item pairs) per second of the model call, the median of the "
+                    "trials; its interval is a bootstrap over the trials", TIMING, interval=True)
+THROUGHPUT_TRIALS = metric("throughput_trials", "samples/s", HIGHER, ",.0f", "the throughput of every timing trial (raw samples)", TIMING)
+SPEEDUP = metric("speedup", "x", HIGHER, ".2f", "throughput over fp32's, timed paired in the job's own process (alternating rounds), "
+                 "with a 95% interval over the rounds", TIMING, interval=True)
+LATENCY_MS = metric("latency_ms", "ms", LOWER, ".2f", "per-call latency percentiles (p50, p90, p99) over every timed call", TIMING)
+THREADS = metric("threads", "", NEITHER, "d", "torch intra-op threads the job ran with", TIMING)
+
+# -------------------------------------------------------------------------------------- memory
+EMBEDDING_BYTES = metric("embedding_bytes", "bytes", LOWER, ",.0f", "the stored embedding tables, at their real row bytes", MEMORY)
+MODEL_BYTES = metric("model_bytes", "bytes", LOWER, ",.0f", "every storage the prepared model holds, each counted once", MEMORY)
+PEAK_RSS_BYTES = metric("peak_rss_bytes", "bytes", LOWER, ",.0f", "the job's resident-memory high-water mark", MEMORY)
+CUDA_PEAK_BYTES = metric("cuda_peak_bytes", "bytes", LOWER, ",.0f", "CUDA memory allocated at the job's peak (GPU jobs)", MEMORY)
+PREPARE_SECONDS = metric("prepare_seconds", "s", LOWER, ".1f", "seconds the backend took to build its module from the fp32 model", MEMORY)
+
+# ------------------------------------------------------------------------------------- serving
+MAX_QPS = metric("max_qps", "QPS", HIGHER, ",.3g", "the highest Server target QPS LoadGen judged VALID under the p99 bound; the "
+                 "bracket's bounds are the lowest INVALID and this", SERVING, interval=True)
+SAMPLES_PER_S = metric("samples_per_s", "samples/s", HIGHER, ",.1f", "LoadGen samples (groups of pairs) per second completed", SERVING)
+PAIRS_PER_S = metric("pairs_per_s", "pairs/s", HIGHER, ",.0f", "user-item pairs per second completed", SERVING)
+
+
+def describe() -> list[str]:
+    """The vocabulary for `--help`: the names by stage, an interval marked with ±."""
+    stages: dict[str, list[str]] = {}
+    for m in METRICS.values():
+        stages.setdefault(m.stage, []).append(m.name + ("±" if m.interval else ""))
+    return [f"  {stage}: {', '.join(names)}" for stage, names in stages.items()]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 
 from bench import config as schemas
+from bench import metrics
 from bench.config import CONF_DIR, config_groups, default_choices, group_key, group_options
 from bench.registry import KINDS, PACKAGES
 
@@ -73,6 +74,9 @@ def help_text() -> str:
         lines.append(f"  {key}={default}" + (f"  ({note})" if note else ""))
     lines += [
         "  +backend.per_table={TABLE: TYPE}  per-table overrides (uint4 and the other TBE backends: int8/int4/...; fake_quant: bits)",
+        "",
+        "Metrics of a record (bench/metrics.py; ± has a 95% interval; docs/metrics.md says what each means):",
+        *metrics.describe(),
         "",
         "Outputs:",
         OUTPUTS,

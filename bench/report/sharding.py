@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Iterable
 
-from bench.metrics import AUC, EMBEDDING_BYTES, PEAK_RSS_BYTES, THROUGHPUT
+from bench.metrics import AUC, EMBEDDING_BYTES, PEAK_RSS_BYTES, THROUGHPUT, hi, lo
 from bench.record import RunRecord
 from bench.report import fmt
 from bench.report.table import backend_label, backend_rank
@@ -66,7 +66,7 @@ def _row(r: RunRecord) -> list[Any]:
         r.batch_size, r.status,
         fmt.number(m.get(AUC)) if AUC in m else fmt.DASH,
         delta_text,
-        f"{fmt.count(m[THROUGHPUT])} [{fmt.count(info.get('throughput_lo'))}, {fmt.count(info.get('throughput_hi'))}]" if THROUGHPUT in m else fmt.DASH,
+        f"{fmt.count(m[THROUGHPUT])} [{fmt.count(info.get(lo(THROUGHPUT)))}, {fmt.count(info.get(hi(THROUGHPUT)))}]" if THROUGHPUT in m else fmt.DASH,
         " / ".join(fmt.megabytes(p[EMBEDDING_BYTES]) for p in per_rank) or fmt.DASH,
         " / ".join(fmt.megabytes(p[PEAK_RSS_BYTES]) for p in per_rank) or fmt.DASH,
     ]  # fmt: skip

@@ -1,0 +1,47 @@
+"""The metric vocabulary: every metric declared once, its docs table equal to the declarations, and
+the names it declares spelled nowhere else in the package."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from bench import metrics
+from bench.metrics import METRICS, THROUGHPUT, hi, lo, metric, with_interval
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def docs_table() -> str:
+    text = (REPO / "docs" / "metrics.md").read_text()
+    return re.search(r"<!-- the vocabulary table.*?-->\n(.*?)\n<!-- end of the vocabulary table -->", text, re.S).group(1)
+
+
+def test_the_docs_table_says_what_the_declarations_say():
+    rows = docs_table().splitlines()[2:]
+    assert len(rows) == len(METRICS)
+    for row, m in zip(rows, METRICS.values()):
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[0].startswith(f"`{m.name}`") and cells[1:4] == [m.unit, m.better or "—", m.stage] and cells[4] == m.description
+
+
+def test_a_metric_is_declared_once_and_its_interval_has_two_bounds():
+    with pytest.raises(ValueError, match="declared twice"):
+        metric(THROUGHPUT, "", "", "", "", "")
+    assert with_interval(THROUGHPUT) == (THROUGHPUT, lo(THROUGHPUT), hi(THROUGHPUT)) == ("throughput", "throughput_lo", "throughput_hi")
+    assert all(m.better in (metrics.HIGHER, metrics.LOWER, metrics.NEITHER) for m in METRICS.values())
+
+
+@pytest.mark.parametrize("name", ["throughput", "auc_delta", "embedding_bytes", "speedup", "auc"])
+def test_a_declared_name_is_spelled_only_in_the_vocabulary(name):
+    spelled = [p.relative_to(REPO).as_posix() for p in (REPO / "bench").rglob("*.py")
+               if re.search(rf"[\"']{name}[\"']|\b{name}=", p.read_text())]  # fmt: skip
+    assert spelled == ["bench/metrics.py"]
+
+
+def test_formatting_follows_the_declaration():
+    assert METRICS["speedup"].format(1.4234) == "1.42x"
+    assert METRICS["throughput"].format(3450.2) == "3,450 samples/s"
+    assert METRICS["auc"].format(None) == ""

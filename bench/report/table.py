@@ -38,7 +38,10 @@ from bench.metrics import (
     THROUGHPUT,
     THROUGHPUT_TRIALS,
     hi,
+    METRICS,
+    SERVING,
     lo,
+    with_interval,
 )
 from bench.registry import BASELINE_BACKEND
 from bench.record import RunRecord, is_serving
@@ -107,11 +110,13 @@ COLUMNS = [
     *EXTRA_COLUMNS,  # where each job stood against the machine (bench.report.machine)
 ]
 
-_METRICS = [AUC, AUC_DELTA, lo(AUC_DELTA), hi(AUC_DELTA), AUC_DELTA_P, AUC_FP32, ORACLE_AUC,
-            FIDELITY_GAP, N_EVAL, LOGLOSS, NE, THROUGHPUT, EMBEDDING_BYTES, MODEL_BYTES,
-            PEAK_RSS_BYTES, CUDA_PEAK_BYTES, "threads",
-            "ps_cache_fraction", "ps_hit_rate_steady", "ps_pull_share",
-            *(f"auc_delta_{part}{end}" for part in ("embeddings", "mlp") for end in ("", "_lo", "_hi"))]  # fmt: skip
+# The record's figures copied into the table as numbers: every declared metric of one value, with its
+# interval's bounds (the serving figures have their own table; speedup is joined in `results_table`).
+_NOT_COPIED = {SPEEDUP, THROUGHPUT_TRIALS, LATENCY_MS}
+_METRICS = [name for m in METRICS.values() if m.stage != SERVING and m.name not in _NOT_COPIED
+            for name in (with_interval(m.name) if m.interval else (m.name,))]
+_METRICS += ["ps_cache_fraction", "ps_hit_rate_steady", "ps_pull_share"]  # the parameter server's (bench.report.paramserver)
+COLUMNS += [name for name in _METRICS if name not in COLUMNS]  # a newly declared metric joins the table as it is
 
 
 def as_records(records: Iterable[RunRecord | dict[str, Any]]) -> list[RunRecord]:

@@ -31,7 +31,6 @@ from bench.config.compose import to_config
 from bench.config import register_configs
 from bench.console import quiet_library_noise
 from bench.errors import EXIT_GATE_FAILED, EXIT_HARNESS_ERROR, EXIT_OK, EXIT_USER_ERROR, UserError, internal_error
-from bench.report.summary import summary
 from bench.store import RECORDS, save_record
 
 POSITIVE_INT_KEYS = ("batch_size", "eval_batch_size", "calibration_batch_size", "threads", "world_size")
@@ -113,6 +112,8 @@ def _task(cfg: DictConfig) -> str:
                 sys.exit(EXIT_GATE_FAILED)
             return record.status
         save_record(record, Path(hydra_cfg.runtime.output_dir), Path(config.reports_dir), store=record.resumed_from is None)
+    from bench.report.summary import summary  # pandas: imported after the pre-flight checks
+
     if hydra_cfg.mode == RunMode.MULTIRUN:
         log.info(summary(record).splitlines()[0])
         return record.status

@@ -13,8 +13,10 @@ from bench.metrics import (
     NE,
     N_EVAL,
     ORACLE_AUC,
+    PAIRS_PER_S,
     PEAK_RSS_BYTES,
     PREPARE_SECONDS,
+    SAMPLES_PER_S,
     SPEEDUP,
     THROUGHPUT,
     hi,
@@ -78,12 +80,12 @@ def serving_summary(record: RunRecord) -> str:
     lines = [head]
     for s in m.get("steps") or []:
         lat = s.get(LATENCY_MS) or {}
-        lines.append(f"  {s.get('target_qps'):g} QPS target: {s.get('validity')}; {s.get('samples_per_s') or 0:,.1f} samples/s, "
-                     f"{s.get('pairs_per_s') or 0:,.0f} pairs/s; p50 {lat.get('p50') or 0:.1f} ms, p99 {lat.get('p99') or 0:.1f} ms")
+        lines.append(f"  {s.get('target_qps'):g} QPS target: {s.get('validity')}; {s.get(SAMPLES_PER_S) or 0:,.1f} samples/s, "
+                     f"{s.get(PAIRS_PER_S) or 0:,.0f} pairs/s; p50 {lat.get('p50') or 0:.1f} ms, p99 {lat.get('p99') or 0:.1f} ms")
     if serve.get("scenario") == "server":
-        lo, hi = m.get(lo(MAX_QPS)), m.get(hi(MAX_QPS))
-        lines.append(f"  max QPS at the bound {m.get('max_qps'):g}, bracket [{'-' if lo is None else f'{lo:g}'}, "
-                     f"{'-' if hi is None else f'{hi:g}'}] ({m.get('search_stop')})")
+        low, high = m.get(lo(MAX_QPS)), m.get(hi(MAX_QPS))
+        lines.append(f"  max QPS at the bound {m.get(MAX_QPS):g}, bracket [{'-' if low is None else f'{low:g}'}, "
+                     f"{'-' if high is None else f'{high:g}'}] ({m.get('search_stop')})")
     if "auc_loadgen" in m:
         lines.append(f"  accuracy mode: AUC {m['auc_loadgen']:.6f} vs offline {m['auc_offline']:.6f} (shift {m['auc_shift']:+.2e}, "
                      f"allowed {m['auc_tolerance']:g}): {m['auc_check']}")

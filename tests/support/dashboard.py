@@ -15,7 +15,9 @@ from pathlib import Path
 
 from bench.config import CompareConfig
 from bench.gate.thresholds import load_gate_config
-from bench.gate.stored import gate_sweep
+from bench.gate.stored import gate_sweep, history_fields
+from bench.report.history import history_path, update_history
+from bench.report.load import load_records
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "gate"))
 from gate_frames import frame, row, write_records  # noqa: E402
@@ -39,7 +41,9 @@ def planted_history(reports: Path, runs: int = 5, slow_run: int = 4, slowdown: f
     for i in range(runs):
         folder = write_records(reports / "nightly" / f"2026010{i + 1}-022300", night(slowdown if i >= slow_run else 0.0, fail=i == failing_run))
         (folder / "report.md").write_text(f"# nightly run {i + 1}\n")
-        gate_sweep(folder, load_gate_config(), CompareConfig(), reports, run_id=f"run{i + 1}")
+        gate_sweep(folder, load_gate_config(), CompareConfig())  # as a nightly does: the verdict, then the history
+        update_history(load_records(folder), history_path(None, reports), CompareConfig(), run_id=f"run{i + 1}",
+                       **history_fields(folder))
     return reports / "history.jsonl"
 
 

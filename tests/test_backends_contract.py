@@ -64,6 +64,7 @@ def test_contract(name, setup):
     assert all(torch.equal(state_after[k], state_before[k]) for k in state_before), "prepare changed input weights"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BACKENDS)
 def test_yaml_composes(name):
     cfg = compose([f"backend={name}"]).backend

@@ -23,6 +23,7 @@ from bench.report.load import load_records
 from tests.test_faults import fast_cfg, fast_models  # noqa: F401 (fixtures)
 
 
+@pytest.mark.slow
 def test_empty_checkpoint_file_is_an_error_record(fast_cfg, tmp_path):
     empty = tmp_path / "empty.pt"
     empty.write_bytes(b"")
@@ -42,6 +43,7 @@ def test_empty_records_file_for_the_reporter(tmp_path, capsys):
     assert err.count("\n") == 1 and "holds no records" in err
 
 
+@pytest.mark.slow
 def test_resume_against_an_empty_store_measures(fast_cfg, tmp_path):
     (tmp_path / "reports").mkdir()
     (tmp_path / "reports" / "records.jsonl").write_bytes(b"")
@@ -49,6 +51,7 @@ def test_resume_against_an_empty_store_measures(fast_cfg, tmp_path):
     assert record.status == "ok" and record.resumed_from is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["truncated", "empty", "pickle", "plain npy", "wrong arrays"])
 def test_a_damaged_scores_cache_is_a_miss_and_is_rewritten(fast_cfg, damage):
     cfg = fast_cfg()
@@ -74,6 +77,7 @@ def test_a_damaged_scores_cache_is_a_miss_and_is_rewritten(fast_cfg, damage):
     assert not list(path.parent.glob(".*tmp*"))
 
 
+@pytest.mark.slow
 def test_an_eval_split_without_positives_is_an_error_record_end_to_end(fast_cfg):
     record, exc = run_job(fast_cfg("workload.positive_rate=1e-9"))
     assert record.status == "error" and isinstance(exc, UserError)
@@ -94,6 +98,7 @@ def cli(monkeypatch, *argv):
     return 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["batch_sise=5", "timing.trails=3", "workload.eval_sample=10"])
 def test_a_mistyped_config_key_exits_non_zero_naming_it(monkeypatch, capsys, tmp_path, key):
     code = cli(monkeypatch, key, f"reports_dir={tmp_path}", f"hydra.run.dir={tmp_path / 'run'}")

@@ -19,6 +19,7 @@ from tests.conftest import TINY, run_bench
         (["+sweep=nope"], "unknown sweep 'nope'"),
     ],
 )
+@pytest.mark.slow
 def test_bad_names_and_sizes_exit_2_with_one_line(args, message):
     result = run_bench(*args, timeout=60)
     assert result.returncode == 2
@@ -26,6 +27,7 @@ def test_bad_names_and_sizes_exit_2_with_one_line(args, message):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_missing_checkpoint_is_refused_before_any_work(tmp_path):
     result = run_bench(*TINY, "model.checkpoint=/no/such.pt", f"reports_dir={tmp_path}", f"hydra.run.dir={tmp_path / 'run'}")
     assert result.returncode == 2 and "checkpoint not found: /no/such.pt" in result.stderr

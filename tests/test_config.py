@@ -22,6 +22,7 @@ def leaf_configs():
             yield group, option
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group,option", list(leaf_configs()))
 def test_every_leaf_config_composes(group, option):
     key = group_key(group)
@@ -67,6 +68,7 @@ def test_typed_config_resolves_like_hydra():
     assert dataclasses.asdict(to_config(raw)) == OmegaConf.to_container(raw, resolve=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sweep", ["quant", "nightly"])
 def test_sweep_backends_come_from_the_registry(sweep):
     """A new backend joins the default sweeps without editing YAML; fp32 (the reference) runs first."""

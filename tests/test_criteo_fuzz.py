@@ -7,6 +7,7 @@ import re
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+import pytest
 
 from bench.workloads.criteo.text import read_all
 
@@ -51,6 +52,7 @@ def reference_parse(line: str):
     return int(fields[0]), [int(float(d)) if d else 0 for d in dense], [int(c, 16) if c else 0 for c in ids]
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(first=VALID_ROW, rest=st.lists(st.one_of(VALID_ROW, corrupted_row()), max_size=25))
 def test_reader_never_crashes_and_accounts_for_every_line(tmp_path, first, rest):

@@ -230,6 +230,7 @@ def _torture_lines(n: int, seed: int) -> list[bytes]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers,processes", [(1, True), (3, False), (2, True)])
 def test_damaged_file_matches_a_python_parse_in_every_mode(tmp_path, workers, processes):
     lines = _torture_lines(3000, seed=5)

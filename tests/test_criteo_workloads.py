@@ -147,6 +147,7 @@ def test_dlrm_bin_files_as_named(tmp_path):
     assert count(w, "eval", 8)[0] == 20
 
 
+@pytest.mark.slow
 def test_torchrec_npy_written_by_torchrec_itself(tmp_path):
     from torchrec.datasets.criteo import BinaryCriteoUtils
 

@@ -47,6 +47,7 @@ def custom(data: Path, root: Path, *more: str) -> list[str]:
     ("wrong_shape", [], "returned shape [8, 2] for a batch of 8 samples"),
     ("logits_below_zero", ["model.output=probabilities"], "model.output=probabilities, but the model returned scores from"),
 ])  # fmt: skip
+@pytest.mark.slow
 def test_each_contract_violation_is_one_line_and_exit_2(clicks, tmp_path, factory, extra, says):
     result = run_bench(*custom(clicks, tmp_path, f"model.factory={SUPPORT}:{factory}", *extra))
     assert result.returncode == 2, result.stderr[-2000:]
@@ -55,6 +56,7 @@ def test_each_contract_violation_is_one_line_and_exit_2(clicks, tmp_path, factor
     assert not (tmp_path / "reports").exists() and not (tmp_path / "cache" / "models").exists()  # nothing trained or stored
 
 
+@pytest.mark.slow
 def test_a_factory_that_cannot_take_the_harness_arguments_is_one_line(clicks, tmp_path):
     result = run_bench(*custom(clicks, tmp_path, EXAMPLE, "+model.kwargs.depth=3"))
     assert result.returncode == 2
@@ -64,6 +66,7 @@ def test_a_factory_that_cannot_take_the_harness_arguments_is_one_line(clicks, tm
     )
 
 
+@pytest.mark.slow
 def test_a_factory_module_that_does_not_exist_is_one_line(clicks, tmp_path):
     result = run_bench(*custom(clicks, tmp_path, "model.factory=no_such_package.model:build"))
     assert result.returncode == 2
@@ -126,6 +129,7 @@ def test_a_model_that_returns_probabilities_trains_and_scores_as_declared(tmp_pa
     ("no_linear", "int8_tbe", "runs the model's nn.Linear layers in int8, and the model has none"),
     ("no_linear", "fake_quant", "emulates int8 nn.Linear layers, and the model has none"),
 ])  # fmt: skip
+@pytest.mark.slow
 def test_a_backend_that_cannot_apply_is_skipped_with_the_reason(clicks, tmp_path, factory, backend, says):
     session = Session()
     base = custom(clicks, tmp_path, f"model.factory={SUPPORT}:{factory}", *QUICK)
@@ -134,6 +138,7 @@ def test_a_backend_that_cannot_apply_is_skipped_with_the_reason(clicks, tmp_path
     assert record.status == "skipped" and says in record.error, record.error
 
 
+@pytest.mark.slow
 def test_every_default_backend_runs_the_example(clicks, tmp_path):
     session = Session()
     for backend in registry.sweep_backends():
@@ -185,6 +190,7 @@ def test_an_edited_model_or_a_replaced_file_retrains_and_rescores(tmp_path):
     assert replaced["config_hash"] != edited["config_hash"] and set(replaced_scores) > set(edited_scores)
 
 
+@pytest.mark.slow
 def test_per_table_overrides_and_sharding_apply_to_the_example(clicks, tmp_path):
     session = Session()
     base = [*custom(clicks, tmp_path, EXAMPLE, *QUICK), "backend=uint4"]
@@ -197,6 +203,7 @@ def test_per_table_overrides_and_sharding_apply_to_the_example(clicks, tmp_path)
     assert sharded.metrics["auc"] == pytest.approx(plain.metrics["auc"], abs=1e-6)  # sharding changes no score
 
 
+@pytest.mark.slow
 def test_the_readme_example_runs_in_a_short_mode(tmp_path):
     """docs/custom-model.md's commands: write the example's Parquet file, run the two-tower model on it."""
     data = tmp_path / "clicks.parquet"

@@ -49,6 +49,7 @@ def test_version_2_lines_still_read(tmp_path):
     assert "sweep not recorded" in index.read_text()
 
 
+@pytest.mark.slow
 def test_the_planted_step_is_marked_where_history_md_flags_it(tmp_path):
     path = planted_history(tmp_path, runs=5, slow_run=4, slowdown=0.2)
     flagged = history_changes(load_history(path), CFG)
@@ -67,12 +68,14 @@ def test_the_planted_step_is_marked_where_history_md_flags_it(tmp_path):
     assert not any(chart == "auc_delta" or chart == "memory" for chart, _, _ in steps)
 
 
+@pytest.mark.slow
 def test_a_slowdown_in_the_middle_is_a_step_found_by_asv(tmp_path):
     planted_history(tmp_path, runs=6, slow_run=2, slowdown=0.2)  # runs 3-6 slow: a new level, not the newest run
     _, summary = build_site(tmp_path, tmp_path / "site", CFG)
     assert {(s["chart"].rsplit("-", 1)[-1], s["run_id"]) for s in summary["steps"]} == {("throughput", "run3"), ("speedup", "run3")}
 
 
+@pytest.mark.slow
 def test_a_flat_history_has_no_steps(tmp_path):
     planted_history(tmp_path, runs=5, slowdown=0.0)
     _, summary = build_site(tmp_path, tmp_path / "site", CFG)
@@ -83,6 +86,7 @@ def test_a_flat_history_has_no_steps(tmp_path):
     assert all(p == 5 for v in charts.values() for p in v["points"])
 
 
+@pytest.mark.slow
 def test_dashboard_command_writes_a_self_contained_page(tmp_path):
     planted_history(tmp_path, runs=3)
     done = run_bench("dashboard", str(tmp_path), timeout=120)
@@ -100,12 +104,14 @@ def test_dashboard_command_writes_a_self_contained_page(tmp_path):
     (lambda d: d / "missing", "is not a folder"),
     (lambda d: d, "no history.jsonl under"),
 ])
+@pytest.mark.slow
 def test_dashboard_bad_input_is_one_line_and_exit_2(tmp_path, make, message):
     done = run_bench("dashboard", str(make(tmp_path)), timeout=120)
     assert done.returncode == 2
     assert message in done.stderr and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_history_fields_rejudge_a_stored_report_folder_to_the_same_verdicts(tmp_path):
     from bench.gate.stored import history_fields
 

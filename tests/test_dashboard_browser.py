@@ -28,6 +28,7 @@ def _keep(screenshot: Path) -> None:
         shutil.copy(screenshot, Path(os.environ["BENCH_SCREENSHOT_DIR"]) / screenshot.name)
 
 
+@pytest.mark.slow
 def test_charts_render_with_their_series_points_failures_and_the_planted_step(tmp_path):
     planted_history(tmp_path / "reports", runs=5, slow_run=4, slowdown=0.2, failing_run=2)
     index, summary = build_site(tmp_path / "reports", tmp_path / "site", CompareConfig())

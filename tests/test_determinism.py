@@ -1,3 +1,5 @@
+
+import pytest
 """The same config and seed give the same record, timings aside: two `python -m bench` processes,
 each with its own fresh cache (so each trains the model), run at the same time and append to one
 shared reports folder, as parallel launchers do."""
@@ -30,6 +32,7 @@ def comparable(record: dict) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_same_config_twice_in_parallel_processes_gives_identical_records(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs = []

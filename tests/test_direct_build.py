@@ -61,6 +61,7 @@ def test_chunks_do_not_depend_on_who_asks():
     ["int4", "int4", "int2", "int8"],
     ["fp32", "fp16", "int8", "int2"],
 ])
+@pytest.mark.slow
 def test_direct_build_is_bit_identical_to_torchrec_quantize_path(dtypes):
     # one table spans two generator chunks, so the chunk boundary is covered too
     tables = [*tiny_tables(3, 1000), TableSpec("t_cat_3", "cat_3", CHUNK_ROWS + 300)]

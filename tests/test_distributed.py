@@ -59,6 +59,7 @@ def expected_bytes(dtype: str, rows: int, cols: int = DIM) -> int:
 # ------------------------------------------------------------------ one process: quantized tables
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sharding", ["table_wise", "row_wise", "column_wise"])
 def test_quantized_tables_shard_with_every_score_unchanged(small_cfg, sharding):
     session = Session()
@@ -84,6 +85,7 @@ def test_quantized_tables_shard_with_every_score_unchanged(small_cfg, sharding):
     assert info["throughput_lo"] <= record.metrics["throughput"] <= info["throughput_hi"]
 
 
+@pytest.mark.slow
 def test_int4_plan_is_half_the_bytes_of_int8(small_cfg):
     session = Session()
     int8 = run_job(small_cfg("backend=int8_tbe", "sharding=table_wise", "world_size=2"), session)[0]
@@ -93,6 +95,7 @@ def test_int4_plan_is_half_the_bytes_of_int8(small_cfg):
     assert sum(int4.metrics["sharding"]["bytes_per_rank"]) < sum(int8.metrics["sharding"]["bytes_per_rank"])
 
 
+@pytest.mark.slow
 def test_column_shards_pay_their_own_scale_and_bias(small_cfg):
     """INT2, dim 16 in two column shards of 8: each row of a shard is 8/4 + 4 = 6 bytes (the whole row: 8)."""
     record = run_job(small_cfg("backend=int2_tbe", "sharding=column_wise", "world_size=2"))[0]
@@ -100,6 +103,7 @@ def test_column_shards_pay_their_own_scale_and_bias(small_cfg):
     assert record.metrics["sharding"]["bytes_per_rank"] == [sum(n * 6 for n in ROWS.values())] * 2
 
 
+@pytest.mark.slow
 def test_auto_is_the_planners_choice_among_what_the_engine_offers(small_cfg):
     record = run_job(small_cfg("backend=fp16_tbe", "sharding=auto", "world_size=2"))[0]
     assert record.status == "ok" and record.metrics["sharding"]["auc_delta_unsharded"] == 0.0
@@ -108,6 +112,7 @@ def test_auto_is_the_planners_choice_among_what_the_engine_offers(small_cfg):
     assert sum(record.metrics["sharding"]["bytes_per_rank"]) == sum(expected_bytes("fp16", n) for n in ROWS.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sharding", ["row_wise", "column_wise"])
 def test_float_quantized_tables_beyond_table_wise_are_skipped_with_the_reason(small_cfg, sharding):
     record, exc = run_job(small_cfg("backend=fp16_tbe", f"sharding={sharding}", "world_size=2"))
@@ -126,11 +131,13 @@ def test_sharding_none_at_world_size_2_is_skipped(small_cfg):
     (["sharding.name=diagonal"], "unknown sharding 'diagonal'"),
     (["sharding=table_wise", "world_size=2", "threads=1", "timing.clock=thread_cpu"], "time this job with timing.clock=wall"),
 ])  # fmt: skip
+@pytest.mark.slow
 def test_bad_sharding_input_is_an_error_record_naming_the_fix(small_cfg, overrides, message):
     record, exc = run_job(small_cfg(*overrides))
     assert record.status == "error" and message in record.error
 
 
+@pytest.mark.slow
 def test_a_changed_score_is_an_error_record_that_keeps_its_metrics(small_cfg, monkeypatch):
     real = engine.shard_one_process
 
@@ -153,6 +160,7 @@ def test_a_changed_score_is_an_error_record_that_keeps_its_metrics(small_cfg, mo
 # ---------------------------------------------------------------- process groups: eager tables
 
 
+@pytest.mark.slow
 def test_one_rank_gloo_group_row_wise_on_cpu(small_cfg):
     """Row-wise on CPU needs the harness's sharder (torchrec offers it for CUDA only)."""
     record = run_job(small_cfg("backend=fp32", "sharding=row_wise"))[0]
@@ -231,6 +239,7 @@ def test_median_interval_brackets_the_median():
     assert tuple(median_interval([5.0])) == (5.0, 5.0, 5.0)
 
 
+@pytest.mark.slow
 def test_the_host_lock_runs_one_job_at_a_time(small_cfg):
     cfg = small_cfg()
     windows = []
@@ -249,6 +258,7 @@ def test_the_host_lock_runs_one_job_at_a_time(small_cfg):
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
 
 
+@pytest.mark.slow
 def test_report_shows_plans_bytes_per_rank_and_the_equal_auc(small_cfg):
     session = Session()
     records = [run_job(small_cfg(*o), session)[0] for o in (["backend=int8_tbe"], ["backend=int8_tbe", "sharding=row_wise", "world_size=2"])]

@@ -28,6 +28,7 @@ def test_every_page_is_in_the_nav():
     assert sorted(nav_pages(config["nav"])) == pages
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("mkdocs", path=str(Path(sys.executable).parent)) is None, reason="mkdocs is not installed (the dev extra has it)")
 def test_site_builds_strictly(tmp_path):
     mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent))

@@ -68,6 +68,7 @@ def raise_(exc):
     return prepare
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value,label", [(float("nan"), "NaN"), (float("inf"), "inf"), (-float("inf"), "-inf")])
 def test_non_finite_scores_are_an_error_record(fast_cfg, monkeypatch, value, label):
     monkeypatch.setattr(FakeQuantBackend, "prepare", poison(value))
@@ -77,6 +78,7 @@ def test_non_finite_scores_are_an_error_record(fast_cfg, monkeypatch, value, lab
     assert record.metrics == {} and record.env["torch"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("exc", [MemoryError("cannot allocate 40 GB"), torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 40 GiB")])
 def test_out_of_memory_is_an_error_record_and_the_next_job_runs(fast_cfg, monkeypatch, exc):
     monkeypatch.setattr(Int8TbeBackend, "prepare", raise_(exc))
@@ -91,6 +93,7 @@ def test_out_of_memory_is_an_error_record_and_the_next_job_runs(fast_cfg, monkey
     assert again.status == "ok" and again.metrics["auc"] == ok.metrics["auc"]
 
 
+@pytest.mark.slow
 def test_any_exception_in_prepare_is_an_error_record(fast_cfg, monkeypatch):
     monkeypatch.setattr(FakeQuantBackend, "prepare", raise_(ZeroDivisionError("division by zero in a user's backend")))
     record, exc = run_job(fast_cfg("backend=fake_quant"))
@@ -113,6 +116,7 @@ def multirun(monkeypatch, argv):
         GlobalHydra.instance().clear()
 
 
+@pytest.mark.slow
 def test_a_sweep_goes_on_past_nan_and_oom_and_the_gate_fails_on_them(fast_cfg, monkeypatch, tmp_path, capsys):
     fast_cfg()  # copies the trained model into tmp_path/cache
     monkeypatch.setattr(FakeQuantBackend, "prepare", poison(float("nan")))
@@ -162,6 +166,7 @@ def test_row_bytes_are_fbgemm_s():
     assert memory.row_bytes("int4", 16, alignment=16) == 16 and memory.row_bytes("int8", 16, alignment=16) == 32
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["int8_tbe", "uint4", "int2_tbe", "fp16_tbe"])
 def test_estimated_tables_match_what_the_backend_stores(fast_cfg, backend):
     cfg = fast_cfg(f"backend={backend}")
@@ -183,6 +188,7 @@ def test_per_table_overrides_count_in_the_estimate(fast_cfg):
     assert est.backend_tables_bytes == 100 * (dim + 4) + (50 + 30 + 20) * (dim // 2 + 4)
 
 
+@pytest.mark.slow
 def test_a_job_that_does_not_fit_is_skipped_before_anything_is_built(fast_cfg, monkeypatch, tmp_path):
     meminfo(monkeypatch, tmp_path, 64)  # 64 kB available
     def never(*args, **kwargs):
@@ -196,6 +202,7 @@ def test_a_job_that_does_not_fit_is_skipped_before_anything_is_built(fast_cfg, m
     assert record.metrics == {} and record.env["fingerprint"]
 
 
+@pytest.mark.slow
 def test_the_guard_uses_the_safety_fraction_and_can_be_turned_off(fast_cfg, monkeypatch, tmp_path):
     cfg = fast_cfg("backend=uint4")
     be = registry.get("backend", "uint4").factory(cfg.backend)

@@ -30,6 +30,7 @@ def one_line_exit_2(result):
         (["timing.trails=3"], "did you mean timing.trials?"),
     ],
 )
+@pytest.mark.slow
 def test_unknown_keys_are_one_line_exit_2(tmp_path, args, says):
     err = one_line_exit_2(run_bench(*args, f"reports_dir={tmp_path}", f"hydra.run.dir={tmp_path / 'run'}", timeout=60))
     assert says in err
@@ -48,6 +49,7 @@ def test_unknown_keys_are_one_line_exit_2(tmp_path, args, says):
         ["workload=criteo_kaggle", "workload.categorical=first_seen", "workload.max_ind_range=10000000", "--cfg", "job"],
     ],
 )
+@pytest.mark.slow
 def test_real_options_pass(args):
     preflight.check(args)
 
@@ -67,12 +69,14 @@ def test_real_options_pass(args):
         (["batch_size=big"], "batch_size=big: Value 'big' of type 'str' could not be converted to Integer"),
     ],
 )
+@pytest.mark.slow
 def test_bad_choices_are_refused_before_any_work(args, says):
     with pytest.raises(UserError) as exc:
         preflight.check(args)
     assert says in str(exc.value) and "\n" not in str(exc.value)
 
 
+@pytest.mark.slow
 def test_missing_or_empty_inputs_are_refused_before_torch_loads(tmp_path):
     """Refused in the check that runs before torch is imported: a second or so, nothing written."""
     empty = tmp_path / "empty.tsv"
@@ -98,6 +102,7 @@ def test_missing_or_empty_inputs_are_refused_before_torch_loads(tmp_path):
     assert not (tmp_path / "records.jsonl").exists() and not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_help_explains_the_tool(tmp_path):
     result = run_bench("--help", timeout=60)
     assert result.returncode == 0
@@ -113,6 +118,7 @@ def test_the_docs_describe_backend_bits_as_the_error_does():
     assert f"`backend.bits`: {ROW_BITS_TEXT}" in (REPO / "docs" / "backends.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_job_that_fails_while_running_still_becomes_a_record(monkeypatch, tmp_path):
     """Only input found bad before the start is refused without a record."""
     code = cli(monkeypatch, *TINY, "workload.eval_samples=100", "batch_size=512", f"reports_dir={tmp_path}", f"hydra.run.dir={tmp_path / 'run'}")

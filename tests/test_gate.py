@@ -388,6 +388,7 @@ def test_rejudging_with_no_overrides_reproduces_the_stored_verdict(tmp_path, cap
     assert "Gate: FAIL" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_overrides_write_a_new_verdict_beside_the_stored_one(tmp_path, capsys):
     report = sweep_gate(tmp_path, "gate.rules.int8_tbe.min_speedup=100")
     stored_md = (report / "gate.md").read_text()
@@ -463,6 +464,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
     assert err.count("\n") == 1 and message in err and err.startswith("bench.gate: error:")
 
 
+@pytest.mark.slow
 def test_python_dash_m_bench_gate_exit_codes(tmp_path):
     import os
     import subprocess
@@ -488,6 +490,7 @@ def test_python_dash_m_bench_gate_exit_codes(tmp_path):
         (b"\xff\xfe garbage", "not a UTF-8 text file"),
     ],
 )
+@pytest.mark.slow
 def test_a_damaged_stored_gate_config_is_one_line_and_exit_2(tmp_path, capsys, text, says):
     report = sweep_gate(tmp_path)
     stored = report / GATE_CONFIG

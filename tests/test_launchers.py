@@ -10,6 +10,7 @@ from tests.conftest import TINY, run_bench
 pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
 
 
+@pytest.mark.slow
 def test_joblib_launcher_sweep_writes_one_record_per_job(tmp_path):
     result = run_bench(
         "+sweep=quant", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",

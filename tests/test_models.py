@@ -33,6 +33,7 @@ def test_dcn_arch_builds():
     assert type(build_dlrm(cfg, tiny_tables(), 13)).__name__ == "DLRM_DCN"
 
 
+@pytest.mark.slow
 def test_training_is_cached_and_reused(tmp_path):
     w = small_workload()
     first, info1 = trained_model(small_model_cfg(), w, 0, tmp_path)

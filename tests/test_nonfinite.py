@@ -9,6 +9,8 @@ import math
 
 import pandas as pd
 
+import pytest
+
 from bench.config import CompareConfig
 from bench.gate import evaluate_gate, load_gate_config
 from bench.io import json_safe, to_json
@@ -43,6 +45,7 @@ def test_json_safe_names_what_it_replaced():
     assert json.loads(to_json({"x": NAN})) == {"x": None}
 
 
+@pytest.mark.slow
 def test_a_record_of_non_finite_metrics_goes_through_store_report_gate_and_history(tmp_path):
     good = record("fp32", auc=0.8, auc_delta=0.0, auc_delta_lo=0.0, auc_delta_hi=0.0, throughput=1000.0, throughput_trials=[1000.0, 990.0],
                   latency_ms={"p50": 1.0, "p90": 1.1, "p99": 1.2}, embedding_bytes=100, model_bytes=200, peak_rss_bytes=300, n_eval=2048,

@@ -146,6 +146,7 @@ def small_tables(precision="fp32"):
     return [TableRows(n, w.shape[0], w.shape[1], precision) for n, w in weights.items()], weights
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "int8", "int4"])
 def test_rows_round_trip_in_one_pipelined_pull(server, precision):
     tables, weights = small_tables(precision)

@@ -80,6 +80,7 @@ def test_counted_modulo_table_is_max_id_plus_one(tmp_path):
     assert [r[2]["item"] for r in rows_of(w, "eval")] == [[3], [97], [5], [3]]
 
 
+@pytest.mark.slow
 def test_row_hash_split_is_seeded_and_every_eval_row_comes_once(tmp_path):
     n = 3000
     path = write(tmp_path / "a.parquet", label=[i % 2 for i in range(n)], row=[float(i) for i in range(n)], item=[i % 50 for i in range(n)])
@@ -133,6 +134,7 @@ def test_first_pass_is_cached_and_sees_a_replaced_file(tmp_path):
     (lambda p: write(p, label=[0, 1], item=pa.array([None, None], pa.int64())), "no whole rows to read (2 bad rows skipped (missing id: 2)"),
     (lambda p: p.write_text("label,item\n0,1\n"), "is not a readable Parquet file"),
 ])  # fmt: skip
+@pytest.mark.slow
 def test_a_malformed_file_exits_2_before_any_work(tmp_path, make, says):
     path = tmp_path / "bad.parquet"
     make(path)

@@ -65,6 +65,7 @@ def first_appearance_ids(raw: np.ndarray, modulus: int) -> tuple[np.ndarray, lis
     return ids, sizes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("modulus", [0, 97])
 def test_first_seen_mode_numbers_ids_as_dlrm_does(day_files, tmp_path, monkeypatch, modulus):
     monkeypatch.setattr("bench.workloads.criteo.convert.REMAP_ROWS", 777)  # first appearances across blocks
@@ -84,6 +85,7 @@ def test_first_seen_refuses_a_frequency_threshold():
         PreprocessOptions(categorical="first_seen", frequency_threshold=2).validate()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("categorical", ["hash", "frequency", "first_seen"])
 def test_interrupted_run_resumes_to_the_same_output(day_files, tmp_path, categorical):
     opts = PreprocessOptions(categorical=categorical, max_ind_range=5000)
@@ -129,6 +131,7 @@ def test_cli_reports_malformed_lines(tmp_path, capsys):
     assert main([str(tmp_path / "missing.txt"), "--out", str(tmp_path / "x")]) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("categorical", ["hash", "frequency", "first_seen"])
 def test_output_does_not_depend_on_workers_or_chunk_size(day_files, tmp_path, categorical):
     opts = PreprocessOptions(categorical=categorical, max_ind_range=5000)

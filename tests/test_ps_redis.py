@@ -51,6 +51,7 @@ def tiny():
     "precision,twin,policy",
     [("fp32", "fp32", "lru"), ("int4", "uint4", "lru"), ("int8", "int8_tbe", "lfu"), ("int4", "uint4", "lfu")],
 )
+@pytest.mark.slow
 def test_scores_equal_the_in_memory_backend_bit_for_bit(tiny, precision, twin, policy):
     """A cache of 5 rows per table: every batch evicts, stages rows past the cache and grows the slot tables."""
     tables, model, calibration = tiny
@@ -69,6 +70,7 @@ def test_scores_equal_the_in_memory_backend_bit_for_bit(tiny, precision, twin, p
     assert prepared.server is None and gone(ps_server.started_pids)
 
 
+@pytest.mark.slow
 def test_a_run_is_ok_with_the_auc_of_fp32_exactly_and_ps_metrics(fast_cfg):
     base = run_job(fast_cfg())[0]
     record, exc = run_job(fast_cfg("backend=ps_redis", "backend.cache_fraction=0.1"))
@@ -85,6 +87,7 @@ def test_a_run_is_ok_with_the_auc_of_fp32_exactly_and_ps_metrics(fast_cfg):
     assert gone(ps_server.started_pids), "a private redis-server outlived its job"
 
 
+@pytest.mark.slow
 def test_int4_rows_score_as_uint4(fast_cfg):
     uint4 = run_job(fast_cfg("backend=uint4"))[0]
     record = run_job(fast_cfg("backend=ps_redis", "backend.precision=int4", "backend.cache_fraction=0.01"))[0]
@@ -94,6 +97,7 @@ def test_int4_rows_score_as_uint4(fast_cfg):
     assert gone(ps_server.started_pids)
 
 
+@pytest.mark.slow
 def test_an_unreachable_server_is_one_line_exit_2_and_an_error_record(fast_cfg, monkeypatch, tmp_path, capsys):
     url = f"redis://127.0.0.1:{free_port()}/0?prefix=m"
     record, exc = run_job(fast_cfg("backend=ps_redis", f"backend.url='{url}'"))
@@ -103,6 +107,7 @@ def test_an_unreachable_server_is_one_line_exit_2_and_an_error_record(fast_cfg, 
     assert code == 2 and "error: cannot reach the Redis server" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_server_killed_mid_job_is_an_error_record_and_the_sweep_goes_on(fast_cfg, monkeypatch, tmp_path, capsys):
     fast_cfg()  # the trained model, copied into tmp_path/cache
     original = PsRedisBackend.before_timing
@@ -134,6 +139,7 @@ def test_a_server_killed_mid_job_is_an_error_record_and_the_sweep_goes_on(fast_c
     assert "ConnectionError" in report and (latest / "ps_cache_synthetic_cpu.png").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["ctrl-c", "sigkill-group"])
 def test_no_server_outlives_a_job_stopped_by_ctrl_c_or_sigkill(fast_cfg, tmp_path, how):
     """A real `python -m bench` run in its own process group, stopped while it times with a live server."""

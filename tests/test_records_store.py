@@ -147,6 +147,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_a_writer_killed_mid_write_leaves_only_whole_lines(tmp_path):
     path = tmp_path / "records.jsonl"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -169,6 +170,7 @@ def _save_many(reports, tag):
         save_record(record(backend=f"{tag}{i}", metrics={"pad": "y" * 20000}), reports / "runs" / f"{tag}{i}", reports)
 
 
+@pytest.mark.slow
 def test_parallel_save_record_from_several_processes(tmp_path):
     procs = [multiprocessing.Process(target=_save_many, args=(tmp_path, t)) for t in "abcd"]
     for p in procs:

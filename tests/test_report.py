@@ -117,6 +117,7 @@ def test_missing_trials_give_point_speedup_without_interval(sweep_a):
 # ------------------------------------------------------------------------------ report.md
 
 
+@pytest.mark.slow
 def test_report_files(report_dir, table, sweep_a):
     csv = pd.read_csv(report_dir / "results.csv")
     assert list(csv.columns) == COLUMNS and len(csv) == len(table)
@@ -178,6 +179,7 @@ def test_report_md_fp32_row_first_in_each_table(report_dir):
     assert checked == 3  # synthetic/cpu, synthetic/cuda (skipped fp32), criteo_kaggle_sample/cpu
 
 
+@pytest.mark.slow
 def test_speedup_that_cannot_be_told_from_one_gets_a_sentence(sweep_a, tmp_path):
     records = copy.deepcopy(sweep_a)
     fp32 = next(r for r in records if (r.backend, r.batch_size, r.device) == ("fp32", 256, "cpu"))
@@ -188,6 +190,7 @@ def test_speedup_that_cannot_be_told_from_one_gets_a_sentence(sweep_a, tmp_path)
     assert "**fake_quant** (batch 256): speedup 1.00× [" in md and "cannot be told from no change" in md
 
 
+@pytest.mark.slow
 def test_no_problems_and_single_machine(sweep_a, tmp_path):
     ok = [r for r in sweep_a if r.status == "ok" and r.workload == "synthetic"]
     md = write_report(ok, tmp_path).read_text()
@@ -195,6 +198,7 @@ def test_no_problems_and_single_machine(sweep_a, tmp_path):
     assert "different machine fingerprints" not in md
 
 
+@pytest.mark.slow
 def test_two_fingerprints_are_called_out(sweep_a, tmp_path):
     records = copy.deepcopy(sweep_a)
     records[0].env = dict(records[0].env, fingerprint="ffff0000", threads=4)
@@ -213,6 +217,7 @@ def test_formatting_helpers():
 # ------------------------------------------------------------------------------ publish
 
 
+@pytest.mark.slow
 def test_publish_report_timestamps_and_latest_link(sweep_a, tmp_path):
     first = publish_report(sweep_a, tmp_path, "quant")
     second = publish_report(sweep_a[:5], tmp_path, "quant")
@@ -272,6 +277,7 @@ def test_a_paired_speedup_in_the_record_is_the_row_s_speedup(sweep_a):
     assert unpaired.speedup_method == "unpaired"
 
 
+@pytest.mark.slow
 def test_unstable_timing_reads_inconclusive_everywhere(sweep_a, tmp_path):
     rec = _paired(sweep_a, speedup=3.0, speedup_lo=1.2, speedup_hi=9.0, stable=False,
                   unstable_reason="throughput varied 42% between trials (limit 10%)", noise={"trial_cv": 0.42})
@@ -292,6 +298,7 @@ def test_unstable_timing_reads_inconclusive_everywhere(sweep_a, tmp_path):
     assert speed_verdict(100.0).verdict == "fail" and "whole interval" in speed_verdict(100.0).reason
 
 
+@pytest.mark.slow
 def test_auc_verdicts_are_practical_and_never_print_zero(sweep_a, tmp_path):
     rec = _paired(sweep_a, backend="int8_tbe", auc_delta=-6e-7, auc_delta_lo=-8e-7, auc_delta_hi=-4e-7, auc_delta_p=0.0004)
     rec.config.setdefault("gate", {}).setdefault("rules", {})["int8_tbe"] = {"max_auc_drop": 0.001}

@@ -90,6 +90,7 @@ def test_config_change_is_noted_and_status_change_is_a_verdict():
 # ---------------------------------------------------------------------------------- CLI
 
 
+@pytest.mark.slow
 def test_cli_report_and_compare(tmp_path, capsys):
     assert main([str(SWEEP_B), "--baseline", str(SWEEP_A), "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
@@ -103,6 +104,7 @@ def test_cli_report_and_compare(tmp_path, capsys):
     assert "| synthetic | cpu | fp32 | 8192 | **new** | absent -> ok |" in md
 
 
+@pytest.mark.slow
 def test_cli_tolerance_flags_override_the_compare_config(tmp_path, capsys):
     args = [str(SWEEP_B), "--baseline", str(SWEEP_A), "--out", str(tmp_path)]
     assert main([*args, "--throughput-tolerance", "0.5", "--auc-tolerance", "0.01"]) == 0
@@ -116,11 +118,13 @@ def test_cli_tolerance_flags_override_the_compare_config(tmp_path, capsys):
     assert "2 auc lower" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_cli_accepts_a_records_file_and_merges_dirs(tmp_path):
     assert main([str(SWEEP_A / "records.jsonl"), str(SWEEP_B), "--out", str(tmp_path)]) == 0
     assert len(read_records(tmp_path / "records.jsonl")) == 29
 
 
+@pytest.mark.slow
 def test_cli_renders_in_place_without_touching_the_records(tmp_path):
     sweep = tmp_path / "sweep"
     shutil.copytree(SWEEP_A, sweep)
@@ -129,12 +133,14 @@ def test_cli_renders_in_place_without_touching_the_records(tmp_path):
     assert (sweep / "report.md").is_file() and (sweep / "records.jsonl").read_bytes() == before
 
 
+@pytest.mark.slow
 def test_cli_follows_latest(tmp_path):
     publish_report(read_records(SWEEP_A / "records.jsonl"), tmp_path, "quant")
     assert main([str(tmp_path / "quant"), "--out", str(tmp_path / "again")]) == 0
     assert (tmp_path / "again" / "report.md").is_file()
 
 
+@pytest.mark.slow
 def test_a_torn_last_line_is_named_and_the_rest_reported(tmp_path, capsys, caplog):
     lines = (SWEEP_A / "records.jsonl").read_text().splitlines()
     (tmp_path / "records.jsonl").write_text("\n".join(lines) + "\n" + lines[0][:50])
@@ -177,6 +183,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(case, tmp_path, capsys):
     assert err.count("\n") == 1 and err.startswith("python -m bench.report: error: ") and message in err
 
 
+@pytest.mark.slow
 def test_cli_as_a_process(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     ok = subprocess.run([sys.executable, "-m", "bench.report", str(SWEEP_A), "--out", str(tmp_path)],
@@ -188,6 +195,7 @@ def test_cli_as_a_process(tmp_path):
     assert bad.stderr.strip().count("\n") == 0 and "of a newer schema (99)" in bad.stderr and "upgrade bench" in bad.stderr
 
 
+@pytest.mark.slow
 def test_an_internal_failure_is_one_line_and_exit_3(tmp_path):
     (tmp_path / "out" / "report.md").mkdir(parents=True)  # the report cannot be written where a folder stands
     env = dict(os.environ, PYTHONPATH=str(REPO))

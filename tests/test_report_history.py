@@ -67,6 +67,7 @@ def _append_worker(args):
     append_history(records(healthy(batch_sizes=(512, 1024, 2048, 4096))), Path(path), run_id=run_id)
 
 
+@pytest.mark.slow
 def test_parallel_appends_never_tear_lines(tmp_path):
     path = tmp_path / "history.jsonl"
     with multiprocessing.get_context("fork").Pool(2) as pool:
@@ -216,6 +217,7 @@ def test_history_path_honours_history_file(tmp_path):
     assert history_path(cfg.history_file, tmp_path / "reports") == tmp_path / "elsewhere" / "h.jsonl"
 
 
+@pytest.mark.slow
 def test_gate_cli_history_flag_reads_the_report_records(tmp_path, monkeypatch):
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     report = write_records(tmp_path / "report", healthy())
@@ -235,6 +237,7 @@ def test_append_cuts_a_torn_tail_left_by_a_killed_writer(tmp_path):
     assert list(load_history(path)["run_id"]) == ["r1", "r3"]
 
 
+@pytest.mark.slow
 def test_report_never_imports_the_gate():
     import subprocess
 

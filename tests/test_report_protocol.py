@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 import os
 
+import pytest
+
 from bench.record import RunRecord
 from bench.report import publish_report, write_report
 from bench.report.protocol import timing_lines
@@ -41,6 +43,7 @@ def sweep() -> list[RunRecord]:
     return cpu + cuda
 
 
+@pytest.mark.slow
 def test_the_report_names_the_model_the_timing_protocol_and_the_fidelity_twin(tmp_path):
     text = write_report(sweep(), tmp_path).read_text()
     assert "## What was measured" in text
@@ -53,6 +56,7 @@ def test_the_report_names_the_model_the_timing_protocol_and_the_fidelity_twin(tm
             "bits=8 mlp=int8 activations=static)") in text  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_device_absent_here_is_one_line_not_a_row_per_job(tmp_path):
     text = write_report(sweep(), tmp_path).read_text()
     cuda = text.split("## criteo_kaggle on cuda")[1].split("##")[0]
@@ -61,12 +65,14 @@ def test_a_device_absent_here_is_one_line_not_a_row_per_job(tmp_path):
     assert problems.count(NO_GPU) == 1 and "- criteo_kaggle / cuda: **skipped**, all 6 jobs" in problems
 
 
+@pytest.mark.slow
 def test_a_mixed_group_keeps_its_rows(tmp_path):
     records = sweep()[:6] + [record("uint4", 256, status="error", error="RuntimeError: boom")]
     text = write_report(records, tmp_path).read_text()
     assert "criteo_kaggle / cpu / uint4 / batch 256: **error**: RuntimeError: boom" in text
 
 
+@pytest.mark.slow
 def test_latest_follows_the_sweep_as_configured(tmp_path):
     full = publish_report(sweep(), tmp_path, "quant", variant=sweep_variant(["+sweep=quant", "reports_dir=/x", "resume=true"]))
     partial_variant = sweep_variant(["+sweep=quant", "batch_size=2048", "device=cpu", "hydra.launcher.n_jobs=2"])

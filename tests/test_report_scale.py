@@ -3,6 +3,8 @@ column, what the timed batches touched, and performance-only rows (untrained mod
 
 from __future__ import annotations
 
+import pytest
+
 from bench.record import RunRecord
 from bench.report import results_table, write_report
 
@@ -51,6 +53,7 @@ def test_results_table_carries_the_machine_columns():
     assert r.embedding_kernel == "aten::embedding_bag.padding_idx" and not r.performance_only
 
 
+@pytest.mark.slow
 def test_scale_section_and_plots(tmp_path):
     report = write_report(scale_records(), tmp_path, title="scale").read_text()
     assert "## Scale: speedup against table bytes and batch size" in report
@@ -70,6 +73,7 @@ def test_performance_only_rows_say_so_and_print_no_delta(tmp_path):
     assert "Reading the deltas" not in report
 
 
+@pytest.mark.slow
 def test_one_table_size_over_batch_sizes_is_a_sweep_too(tmp_path):
     # a reduced `+sweep=scale workload.table_rows=300000`: one table size, two batch sizes
     records = [r for r in scale_records() if r.workload.endswith("-300000rows")]

@@ -43,6 +43,7 @@ def no_measuring(monkeypatch):
     monkeypatch.setattr("bench.routes.single.measure", refuse)
 
 
+@pytest.mark.slow
 def test_resume_reuses_the_stored_record_without_measuring(fast_cfg, monkeypatch, tmp_path):
     first = measured(fast_cfg())
     no_measuring(monkeypatch)
@@ -55,11 +56,13 @@ def test_resume_reuses_the_stored_record_without_measuring(fast_cfg, monkeypatch
     assert "already stored" in run_job(fast_cfg())[0].error
 
 
+@pytest.mark.slow
 def test_resume_does_not_count_as_part_of_the_job_s_identity(fast_cfg):
     plain, resumed = (dataclasses.asdict(fast_cfg(*o)) for o in ([], ["resume=true"]))
     assert job_hash(plain) == job_hash(resumed)
 
 
+@pytest.mark.slow
 def test_error_records_run_again(fast_cfg, monkeypatch, tmp_path):
     with monkeypatch.context() as m:
         m.setattr(FakeQuantBackend, "prepare", poison(float("nan")))
@@ -74,6 +77,7 @@ def test_error_records_run_again(fast_cfg, monkeypatch, tmp_path):
     assert [r.status for r in read_records(store(tmp_path))] == ["error", "ok"]
 
 
+@pytest.mark.slow
 def test_another_machine_s_record_is_not_reused(fast_cfg, monkeypatch, tmp_path):
     first = measured(fast_cfg())
     data = first.to_dict()
@@ -83,12 +87,14 @@ def test_another_machine_s_record_is_not_reused(fast_cfg, monkeypatch, tmp_path)
     assert again.status == "ok" and again.resumed_from is None
 
 
+@pytest.mark.slow
 def test_other_configs_are_not_reused(fast_cfg, monkeypatch):
     measured(fast_cfg())
     record = run_job(fast_cfg("resume=true", "batch_size=128"))[0]
     assert record.status == "ok" and record.resumed_from is None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_skipped_records_are_reused(fast_cfg, monkeypatch):
     first = measured(fast_cfg("device=cuda"))
@@ -130,6 +136,7 @@ def records_in(sweep_dir: Path) -> dict[int, dict]:
     return {int(p.parent.name): json.loads(p.read_text()) for p in sweep_dir.glob("*/record.json")}
 
 
+@pytest.mark.slow
 def test_a_sweep_stopped_by_ctrl_c_then_killed_resumes_to_one_record_per_job(tmp_path, fast_models):
     shutil.copytree(fast_models, tmp_path / "cache" / "models")
     stored = lambda: read_records(tmp_path / "reports" / "records.jsonl")  # noqa: E731
@@ -166,6 +173,7 @@ def test_a_sweep_stopped_by_ctrl_c_then_killed_resumes_to_one_record_per_job(tmp
     assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp") or ".tmp." in p.name]
 
 
+@pytest.mark.slow
 def test_resume_tells_two_contents_of_one_per_table_file_apart(fast_cfg, tmp_path):
     """The record carries the mapping the file held, so a changed file is a different job."""
     path = tmp_path / "per_table.yaml"

@@ -10,6 +10,7 @@ from bench.runner import run_job, run_one
 REQUIRED_METRICS = ("auc", "logloss", "ne", "n_eval", "oracle_auc", "throughput", "latency_ms", "embedding_bytes", "model_bytes", "peak_rss_bytes")
 
 
+@pytest.mark.slow
 def test_tiny_run_end_to_end(tiny_cfg):
     record = run_one(tiny_cfg())
     assert record.status == "ok", record.error
@@ -26,6 +27,7 @@ def test_tiny_run_end_to_end(tiny_cfg):
     assert all(math.isfinite(x) for x in m["throughput_trials"])
 
 
+@pytest.mark.slow
 def test_same_config_same_record_apart_from_timings(tiny_cfg, tmp_path):
     a = run_one(tiny_cfg())
     b = run_one(tiny_cfg())
@@ -33,6 +35,7 @@ def test_same_config_same_record_apart_from_timings(tiny_cfg, tmp_path):
     assert a.metrics["logloss"] == b.metrics["logloss"]
 
 
+@pytest.mark.slow
 def test_threads_are_set_and_recorded(tiny_cfg):
     before = torch.get_num_threads()
     try:
@@ -49,6 +52,7 @@ def test_absent_device_is_a_skipped_record(tiny_cfg):
     assert record.status == "skipped" and "no CUDA device" in record.error
 
 
+@pytest.mark.slow
 def test_failures_become_error_records(tiny_cfg):
     record, exc = run_job(tiny_cfg("batch_size=100000"))
     assert record.status == "error" and "larger than the eval split" in record.error and exc is not None

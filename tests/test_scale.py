@@ -56,6 +56,7 @@ def test_timing_cursor_runs_on_through_warmup_and_trials():
     assert module.seen == [i % 7 for i in range(2 + 3 * 4)]  # every batch once before any repeats
 
 
+@pytest.mark.slow
 def test_timing_pool_holds_pool_samples_in_distinct_batches(tiny_cfg):
     work = SharedWork()
     cfg = tiny_cfg("timing.pool_samples=2048", "batch_size=512")
@@ -110,6 +111,7 @@ def test_operators_name_the_kernels_and_count_the_flops(tiny_model):
     assert m["dense_flops_per_sample"] == flops and m["dense_int8_fraction"] == pytest.approx(1 - 2 * 5 * 16 * 5 / flops)
 
 
+@pytest.mark.slow
 def test_roofline_limits_are_measured_once_per_fingerprint(tmp_path):
     limits = Limits(tmp_path, "fp-test").ensure([8, 12], total_bytes=8 << 20)
     path = tmp_path / "roofline" / "fp-test.json"
@@ -131,6 +133,7 @@ def test_roofline_shares(tmp_path):
     assert m["dense_share"] == pytest.approx(1000 * 1e6 * (0.5 / 1e11 + 0.5 / 4e11))
 
 
+@pytest.mark.slow
 def test_a_gemm_limit_measured_too_low_is_raised_and_never_lowered(tmp_path):
     path = tmp_path / "roofline" / "fp.json"
     path.parent.mkdir()
@@ -157,6 +160,7 @@ def test_fit_recovers_an_exponent():
     assert fit_alpha(target, rows) == pytest.approx(1.25, abs=0.01)
 
 
+@pytest.mark.slow
 def test_access_patterns_give_exponents():
     rows = [300_000] * 26
     assert feature_alphas("zipf", 1.1, rows) == [1.1] * 26
@@ -176,6 +180,7 @@ def test_zipf_ids_without_per_row_arrays():
     assert len(np.unique(uniform)) == 1000 and np.bincount(uniform).max() < 160
 
 
+@pytest.mark.slow
 def test_uniform_access_in_the_synthetic_workload(tiny_cfg):
     cfg = tiny_cfg("workload=synthetic_scale", "model=scale", "workload.table_rows=5000", "workload.access=uniform")
     assert cfg.workload.tag == "uniform-5000rows"
@@ -194,6 +199,7 @@ def test_dlrm_v2_full_composes_untrained_with_the_mlperf_tables():
     assert list(cfg.model.over_arch_layer_sizes) == [1024, 1024, 512, 256, 1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend, tables_gb", [("uint4", 13.88), ("int2_tbe", 7.35), ("uint4_mixed", 14.15), ("int8_tbe", 27.0), ("fp32", 104.4)])
 def test_dlrm_v2_full_memory_estimates(backend, tables_gb):
     cfg = compose(["model=dlrm_v2_full", f"backend={backend}"])
@@ -205,6 +211,7 @@ def test_dlrm_v2_full_memory_estimates(backend, tables_gb):
         assert estimate.backend_tables_bytes == sum(MLPERF_NUM_EMBEDDINGS) * 68
 
 
+@pytest.mark.slow
 def test_dlrm_v2_full_fp32_is_skipped_with_its_estimate(tmp_path):
     available = hardware.mem_available_bytes()
     if available is None or available > 120e9:
@@ -249,6 +256,7 @@ def test_thread_cpu_clock_leaves_out_waiting():
     assert min(wall.latency_ms[0]) >= 3.0 and max(cpu.latency_ms[0]) < 1.0
 
 
+@pytest.mark.slow
 def test_thread_cpu_clock_needs_one_thread(tiny_cfg):
     from bench.errors import UserError
     from bench.config.validation import check_values as validate

@@ -33,6 +33,7 @@ def summary_verdict(log_dir: str) -> str:
     return re.search(r"Result is : (\w+)", text).group(1)
 
 
+@pytest.mark.slow
 def test_a_server_search_and_an_accuracy_run(serve_cfg):
     record, exc = run_job(serve_cfg("backend=fp32", "serve.accuracy_scenarios=[server]"))
     assert exc is None and record.status == "ok", record.error
@@ -61,6 +62,7 @@ def test_a_server_search_and_an_accuracy_run(serve_cfg):
     assert abs(m["auc_shift"]) <= 1e-9 and m["auc_check"] == "pass"
 
 
+@pytest.mark.slow
 def test_an_offline_run_of_a_batch_dependent_backend(serve_cfg):
     record, exc = run_job(serve_cfg("backend=int8_tbe", "serve.scenario=offline"))
     assert exc is None and record.status == "ok", record.error
@@ -72,6 +74,7 @@ def test_an_offline_run_of_a_batch_dependent_backend(serve_cfg):
     assert m["auc_shift"] == pytest.approx(m["auc_loadgen"] - m["auc_offline"])
 
 
+@pytest.mark.slow
 def test_a_worker_failure_becomes_an_error_record_and_loadgen_is_not_left_waiting(serve_cfg, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("planted worker failure")
@@ -81,6 +84,7 @@ def test_a_worker_failure_becomes_an_error_record_and_loadgen_is_not_left_waitin
     assert record.status == "error" and "planted worker failure" in record.error and exc is not None
 
 
+@pytest.mark.slow
 def test_resume_reuses_a_stored_serving_record(serve_cfg, monkeypatch):
     first, _ = run_job(serve_cfg("backend=fp32", "serve.scenario=offline", "serve.accuracy_scenarios=[]"))
     save_record(first, None, first.config["reports_dir"])
@@ -93,6 +97,7 @@ def test_resume_reuses_a_stored_serving_record(serve_cfg, monkeypatch):
     assert exc is None and again.resumed_from == first.record_id and again.metrics == first.metrics
 
 
+@pytest.mark.slow
 def test_python_m_bench_sweep_serve_end_to_end(tmp_path, fast_models):  # noqa: F811
     shutil.copytree(fast_models, tmp_path / "cache" / "models")
     args = [*FAST, *TINY_SERVE, "backend=fp32,uint4", f"cache_dir={tmp_path / 'cache'}", f"reports_dir={tmp_path / 'reports'}",
@@ -120,6 +125,7 @@ def test_python_m_bench_sweep_serve_end_to_end(tmp_path, fast_models):  # noqa: 
     assert re.search(r"\| ❌ fail \| uint4 \| server ≤60 ms, wait 1 ms ×1 \|.*\| min_qps_at_sla \|", verdicts)
 
 
+@pytest.mark.slow
 def test_a_prepared_module_held_from_the_last_job_is_not_refused_by_the_memory_guard(serve_cfg):
     from bench.runner import Session
 

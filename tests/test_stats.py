@@ -101,6 +101,7 @@ def test_swapping_models_flips_the_delta():
     assert a.p_value == pytest.approx(b.p_value)
 
 
+@pytest.mark.slow
 def test_delong_agrees_with_paired_bootstrap():
     y, base, new = simulate(4000, seed=6, noise_base=1.0, noise_new=1.15, shared=0.7)
     d = paired_auc_delta(y, base, new, method="delong")

@@ -58,6 +58,7 @@ def test_the_writer_never_rewrites_a_stored_line(damaged):
     assert [r.backend for r in read_store(damaged).records] == ["fp32", "fp16_tbe", "uint4"]
 
 
+@pytest.mark.slow
 def test_store_check_says_what_it_found(damaged, tmp_path):
     lines, sound = check(damaged.parent)
     assert not sound and lines[0].endswith("2 records (2 ok, 0 error, 0 skipped)")
@@ -87,6 +88,7 @@ def _claim_and_hold(folder: str, job: str, started, release) -> None:
         release.wait(30)
 
 
+@pytest.mark.slow
 def test_a_claim_blocks_the_same_job_until_released_and_a_dead_holder_releases_it(tmp_path):
     ctx = multiprocessing.get_context("fork")
     started, release = ctx.Event(), ctx.Event()

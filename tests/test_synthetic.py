@@ -13,6 +13,7 @@ def workload(seed=0, **kw):
     return SyntheticWorkload(SyntheticConfig(**kw), seed, "/nonexistent")
 
 
+@pytest.mark.slow
 def test_criteo_shape():
     w = workload()
     batch = next(w.batches("eval", 256))
@@ -23,6 +24,7 @@ def test_criteo_shape():
         assert int(jt.values().max()) < t.num_embeddings and int(jt.values().min()) >= 0
 
 
+@pytest.mark.slow
 def test_every_sample_exactly_once_across_chunk_boundaries():
     w = workload(eval_samples=20_000, chunk_size=3000)
     sizes = [len(b) for b in w.batches("eval", 2048)]
@@ -32,6 +34,7 @@ def test_every_sample_exactly_once_across_chunk_boundaries():
     assert np.array_equal(joined.numpy(), direct)
 
 
+@pytest.mark.slow
 def test_deterministic_from_the_seed_and_chunks_independent():
     a, b, c = workload(seed=3), workload(seed=3), workload(seed=4)
     first_a, first_b, first_c = (next(w.batches("train", 512)) for w in (a, b, c))
@@ -41,6 +44,7 @@ def test_deterministic_from_the_seed_and_chunks_independent():
     assert np.array_equal(workload(seed=3).chunk("eval", 2).labels, a.chunk("eval", 2).labels)
 
 
+@pytest.mark.slow
 def test_splits_differ_and_calibration_is_the_head_of_train():
     w = workload()
     assert not torch.equal(next(w.batches("train", 256)).dense, next(w.batches("eval", 256)).dense)
@@ -48,6 +52,7 @@ def test_splits_differ_and_calibration_is_the_head_of_train():
     assert w.num_samples("calibration") == 16384
 
 
+@pytest.mark.slow
 def test_positive_rate_and_oracle_auc():
     w = workload(eval_samples=100_000)
     labels = np.concatenate([c.labels for c in w.chunks("eval")])
@@ -55,12 +60,14 @@ def test_positive_rate_and_oracle_auc():
     assert 0.79 < w.oracle_auc() < 0.86
 
 
+@pytest.mark.slow
 def test_positive_rate_is_configurable():
     w = workload(positive_rate=0.1)
     labels = np.concatenate([c.labels for c in w.chunks("eval")])
     assert abs(labels.mean() - 0.1) < 0.01
 
 
+@pytest.mark.slow
 def test_zipf_ids_are_skewed():
     w = workload(eval_samples=50_000)
     ids = np.concatenate([c.ids[2][:, 0] for c in w.chunks("eval")])
@@ -69,6 +76,7 @@ def test_zipf_ids_are_skewed():
     assert (counts > 0).sum() > 1000  # and a long tail
 
 
+@pytest.mark.slow
 def test_multi_hot_pooling():
     pooling = [1] * 24 + [3, 5]
     w = workload(pooling=pooling)

@@ -47,6 +47,7 @@ PRECISIONS = ["fp16", "int8", "int4", "int2"]
 # ----------------------------------------------------------------------------------- the split
 
 
+@pytest.mark.slow
 def test_the_split_interleaves_plan_check_and_held_out_samples_and_keeps_every_id():
     cfg = compose(["workload.eval_samples=1001", "workload.cardinalities=[50,60,70]", "workload.pooling=[1,3,2]"])
     workload = SharedWork().workload(cfg)
@@ -89,6 +90,7 @@ def test_swapping_writes_fbgemm_rows_and_restores_fp32_exactly(planted):
     assert torch.equal(weight, before) and torch.equal(model.ebc.embedding_bags["loud_0"].weight, before)
 
 
+@pytest.mark.slow
 def test_planted_problem_finds_the_known_answer(planted):
     """Loud tables keep int8 (int4 costs more than the budget), quiet ones go to int2."""
     model, split, calibration, tables = planted
@@ -220,6 +222,7 @@ def tune_cfg(tmp_path):
     return make
 
 
+@pytest.mark.slow
 def test_tiny_tune_end_to_end(tune_cfg, tmp_path, capsys):
     cfg = tune_cfg("tune.max_auc_drop=0.002")
     code = tune_main(cfg, SharedWork())
@@ -268,6 +271,7 @@ def test_bad_budget_is_one_line_and_exit_2(tune_cfg, capsys):
     assert len(err) == 1 and "tune.max_auc_drop=0.001" in err[0]
 
 
+@pytest.mark.slow
 def test_an_eval_split_too_small_to_cut_is_one_line_and_exit_2(tune_cfg, capsys):
     assert tune_main(tune_cfg("tune.max_auc_drop=0.001", "workload.eval_samples=2"), SharedWork()) == 2
     err = capsys.readouterr().err.strip().splitlines()

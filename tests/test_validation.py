@@ -51,10 +51,12 @@ def refused(argv, tmp_path, capsys) -> str:
         (["workload.path=/data/café.tsv"], """quote the value for Hydra and the shell: 'workload.path="/data/café.tsv"'"""),
     ],
 )
+@pytest.mark.slow
 def test_bad_values_and_combinations_are_refused_before_any_work(argv, says, tmp_path, capsys):
     assert says in refused(argv, tmp_path, capsys)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["reports_dir", "cache_dir", "hydra.run.dir", "gate.history_file"])
 def test_places_that_cannot_be_written_are_refused_for_root_too(key, a_file, tmp_path, capsys):
     argv = [f"{key}={a_file}/below"] + (["+sweep=nightly"] if key == "gate.history_file" else [])
@@ -86,6 +88,7 @@ def test_writable_folder(tmp_path, a_file):
         writable_folder("/proc/bench-reports", "reports_dir")
 
 
+@pytest.mark.slow
 def test_preprocess_out_that_cannot_be_written(a_file):
     src = REPO.parent / "shared" / "data" / "criteo" / "criteo_kaggle_train_head10k.tsv"
     result = subprocess.run([sys.executable, "-m", "bench.preprocess", str(src), "--out", f"{a_file}/out"], cwd=REPO,

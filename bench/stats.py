@@ -10,6 +10,11 @@
 - `ratio_interval`: ratio of median throughputs of two independent runs, bootstrap over their
   per-trial throughputs.
 - `median_interval`: the median of one run's per-trial throughputs, bootstrap over the trials.
+- `log_median_interval`: the median of paired per-round ratios (or of trial throughputs), its
+  interval widened by a between-process standard deviation (`variance_components` splits a figure's variance between
+  processes and rounds).
+- `quantile_interval`: a latency percentile with its order-statistic interval and the number of
+  samples in its tail.
 
 Only numpy and the standard library: the runner calls this inside every job.
 """
@@ -281,6 +286,80 @@ def median_interval(values: Sequence[float], alpha: float = 0.05, n_boot: int = 
     boot = np.median(v[rng.integers(0, v.size, size=(n_boot, v.size))], axis=1)
     lo, hi = np.quantile(boot, [alpha / 2.0, 1.0 - alpha / 2.0])
     return RatioInterval(point, float(min(lo, point)), float(max(hi, point)))
+
+
+def log_median_interval(values: Sequence[float], process_sd: float = 0.0, alpha: float = 0.05) -> RatioInterval:
+    """The median of positive figures (per-round speedups, per-trial throughputs) with a (1 - alpha)
+    interval that a re-run in a new process should fall in.
+
+    On the log scale, the median's standard error over the values (`log_se`) and `process_sd`, the
+    standard deviation that separate processes add on top of it (estimated once per machine), add
+    as variances; the interval is the normal one around the median, turned back into the figure's
+    units. With `process_sd` 0 it covers the values of one process only.
+    """
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if v.size == 0 or not np.all(np.isfinite(v)) or np.any(v <= 0):
+        raise ValueError("values must be a non-empty sequence of positive finite numbers")
+    point = float(np.median(np.log(v)))
+    half = NormalDist().inv_cdf(1.0 - alpha / 2.0) * math.sqrt(log_se(v) ** 2 + process_sd**2)
+    return RatioInterval(math.exp(point), math.exp(point - half), math.exp(point + half))
+
+
+def log_se(values: Sequence[float], n_boot: int = 2000, seed: int = 0) -> float:
+    """Bootstrap standard error of the median of log(values): the rounds' share of a speedup's noise."""
+    logs = np.log(np.asarray(values, dtype=np.float64).ravel())
+    if logs.size < 2:
+        return 0.0
+    rng = np.random.default_rng(seed)
+    return float(np.std(np.median(logs[rng.integers(0, logs.size, size=(n_boot, logs.size))], axis=1), ddof=1))
+
+
+class Components(NamedTuple):
+    """A one-way random-effects split of a figure's variance: between groups (processes) and within."""
+
+    between_sd: float  # standard deviation that separate groups add beyond what their within spread explains
+    within_sd: float  # standard deviation of one observation inside a group
+    group_mean_sd: float  # observed standard deviation of the group means
+    groups: int
+
+
+def variance_components(groups: Sequence[Sequence[float]]) -> Components:
+    """Between- and within-group standard deviations (ANOVA estimators; a negative between-group
+    variance reads as 0). Groups may differ in size; each needs at least two values, and at least
+    two groups are needed (Kalibera & Jones, "Rigorous benchmarking in reasonable time", 2013)."""
+    arrays = [np.asarray(g, dtype=np.float64).ravel() for g in groups]
+    if len(arrays) < 2 or any(a.size < 2 for a in arrays):
+        raise ValueError("variance components need at least two groups of at least two values")
+    means = np.array([a.mean() for a in arrays])
+    within = float(np.mean([a.var(ddof=1) for a in arrays]))
+    n = float(np.mean([a.size for a in arrays]))
+    between = max(0.0, float(means.var(ddof=1)) - within / n)
+    return Components(math.sqrt(between), math.sqrt(within), float(means.std(ddof=1)), len(arrays))
+
+
+class Quantile(NamedTuple):
+    """A sample quantile with its distribution-free (1 - alpha) interval and the evidence behind it."""
+
+    value: float
+    lo: float
+    hi: float
+    n: int  # samples
+    tail: int  # samples at or beyond the quantile: how many calls make a p99
+
+
+def quantile_interval(samples: Sequence[float], q: float, alpha: float = 0.05) -> Quantile:
+    """The q-quantile of `samples` with an order-statistic interval (normal approximation to the
+    binomial count of samples below it, ranks clipped to the sample). `tail` counts the samples at
+    or above the quantile's rank: a p99 over 300 calls rests on its 3 slowest."""
+    x = np.sort(np.asarray(samples, dtype=np.float64).ravel())
+    if x.size == 0 or not np.all(np.isfinite(x)):
+        raise ValueError("samples must be a non-empty sequence of finite numbers")
+    n = x.size
+    z = NormalDist().inv_cdf(1.0 - alpha / 2.0)
+    spread = z * math.sqrt(n * q * (1.0 - q))
+    lo_rank = max(0, math.floor(n * q - spread) - 1)
+    hi_rank = min(n - 1, math.ceil(n * q + spread))
+    return Quantile(float(np.quantile(x, q)), float(x[lo_rank]), float(x[hi_rank]), n, n - math.floor(n * q))
 
 
 # ------------------------------------------------------------------------ practical equivalence

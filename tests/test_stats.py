@@ -235,3 +235,49 @@ def test_median_interval():
     assert median_interval([2.0, 2.0, 2.0]) == (2.0, 2.0, 2.0)
     with pytest.raises(ValueError):
         median_interval([])
+
+
+# ------------------------------------------------------- speedup intervals across processes, tails
+
+from bench.stats import log_se, quantile_interval, log_median_interval, variance_components  # noqa: E402
+
+
+def test_log_median_interval_widens_by_the_between_process_sd():
+    ratios = [1.20, 1.22, 1.18, 1.21, 1.19, 1.20, 1.23, 1.17]
+    alone = log_median_interval(ratios)
+    wider = log_median_interval(ratios, process_sd=0.02)
+    assert alone.ratio == wider.ratio == pytest.approx(1.20, abs=0.005)
+    assert alone.lo < alone.ratio < alone.hi and wider.lo < alone.lo and wider.hi > alone.hi
+    # Rounds that agree exactly leave only the process part: 1.96 x 2% either side, on the log scale.
+    flat = log_median_interval([1.5] * 10, process_sd=0.02)
+    assert flat.lo == pytest.approx(1.5 * math.exp(-1.96 * 0.02), rel=1e-3) and flat.hi == pytest.approx(1.5 * math.exp(1.96 * 0.02), rel=1e-3)
+    assert log_median_interval([1.5] * 10) == pytest.approx((1.5, 1.5, 1.5))
+    with pytest.raises(ValueError):
+        log_median_interval([1.0, -1.0])
+
+
+def test_log_se_shrinks_with_more_rounds():
+    rng = np.random.default_rng(1)
+    few, many = np.exp(rng.normal(0, 0.05, 10)), np.exp(rng.normal(0, 0.05, 160))
+    assert log_se(many) < log_se(few) and log_se([2.0]) == 0.0
+
+
+def test_variance_components_find_the_level_that_varies():
+    rng = np.random.default_rng(2)
+    # 12 processes, each with its own offset (sd 0.03), 40 rounds each with sd 0.01 around it.
+    groups = [rng.normal(rng.normal(0, 0.03), 0.01, 40) for _ in range(12)]
+    c = variance_components(groups)
+    assert c.within_sd == pytest.approx(0.01, rel=0.15) and 0.015 < c.between_sd < 0.05 and c.groups == 12
+    # No offsets: the group means scatter only as much as their rounds explain.
+    flat = variance_components([rng.normal(0, 0.01, 40) for _ in range(12)])
+    assert flat.between_sd < 0.004
+    with pytest.raises(ValueError):
+        variance_components([[1.0, 2.0]])
+
+
+def test_quantile_interval_counts_the_calls_in_the_tail():
+    calls = [1.0] * 297 + [70.0, 75.0, 80.0]  # three preempted calls of 300
+    q = quantile_interval(calls, 0.99)
+    assert q.n == 300 and q.tail == 3 and q.hi == 80.0 and q.lo == 1.0  # three calls make it: the interval says so
+    smooth = quantile_interval(np.linspace(1.0, 2.0, 10_001), 0.99)
+    assert smooth.tail == 101 and smooth.lo < smooth.value < smooth.hi and smooth.hi - smooth.lo < 0.01

@@ -9,7 +9,10 @@ They all ask this module, with tolerances and alpha from `conf/compare/` (`Compa
 - `difference_change`: new - base of two figures given as point + interval (an AUC with the
   interval of its paired ΔAUC vs fp32), the change's interval being the larger of the two
   half-widths (both are measured on the same eval samples, so the noise of their difference
-  is that of one paired comparison, which each side's interval estimates).
+  is that of one paired comparison, which each side's interval estimates);
+- `speedup_change`: new / base of two paired speedups, each with the interval its own run gave
+  it (rounds and processes), their log half-widths added as independent variances. A speedup is
+  judged on its own interval, whatever the absolute throughput's flag says.
 
 A change is `better` or `worse` only when its interval excludes "no change" AND it moved by
 more than the tolerance: separate runs differ by more than the noise one run can see (trials
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 from statistics import NormalDist, median
 from typing import Any, Iterable, Mapping, Optional, Protocol, Sequence
 
-from bench.metrics import AUC, AUC_DELTA, THROUGHPUT, THROUGHPUT_TRIALS, hi, lo
+from bench.metrics import AUC, AUC_DELTA, SPEEDUP, THROUGHPUT, THROUGHPUT_TRIALS, hi, lo
 from bench.stats import ratio_interval
 
 SAME, BETTER, WORSE, NOT_COMPARABLE = "same", "better", "worse", "not comparable"
@@ -179,6 +182,34 @@ def difference_change(new: Figure, base: Figure, *, tolerance: float, alpha: flo
                   tolerance, verdict, reason)
 
 
+def speedup_change(new: Figure, base: Figure, *, tolerance: float, alpha: float, metric: str = SPEEDUP) -> Change:
+    """new / base of two speedups from separate runs, each with its own interval (at its level)."""
+    if new.value is None or base.value is None or new.interval is None or base.interval is None or min(
+            new.value, base.value, new.lo, base.lo) <= 0:
+        side = " and ".join(s for s, f in (("base", base), ("new", new)) if f.value is None or f.interval is None)
+        point = new.value / base.value if new.value and base.value else None
+        return Change(metric, RATIO, base.value, new.value, point, None, None, None, tolerance, NOT_COMPARABLE,
+                      f"no {metric} interval on the {side or 'either'} side: not judged")
+    z = NormalDist().inv_cdf(1 - alpha / 2)
+    half = z * math.hypot(*(_log_sd(f) for f in (new, base)))
+    change = new.value / base.value
+    lo, hi = change * math.exp(-half), change * math.exp(half)
+    shown = f"{metric} {base.value:.2f}x -> {new.value:.2f}x, ratio {change:.3f} [{lo:.3f}, {hi:.3f}]"
+    outside = lo > 1.0 or hi < 1.0
+    if outside and abs(change - 1.0) > tolerance:
+        verdict = _direction(change > 1.0, True)
+        reason = f"{shown}: the {1 - alpha:.0%} interval excludes 1 and it moved by more than {tolerance:.0%}"
+    else:
+        verdict = SAME
+        reason = f"{shown}: " + ("the interval holds 1" if not outside else f"it moved by no more than {tolerance:.0%}")
+    return Change(metric, RATIO, base.value, new.value, change, lo, hi, (hi - lo) / 2, tolerance, verdict, reason)
+
+
+def _log_sd(f: Figure) -> float:
+    """The standard deviation of log(figure) that its interval implies (normal on the log scale)."""
+    return math.log(f.hi / f.lo) / 2 / NormalDist().inv_cdf((1 + f.level) / 2)
+
+
 def auc_figure(metrics: Mapping[str, Any]) -> Figure:
     """A run's AUC, with the noise of its paired ΔAUC vs fp32 as its interval.
 
@@ -212,10 +243,14 @@ def compare_metrics(new: Mapping[str, Any], base: Mapping[str, Any], cfg: Tolera
         throughput = throughput_change(new.get(THROUGHPUT_TRIALS) or [], base.get(THROUGHPUT_TRIALS) or [],
                                        tolerance=noise_floor, alpha=cfg.alpha,
                                        new_point=new.get(THROUGHPUT), base_point=base.get(THROUGHPUT))
-    return {
+    changes = {
         THROUGHPUT: throughput,
         AUC: difference_change(auc_figure(new), auc_figure(base), tolerance=cfg.auc_tolerance, alpha=cfg.alpha),
     }
+    speedups = [Figure.of(m.get(SPEEDUP), m.get(lo(SPEEDUP)), m.get(hi(SPEEDUP))) for m in (new, base)]
+    if all(f.value is not None for f in speedups) and not all(f.value == 1.0 and f.interval in (None, (1.0, 1.0)) for f in speedups):
+        changes[SPEEDUP] = speedup_change(*speedups, tolerance=cfg.throughput_tolerance, alpha=cfg.alpha)
+    return changes
 
 
 def _trial_cv(m: Mapping[str, Any]) -> float:
@@ -224,17 +259,36 @@ def _trial_cv(m: Mapping[str, Any]) -> float:
 
 
 def identity(new: Mapping[str, Any], base: Mapping[str, Any]) -> tuple[Optional[str], list[str]]:
-    """(why the two runs are not comparable, or None; notes) from `fingerprint` and `config_hash`.
+    """(why the two runs are not comparable, or None; notes) from `fingerprint`, the timing setting
+    and `config_hash`.
 
-    Different machines are never compared. A different config hash is compared with a note: the
-    hash covers settings that may not change the measurement, and the note keeps it visible.
+    Different machines are never compared, nor timings taken with different settings (thread
+    count, clock: `timing_setting`); a side that does not record its setting is compared with a
+    note. A different config hash is compared with a note: the hash covers settings that may not
+    change the measurement, and the note keeps it visible.
     """
     fp_b, fp_n = (x if _text(x) else None for x in (base.get("fingerprint"), new.get("fingerprint")))
     if fp_b != fp_n:  # one side unknown counts as different: never compare silently
         return f"machine differs (fingerprint {fp_b} -> {fp_n}): not compared", []
+    set_b, set_n = (timing_setting_text(m) for m in (base, new))
+    if set_b and set_n and set_b != set_n:
+        return f"timing setting differs ({set_b} -> {set_n}): not compared", []
+    unknown = [f"timing setting not recorded on the {side} side" for side, t in (("base", set_b), ("new", set_n)) if not t]
     h_b, h_n = base.get("config_hash"), new.get("config_hash")
     notes = [f"config hash {h_b} -> {h_n}"] if _text(h_b) and _text(h_n) and h_b != h_n else []
-    return None, notes
+    return None, notes + (unknown if len(unknown) == 1 else [])
+
+
+def timing_setting_text(m: Mapping[str, Any]) -> Optional[str]:
+    """`1 thread, thread_cpu clock`: from record metrics (`timing_setting` as a mapping) or a history
+    line (the same text); None when the run did not record it."""
+    setting = m.get("timing_setting")
+    if _text(setting):
+        return setting
+    if not isinstance(setting, Mapping) or setting.get("threads") is None:
+        return None
+    threads = setting["threads"]
+    return f"{threads} thread{'s' if threads != 1 else ''}, {setting.get('clock', 'wall')} clock"
 
 
 def _text(value: Any) -> bool:
@@ -242,4 +296,5 @@ def _text(value: Any) -> bool:
 
 
 __all__ = ["SAME", "BETTER", "WORSE", "NOT_COMPARABLE", "RATIO", "DIFFERENCE", "Figure", "Change", "finite", "samples",
-           "ratio", "throughput_change", "difference_change", "auc_figure", "compare_metrics", "identity"]
+           "ratio", "throughput_change", "difference_change", "speedup_change", "auc_figure", "compare_metrics", "identity",
+           "timing_setting_text"]

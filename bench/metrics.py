@@ -81,11 +81,16 @@ N_EVAL = metric("n_eval", "samples", NEITHER, ",d", "eval samples scored, each e
 
 # -------------------------------------------------------------------------------------- timing
 THROUGHPUT = metric("throughput", "samples/s", HIGHER, ",.0f", "rows (user-item pairs) per second of the model call, the median of the "
-                    "trials (the comparison engine's interval is a bootstrap over them)", TIMING)
+                    "trials, with a 95% interval over them (flagged, not hidden, when the trials vary too much)", TIMING, interval=True)
 THROUGHPUT_TRIALS = metric("throughput_trials", "samples/s", HIGHER, ",.0f", "the throughput of every timing trial (raw samples)", TIMING)
 SPEEDUP = metric("speedup", "x", HIGHER, ".2f", "throughput over fp32's, timed paired in the job's own process (alternating rounds), "
-                 "with a 95% interval over the rounds", TIMING, interval=True)
-LATENCY_MS = metric("latency_ms", "ms", LOWER, ".2f", "per-call latency percentiles (p50, p90, p99) over every timed call", TIMING)
+                 "with a 95% interval over the rounds and the spread between processes", TIMING, interval=True)
+SPEEDUP_PROCESS_SD = metric("speedup_process_sd", "", NEITHER, ".3f", "the between-process spread of the log speedup measured on this "
+                            "machine and carried into the speedup's interval (absent: the interval covers one process's rounds)", TIMING)
+LATENCY_MS = metric("latency_ms", "ms", LOWER, ".2f", "per-call latency percentiles (p50, p90, p99) over every timed call, with a "
+                    "distribution-free 95% interval of p99 (p99_lo, p99_hi)", TIMING)
+LATENCY_CALLS = metric("latency_calls", "calls", NEITHER, ",d", "the timed calls behind the latency percentiles", TIMING)
+LATENCY_P99_CALLS = metric("latency_p99_calls", "calls", NEITHER, ",d", "the calls at or above p99: how many make the tail", TIMING)
 THREADS = metric("threads", "", NEITHER, "d", "torch intra-op threads the job ran with", TIMING)
 
 # -------------------------------------------------------------------------------------- memory

@@ -135,7 +135,8 @@ def test_auc_and_throughput_changes_beyond_the_noise_are_flagged(tmp_path):
     b.loc[b["backend"] == "int8_tbe", "throughput"] *= 0.5
     changes = history_changes(_history(tmp_path, records(a), records(b)), CFG)
     flagged = changes[changes["flagged"]]
-    assert sorted(zip(flagged["backend"], flagged["metric"])) == [("int8_tbe", "throughput"), ("uint4", "auc")]
+    # int8_tbe halved while fp32 held: its throughput and its speedup over fp32 both fell
+    assert sorted(zip(flagged["backend"], flagged["metric"])) == [("int8_tbe", "speedup"), ("int8_tbe", "throughput"), ("uint4", "auc")]
     by = {r["metric"]: r for r in flagged.to_dict("records")}
     assert by["auc"]["change"] == pytest.approx(-0.003) and "worse" in by["auc"]["note"]
     assert by["throughput"]["change"] == pytest.approx(-0.5) and "throughput -50.0%" in by["throughput"]["note"]
@@ -244,3 +245,51 @@ def test_report_never_imports_the_gate():
     code = ("import sys, bench.report, bench.report.history, bench.report.baseline, bench.report.__main__; "
             "bad = [m for m in sys.modules if m.startswith('bench.gate')]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+V2_LINE = {**{k: v for k, v in V1_LINE.items() if k not in ("throughput_lo", "throughput_hi")}, "history_version": 2,
+           "run_id": "v2", "throughput_trials": [158000.0, 160000.0, 162000.0], "stable": False, "trial_cv": 0.02,
+           "unstable_reason": "the paired speedup's 95% interval spans 12% of it (limit 10%)"}
+
+
+def test_v2_lines_read_as_v3_and_a_flag_only_the_ratio_raised_is_dropped(tmp_path):
+    path = tmp_path / "history.jsonl"
+    both = {**V2_LINE, "run_id": "v2b", "unstable_reason": "throughput varied 14% between trials (limit 10%); "
+            "the paired speedup's 95% interval spans 12% of it (limit 10%)"}
+    path.write_text(json.dumps(V2_LINE) + "\n" + json.dumps(both) + "\n")
+    df = load_history(path).set_index("run_id")
+    assert bool(df.at["v2", "stable"]) is True and pd.isna(df.at["v2", "unstable_reason"])
+    assert bool(df.at["v2b", "stable"]) is False and df.at["v2b", "unstable_reason"] == "throughput varied 14% between trials (limit 10%)"
+    assert pd.isna(df.at["v2", "timing_setting"]) and pd.isna(df.at["v2", "speedup_process_sd"])
+
+
+def _with(recs: list[dict], backend: str, **metrics) -> list[dict]:
+    for r in recs:
+        if r["backend"] == backend:
+            r["metrics"].update(metrics)
+    return recs
+
+
+def test_a_speedup_change_is_judged_even_where_the_throughput_is_flagged(tmp_path):
+    base = _with(records(frame(row("fp32"), row("int8_tbe", speedup=1.60))), "int8_tbe", speedup=1.60, speedup_lo=1.56, speedup_hi=1.64)
+    new = _with(records(frame(row("fp32"), row("int8_tbe", speedup=1.20))), "int8_tbe", speedup=1.20, speedup_lo=1.17, speedup_hi=1.23,
+                stable=False, unstable_reason="throughput varied 30%")
+    by = {(r["backend"], r["metric"]): r for r in history_changes(_history(tmp_path, base, new), CFG).to_dict("records")}
+    assert not by[("int8_tbe", "throughput")]["flagged"] and "too noisy" in by[("int8_tbe", "throughput")]["note"]
+    speedup = by[("int8_tbe", "speedup")]
+    assert speedup["flagged"] and speedup["change"] == pytest.approx(1.20 / 1.60 - 1) and "worse" in speedup["note"]
+
+
+def test_runs_timed_with_different_settings_are_not_compared(tmp_path):
+    def timed(speedup, threads, clock):
+        recs = records(frame(row("fp32"), row("int8_tbe", speedup=speedup)))
+        for r in recs:
+            r["metrics"]["timing_setting"] = {"threads": threads, "clock": clock}
+        return recs
+
+    by = {(r["backend"], r["metric"]): r for r in history_changes(
+        _history(tmp_path, timed(1.6, 2, "wall"), timed(1.2, 1, "thread_cpu")), CFG).to_dict("records")}
+    assert "timing setting differs (2 threads, wall clock -> 1 thread, thread_cpu clock): not compared" in by[("int8_tbe", "config")]["note"]
+    assert ("int8_tbe", "speedup") not in by and ("int8_tbe", "throughput") not in by
+    lines = [json.loads(x) for x in (tmp_path / "history.jsonl").read_text().splitlines()]
+    assert {x["timing_setting"] for x in lines} == {"2 threads, wall clock", "1 thread, thread_cpu clock"}

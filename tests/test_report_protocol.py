@@ -90,5 +90,17 @@ def test_timing_line_says_how_many_paired_rounds_the_interval_needed():
     for r in recs:
         r.config = copy.deepcopy(r.config)
         r.config["timing"].update(trials=7, max_rounds=48, target_spread=0.05)
-    [line] = timing_lines(recs)
-    assert "then 7 to 48 rounds per job" in line and "at most 5% of it (8-30 rounds here)" in line
+    [line, covers] = timing_lines(recs)
+    assert "then 7 to 48 rounds per job" in line and "at most 5% of it or more rounds could not narrow it much (8-30 rounds here)" in line
+    assert "covers the rounds in the job's own process only" in covers  # older records carry no between-process part
+
+
+def test_timing_line_names_the_picked_setting_and_what_the_interval_covers():
+    setting = {"threads": 1, "clock": "thread_cpu", "how": "picked by measurement on this machine", "process_sd": 0.012,
+               "calibration": {"path": "/c/timing/m.json", "processes": 4, "rounds": 12}}
+    recs = [record("int8_tbe", 1024, speedup_method="paired: 8 ABBA rounds", speedup_rounds=[1.1] * 8,
+                   timing_setting=setting, speedup_process_sd=0.012)]
+    [line, covers] = timing_lines(recs)
+    assert line.startswith("- Timing: 1 thread on the thread_cpu clock (picked by measurement on this machine), ")
+    assert "spread between processes measured once on this machine (4 processes x 12 rounds, /c/timing/m.json)" in covers
+    assert "a standard deviation of 1.2% of the speedup" in covers

@@ -9,7 +9,12 @@ the engine judges, with the tolerances and alpha of `conf/compare/` (`CompareCon
   (`slower` / `faster`). The trials only see the noise inside one process; separate runs of the
   same sweep differ by more than that, so the trial interval alone would flag unchanged rows;
 - AUC: the change must exceed the noise (the larger paired ΔAUC interval half-width of the two
-  runs) and `auc_tolerance` (`auc lower` / `auc higher`).
+  runs) and `auc_tolerance` (`auc lower` / `auc higher`);
+- speedup (paired against fp32 in each run): the ratio of the two speedups, with both runs'
+  intervals combined, must exclude 1 and have moved by more than `throughput_tolerance`
+  (`speedup lower` / `speedup higher`). It is judged whatever the absolute throughput's flag says.
+
+Runs timed with different timing settings (threads, clock) are marked, not compared.
 
 A differing config hash is noted but still compared (the hash may cover settings that do not
 change the measurement); a change of status (ok -> error) is its own verdict.
@@ -35,19 +40,21 @@ from bench.comparison import (
 )
 from bench.config import CompareConfig
 from bench.io import write_text_atomic
-from bench.metrics import AUC, AUC_DELTA, THROUGHPUT
+from bench.metrics import AUC, AUC_DELTA, SPEEDUP, THROUGHPUT
 from bench.record import RunRecord
 from bench.report import fmt
 from bench.report.table import KEY, backend_rank, latest_records
 
 COLUMNS = [*KEY, "verdict", "notes", "status_base", "status_new", "throughput_base", "throughput_new",
            "throughput_ratio", "throughput_ratio_lo", "throughput_ratio_hi", "auc_base", "auc_new",
-           "auc_change", "auc_change_lo", "auc_change_hi", "auc_delta_base", "auc_delta_new",
+           "auc_change", "auc_change_lo", "auc_change_hi", "auc_delta_base", "auc_delta_new", "speedup_base", "speedup_new",
            "fingerprint_base", "fingerprint_new", "comparable"]  # fmt: skip
 
 # Verdicts that call for a look, in summary order.
-FLAGS = ("slower", "faster", "auc lower", "auc higher", "status changed", "machine differs", "missing", "new")
+FLAGS = ("slower", "faster", "speedup lower", "speedup higher", "auc lower", "auc higher", "status changed",
+         "machine differs", "timing differs", "missing", "new")
 _WORDS = {(THROUGHPUT, WORSE): "slower", (THROUGHPUT, BETTER): "faster",
+          (SPEEDUP, WORSE): "speedup lower", (SPEEDUP, BETTER): "speedup higher",
           (AUC, WORSE): "auc lower", (AUC, BETTER): "auc higher"}  # fmt: skip
 
 
@@ -71,10 +78,11 @@ def _judge(changes: dict[str, Change], row: dict[str, Any]) -> list[str]:
     t, a = changes[THROUGHPUT], changes[AUC]
     row.update(throughput_ratio=_nan(t.value), throughput_ratio_lo=_nan(t.lo), throughput_ratio_hi=_nan(t.hi),
                auc_change=_nan(a.value), auc_change_lo=_nan(a.lo), auc_change_hi=_nan(a.hi))
-    for c in (t, a):
+    judged = [t, a] + ([changes[SPEEDUP]] if SPEEDUP in changes else [])
+    for c in judged:
         if c.verdict == NOT_COMPARABLE:
             row["notes"].append(c.reason)
-    return [_WORDS[(c.metric, c.verdict)] for c in (t, a) if c.flagged]
+    return [_WORDS[(c.metric, c.verdict)] for c in judged if c.flagged]
 
 
 def compare_table(
@@ -110,6 +118,8 @@ def compare_table(
             auc_change_hi=math.nan,
             auc_delta_base=_m(base, AUC_DELTA),
             auc_delta_new=_m(new, AUC_DELTA),
+            speedup_base=_m(base, SPEEDUP),
+            speedup_new=_m(new, SPEEDUP),
             fingerprint_base=None if base is None else (base.env or {}).get("fingerprint"),
             fingerprint_new=None if new is None else (new.env or {}).get("fingerprint"),
             comparable=False,
@@ -118,7 +128,7 @@ def compare_table(
         if base is None or new is None:
             verdicts = ["new" if base is None else "missing"]
         elif refused:
-            verdicts = ["machine differs"]
+            verdicts = ["machine differs" if refused.startswith("machine") else "timing differs"]
             row["notes"].append(refused)
         elif base.status != "ok" or new.status != "ok":
             verdicts = ["status changed"] if base.status != new.status else [f"still {new.status}"]
@@ -155,12 +165,13 @@ def _verdict(verdict: str) -> str:
 def render_compare(df: pd.DataFrame, title: str, current: str, baseline: str, cfg: Tolerances) -> str:
     level = f"{1 - cfg.alpha:.0%}"
     headers = ["workload", "device", "backend", "batch", "verdict", "status", "samples/s base", "samples/s new",
-               f"ratio [{level} CI]", "AUC base", "AUC new", "AUC change [noise]", "notes"]  # fmt: skip
+               f"ratio [{level} CI]", "speedup base", "speedup new", "AUC base", "AUC new", "AUC change [noise]", "notes"]  # fmt: skip
     rows = [
         [
             r.workload, r.device, r.backend, r.batch_size, _verdict(r.verdict),
             _status(r), fmt.count(r.throughput_base), fmt.count(r.throughput_new),
             fmt.ratio_ci(r.throughput_ratio, r.throughput_ratio_lo, r.throughput_ratio_hi),
+            fmt.ratio_ci(r.speedup_base, math.nan, math.nan), fmt.ratio_ci(r.speedup_new, math.nan, math.nan),
             fmt.number(r.auc_base), fmt.number(r.auc_new), fmt.delta_ci(r.auc_change, r.auc_change_lo, r.auc_change_hi),
             r.notes,
         ]  # fmt: skip
@@ -176,11 +187,13 @@ def render_compare(df: pd.DataFrame, title: str, current: str, baseline: str, cf
         "Rules (`bench.comparison`, tolerances from `conf/compare/`): rows join on workload, device, backend and "
         f"batch size (the newest record of each). Throughput is flagged when the {level} bootstrap interval of "
         "the ratio of median throughputs (over both runs' trials) excludes 1 and the ratio moved by more than "
-        f"{cfg.throughput_tolerance:.0%}. AUC is flagged when its change exceeds the noise (the larger paired "
+        f"{cfg.throughput_tolerance:.0%}. A paired speedup is flagged when the {level} interval of new / base "
+        f"(both runs' intervals combined) excludes 1 and it moved by more than {cfg.throughput_tolerance:.0%}. "
+        f"AUC is flagged when its change exceeds the noise (the larger paired "
         f"ΔAUC interval half-width of the two runs) and {cfg.auc_tolerance:g}. Rows from machines with "
-        "different fingerprints are marked, not compared.",
+        "different fingerprints, or timed with different settings (threads, clock), are marked, not compared.",
         "",
-        fmt.markdown_table(headers, rows, "llllllrrlrrll"),
+        fmt.markdown_table(headers, rows, "llllllrrlrrrrll"),
         "",
     ]
     return "\n".join(lines)

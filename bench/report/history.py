@@ -18,7 +18,12 @@ line reads as v2 with no trials: its throughput is shown, not judged. 3 adds wha
 (`bench.report.dashboard`) shows: `peak_rss_bytes`, the run's `stack` (python, torch, fbgemm_gpu,
 torchrec, torchao versions), the `sweep` name, its report folder (`report`, relative to the history
 file's folder), the row's gate verdict (`gate`: its worst rule verdict) and the run's (`gate_passed`).
-A v2 line reads as v3 with those unknown (null).
+A v2 line reads as v3 with those unknown (null). 4 adds `timing_setting` (thread count and clock of
+the timing, e.g. "1 thread, thread_cpu clock": lines timed otherwise are not compared) and
+`speedup_process_sd` (the between-process spread carried into the speedup interval; null: the
+interval covers one process's rounds), and `stable` flags the absolute throughput only. A v3 line
+reads as v4 with no setting, and a `stable=false` that only the paired interval's width caused
+becomes true (speedups are judged on their own intervals).
 """
 
 from __future__ import annotations
@@ -35,15 +40,15 @@ import pandas as pd
 from bench.comparison import NOT_COMPARABLE, Tolerances, compare_metrics, finite, identity
 from bench.errors import UserError
 from bench.io import append_jsonl, read_jsonl, write_text_atomic
-from bench.metrics import AUC, AUC_DELTA, EMBEDDING_BYTES, PEAK_RSS_BYTES, SPEEDUP, THROUGHPUT, THROUGHPUT_TRIALS, hi, lo
+from bench.metrics import AUC, AUC_DELTA, EMBEDDING_BYTES, PEAK_RSS_BYTES, SPEEDUP, SPEEDUP_PROCESS_SD, THROUGHPUT, THROUGHPUT_TRIALS, hi, lo
 from bench.record import RunRecord
 from bench.report.table import KEY, as_records, latest_records, results_table, trials
 
-HISTORY_VERSION = 3
+HISTORY_VERSION = 4
 HISTORY_FILE = "history.jsonl"
 _NUMERIC = [AUC, AUC_DELTA, lo(AUC_DELTA), hi(AUC_DELTA), THROUGHPUT, SPEEDUP, lo(SPEEDUP), hi(SPEEDUP),
-            "latency_p50_ms", "latency_p99_ms", EMBEDDING_BYTES, PEAK_RSS_BYTES]  # fmt: skip
-_TEXT = ["config_hash", "fingerprint"]
+            "latency_p50_ms", "latency_p99_ms", EMBEDDING_BYTES, PEAK_RSS_BYTES, SPEEDUP_PROCESS_SD]  # fmt: skip
+_TEXT = ["config_hash", "fingerprint", "timing_setting"]
 _RUN = ["sweep", "report", "gate_passed", "stack"]  # version 3: the same on every line of a run
 _COLUMNS = ["run_id", "timestamp", "git_sha", *KEY, "status", *_NUMERIC, THROUGHPUT_TRIALS, *_TEXT, *_RUN, "gate"]
 STACK_KEYS = ("python", "torch", "fbgemm_gpu", "torchrec", "torchao")
@@ -65,8 +70,20 @@ def _v2_to_v3(line: dict[str, Any]) -> dict[str, Any]:
     return {PEAK_RSS_BYTES: None, "gate": None, **{k: None for k in _RUN}, **line}
 
 
+# The words a v2 or v3 line's `unstable_reason` used for a wide paired interval (bench.measure.noise then).
+_V2_RATIO_REASON = "the paired speedup's 95% interval spans"
+
+
+def _v3_to_v4(line: dict[str, Any]) -> dict[str, Any]:
+    out = {**line, "timing_setting": None, SPEEDUP_PROCESS_SD: None}
+    if line.get("stable") is False and line.get("unstable_reason"):
+        kept = [r for r in line["unstable_reason"].split("; ") if not r.startswith(_V2_RATIO_REASON)]
+        out.update(stable=not kept, unstable_reason="; ".join(kept) or None)
+    return out
+
+
 # MIGRATIONS[n] turns a version-n line into a version-(n+1) line.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
 def migrate(line: dict[str, Any], where: str) -> dict[str, Any]:
@@ -185,7 +202,7 @@ def history_changes(history: pd.DataFrame, cfg: Tolerances) -> pd.DataFrame:
         for metric, c in compare_metrics(now, prev, cfg).items():
             if c.verdict == NOT_COMPARABLE and c.value is None and c.base is None:
                 continue
-            shown = f"{c.moved:+.1%}" if metric == THROUGHPUT and c.moved is not None else (
+            shown = f"{c.moved:+.1%}" if metric in (THROUGHPUT, SPEEDUP) and c.moved is not None else (
                 f"{c.moved:+.4f}" if c.moved is not None else "")
             out.append({**base, "metric": metric, "previous": c.base, "latest": c.new, "change": c.moved,
                         "noise": c.noise, "flagged": c.flagged,
@@ -203,6 +220,10 @@ def _fmt_tput(v: Optional[float]) -> str:
 
 def _fmt_auc(v: Optional[float]) -> str:
     return "" if v is None else f"{v:.4f}"
+
+
+def _fmt_speedup(v: Optional[float]) -> str:
+    return "" if v is None else f"{v:.2f}x"
 
 
 def render_history(history: pd.DataFrame, cfg: Tolerances, *, runs: int = 14) -> str:
@@ -228,7 +249,8 @@ def render_history(history: pd.DataFrame, cfg: Tolerances, *, runs: int = 14) ->
             lines.append(f"| {_md(c['backend'])} | {_md(c['workload'])} | {_md(c['device'])} | {c['batch_size']} | {c['metric']} | ⚠ {_md(c['note'])} |")
     for (workload, device), group in recent.groupby(["workload", "device"], sort=True):
         lines += ["", f"## {workload} on {device}"]
-        for metric, fmt, title in ((AUC, _fmt_auc, "AUC"), (THROUGHPUT, _fmt_tput, "Throughput (rows/s)")):
+        for metric, fmt, title in ((AUC, _fmt_auc, "AUC"), (THROUGHPUT, _fmt_tput, "Throughput (rows/s)"),
+                                   (SPEEDUP, _fmt_speedup, "Speedup over fp32")):
             lines += ["", f"### {title}", "", "| backend | batch | " + " | ".join(f"`{r}`" for r in order) + " |",
                       "| --- | ---: |" + " ---: |" * len(order)]
             for (backend, batch), rows in group.groupby(["backend", "batch_size"], sort=True):

@@ -145,8 +145,7 @@ def scale_section(df: pd.DataFrame) -> list[str]:
                      fmt.DASH if base is None else f"{fmt.count(base.throughput)} ({percent(base.embedding_share)})"]
             for b in present:
                 r = by_key.get((workload, bs, b))
-                cells.append(fmt.DASH if r is None else f"{fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi)} ({percent(r.embedding_share)})"
-                             + (" ⚠ unstable" if r.stable is False else ""))
+                cells.append(fmt.DASH if r is None else f"{fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi)} ({percent(r.embedding_share)})")
             table.append(cells)
     lines += [fmt.markdown_table(header, table, "lrrr" + "l" * len(present)), ""]
     lines += scale_verdicts(rows, present)
@@ -175,11 +174,9 @@ def scale_verdicts(rows: pd.DataFrame, backends: list[str]) -> list[str]:
         for r in big.itertuples(index=False):
             by_access[r.access].append(f"{r.batch_size}: {r.speedup:.2f}×")
         detail = "; ".join(f"{a} ({', '.join(v)})" for a, v in by_access.items())
-        unstable = int((big["stable"] == False).sum())  # noqa: E712 - a column of True/False/None
         out.append(
             f"- **{b}** on the largest tables ({fmt.megabytes(big['fp32_embedding_bytes'].iloc[0])} MB fp32), batch ≥ 1024: "
-            f"{len(above)} of {len(big)} speedup intervals lie above 1, {len(below)} below 1 ({detail})"
-            + (f"; {unstable} of the {len(big)} timings are flagged unstable" if unstable else "") + "."
+            f"{len(above)} of {len(big)} speedup intervals lie above 1, {len(below)} below 1 ({detail})."
         )
     return out + [""] if out else []
 

@@ -75,11 +75,12 @@ def timing_lines(records: Sequence[RunRecord]) -> list[str]:
         )
         distinct = sorted({(r.metrics or {}).get("timing_distinct_batches") for r in recs} - {None})
         paired = any(str((r.metrics or {}).get("speedup_method", "")).startswith("paired") for r in recs)
-        text = f"- Timing: {t.get('warmup_batches', '?')} warm-up calls, then {t.get('trials', '?')} "
+        text = f"- Timing: {_setting_words(recs)}{t.get('warmup_batches', '?')} warm-up calls, then {t.get('trials', '?')} "
         if paired and t.get("max_rounds", 0) > t.get("trials", 0):
             rounds = sorted({len((r.metrics or {}).get("speedup_rounds") or []) for r in recs} - {0})
             text += (f"to {t['max_rounds']} rounds per job, each timing fp32 and the backend in turn (ABBA order) over the same "
-                     f"batches, until the speedup's 95% interval spans at most {t.get('target_spread', 0):.0%} of it")
+                     f"batches, until the speedup's 95% interval spans at most {t.get('target_spread', 0):.0%} of it or more "
+                     "rounds could not narrow it much")
             text += f" ({rounds[0]}-{rounds[-1]} rounds here)" if len(rounds) > 1 else (f" ({rounds[0]} rounds here)" if rounds else "")
         else:
             text += "rounds per job, each timing fp32 and the backend in turn (ABBA order) over the same batches" if paired else "trials per job"
@@ -92,7 +93,32 @@ def timing_lines(records: Sequence[RunRecord]) -> list[str]:
         text += f"{'-'.join(str(d) for d in distinct)} distinct eval batches" if distinct else "distinct eval batches"
         text += " of the job's batch size (never restarting at the first), built and moved to the device beforehand: only the model call is timed."
         out.append(text)
+        if paired:
+            out.append(f"  {_interval_words(recs)}")
     return out
+
+
+def _setting_words(recs: Sequence[RunRecord]) -> str:
+    """`1 thread on the thread_cpu clock (picked by measurement on this machine), `, or nothing for older records."""
+    setting = next((s for s in ((r.metrics or {}).get("timing_setting") for r in recs) if isinstance(s, dict)), None)
+    if not setting or setting.get("threads") is None:
+        return ""
+    threads = setting["threads"]
+    return f"{threads} thread{'s' if threads != 1 else ''} on the {setting.get('clock', 'wall')} clock ({setting.get('how', 'given')}), "
+
+
+def _interval_words(recs: Sequence[RunRecord]) -> str:
+    """What the paired speedup's interval covers: the job's rounds, and the between-process spread when carried."""
+    sds = sorted({round(float(sd), 4) for sd in ((r.metrics or {}).get("speedup_process_sd") for r in recs) if sd})
+    if not sds:
+        return ("The speedup's 95% interval covers the rounds in the job's own process only: a re-run in a new process "
+                "may land outside it.")
+    setting = next((s for s in ((r.metrics or {}).get("timing_setting") for r in recs) if isinstance(s, dict)), {})
+    calibration = setting.get("calibration") or {}
+    where = f" ({calibration.get('processes')} processes x {calibration.get('rounds')} rounds, {calibration.get('path')})" if calibration else ""
+    return ("The speedup's 95% interval covers the rounds in the job's own process and the spread between processes "
+            f"measured once on this machine{where}: a standard deviation of {sds[-1]:.1%} of the speedup, added to every "
+            "interval, so a re-run of the sweep should land inside it.")
 
 
 def fidelity_lines(records: Sequence[RunRecord]) -> list[str]:

@@ -3,11 +3,12 @@
 The gate and every report view read this DataFrame. Speedup and compression are relative to the
 `fp32` row of the same workload and device (speedup also at the same batch size). A record timed
 paired (ABBA rounds against fp32 in its own process) brings its own speedup and interval
-(`speedup_method` paired); otherwise the comparison engine's ratio of the two rows' per-trial
+(`speedup_method` paired; the interval also covers the spread between processes when the record
+carries `speedup_process_sd`); otherwise the comparison engine's ratio of the two rows' per-trial
 throughputs stands in (`unpaired`: the two were timed minutes apart). Each row also carries its
-noise figures, `stable`, and the verdict words for ΔAUC and speedup (`auc_verdict`,
-`speed_verdict`: equivalent, gain, loss or inconclusive against the margins in `auc_margin`
-and `speed_margin`).
+noise figures, the absolute throughput's flag `stable`, and the verdict words for ΔAUC and speedup
+(`auc_verdict`, `speed_verdict`: equivalent, gain, loss or inconclusive against the margins in
+`auc_margin` and `speed_margin`), each read off that figure's own interval.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from bench.comparison import finite, ratio, samples
+from bench.comparison import finite, ratio, samples, timing_setting_text
 from bench.metrics import (
     AUC,
     AUC_DELTA,
@@ -27,7 +28,9 @@ from bench.metrics import (
     CUDA_PEAK_BYTES,
     EMBEDDING_BYTES,
     FIDELITY_GAP,
+    LATENCY_CALLS,
     LATENCY_MS,
+    LATENCY_P99_CALLS,
     LOGLOSS,
     MODEL_BYTES,
     NE,
@@ -35,6 +38,7 @@ from bench.metrics import (
     ORACLE_AUC,
     PEAK_RSS_BYTES,
     SPEEDUP,
+    SPEEDUP_PROCESS_SD,
     THROUGHPUT,
     THROUGHPUT_TRIALS,
     hi,
@@ -46,7 +50,7 @@ from bench.metrics import (
 from bench.registry import BASELINE_BACKEND
 from bench.record import RunRecord, is_serving
 from bench.report.machine import EXTRA_COLUMNS, row_extras
-from bench.stats import INCONCLUSIVE, practical_verdict
+from bench.stats import practical_verdict
 
 KEY = ["workload", "device", "backend", "batch_size"]
 BASELINE = BASELINE_BACKEND
@@ -69,12 +73,16 @@ COLUMNS = [
     LOGLOSS,
     NE,
     THROUGHPUT,
+    lo(THROUGHPUT),
+    hi(THROUGHPUT),
     SPEEDUP,
     lo(SPEEDUP),
     hi(SPEEDUP),
     "speedup_method",
     "speedup_rounds",
     "speedup_stop",
+    SPEEDUP_PROCESS_SD,
+    "timing_setting",
     "auc_verdict",
     "speed_verdict",
     "auc_margin",
@@ -90,6 +98,10 @@ COLUMNS = [
     "latency_p50_ms",
     "latency_p90_ms",
     "latency_p99_ms",
+    "latency_p99_lo_ms",
+    "latency_p99_hi_ms",
+    LATENCY_CALLS,
+    LATENCY_P99_CALLS,
     EMBEDDING_BYTES,
     MODEL_BYTES,
     "compression",
@@ -192,8 +204,9 @@ def _row(r: RunRecord) -> dict[str, Any]:
     }
     row.update({name: _num(m.get(name)) for name in _METRICS})
     row["ps_twin"] = m.get("ps_twin")  # ps_redis: the in-memory backend with the same rows
-    for q in ("p50", "p90", "p99"):
+    for q in ("p50", "p90", "p99", "p99_lo", "p99_hi"):
         row[f"latency_{q}_ms"] = _num(lat.get(q))
+    row["timing_setting"] = timing_setting_text(m)
     noise = m.get("noise") or {}
     row.update(
         stable=m.get("stable"),  # None: the record predates noise flags, or the job did not time
@@ -277,8 +290,9 @@ def margins(rec: RunRecord) -> tuple[float, float]:
 def _verdict_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord]) -> pd.DataFrame:
     """Which of equivalent / gain / loss / inconclusive each row's ΔAUC and speedup support.
 
-    Sign-aware TOST readings of the 95% intervals against the margins; an unstable timing reads
-    `inconclusive (unstable)` whatever its interval says. The reference row has no verdicts.
+    Sign-aware TOST readings of each figure's own 95% interval against its margin: a speedup is
+    judged on its paired interval, whatever the absolute throughput's flag says. The reference row
+    has no verdicts.
     """
     cols: dict[str, list] = {"auc_verdict": [], "speed_verdict": [], "auc_margin": [], "speed_margin": []}
     for row in df.itertuples(index=False):
@@ -290,8 +304,6 @@ def _verdict_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord]) -> pd.Dat
                 auc_v = practical_verdict(row.auc_delta_lo, row.auc_delta_hi, auc_m)
             if not (row.performance_only and math.isnan(row.speedup)):  # an unpaired performance-only job has no reference
                 speed_v = practical_verdict(row.speedup_lo, row.speedup_hi, speed_m, null=1.0, ratio=True)
-            if row.stable is False:
-                speed_v = f"{INCONCLUSIVE} (unstable)"
         for name, value in zip(cols, (auc_v, speed_v, auc_m, speed_m)):
             cols[name].append(value)
     return df.assign(**cols)

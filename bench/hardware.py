@@ -6,12 +6,14 @@ the measuring code (bench.measure) and the memory guard call these functions.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
 import platform
 import resource
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
@@ -40,6 +42,19 @@ def set_threads(threads: int | None) -> int:
             raise UserError(f"threads must be a positive integer, got {threads} (threads=N)")
         torch.set_num_threads(threads)
     return torch.get_num_threads()
+
+
+@contextlib.contextmanager
+def timing_threads(threads: int | None) -> Iterator[int]:
+    """Run a block (the timed calls) at `threads` intra-op threads (None: as they are), then restore the count."""
+    before = torch.get_num_threads()
+    if threads is not None and threads != before:
+        torch.set_num_threads(threads)
+    try:
+        yield torch.get_num_threads()
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
 
 
 # glibc mallopt parameters (malloc.h).

@@ -32,6 +32,7 @@ from bench.hashing import config_hash
 from bench.measure.environment import environment
 from bench.measure.memory import memory_skip_reason
 from bench.models.train import input_identity
+from bench.pipeline.calibrate import timing_setting
 from bench.pipeline.guard import memory_estimate
 from bench.pipeline.shared import SharedWork
 from bench.record import USER, RunRecord
@@ -122,7 +123,13 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
             record.config["backend"] = dataclasses.asdict(backend.cfg)
             record.config_hash = job_hash(record.config)
             skip = backend.unsupported_reason(device) or route.skip_reason(cfg, backend, device, session.work)
-        if skip is not None:
+        if skip is None:
+            # The timing setting the job is measured with (picked on this machine unless given) is part of
+            # its identity: resume never hands back a record timed with another one.
+            cfg, setting = _timing_setting(cfg, device, backend, route, session)
+            record.config["timing"] = dataclasses.asdict(cfg.timing)
+            record.config_hash = job_hash(record.config)
+        else:
             device = None  # not usable here: describe the machine without it
         if cfg.resume:
             fingerprint = environment(device)["fingerprint"]
@@ -139,7 +146,7 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
         if skip is not None:
             record.status, record.error = "skipped", skip
         else:
-            record.metrics = route.measure(cfg, backend, device, session.work)
+            record.metrics = route.measure(cfg, backend, device, session.work, setting)
             record.error = route.fault(record.metrics)  # it ran, but what it measured fails the job
             record.status = "error" if record.error else "ok"
         return record, None
@@ -162,6 +169,16 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
             _close(backend, record)
         if not record.resumed_from:
             record.env = environment(device)
+
+
+def _timing_setting(cfg: Config, device: torch.device, backend, route, session: Session) -> tuple[Config, dict[str, Any]]:
+    """The config with its timing setting resolved (bench.pipeline.calibrate), and what the record says of it."""
+    why_not, calibrated = route.uncalibrated or "", None  # a route that times its own way says why
+    if not why_not and not cfg.timing.calibrate:
+        why_not = "timing.calibrate=false"
+    if not why_not and device.type == "cpu":
+        calibrated, why_not = session.work.calibration(cfg)
+    return timing_setting(cfg, device, backend, calibrated, why_not)
 
 
 def _close(backend, record: RunRecord) -> None:

@@ -1,4 +1,5 @@
 from importlib.metadata import version
+import math
 
 import numpy as np
 import pytest
@@ -183,7 +184,7 @@ def test_paired_rounds_alternate_order_over_the_same_batches():
                          batches_per_trial=2, clock=clock)
     assert paired.first == ["reference", "candidate", "candidate", "reference"]  # ABBA
     assert ref.seen[1:] == cand.seen[1:]  # both sides timed the same batches in every round
-    assert paired.ratios == [2.0] * 4 and paired.speedup() == (2.0, 2.0, 2.0)
+    assert paired.ratios == [2.0] * 4 and paired.speedup() == pytest.approx((2.0, 2.0, 2.0))
 
 
 def _jittery(clock: FakeClock, base_ns: int, jitter: list[float]) -> Costs:
@@ -209,6 +210,20 @@ def test_paired_rounds_stop_at_the_bound_when_the_noise_never_settles():
     paired = time_paired(cand, ref, numbered_inputs(100), 4, torch.device("cpu"), warmup_batches=1, trials=4,
                          batches_per_trial=1, clock=clock, target_spread=0.05, max_rounds=12)
     assert paired.stopped == "max_rounds" and len(paired.ratios) == 12 and paired.spread > 0.05
+
+
+def test_paired_rounds_stop_when_the_process_spread_dominates():
+    """Rounds that agree to 1% cannot narrow an interval that carries a 3% between-process spread: stop early."""
+    clock = FakeClock()
+    cand, ref = _jittery(clock, 1_000_000, [1.0, 1.01, 0.99, 1.0, 1.02, 0.98]), Costs(clock, 2_000_000)
+    paired = time_paired(cand, ref, numbered_inputs(100), 4, torch.device("cpu"), warmup_batches=1, trials=6,
+                         batches_per_trial=1, clock=clock, target_spread=0.05, max_rounds=48, process_sd=0.03)
+    assert paired.stopped == "process" and len(paired.ratios) < 48 and paired.round_se <= 0.015
+    point, lo, hi = paired.speedup()
+    assert lo < point * math.exp(-1.96 * 0.03) * 1.001 and hi > point * math.exp(1.96 * 0.03) * 0.999  # the process part is in it
+    alone = time_paired(cand, ref, numbered_inputs(100), 4, torch.device("cpu"), warmup_batches=1, trials=6,
+                        batches_per_trial=1, clock=clock, target_spread=0.05, max_rounds=48)
+    assert alone.stopped == "target" and alone.spread < paired.spread  # the same rounds alone claim a narrower interval
 
 
 def test_paired_rounds_are_a_fixed_count_without_a_larger_bound():

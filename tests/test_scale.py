@@ -262,8 +262,11 @@ def test_thread_cpu_clock_needs_one_thread(tiny_cfg):
     from bench.config.validation import check_values as validate
 
     validate(tiny_cfg("timing.clock=thread_cpu", "threads=1"))
-    with pytest.raises(UserError, match="set threads=1"):
-        validate(tiny_cfg("timing.clock=thread_cpu"))
+    validate(tiny_cfg("timing.clock=thread_cpu"))  # no thread count given: the timing runs on one thread
+    with pytest.raises(UserError, match="needs one thread, not threads=2"):
+        validate(tiny_cfg("timing.clock=thread_cpu", "threads=2"))
+    with pytest.raises(UserError, match="not timing.threads=2"):
+        validate(tiny_cfg("timing.clock=thread_cpu", "timing.threads=2"))
     with pytest.raises(UserError, match="not a clock"):
         validate(tiny_cfg("timing.clock=sundial"))
 

@@ -51,6 +51,9 @@ class Backend:
     # Device types this backend runs on; another device yields a `skipped` record.
     devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
     not_shardable: ClassVar[str | None] = None
+    # Why a call spends time off the calling thread's CPU (a server round trip), when it does: the
+    # thread's CPU clock would leave that time out, so such a backend is timed on the wall clock.
+    waits_off_cpu: ClassVar[str | None] = None
 
     def __init__(self, cfg) -> None:
         self.cfg = cfg

@@ -71,6 +71,7 @@ class PsRedisConfig(BackendConfig):
 class PsRedisBackend(Backend):
     devices = ("cpu",)
     not_shardable = "its tables live in Redis behind a local cache in one process"
+    waits_off_cpu = "each batch waits on a Redis round trip"
 
     def check(self) -> None:
         cfg = self.cfg

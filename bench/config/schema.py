@@ -148,9 +148,10 @@ class TimingConfig:
     # Time the speedup against fp32 in the same process and window, in alternating (ABBA) rounds.
     paired: bool = True
     # Paired rounds go on past `trials` (two at a time, so both orders stay equally many) until the
-    # speedup's 95% interval spans at most `target_spread` of it, or `max_rounds` rounds are done. Seven
-    # rounds left intervals of 10-20% on a quiet 2-core machine, and two sweeps' speedups within 5% in only
-    # 11 of 21 rows; a fixed count cannot fit both a quiet and a busy machine. max_rounds <= trials: fixed count.
+    # speedup's 95% interval (the rounds, and the spread between processes measured on this machine)
+    # spans at most `target_spread` of it, or the rounds' share of it has fallen to half the
+    # between-process part (more rounds could not narrow it much), or `max_rounds` rounds are done.
+    # A fixed count cannot fit both a quiet and a busy machine. max_rounds <= trials: fixed count.
     target_spread: float = 0.05
     max_rounds: int = 48
     # Distinct samples the timing loop walks through (in whole batches, at least batches_per_trial,
@@ -158,14 +159,24 @@ class TimingConfig:
     # rows in cache: at 26 x 300k rows, 10 Zipf-1.1 batches of 1024 touch 1.2% of each table (22 MiB
     # fp32, inside a 32 MiB LLC) where a stream of requests touches far more. 0: batches_per_trial only.
     pool_samples: int = 262144
-    # wall: elapsed time. thread_cpu: CPU time of the calling thread (needs threads=1, CPU only): on a
-    # machine shared with other work it leaves out the time the thread waited for a core, which
-    # moved wall-clock throughput by 2x between jobs minutes apart on the 2 shared cores here.
-    clock: str = "wall"
-    # A figure is marked unstable (stable=false) when its trials vary more than this (std/mean) ...
+    # The timed calls' thread count and clock. None / auto: picked by measurement on this machine (once,
+    # cached: bench.pipeline.calibrate), among the settings the other keys leave open; `threads`, when
+    # given, fixes the count. wall: elapsed time. thread_cpu: CPU time of the calling thread (one
+    # thread, CPU only): it leaves out the time the thread waited for a core, which moved wall-clock
+    # throughput by 2x between jobs minutes apart on 2 shared cores. Scoring and building run at
+    # `threads` whatever is picked here; the record's config holds what was picked (job identity).
+    threads: Optional[int] = None
+    clock: str = "auto"
+    # Measure this machine's timing noise once (about a minute, cached in cache_dir) to pick the setting
+    # and to carry the spread between processes into every speedup interval. false: the given or the
+    # default setting, and intervals that cover the rounds of one process only.
+    calibrate: bool = True
+    # Also time the backend alone at the job's own thread count when the picked setting uses fewer,
+    # and report that samples/s beside the paired figures (`throughput_all_threads`).
+    report_all_threads: bool = False
+    # The absolute throughput is flagged (stable=false, its own flag: the paired speedup is judged on
+    # its own interval) when its trials vary more than this (std/mean).
     max_trial_cv: float = 0.10
-    # ... or the paired speedup's 95% interval is wider than this share of the speedup.
-    max_ratio_spread: float = 0.10
     # Testing only: each timed CPU call busy-waits this fraction of its own duration more (0.2: 20%
     # slower), a real change of the timed work that the dashboard's step detection must find.
     test_delay: float = 0.0

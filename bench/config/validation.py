@@ -18,7 +18,7 @@ from bench import registry
 from bench.config import RECORDS_FILE, Config
 from bench.errors import UserError
 
-CLOCKS = ("wall", "thread_cpu")
+CLOCKS = ("auto", "wall", "thread_cpu")
 
 
 def validate_config(cfg: Config, run_dirs: Iterable[tuple[str, str]] = ()) -> None:
@@ -60,17 +60,21 @@ def check_timing(timing, threads: int | None) -> None:
         raise UserError(f"timing.min_trial_seconds must be 0 or more, got {timing.min_trial_seconds}")
     if timing.clock not in CLOCKS:
         raise UserError(f"timing.clock={timing.clock!r} is not a clock: choose one of {', '.join(CLOCKS)}")
-    if timing.clock == "thread_cpu" and threads != 1:
-        raise UserError("timing.clock=thread_cpu times the calling thread only: set threads=1 with it")
+    if timing.threads is not None:
+        _positive_int(timing.threads, "timing.threads")
+    fixed = timing.threads if timing.threads is not None else threads
+    if timing.clock == "thread_cpu" and fixed not in (None, 1):
+        key = "timing.threads" if timing.threads is not None else "threads"
+        raise UserError(f"timing.clock=thread_cpu times the calling thread only: it needs one thread, not {key}={fixed} "
+                        f"(set {key}=1, or leave the thread count out)")
     if timing.test_delay < 0:
         raise UserError(f"timing.test_delay must be 0 or more (0.2: each timed call takes 20% longer), got {timing.test_delay}")
     if timing.pool_samples < 0:
         raise UserError(f"timing.pool_samples must be 0 or more, got {timing.pool_samples}")
     if not timing.target_spread > 0:
         raise UserError(f"timing.target_spread must be above 0 (0.05: stop when the speedup's interval spans 5% of it), got {timing.target_spread}")
-    for key in ("max_trial_cv", "max_ratio_spread"):
-        if not getattr(timing, key) > 0:
-            raise UserError(f"timing.{key} must be above 0, got {getattr(timing, key)}")
+    if not timing.max_trial_cv > 0:
+        raise UserError(f"timing.max_trial_cv must be above 0, got {timing.max_trial_cv}")
 
 
 def _check_backend(cfg: Config) -> None:

@@ -10,12 +10,16 @@ from typing import Any, Optional
 from bench.metrics import (
     CUDA_PEAK_BYTES,
     EMBEDDING_BYTES,
+    LATENCY_CALLS,
     LATENCY_MS,
+    LATENCY_P99_CALLS,
     MODEL_BYTES,
     PEAK_RSS_BYTES,
     THREADS,
     THROUGHPUT,
     THROUGHPUT_TRIALS,
+    hi,
+    lo,
 )
 
 SAMPLE = "one row (user-item pair) of the workload"  # what a sample counts in timed throughput
@@ -29,6 +33,9 @@ class Timed:
     trial_throughputs: list[float]
     latency_ms: dict[str, float]  # p50, p90, p99
     latency_samples_ms: list  # [trial][call]
+    throughput_interval: Optional[tuple[float, float]] = None  # 95%, over the trials (and processes, when measured)
+    calls: Optional[int] = None  # the timed calls behind the latency percentiles
+    p99_calls: Optional[int] = None  # how many of them make the p99 tail
 
 
 @dataclass
@@ -65,4 +72,8 @@ class JobFigures:
         if self.timed is not None:
             out.update({THROUGHPUT: self.timed.throughput, THROUGHPUT_TRIALS: self.timed.trial_throughputs,
                         LATENCY_MS: self.timed.latency_ms, "latency_samples_ms": self.timed.latency_samples_ms, "sample": SAMPLE})
+            if self.timed.throughput_interval is not None:
+                out[lo(THROUGHPUT)], out[hi(THROUGHPUT)] = self.timed.throughput_interval
+            if self.timed.calls is not None:
+                out.update({LATENCY_CALLS: self.timed.calls, LATENCY_P99_CALLS: self.timed.p99_calls})
         return {**out, **self.extra}

@@ -14,10 +14,13 @@ Paired timing (`time_paired`): the speedup of a candidate over a reference (fp32
 the same process and time window, in rounds that alternate the order (ABBA: ref-cand, cand-ref,
 ...). Both sides of a round run over the same batches, and each side takes the second place in
 half the rounds, so neither gains from the other's warm caches on average. The speedup is the
-median of per-round ratios with a bootstrap interval over rounds: background load that changes
-between rounds hits both sides of each ratio alike. The number of rounds adapts: past the minimum
-(`trials`), rounds go on until the interval is as narrow as asked (`target_spread`) or `max_rounds`
-are done, so a quiet machine stops early and a busy one buys precision with time, up to a bound.
+median of per-round ratios: background load that changes between rounds hits both sides of each
+ratio alike. Its interval adds two variances on the log scale: the median's over rounds (bootstrap)
+and `process_sd`, the spread that separate processes add on top (measured once per machine,
+`bench.pipeline.calibrate`), so it is a claim about what a re-run would measure. The number of
+rounds adapts: past the minimum (`trials`), rounds go on until the interval is as narrow as asked
+(`target_spread`), or until the rounds' own share is small beside `process_sd` (more rounds could
+not narrow it much), or `max_rounds` are done.
 
 The clock is injectable (`clock`: nanoseconds, `time.perf_counter_ns` by default), so the logic is
 tested without timing anything.
@@ -34,7 +37,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bench.stats import median_interval
+from bench.stats import Quantile, RatioInterval, log_median_interval, log_se, quantile_interval
 
 Clock = Callable[[], int]  # nanoseconds
 # The timing config's keys that drive the loop (`pool_samples` chose the inputs: the caller's business).
@@ -43,8 +46,9 @@ CLOCKS = {"wall": time.perf_counter_ns, "thread_cpu": time.thread_time_ns}
 
 
 def loop_options(timing_cfg) -> dict:
-    """The loop's keyword arguments from a TimingConfig, `timing.clock` turned into the clock it names."""
-    return {**{key: getattr(timing_cfg, key) for key in LOOP_KEYS}, "clock": CLOCKS[timing_cfg.clock]}
+    """The loop's keyword arguments from a TimingConfig, `timing.clock` turned into the clock it names
+    (an `auto` clock that nothing resolved is the wall clock)."""
+    return {**{key: getattr(timing_cfg, key) for key in LOOP_KEYS}, "clock": CLOCKS.get(timing_cfg.clock, time.perf_counter_ns)}
 
 
 @dataclass
@@ -77,9 +81,20 @@ class Timing:
         t = np.asarray(self.trial_throughput)
         return float(t.std(ddof=1) / t.mean()) if t.size > 1 else 0.0
 
+    def throughput_interval(self, process_sd: float = 0.0, alpha: float = 0.05) -> RatioInterval:
+        """The median trial throughput with its interval over trials, widened by `process_sd` (log scale)."""
+        return log_median_interval(self.trial_throughput, process_sd, alpha)
+
     def latency_percentiles(self) -> dict[str, float]:
+        """p50, p90, p99 of every timed call, and the p99's distribution-free interval (ms)."""
         flat = np.concatenate([np.asarray(t) for t in self.latency_ms])
-        return {f"p{q}": float(np.percentile(flat, q)) for q in (50, 90, 99)}
+        out = {f"p{q}": float(np.percentile(flat, q)) for q in (50, 90, 99)}
+        tail = self.latency_tail()
+        return {**out, "p99_lo": tail.lo, "p99_hi": tail.hi}
+
+    def latency_tail(self, q: float = 0.99) -> Quantile:
+        """The q-quantile of every timed call with its interval, the number of calls, and how many make the tail."""
+        return quantile_interval(np.concatenate([np.asarray(t) for t in self.latency_ms]), q)
 
 
 @dataclass
@@ -90,17 +105,24 @@ class PairedTiming:
     reference: Timing
     first: list[str]  # per round, which side ran first ("reference" or "candidate")
     # Why the rounds stopped: "fixed" (trials rounds), "target" (the interval narrowed to the target
-    # spread), or "max_rounds" (it never did).
+    # spread), "process" (the rounds' share of the interval is small beside the between-process
+    # spread: more rounds could not narrow it much), or "max_rounds" (none of these happened).
     stopped: str = "fixed"
+    process_sd: float = 0.0  # the between-process standard deviation of log(speedup) the interval carries
 
     @property
     def ratios(self) -> list[float]:
         """Per-round candidate / reference throughput."""
         return [c / r for c, r in zip(self.candidate.trial_throughput, self.reference.trial_throughput)]
 
+    @property
+    def round_se(self) -> float:
+        """The rounds' standard error of log(speedup): the part of the interval more rounds can shrink."""
+        return log_se(self.ratios)
+
     def speedup(self, alpha: float = 0.05) -> tuple[float, float, float]:
-        """Median per-round ratio with its bootstrap (1 - alpha) interval over rounds."""
-        return median_interval(self.ratios, alpha=alpha)
+        """Median per-round ratio with its (1 - alpha) interval over rounds and processes."""
+        return log_median_interval(self.ratios, self.process_sd, alpha)
 
     @property
     def spread(self) -> float:
@@ -179,13 +201,15 @@ def time_paired(
     target_spread: float = 0.05,
     max_rounds: int = 0,
     test_delay: float = 0.0,
+    process_sd: float = 0.0,
     **_unused,
 ) -> PairedTiming:
     """At least `trials` rounds; in each, both modules run the same next batches, in ABBA order.
 
     The number of calls per half is sized from the slower side's warm-up, so every half lasts
     at least `min_trial_seconds`. With `max_rounds` above `trials`, rounds go on two at a time
-    (as many of each order) until the speedup's interval spans at most `target_spread` of it.
+    (as many of each order) until the speedup's interval (rounds and `process_sd`) spans at most
+    `target_spread` of it, or the rounds' standard error has fallen to half of `process_sd`.
     """
     calls, timed = _Calls(inputs), _clock_fn(device, clock, test_delay)
     sides = {"candidate": candidate, "reference": reference}
@@ -194,7 +218,7 @@ def time_paired(
 
     def paired() -> PairedTiming:
         return PairedTiming(Timing(batch_size, lat["candidate"], len(inputs)),
-                            Timing(batch_size, lat["reference"], len(inputs)), first)
+                            Timing(batch_size, lat["reference"], len(inputs)), first, process_sd=process_sd)
 
     with torch.inference_mode():
         warm_batches = calls.take(max(1, warmup_batches))
@@ -214,6 +238,9 @@ def time_paired(
                 return result
             if len(first) % 2 == 0 and result.spread <= target_spread:
                 result.stopped = "target"
+                return result
+            if len(first) % 2 == 0 and process_sd > 0 and result.round_se <= process_sd / 2:
+                result.stopped = "process"
                 return result
             if len(first) >= max_rounds:
                 result.stopped = "max_rounds"

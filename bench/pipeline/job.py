@@ -21,6 +21,7 @@ from bench.measure.figures import Held, JobFigures, Timed
 from bench.measure.memory import PeakMemory, model_bytes
 from bench.measure.noise import LoadWatch, stability
 from bench.measure.timing import (
+    CLOCKS,
     PairedTiming,
     Timing,
     loop_options,
@@ -42,7 +43,10 @@ from bench.workloads.workload import Workload
 PERFORMANCE_ONLY = "performance only, no accuracy (untrained weights)"
 
 
-def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedWork) -> dict[str, Any]:
+def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedWork,
+            setting: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The job's metrics; `setting`: the timing setting `cfg.timing` was resolved with (bench.pipeline.calibrate)."""
+    setting = setting or {"threads": cfg.timing.threads, "clock": cfg.timing.clock, "how": "given", "process_sd": None}
     workload = shared.workload(cfg)
     n_eval = workload.num_samples("eval")
     if cfg.batch_size > n_eval:  # checked before the model is trained or loaded
@@ -62,13 +66,15 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
             reference, why_unpaired = _reference(cfg, backend, model, workload, device, shared)
         backend.before_timing(prepared, max(1, cfg.timing.warmup_batches))
         faults = hardware.minor_faults()
-        with LoadWatch() as load:
+        with hardware.timing_threads(cfg.timing.threads) as threads, LoadWatch() as load:
             if reference is None:
                 timing, paired = time_module(prepared, inputs, cfg.batch_size, device, **loop_options(cfg.timing)), None
             else:
-                paired = time_paired(prepared, reference, inputs, cfg.batch_size, device, **loop_options(cfg.timing))
+                paired = time_paired(prepared, reference, inputs, cfg.batch_size, device, **loop_options(cfg.timing),
+                                     process_sd=setting.get("process_sd") or 0.0)
                 timing = paired.candidate
         faults = hardware.minor_faults() - faults
+        all_threads = _all_threads(cfg, prepared, inputs, device, threads)
 
     if performance_only:
         metrics: dict[str, Any] = {"accuracy": PERFORMANCE_ONLY}
@@ -81,18 +87,33 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
     metrics.update(_timing_figures(cfg, backend, timing, paired, why_unpaired, load.figures, inputs))
     calls = timing.timed_calls + (paired.reference.timed_calls if paired else 0)
     calls += cfg.timing.warmup_batches * (2 if paired else 1)
+    throughput = timing.throughput_interval(setting.get("throughput_process_sd") or 0.0)
+    tail = timing.latency_tail()
     metrics.update(JobFigures(
-        timed=Timed(timing.throughput, timing.trial_throughput, timing.latency_percentiles(), timing.latency_ms),
+        timed=Timed(timing.throughput, timing.trial_throughput, timing.latency_percentiles(), timing.latency_ms,
+                    throughput_interval=(throughput.lo, throughput.hi), calls=tail.n, p99_calls=tail.tail),
         held=Held(embedding_bytes(prepared), model_bytes(prepared), peak.peak_rss_bytes, peak.rss_scope, peak.cuda_peak_bytes),
-        threads=torch.get_num_threads(),
+        threads=threads,
         model_source=model.info.get("source"),
         workload_info=workload.describe(),
         extra={PREPARE_SECONDS: shared.prepare_seconds(backend, model, device), "page_faults_per_call": faults / calls,
-               "rss_start_bytes": peak.rss_start_bytes, "table_rows": [int(t.num_embeddings) for t in workload.tables]},
+               "rss_start_bytes": peak.rss_start_bytes, "table_rows": [int(t.num_embeddings) for t in workload.tables],
+               "throughput_all_threads": all_threads, "timing_setting": setting},
     ).metrics())
-    metrics.update(job_profile(cfg, prepared, inputs, workload, timing, device, shared))
+    with hardware.timing_threads(threads):  # the roofline at the thread count the throughput was timed with
+        metrics.update(job_profile(cfg, prepared, inputs, workload, timing, device, shared))
     metrics.update(backend.job_metrics(prepared))
     return metrics
+
+
+def _all_threads(cfg: Config, prepared: nn.Module, inputs: list[tuple], device: torch.device, timed_threads: int) -> dict | None:
+    """With `timing.report_all_threads`, the backend alone at the job's own thread count when the timed
+    setting used fewer: its samples/s beside the paired figures (wall clock: the work runs on many threads)."""
+    if not cfg.timing.report_all_threads or torch.get_num_threads() <= timed_threads:
+        return None
+    options = {**loop_options(cfg.timing), "clock": CLOCKS["wall"]}
+    alone = time_module(prepared, inputs, cfg.batch_size, device, **options)
+    return {"threads": torch.get_num_threads(), "throughput": alone.throughput, "trial_cv": alone.trial_cv}
 
 
 def _reference(cfg: Config, backend: Backend, model: TrainedModel, workload: Workload, device: torch.device,
@@ -130,11 +151,12 @@ def _timing_figures(cfg: Config, backend: Backend, timing: Timing, paired: Paire
             speedup_rounds=paired.ratios, speedup_first=paired.first,
             speedup_method=f"paired: {len(paired.ratios)} ABBA rounds against {BASELINE_BACKEND} in this process",
             speedup_stop=paired.stopped,
+            speedup_round_se=paired.round_se, speedup_process_sd=paired.process_sd if paired.process_sd else None,
             reference_throughput=paired.reference.throughput, reference_throughput_trials=paired.reference.trial_throughput,
         )
     else:
         out["speedup_method"] = f"unpaired ({why_unpaired})"
-    out.update(stability(timing, paired, load, cfg.timing.max_trial_cv, cfg.timing.max_ratio_spread))
+    out.update(stability(timing, paired, load, cfg.timing.max_trial_cv))
     return out
 
 

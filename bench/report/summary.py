@@ -6,7 +6,9 @@ from bench.metrics import (
     AUC,
     AUC_DELTA,
     EMBEDDING_BYTES,
+    LATENCY_CALLS,
     LATENCY_MS,
+    LATENCY_P99_CALLS,
     LOGLOSS,
     MAX_QPS,
     MODEL_BYTES,
@@ -18,6 +20,7 @@ from bench.metrics import (
     PREPARE_SECONDS,
     SAMPLES_PER_S,
     SPEEDUP,
+    SPEEDUP_PROCESS_SD,
     THROUGHPUT,
     hi,
     lo,
@@ -44,13 +47,24 @@ def summary(record: RunRecord) -> str:
     else:
         lines.append(f"  {m.get('accuracy', 'no accuracy measured')}")
     lat = m[LATENCY_MS]
-    lines.append(
-        f"  throughput {m[THROUGHPUT]:,.0f} samples/s; latency p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, p99 {lat['p99']:.2f} ms; {m['threads']} threads"
-    )
+    tput = f"{m[THROUGHPUT]:,.0f} samples/s"
+    if m.get(lo(THROUGHPUT)) is not None:
+        tput += f" [{m[lo(THROUGHPUT)]:,.0f}, {m[hi(THROUGHPUT)]:,.0f}]"
+    tail = f" (slowest {m[LATENCY_P99_CALLS]} of {m[LATENCY_CALLS]} calls)" if m.get(LATENCY_P99_CALLS) is not None else ""
+    lines.append(f"  throughput {tput}; latency p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, p99 {lat['p99']:.2f} ms{tail}; "
+                 f"{m['threads']} threads")
+    setting = m.get("timing_setting") or {}
+    if setting.get("threads") is not None:
+        lines.append(f"  timed with {setting['threads']} thread(s) on the {setting['clock']} clock: {setting.get('how', '')}")
     if m.get(SPEEDUP) is not None:
-        lines.append(f"  speedup vs fp32 {m[SPEEDUP]:.2f}x [{m[lo(SPEEDUP)]:.2f}, {m[hi(SPEEDUP)]:.2f}] ({m['speedup_method']})")
+        covers = "rounds and processes" if m.get(SPEEDUP_PROCESS_SD) else "rounds of this process"
+        lines.append(f"  speedup vs fp32 {m[SPEEDUP]:.2f}x [{m[lo(SPEEDUP)]:.2f}, {m[hi(SPEEDUP)]:.2f}] "
+                     f"({m['speedup_method']}; the interval covers {covers})")
     if m.get("stable") is False:
-        lines.append(f"  UNSTABLE timing: {m['unstable_reason']}")
+        lines.append(f"  absolute throughput unsteady: {m['unstable_reason']} (the paired speedup is judged on its own interval)")
+    if m.get("throughput_all_threads"):
+        alone = m["throughput_all_threads"]
+        lines.append(f"  alone at {alone['threads']} threads: {alone['throughput']:,.0f} samples/s")
     lines.append(
         f"  embeddings {m[EMBEDDING_BYTES] / 1e6:.2f} MB; model {m[MODEL_BYTES] / 1e6:.2f} MB; peak RSS {m[PEAK_RSS_BYTES] / 1e6:.0f} MB"
         + (f"; built in {m[PREPARE_SECONDS]:.1f} s" if m.get(PREPARE_SECONDS) is not None else "")

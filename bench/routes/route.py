@@ -2,8 +2,11 @@
 
     skip_reason(cfg, backend, device, work)  why the job cannot run here (a `skipped` record), or None;
                                              bad input raises UserError
-    measure(cfg, backend, device, work)      the record's metrics (`bench.measure.figures.job_metrics`
-                                             assembles the figures every route shares)
+    measure(cfg, backend, device, work, setting)
+                                             the record's metrics (`bench.measure.figures.JobFigures`
+                                             assembles the figures every route shares); `setting`: the
+                                             timing setting `cfg.timing` was resolved with
+                                             (bench.pipeline.calibrate)
     fault(metrics)                           a measured result that fails the job although it ran
                                              (sharding changed a score), or None
     teardown()                               release what the route holds; runs after every job
@@ -25,6 +28,8 @@ from bench.pipeline.shared import SharedWork
 
 class Route:
     name = "route"
+    # Why the route's jobs are not timed with this machine's calibrated setting (None: they are).
+    uncalibrated: str | None = None
 
     @classmethod
     def takes(cls, cfg: Config) -> bool:
@@ -33,7 +38,8 @@ class Route:
     def skip_reason(self, cfg: Config, backend: Backend, device: torch.device, work: SharedWork) -> str | None:
         return None
 
-    def measure(self, cfg: Config, backend: Backend, device: torch.device, work: SharedWork) -> dict[str, Any]:
+    def measure(self, cfg: Config, backend: Backend, device: torch.device, work: SharedWork,
+                setting: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
 
     def fault(self, metrics: dict[str, Any]) -> str | None:

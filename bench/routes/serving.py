@@ -16,6 +16,7 @@ from bench.serve import accuracy_error, measure_serving
 
 class ServingRoute(Route):
     name = "serving"
+    uncalibrated = "LoadGen times the serving scenario"
 
     @classmethod
     def takes(cls, cfg: Config) -> bool:
@@ -24,7 +25,8 @@ class ServingRoute(Route):
     def skip_reason(self, cfg: Config, backend: Backend, device: torch.device, work: SharedWork) -> str | None:
         return unsharded_skip_reason(cfg)
 
-    def measure(self, cfg: Config, backend: Backend, device: torch.device, work: SharedWork) -> dict[str, Any]:
+    def measure(self, cfg: Config, backend: Backend, device: torch.device, work: SharedWork,
+                setting: dict[str, Any]) -> dict[str, Any]:
         return measure_serving(cfg, backend, device, work)
 
     def fault(self, metrics: dict[str, Any]) -> str | None:

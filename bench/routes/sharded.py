@@ -15,6 +15,7 @@ from bench.routes.route import Route
 
 class ShardedRoute(Route):
     name = "sharded"
+    uncalibrated = "a sharded job's ranks are timed on the wall clock"
 
     @classmethod
     def takes(cls, cfg: Config) -> bool:
@@ -23,7 +24,8 @@ class ShardedRoute(Route):
     def skip_reason(self, cfg: Config, backend: Backend, device: torch.device, work: SharedWork) -> str | None:
         return distributed.unsupported_reason(cfg, backend, device, work)
 
-    def measure(self, cfg: Config, backend: Backend, device: torch.device, work: SharedWork) -> dict[str, Any]:
+    def measure(self, cfg: Config, backend: Backend, device: torch.device, work: SharedWork,
+                setting: dict[str, Any]) -> dict[str, Any]:
         return distributed.measure_sharded(cfg, backend, device, work)
 
     def fault(self, metrics: dict[str, Any]) -> str | None:

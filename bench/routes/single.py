@@ -24,5 +24,6 @@ class SingleRoute(Route):
     def skip_reason(self, cfg: Config, backend: Backend, device: torch.device, work: SharedWork) -> str | None:
         return unsharded_skip_reason(cfg)
 
-    def measure(self, cfg: Config, backend: Backend, device: torch.device, work: SharedWork) -> dict[str, Any]:
-        return measure(cfg, backend, device, work)
+    def measure(self, cfg: Config, backend: Backend, device: torch.device, work: SharedWork,
+                setting: dict[str, Any]) -> dict[str, Any]:
+        return measure(cfg, backend, device, work, setting)

@@ -1,0 +1,244 @@
+"""The timing setting and the spread between processes, measured once per machine and cached.
+
+A paired speedup measured in one process differs from the same measurement in another process by
+more than its rounds show: each process places the models anew in memory, starts from another
+allocator state and meets other background work. A re-run samples that level, so an interval that
+claims to cover a re-run must carry it (Kalibera & Jones, "Rigorous benchmarking in reasonable
+time", ISMM 2013: repeat at the level where the variance lives). Several processes per job would
+cost seconds of start-up each; instead `calibration` starts a few fresh processes once per machine
+(`Plan`). Each builds the probe pair (fp32 and int8_tbe on the default model with random weights)
+and times paired rounds at each probe batch size under every candidate setting in turn: all
+threads on the wall clock, one thread on the wall clock, one thread on its own CPU time. Per
+setting, the variance of log(speedup) splits into rounds and processes
+(`bench.stats.variance_components`); the setting whose re-run spread is smallest is picked, and its
+between-process standard deviation is carried into every paired interval. The same split is kept
+for the absolute throughput. The result is cached in `<cache_dir>/timing/<machine>.json` (delete
+the file to measure again).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from bench import hardware
+from bench.hashing import config_hash
+from bench.io import write_json_atomic
+from bench.measure.environment import environment
+from bench.stats import variance_components
+
+log = logging.getLogger(__name__)
+
+VERSION = 1
+PROBE_BACKEND = "int8_tbe"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How the calibration samples the machine: fresh processes, paired rounds in each, probe sizes."""
+
+    processes: int = 4
+    rounds: int = 12
+    batch_sizes: tuple[int, ...] = (256, 4096)
+    half_seconds: float = 0.05  # each side of a round lasts at least this long, as in a job's default timing
+    overrides: tuple[str, ...] = ()  # of the probe's config (tests use a tiny workload)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One way to time: the thread count of the timed calls and the clock that times them."""
+
+    threads: int
+    clock: str  # wall | thread_cpu
+
+    def text(self) -> str:
+        return f"{self.threads} thread{'s' if self.threads != 1 else ''}, {self.clock} clock"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What the calibration found for one setting (standard deviations of logs: about relative)."""
+
+    setting: Setting
+    process_sd: float  # between processes, beyond what their rounds explain: carried into every interval
+    round_sd: float  # between the rounds of one process
+    rerun_sd: float  # expected spread of a re-run's speedup at the plan's rounds: what the pick minimizes
+    throughput_process_sd: float  # the same split for the candidate's absolute throughput
+    throughput_round_sd: float
+
+
+def candidates(all_threads: int) -> list[Setting]:
+    """The settings worth comparing here: every thread on the wall clock, one thread on either clock."""
+    out = [Setting(all_threads, "wall")] if all_threads > 1 else []
+    return out + [Setting(1, "wall"), Setting(1, "thread_cpu")]
+
+
+def machine_key() -> str:
+    """The machine and stack a calibration holds for: CPU model, the CPUs this process may use,
+    torch and FBGEMM versions (the thread count is what the calibration chooses, so not part of it)."""
+    env = environment()
+    return config_hash({"cpu": env["cpu"], "cpus": env["cpu_count"], "torch": env["torch"], "fbgemm": env["fbgemm_gpu"],
+                        "version": VERSION}, length=12)
+
+
+def cache_path(cache_dir: str | Path) -> Path:
+    return Path(cache_dir) / "timing" / f"{machine_key()}.json"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    measured: tuple[Measured, ...]
+    path: str
+    processes: int
+    rounds: int
+
+    def best(self, threads: Optional[int] = None, clock: Optional[str] = None) -> Optional[Measured]:
+        """The setting with the smallest re-run spread among those matching the given parts; None if none match."""
+        fits = [m for m in self.measured if threads in (None, m.setting.threads) and clock in (None, m.setting.clock)]
+        return min(fits, key=lambda m: m.rerun_sd) if fits else None
+
+    def summary(self) -> dict[str, Any]:
+        """What a record keeps of the calibration its timing used."""
+        return {"path": self.path, "processes": self.processes, "rounds": self.rounds,
+                "settings": {m.setting.text(): {"process_sd": m.process_sd, "round_sd": m.round_sd, "rerun_sd": m.rerun_sd}
+                             for m in self.measured}}
+
+
+def calibration(cache_dir: str | Path, plan: Plan = Plan()) -> Calibration:
+    """This machine's calibration from the cache, or measured now (about a minute) and cached."""
+    path = cache_path(cache_dir)
+    try:
+        data = json.loads(path.read_text())
+        if data.get("version") == VERSION:
+            return _from_json(data, path)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    settings = candidates(torch.get_num_threads())
+    log.info("timing: measuring this machine's timing noise once (%d processes x %s; cached in %s)",
+             plan.processes, ", ".join(s.text() for s in settings), path)
+    start = time.perf_counter()
+    runs = [_child_run(cache_dir, settings, plan, first=i) for i in range(plan.processes)]
+    data = {"version": VERSION, "processes": plan.processes, "rounds": plan.rounds,
+            "probe": {"backend": PROBE_BACKEND, "batch_sizes": list(plan.batch_sizes), "half_seconds": plan.half_seconds},
+            "seconds": time.perf_counter() - start, "runs": runs,
+            "measured": [dataclasses.asdict(m) for m in split(runs, settings, plan)]}
+    write_json_atomic(path, data)
+    return _from_json(data, path)
+
+
+def timing_setting(cfg, device: torch.device, backend, calibrated: Optional[Calibration], why_not: str = "") -> tuple[Any, dict]:
+    """(cfg with `timing.threads` and `timing.clock` resolved, what the record says of the setting).
+
+    The parts the user fixed (`timing.threads` or `threads`, `timing.clock`) stay; the rest is the
+    calibration's best setting among those that match them. On CUDA, in a sharded job, or where no
+    calibration is at hand (`why_not` says why), nothing is picked: the job's thread count on the wall
+    clock, unless given, and the interval covers the rounds of one process only.
+    """
+    t = cfg.timing
+    threads = t.threads if t.threads is not None else cfg.threads
+    clock = None if t.clock == "auto" else t.clock
+    if clock is None and backend.waits_off_cpu:
+        clock = "wall"  # its calls wait off the CPU: the thread's CPU time would leave the wait out
+    fixed = [f"threads={threads}"] * (threads is not None) + [f"timing.clock={clock}"] * (clock is not None)
+    best = calibrated.best(threads, clock) if calibrated is not None and device.type == "cpu" and not why_not else None
+    if best is not None:
+        chosen = best.setting
+        how = ("given: " + ", ".join(fixed)) if len(fixed) == 2 else (
+            "picked by measurement on this machine" + (f" among settings with {fixed[0]}" if fixed else ""))
+        info = {"process_sd": best.process_sd, "throughput_process_sd": best.throughput_process_sd,
+                "calibration": calibrated.summary()}
+    else:
+        count = threads or torch.get_num_threads()
+        chosen = Setting(count, clock or ("thread_cpu" if count == 1 and device.type == "cpu" and not why_not else "wall"))
+        reason = why_not or ("CUDA: timed by CUDA events" if device.type != "cpu" else f"{chosen.text()} was not calibrated here")
+        how = ("given: " + ", ".join(fixed) if fixed else "default") + f" ({reason}: the interval covers one process's rounds)"
+        info = {"process_sd": None, "throughput_process_sd": None}
+    resolved = dataclasses.replace(cfg, timing=dataclasses.replace(t, threads=chosen.threads, clock=chosen.clock))
+    return resolved, {"threads": chosen.threads, "clock": chosen.clock, "how": how, **info}
+
+
+def split(runs: list[dict], settings: list[Setting], plan: Plan) -> list[Measured]:
+    """Per setting, the between-process and within-process standard deviations of log(speedup) and
+    log(throughput), pooled over the probe batch sizes (each size is its own set of processes)."""
+    out = []
+    for s in settings:
+        name = s.text()
+        parts: dict[str, list] = {"ratio": [], "throughput": []}
+        for batch_size in plan.batch_sizes:
+            for kind in parts:
+                groups = [run[name][str(batch_size)][kind] for run in runs]
+                parts[kind].append(variance_components(groups))
+        ratio, tput = ({k: _pooled(v) for k, v in (("between", [c.between_sd for c in cs]), ("within", [c.within_sd for c in cs]))}
+                       for cs in (parts["ratio"], parts["throughput"]))
+        rerun = math.sqrt(ratio["between"] ** 2 + ratio["within"] ** 2 / plan.rounds)
+        out.append(Measured(s, ratio["between"], ratio["within"], rerun, tput["between"], tput["within"]))
+    return out
+
+
+def _pooled(sds: list[float]) -> float:
+    return math.sqrt(float(np.mean(np.square(sds))))
+
+
+def _from_json(data: dict, path: Path) -> Calibration:
+    measured = tuple(Measured(**{**m, "setting": Setting(**m["setting"])}) for m in data["measured"])
+    return Calibration(measured, str(path), int(data["processes"]), int(data["rounds"]))
+
+
+def _child_run(cache_dir: str | Path, settings: list[Setting], plan: Plan, first: int) -> dict:
+    """One fresh process times the probe pair under every setting, starting at a different one each time."""
+    order = settings[first % len(settings):] + settings[:first % len(settings)]
+    args = json.dumps({"cache_dir": str(cache_dir), "settings": [dataclasses.asdict(s) for s in order],
+                       "plan": dataclasses.asdict(plan)})
+    done = subprocess.run([sys.executable, "-m", "bench.pipeline.calibrate", args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"timing calibration process failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _child(args: dict) -> dict:
+    """In the fresh process: per setting and probe batch size, paired rounds' log ratios and log throughputs."""
+    from bench import registry
+    from bench.config.compose import compose
+    from bench.measure.timing import CLOCKS, time_paired
+    from bench.pipeline.job import backend_config
+    from bench.pipeline.shared import SharedWork
+
+    plan = Plan(**{**args["plan"], "batch_sizes": tuple(args["plan"]["batch_sizes"]), "overrides": tuple(args["plan"]["overrides"])})
+    out: dict[str, dict] = {}
+    shared = SharedWork()
+    device = torch.device("cpu")
+    for batch_size in plan.batch_sizes:
+        cfg = compose([*plan.overrides, f"backend={PROBE_BACKEND}", f"batch_size={batch_size}", "model.weights=random",
+                       f"cache_dir={args['cache_dir']}"])
+        hardware.prepare_process(cfg.device, None)
+        workload = shared.workload(cfg)
+        model = shared.model(cfg, workload)
+        candidate = shared.prepared(cfg, registry.get("backend", PROBE_BACKEND).factory(cfg.backend), model, workload, device)
+        reference = shared.reference(cfg, registry.get("backend", "fp32").factory(backend_config({"name": "fp32"})), model, device)
+        inputs = shared.timing_inputs(cfg, workload, device)
+        for s in args["settings"]:
+            setting = Setting(**s)
+            with hardware.timing_threads(setting.threads):
+                paired = time_paired(candidate, reference, inputs, batch_size, device, warmup_batches=cfg.timing.warmup_batches,
+                                     trials=plan.rounds, batches_per_trial=1, min_trial_seconds=plan.half_seconds,
+                                     clock=CLOCKS[setting.clock], max_rounds=plan.rounds)
+            out.setdefault(setting.text(), {})[str(batch_size)] = {
+                "ratio": [math.log(r) for r in paired.ratios],
+                "throughput": [math.log(t) for t in paired.candidate.trial_throughput],
+            }
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(_child(json.loads(sys.argv[1]))))

@@ -64,3 +64,20 @@ def concat_batches(batches: list[Batch]) -> Batch:
     weights = torch.cat([jt.weights() for jts in per_key for jt in jts]) if weighted else None
     sparse = KeyedJaggedTensor(keys=keys, values=values, lengths=lengths, weights=weights)
     return Batch(dense=torch.cat([b.dense for b in batches]), sparse=sparse, labels=torch.cat([b.labels for b in batches]))
+
+
+def fresh_inputs(args: tuple) -> tuple:
+    """The same model inputs, each KJT replaced by a new one over the same tensors.
+
+    A KJT keeps what a model computes from it on first use (offsets from lengths, per-key lengths
+    and splits). A request arrives without them, so a timing loop that replays pool batches must hand
+    every call a KJT of its own; otherwise a replayed call is faster than a request, and a job's
+    speedup drifts with how often its calls go round the pool.
+    """
+    return tuple(_fresh(a) for a in args)
+
+
+def _fresh(x):
+    if not isinstance(x, KeyedJaggedTensor):
+        return x
+    return KeyedJaggedTensor(keys=x.keys(), values=x.values(), weights=x.weights_or_none(), lengths=x.lengths(), stride=x.stride())

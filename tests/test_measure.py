@@ -184,6 +184,7 @@ def test_paired_rounds_alternate_order_over_the_same_batches():
                          batches_per_trial=2, clock=clock)
     assert paired.first == ["reference", "candidate", "candidate", "reference"]  # ABBA
     assert ref.seen[1:] == cand.seen[1:]  # both sides timed the same batches in every round
+    assert ref.seen[1:4] == [1, 2, 3] and len(paired.reference.latency_ms[0]) == 2  # each half: one untimed call, then two timed
     assert paired.ratios == [2.0] * 4 and paired.speedup() == pytest.approx((2.0, 2.0, 2.0))
 
 
@@ -242,7 +243,7 @@ def test_paired_speedup_cancels_load_that_changes_between_rounds():
 
     def cost(base):
         def f(_):
-            rnd = max(0, calls["n"] - 2) // 4  # after one warm-up call a side: 2 calls per half, 2 halves per round
+            rnd = max(0, calls["n"] - 2) // 6  # after one warm-up call a side: 1 untimed + 2 timed calls per half, 2 halves per round
             calls["n"] += 1
             return base * slow.get(rnd, 1)
         return f

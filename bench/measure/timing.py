@@ -9,6 +9,8 @@ spent waiting for a core. On CUDA, CUDA events bracket each call and the trial s
 Fresh data: calls walk through the distinct timing batches in order across trials (they never
 restart at the first batch), so with enough distinct batches no timed call replays ids whose rows
 are still in cache from the call before; `Timing.calls_per_batch` says how often each was reused.
+Every call gets a KJT of its own, built before the clock starts (`bench.batch.fresh_inputs`): a
+replayed KJT carries what the last call computed from it, which a request does not.
 
 Paired timing (`time_paired`): the speedup of a candidate over a reference (fp32) is measured in
 the same process and time window, in rounds that alternate the order (ABBA: ref-cand, cand-ref,
@@ -37,6 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bench.batch import fresh_inputs
 from bench.stats import Quantile, RatioInterval, log_median_interval, log_se, quantile_interval
 
 Clock = Callable[[], int]  # nanoseconds
@@ -206,13 +209,21 @@ def time_paired(
 ) -> PairedTiming:
     """At least `trials` rounds; in each, both modules run the same next batches, in ABBA order.
 
-    The number of calls per half is sized from the slower side's warm-up, so every half lasts
-    at least `min_trial_seconds`. With `max_rounds` above `trials`, rounds go on two at a time
+    Each half starts with one untimed call (on a batch of its own, the same for both sides): the
+    first call after the other model ran pays for refilling the caches, a cost a model serving
+    alone does not have, and one that would pull short halves' ratios towards 1. The number of
+    timed calls per half is sized from the slower side's warm-up, so every half lasts at least
+    `min_trial_seconds`. With `max_rounds` above `trials`, rounds go on two at a time
     (as many of each order) until the speedup's interval (rounds and `process_sd`) spans at most
     `target_spread` of it, or the rounds' standard error has fallen to half of `process_sd`.
     """
     calls, timed = _Calls(inputs), _clock_fn(device, clock, test_delay)
     sides = {"candidate": candidate, "reference": reference}
+
+    def untimed(module: nn.Module, batches: list[tuple]) -> None:
+        for args in batches:
+            module(*fresh_inputs(args))
+
     lat: dict[str, list[list[float]]] = {"candidate": [], "reference": []}
     first: list[str] = []
 
@@ -227,8 +238,9 @@ def time_paired(
         while True:
             r = len(first)
             order = ("reference", "candidate") if r % 4 in (0, 3) else ("candidate", "reference")  # ABBA
-            batch_window = calls.take(n)
+            settle, batch_window = calls.take(1), calls.take(n)
             for side in order:
+                untimed(sides[side], settle)  # the switch from the other model's caches is not the model's speed
                 lat[side].append(timed(sides[side], batch_window, device))
             first.append(order[0])
             result = paired()
@@ -250,6 +262,7 @@ def time_paired(
 def _cpu_clock(module: nn.Module, trial_inputs: list[tuple], clock: Clock, test_delay: float = 0.0) -> list[float]:
     out = []
     for args in trial_inputs:
+        args = fresh_inputs(args)
         start = clock()
         module(*args)
         if test_delay:  # testing only: the call does `test_delay` of its own duration more work, on the same clock
@@ -262,7 +275,8 @@ def _cpu_clock(module: nn.Module, trial_inputs: list[tuple], clock: Clock, test_
 
 def _cuda_clock(module: nn.Module, trial_inputs: list[tuple], device: torch.device) -> list[float]:
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in trial_inputs]
-    for args, (start, end) in zip(trial_inputs, events):
+    fresh = [fresh_inputs(args) for args in trial_inputs]
+    for args, (start, end) in zip(fresh, events):
         start.record()
         module(*args)
         end.record()

@@ -72,11 +72,10 @@ def pin_malloc() -> dict | None:
 
     By default glibc moves its mmap threshold with the allocation history: the same batch-4096
     forward then either reuses heap memory or maps and page-faults fresh memory on every call,
-    and its timing flips between two modes (measured 238k vs 637k samples/s on one config).
-    A fixed threshold is not enough for large batches: glibc caps it at 32 MiB, and a batch-8192
-    forward of 26 tables x dim 64 allocates 54 MB outputs, mapped and faulted anew on every call
-    (24k-40k minor faults per call measured; 0 without mmap, and the embedding lookups alone ran
-    1.2-2x faster). So mmap is switched off (M_MMAP_MAX=0): every block comes from the heap and
+    and its timing flips between two modes (docs/measuring.md). A fixed threshold is not enough
+    for large batches: glibc caps it at 32 MiB, and a large batch's outputs are then mapped and
+    faulted anew on every call (thousands of minor faults per call, none without mmap). So mmap
+    is switched off (M_MMAP_MAX=0): every block comes from the heap and
     is reused; what jobs free goes back to the kernel through `release_free_memory` between jobs.
     Returns the settings in force (None where the C library is not glibc), recorded in the run's
     environment.

@@ -26,13 +26,13 @@ import torch
 from bench import registry
 from bench.backends.backend import NotApplicable
 from bench.config import NOT_THE_JOB, Config, workload_label
-from bench.errors import UserError
+from bench.errors import UserError, one_line
 from bench.hardware import prepare_process, resolve
 from bench.hashing import config_hash
 from bench.measure.environment import environment
 from bench.measure.memory import memory_skip_reason
 from bench.models.train import input_identity
-from bench.pipeline.calibrate import timing_setting
+from bench.pipeline.calibrate import Calibration, calibration, timing_setting
 from bench.pipeline.guard import memory_estimate
 from bench.pipeline.shared import SharedWork
 from bench.record import USER, RunRecord
@@ -79,10 +79,24 @@ class Session:
     resume: ResumeIndex = dataclasses.field(default_factory=ResumeIndex)
     # resume's claims on jobs; the caller holds them (`with session.claims:`) until the record is stored
     claims: Claims = dataclasses.field(default_factory=Claims)
+    # cache_dir -> this machine's timing calibration, or why there is none (kept across clear())
+    calibrations: dict[str, Calibration | str] = dataclasses.field(default_factory=dict)
 
     def clear(self) -> None:
         self.work.clear()
         self.resume = ResumeIndex()
+
+    def calibration(self, cfg: Config) -> tuple[Calibration | None, str]:
+        """This machine's timing calibration (bench.pipeline.calibrate), measured at most once per process;
+        (None, why) when it cannot be had. A failure leaves the jobs timed without it, not failed."""
+        if cfg.cache_dir not in self.calibrations:
+            try:
+                self.calibrations[cfg.cache_dir] = calibration(cfg.cache_dir)
+            except Exception as exc:  # noqa: BLE001 - the jobs go on, timed on the rounds alone
+                log.warning("timing calibration failed, jobs are timed without it: %s", one_line(exc))
+                self.calibrations[cfg.cache_dir] = f"the timing calibration failed ({one_line(exc)})"
+        found = self.calibrations[cfg.cache_dir]
+        return (found, "") if isinstance(found, Calibration) else (None, found)
 
 
 def run_one(cfg: Config, session: Session | None = None) -> RunRecord:
@@ -177,7 +191,7 @@ def _timing_setting(cfg: Config, device: torch.device, backend, route, session: 
     if not why_not and not cfg.timing.calibrate:
         why_not = "timing.calibrate=false"
     if not why_not and device.type == "cpu":
-        calibrated, why_not = session.work.calibration(cfg)
+        calibrated, why_not = session.calibration(cfg)
     return timing_setting(cfg, device, backend, calibrated, why_not)
 
 

@@ -30,7 +30,7 @@ def planted_runs(between: dict[str, float], within: dict[str, float], seed: int 
         for s in SETTINGS:
             name = s.text()
             run[name] = {str(bs): {kind: list(rng.normal(rng.normal(0.2, between[name]), within[name], PLAN.rounds))
-                                   for kind in ("ratio", "throughput")} for bs in PLAN.batch_sizes}
+                                   for kind in ("log_ratio", "log_throughput")} for bs in PLAN.batch_sizes}
         runs.append(run)
     return runs
 

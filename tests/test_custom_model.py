@@ -102,7 +102,8 @@ def test_a_model_that_returns_probabilities_trains_and_scores_as_declared(tmp_pa
     data = write_clicks(tmp_path / "clicks.parquet", rows=60000, seed=0, oracle=True)
     cfg = compose(custom(data, tmp_path, EXAMPLE, "+model.kwargs.sigmoid=true", "model.output=probabilities",
                          "workload.oracle=oracle_logit", "model.train.samples=50000", "model.train.progress=false",
-                         "timing.trials=1", "timing.max_rounds=1", "timing.batches_per_trial=1", "timing.pool_samples=0"))
+                         "timing.trials=1", "timing.max_rounds=1", "timing.batches_per_trial=1", "timing.pool_samples=0",
+                         "timing.calibrate=false"))
     session = Session()
     record = run_one(cfg, session)
     assert record.status == "ok", record.error

@@ -1,5 +1,3 @@
-
-import pytest
 """The same config and seed give the same record, timings aside: two `python -m bench` processes,
 each with its own fresh cache (so each trains the model), run at the same time and append to one
 shared reports folder, as parallel launchers do."""
@@ -10,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.store import read_records
 from tests.test_faults import FAST
 
@@ -17,7 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 # What may differ between two runs of the same job: timings, memory peaks, when and which record,
 # where the caches were, and whether the model was trained or loaded.
-TIMING_METRICS = {"throughput", "throughput_trials", "latency_ms", "latency_samples_ms", "peak_rss_bytes", "peak_rss_scope", "cuda_peak_bytes",
+TIMING_METRICS = {"throughput", "throughput_lo", "throughput_hi", "throughput_trials", "latency_calls", "latency_p99_calls",
+                  "speedup_round_se", "latency_ms", "latency_samples_ms", "peak_rss_bytes", "peak_rss_scope", "cuda_peak_bytes",
                   "speedup", "speedup_lo", "speedup_hi", "speedup_rounds", "reference_throughput", "reference_throughput_trials",
                   "noise", "stable", "unstable_reason", "timing_calls", "timing_calls_per_batch",
                   "rss_start_bytes", "page_faults_per_call", "prepare_seconds", "timing_pool", "roofline", "job_window"}  # fmt: skip

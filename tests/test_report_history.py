@@ -37,7 +37,7 @@ def test_append_writes_one_line_per_key_with_the_raw_trials(tmp_path):
     lines = path.read_text().splitlines()
     assert n == len(df) == len(lines)
     first = json.loads(lines[0])
-    assert first["history_version"] == HISTORY_VERSION == 3
+    assert first["history_version"] == HISTORY_VERSION == 4
     assert (first["run_id"], first["timestamp"], first["git_sha"]) == ("r1", "2025-01-01T00:00:00+00:00", "abc123")
     assert {"workload", "device", "backend", "batch_size", "auc", "throughput", "throughput_trials", "speedup_lo",
             "speedup_hi", "config_hash", "fingerprint"} <= set(first)
@@ -252,7 +252,7 @@ V2_LINE = {**{k: v for k, v in V1_LINE.items() if k not in ("throughput_lo", "th
            "unstable_reason": "the paired speedup's 95% interval spans 12% of it (limit 10%)"}
 
 
-def test_v2_lines_read_as_v3_and_a_flag_only_the_ratio_raised_is_dropped(tmp_path):
+def test_v2_and_v3_lines_read_as_v4_and_a_flag_only_the_ratio_raised_is_dropped(tmp_path):
     path = tmp_path / "history.jsonl"
     both = {**V2_LINE, "run_id": "v2b", "unstable_reason": "throughput varied 14% between trials (limit 10%); "
             "the paired speedup's 95% interval spans 12% of it (limit 10%)"}

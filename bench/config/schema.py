@@ -155,16 +155,15 @@ class TimingConfig:
     target_spread: float = 0.05
     max_rounds: int = 48
     # Distinct samples the timing loop walks through (in whole batches, at least batches_per_trial,
-    # at most the eval split), never restarting at the first. A handful of batches replayed keeps their
-    # rows in cache: at 26 x 300k rows, 10 Zipf-1.1 batches of 1024 touch 1.2% of each table (22 MiB
-    # fp32, inside a 32 MiB LLC) where a stream of requests touches far more. 0: batches_per_trial only.
+    # at most the eval split), never restarting at the first: a handful of batches replayed keeps their
+    # rows in cache, where a stream of requests touches far more (docs/measuring.md). 0: batches_per_trial only.
     pool_samples: int = 262144
     # The timed calls' thread count and clock. None / auto: picked by measurement on this machine (once,
     # cached: bench.pipeline.calibrate), among the settings the other keys leave open; `threads`, when
     # given, fixes the count. wall: elapsed time. thread_cpu: CPU time of the calling thread (one
-    # thread, CPU only): it leaves out the time the thread waited for a core, which moved wall-clock
-    # throughput by 2x between jobs minutes apart on 2 shared cores. Scoring and building run at
-    # `threads` whatever is picked here; the record's config holds what was picked (job identity).
+    # thread, CPU only): it leaves out the time the thread waited for a core, which on a shared
+    # machine moves wall-clock throughput between jobs. Scoring and building run at `threads`
+    # whatever is picked here; the record's config holds what was picked (part of the job's identity).
     threads: Optional[int] = None
     clock: str = "auto"
     # Measure this machine's timing noise once (about a minute, cached in cache_dir) to pick the setting

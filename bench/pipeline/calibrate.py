@@ -174,13 +174,13 @@ def split(runs: list[dict], settings: list[Setting], plan: Plan) -> list[Measure
     out = []
     for s in settings:
         name = s.text()
-        parts: dict[str, list] = {"ratio": [], "throughput": []}
+        parts: dict[str, list] = {"log_ratio": [], "log_throughput": []}
         for batch_size in plan.batch_sizes:
             for kind in parts:
                 groups = [run[name][str(batch_size)][kind] for run in runs]
                 parts[kind].append(variance_components(groups))
         ratio, tput = ({k: _pooled(v) for k, v in (("between", [c.between_sd for c in cs]), ("within", [c.within_sd for c in cs]))}
-                       for cs in (parts["ratio"], parts["throughput"]))
+                       for cs in (parts["log_ratio"], parts["log_throughput"]))
         rerun = math.sqrt(ratio["between"] ** 2 + ratio["within"] ** 2 / plan.rounds)
         out.append(Measured(s, ratio["between"], ratio["within"], rerun, tput["between"], tput["within"]))
     return out
@@ -234,8 +234,8 @@ def _child(args: dict) -> dict:
                                      trials=plan.rounds, batches_per_trial=1, min_trial_seconds=plan.half_seconds,
                                      clock=CLOCKS[setting.clock], max_rounds=plan.rounds)
             out.setdefault(setting.text(), {})[str(batch_size)] = {
-                "ratio": [math.log(r) for r in paired.ratios],
-                "throughput": [math.log(t) for t in paired.candidate.trial_throughput],
+                "log_ratio": [math.log(r) for r in paired.ratios],
+                "log_throughput": [math.log(t) for t in paired.candidate.trial_throughput],
             }
     return out
 

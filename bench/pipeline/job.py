@@ -28,7 +28,7 @@ from bench.measure.timing import (
     time_module,
     time_paired,
 )
-from bench.metrics import AUC_FP32, FIDELITY_GAP, ORACLE_AUC, PREPARE_SECONDS, SPEEDUP, hi, lo, with_interval
+from bench.metrics import AUC_FP32, FIDELITY_GAP, ORACLE_AUC, PREPARE_SECONDS, SPEEDUP, THREADS, THROUGHPUT, hi, lo, with_interval
 from bench.models.random_weights import RANDOM
 from bench.pipeline.attribution import attribute_delta
 from bench.pipeline.guard import memory_estimate
@@ -113,7 +113,7 @@ def _all_threads(cfg: Config, prepared: nn.Module, inputs: list[tuple], device: 
         return None
     options = {**loop_options(cfg.timing), "clock": CLOCKS["wall"]}
     alone = time_module(prepared, inputs, cfg.batch_size, device, **options)
-    return {"threads": torch.get_num_threads(), "throughput": alone.throughput, "trial_cv": alone.trial_cv}
+    return {THREADS: torch.get_num_threads(), THROUGHPUT: alone.throughput, "trial_cv": alone.trial_cv}
 
 
 def _reference(cfg: Config, backend: Backend, model: TrainedModel, workload: Workload, device: torch.device,

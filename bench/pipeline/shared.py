@@ -10,7 +10,6 @@ be large). `clear()` drops everything, after an out-of-memory or between indepen
 from __future__ import annotations
 
 import gc
-import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,11 +27,9 @@ from bench.measure.working_set import access_profile
 from bench.errors import UserError, one_line
 from bench.models.custom import is_custom
 from bench.models.train import input_identity, trained_model
-from bench.pipeline.calibrate import Calibration, calibration
 from bench.pipeline.scores import ScoreCache
 from bench.workloads.workload import Workload
 
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -75,7 +72,6 @@ class SharedWork:
     _prepare_seconds: dict[str, float] = field(default_factory=dict)  # build time of each prepared module
     _prepared_owner: str | None = None  # the (model config, backend, device) the prepared module serves
     scores: ScoreCache = field(default_factory=ScoreCache)
-    _calibrations: dict[str, Calibration | str] = field(default_factory=dict)  # cache_dir -> calibration, or why none
 
     def clear(self) -> None:
         self._workloads.clear()
@@ -127,18 +123,6 @@ class SharedWork:
     @staticmethod
     def model_ident(cfg: Config) -> str:
         return config_hash({"w": plain(cfg.workload), "m": plain(cfg.model), "seed": cfg.seed})
-
-    def calibration(self, cfg: Config) -> tuple[Calibration | None, str]:
-        """This machine's timing calibration (bench.pipeline.calibrate), measured at most once per process;
-        (None, why) when it cannot be had. A failure leaves the jobs timed without it, not failed."""
-        if cfg.cache_dir not in self._calibrations:
-            try:
-                self._calibrations[cfg.cache_dir] = calibration(cfg.cache_dir)
-            except Exception as exc:  # noqa: BLE001 - the jobs go on, timed on the rounds alone
-                log.warning("timing calibration failed, jobs are timed without it: %s", one_line(exc))
-                self._calibrations[cfg.cache_dir] = f"the timing calibration failed ({one_line(exc)})"
-        found = self._calibrations[cfg.cache_dir]
-        return (found, "") if isinstance(found, Calibration) else (None, found)
 
     def model_resident(self, cfg: Config) -> bool:
         return self._model.holds(self.model_ident(cfg))

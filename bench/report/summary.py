@@ -21,6 +21,7 @@ from bench.metrics import (
     SAMPLES_PER_S,
     SPEEDUP,
     SPEEDUP_PROCESS_SD,
+    THREADS,
     THROUGHPUT,
     hi,
     lo,
@@ -64,7 +65,7 @@ def summary(record: RunRecord) -> str:
         lines.append(f"  absolute throughput unsteady: {m['unstable_reason']} (the paired speedup is judged on its own interval)")
     if m.get("throughput_all_threads"):
         alone = m["throughput_all_threads"]
-        lines.append(f"  alone at {alone['threads']} threads: {alone['throughput']:,.0f} samples/s")
+        lines.append(f"  alone at {alone[THREADS]} threads: {alone[THROUGHPUT]:,.0f} samples/s")
     lines.append(
         f"  embeddings {m[EMBEDDING_BYTES] / 1e6:.2f} MB; model {m[MODEL_BYTES] / 1e6:.2f} MB; peak RSS {m[PEAK_RSS_BYTES] / 1e6:.0f} MB"
         + (f"; built in {m[PREPARE_SECONDS]:.1f} s" if m.get(PREPARE_SECONDS) is not None else "")

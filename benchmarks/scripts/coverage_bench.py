@@ -8,7 +8,10 @@ re-run measures, two independent estimates of equal spread would agree this way 
 cases (P(|Z| < 1.96 / sqrt(2))); far below means the intervals leave out variation that re-runs
 see, far above means they are wider than they need be. The median interval width says which.
 
-    python benchmarks/scripts/coverage_bench.py [--workdir DIR] [--warm] [extra overrides...]
+    python benchmarks/scripts/coverage_bench.py [--workdir DIR] [--warm] [--reuse TAG ...] [extra overrides...]
+
+`--reuse warm1 warm2` counts the two warm sweeps `sweep_bench.py --workdir DIR` left there as the
+first two of the three (they are independent warm sweeps of the same code too).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 import pandas as pd
-from sweep_runs import quant_sweep
+from sweep_runs import quant_sweep, stored_sweep
 
 KEY = ["backend", "batch_size"]
 
@@ -29,17 +32,24 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--warm", action="store_true", help="the cache in --workdir is already filled: no cold sweep")
     parser.add_argument("--sweeps", type=int, default=3)
+    parser.add_argument("--reuse", nargs="*", default=[], help="tags of warm sweeps already in --workdir, counted first")
     args, extra = parser.parse_known_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-coverage-"))
-    if not args.warm:
+    if not args.warm and not args.reuse:
         cold, _ = quant_sweep(workdir, "cold", extra)
         print(f"cold sweep {cold:.0f} s (fills the cache)")
     runs = []
-    for i in range(args.sweeps):
-        wall, df = quant_sweep(workdir, f"coverage{i + 1}", extra)
+
+    def add(df: pd.DataFrame, what: str) -> None:
         rows = df[(df.status == "ok") & (df.backend != "fp32") & df.speedup_lo.notna()].set_index(KEY)
         runs.append(rows)
-        print(f"warm sweep {i + 1}: {wall:.0f} s, {len(rows)} non-fp32 rows")
+        print(f"warm sweep {len(runs)}: {what}, {len(rows)} non-fp32 rows")
+
+    for tag in args.reuse:
+        add(stored_sweep(workdir, tag), f"{tag!r}, run earlier")
+    for i in range(len(args.reuse), args.sweeps):
+        wall, df = quant_sweep(workdir, f"coverage{i + 1}", extra)
+        add(df, f"{wall:.0f} s")
 
     keys = sorted(set.intersection(*(set(r.index) for r in runs)))
     table, inside = [], 0

@@ -25,3 +25,11 @@ def quant_sweep(workdir: Path, tag: str, overrides: list[str]) -> tuple[float, p
         sys.exit(f"sweep {tag} failed ({done.returncode}):\n{done.stderr[-2000:]}")
     report = re.search(r"^report: (.+)/report.md$", done.stdout, re.M).group(1)  # latest, or latest-<overrides>
     return wall, pd.read_csv(Path(report) / "results.csv")
+
+
+def stored_sweep(workdir: Path, tag: str) -> pd.DataFrame:
+    """The results table of a sweep an earlier script left in `workdir` under `tag`."""
+    found = sorted((workdir / f"reports_{tag}").glob("quant/*/results.csv"))
+    if not found:
+        sys.exit(f"no sweep {tag!r} in {workdir}: run it first (e.g. sweep_bench.py --workdir {workdir})")
+    return pd.read_csv(found[-1])

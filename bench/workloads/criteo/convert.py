@@ -1,10 +1,9 @@
 """Streaming preprocessing of Criteo text files into the memory-mapped layout of `layout.py`.
 
 Memory stays bounded by the chunk size (4 MB of text per parsing worker, at most 8 workers),
-whatever the input size: `benchmarks/scripts/preprocess_bench.py` measured 148 MB peak RSS on a generated
-10M-row file. The exception is the vocabulary of `frequency` and `first_seen`, which grows with the
-number of distinct ids (Kaggle: 33.8M distinct ids at 12 bytes each while counting, an estimate of about 0.4 GB, not
-measured; the 1TB logs have about 0.9 billion and need `hash`).
+whatever the input size (`benchmarks/scripts/preprocess_bench.py` measures its peak RSS). The
+exception is the vocabulary of `frequency` and `first_seen`, which grows with the number of distinct
+ids (12 bytes each while counting): the 1TB logs have too many for it and need `hash`.
 
 Transforms (documented choices, as in facebookresearch/dlrm):
 

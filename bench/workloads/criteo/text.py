@@ -7,8 +7,8 @@ the CSV files people derived from them: a header row (`Label,I1,..` or `Id,Label
 Parsing is column-wise numpy over chunks of bytes: field boundaries come from the positions of
 separators and newlines, digits are gathered into small matrices and combined with vectorized
 arithmetic. No Python code runs per row, unlike torchrec's `BinaryCriteoUtils.tsv_to_npys` (a
-`csv.reader` + per-row `int()` loop): `benchmarks/scripts/preprocess_bench.py` measured the whole
-preprocessing 11.4x faster than it in one process and 14.6x with 2 workers.
+`csv.reader` + per-row `int()` loop); `benchmarks/scripts/preprocess_bench.py` measures the two
+against each other (docs/criteo.md has the figures).
 
 Malformed lines (wrong field count, label not 0/1, a dense value that is not an integer, a
 categorical id that is not 1-8 hex digits) are skipped, counted by reason, and reported with

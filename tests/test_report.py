@@ -328,3 +328,18 @@ def test_auc_verdicts_are_practical_and_never_print_zero(sweep_a, tmp_path):
     line = next(x for x in md.splitlines() if x.startswith("- **int8_tbe**") and "e−07" in x)
     assert "0.0000" not in line and "e−07" in line and "equivalent to fp32 within the margin" in line
     assert "a loss" not in line
+
+
+def test_p99_says_how_many_calls_make_its_tail():
+    from types import SimpleNamespace
+
+    from bench.report.markdown import TAIL_CALLS, p99_cell
+
+    def row(calls, tail):
+        return SimpleNamespace(latency_p99_ms=78.4, latency_p99_lo_ms=2.1, latency_p99_hi_ms=80.2,
+                               latency_calls=calls, latency_p99_calls=tail)
+
+    assert p99_cell(row(300, 3)) == "78.40 (slowest 3 of 300 calls)"  # a few preemptions, named as such
+    assert p99_cell(row(3000, 30)) == "78.40 [2.10, 80.20]"
+    assert TAIL_CALLS == 10
+    assert p99_cell(SimpleNamespace(latency_p99_ms=float("nan"))) == fmt.DASH

@@ -46,6 +46,7 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=None)
     args, extra = parser.parse_known_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-concurrent-"))
+    workdir.mkdir(parents=True, exist_ok=True)  # a --workdir that does not exist yet
     warm = sweep(workdir, workdir / "warm-up", extra)  # trains the model once, outside the rounds
     if warm.wait() != 0:
         sys.exit(f"warm-up sweep failed: {warm.stderr.read()[-2000:]}")

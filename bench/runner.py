@@ -16,7 +16,9 @@ after every job.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,8 @@ from bench.hashing import config_hash
 from bench.measure.environment import environment
 from bench.measure.memory import memory_skip_reason
 from bench.models.train import input_identity
-from bench.pipeline.calibrate import Calibration, calibration, timing_setting
+from bench.pipeline import reruns
+from bench.pipeline.calibrate import Calibration, Setting, calibration, timing_setting
 from bench.pipeline.guard import memory_estimate
 from bench.pipeline.shared import SharedWork
 from bench.record import USER, RunRecord
@@ -81,6 +84,15 @@ class Session:
     claims: Claims = dataclasses.field(default_factory=Claims)
     # cache_dir -> this machine's timing calibration, or why there is none (kept across clear())
     calibrations: dict[str, Calibration | str] = dataclasses.field(default_factory=dict)
+    # calibration file -> the machine's re-run log, read once (this process's own jobs join it for the next)
+    reruns: dict[str, reruns.Reruns] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # What exists now (the imported libraries: about half a million objects) lives as long as the
+        # process: moved out of the collector's reach, a full collection between jobs and the automatic
+        # collections while a job runs cost milliseconds instead of half a second each.
+        gc.collect()
+        gc.freeze()
 
     def clear(self) -> None:
         self.work.clear()
@@ -97,6 +109,11 @@ class Session:
                 self.calibrations[cfg.cache_dir] = f"the timing calibration failed ({one_line(exc)})"
         found = self.calibrations[cfg.cache_dir]
         return (found, "") if isinstance(found, Calibration) else (None, found)
+
+    def rerun_log(self, calibrated: Calibration) -> reruns.Reruns:
+        if calibrated.path not in self.reruns:
+            self.reruns[calibrated.path] = reruns.Reruns(reruns.path_for(calibrated.path))
+        return self.reruns[calibrated.path]
 
 
 def run_one(cfg: Config, session: Session | None = None) -> RunRecord:
@@ -163,6 +180,8 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
             record.metrics = route.measure(cfg, backend, device, session.work, setting)
             record.error = route.fault(record.metrics)  # it ran, but what it measured fails the job
             record.status = "error" if record.error else "ok"
+            if record.status == "ok":
+                _log_rerun(record, setting)
         return record, None
     except NotApplicable as exc:  # this backend cannot apply to this model: nothing failed
         record.status, record.error = "skipped", str(exc)
@@ -192,7 +211,26 @@ def _timing_setting(cfg: Config, device: torch.device, backend, route, session: 
         why_not = "timing.calibrate=false"
     if not why_not and device.type == "cpu":
         calibrated, why_not = session.calibration(cfg)
-    return timing_setting(cfg, device, backend, calibrated, why_not)
+    rerun_log = session.rerun_log(calibrated) if calibrated is not None else None
+    return timing_setting(cfg, device, backend, calibrated, why_not, rerun_log)
+
+
+def _log_rerun(record: RunRecord, setting: dict[str, Any]) -> None:
+    """A paired speedup timed with a calibrated setting joins the machine's re-run log, from which later
+    runs of the same job learn the spread between runs (bench.pipeline.reruns)."""
+    m = record.metrics
+    calibration_file = (setting.get("calibration") or {}).get("path")
+    if not calibration_file or not m.get("speedup") or m.get("speedup_round_se") is None:
+        return
+    env = environment()
+    source = f"{env['git_sha']}{'-dirty' if env['git_dirty'] else ''}" if env["git_sha"] else f"bench {env['bench']}"
+    timed_with = Setting(record.config["timing"]["threads"], record.config["timing"]["clock"]).text()
+    line = reruns.entry(record.config_hash, source, timed_with, record.batch_size, record.backend, math.log(m["speedup"]),
+                        m["speedup_round_se"], len(m.get("speedup_rounds") or []))
+    try:
+        reruns.append(reruns.path_for(calibration_file), line)
+    except OSError as exc:  # the cache is extra: the record stands without it
+        log.warning("the re-run log %s was not written: %s", reruns.path_for(calibration_file), one_line(exc))
 
 
 def _close(backend, record: RunRecord) -> None:

@@ -12,11 +12,11 @@
 - `median_interval`: the median of one run's per-trial throughputs, bootstrap over the trials.
 - `log_median_interval`: the median of paired per-round ratios (or of trial throughputs), its
   interval widened by a between-process standard deviation (`variance_components` splits a figure's variance between
-  processes and rounds).
+  processes and rounds), with a Student-t multiplier for the degrees of freedom behind both parts.
 - `quantile_interval`: a latency percentile with its order-statistic interval and the number of
   samples in its tail.
 
-Only numpy and the standard library: the runner calls this inside every job.
+Only numpy, scipy.special and the standard library: the runner calls this inside every job.
 """
 
 from __future__ import annotations
@@ -288,21 +288,45 @@ def median_interval(values: Sequence[float], alpha: float = 0.05, n_boot: int = 
     return RatioInterval(point, float(min(lo, point)), float(max(hi, point)))
 
 
-def log_median_interval(values: Sequence[float], process_sd: float = 0.0, alpha: float = 0.05) -> RatioInterval:
+def log_median_interval(values: Sequence[float], process_sd: float = 0.0, alpha: float = 0.05,
+                        process_df: float | None = None) -> RatioInterval:
     """The median of positive figures (per-round speedups, per-trial throughputs) with a (1 - alpha)
     interval that a re-run in a new process should fall in.
 
     On the log scale, the median's standard error over the values (`log_se`) and `process_sd`, the
-    standard deviation that separate processes add on top of it (estimated once per machine), add
-    as variances; the interval is the normal one around the median, turned back into the figure's
-    units. With `process_sd` 0 it covers the values of one process only.
+    standard deviation that separate processes add on top of it (estimated per machine), add as
+    variances. Both are estimates: the multiplier is Student's t at the Welch-Satterthwaite degrees
+    of freedom of their sum (the values' count less one; `process_df` for the process part, None
+    for a known one), so an interval resting on four rounds, or on a spread measured in a few
+    processes, says so by its width. With `process_sd` 0 it covers the values of one process only.
     """
     v = np.asarray(values, dtype=np.float64).ravel()
     if v.size == 0 or not np.all(np.isfinite(v)) or np.any(v <= 0):
         raise ValueError("values must be a non-empty sequence of positive finite numbers")
     point = float(np.median(np.log(v)))
-    half = NormalDist().inv_cdf(1.0 - alpha / 2.0) * math.sqrt(log_se(v) ** 2 + process_sd**2)
+    se = log_se(v)
+    half = t_quantile(1.0 - alpha / 2.0, satterthwaite_df((se, v.size - 1), (process_sd, process_df))) * math.sqrt(
+        se**2 + process_sd**2)
     return RatioInterval(math.exp(point), math.exp(point - half), math.exp(point + half))
+
+
+def satterthwaite_df(*parts: tuple[float, float | None]) -> float:
+    """Degrees of freedom of a sum of variances, each `(sd, df)` (df None or 0 with sd 0: known
+    exactly), by Welch-Satterthwaite; infinite when every part with weight is known exactly."""
+    total = sum(sd**2 for sd, _ in parts)
+    spread = sum(sd**4 / df for sd, df in parts if sd > 0 and df)
+    if total == 0 or spread == 0:
+        return math.inf
+    return total**2 / spread
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Student's t quantile (the normal one for infinite df)."""
+    if math.isinf(df):
+        return NormalDist().inv_cdf(p)
+    from scipy.special import stdtrit  # loaded with scikit-learn already; kept out of import time
+
+    return float(stdtrit(df, p))
 
 
 def log_se(values: Sequence[float], n_boot: int = 2000, seed: int = 0) -> float:

@@ -139,12 +139,13 @@ class ShardingConfig:
 @dataclass
 class TimingConfig:
     warmup_batches: int = 5
-    # Trials of a backend alone; for a paired speedup, rounds of reference and candidate halves.
-    trials: int = 7
+    # Trials of a backend alone; for a paired speedup, the fewest rounds of reference and candidate
+    # halves (one ABBA cycle: each side leads twice).
+    trials: int = 4
     batches_per_trial: int = 10  # at least; more when needed to fill min_trial_seconds
     # A trial of a few milliseconds is at the mercy of one preemption; small batches get more
     # calls per trial so every trial lasts about this long.
-    min_trial_seconds: float = 0.25
+    min_trial_seconds: float = 0.2
     # Time the speedup against fp32 in the same process and window, in alternating (ABBA) rounds.
     paired: bool = True
     # Paired rounds go on past `trials` (two at a time, so both orders stay equally many) until the
@@ -152,8 +153,10 @@ class TimingConfig:
     # spans at most `target_spread` of it, or the rounds' share of it has fallen to half the
     # between-process part (more rounds could not narrow it much), or `max_rounds` rounds are done.
     # A fixed count cannot fit both a quiet and a busy machine. max_rounds <= trials: fixed count.
+    # Where the spread between processes dominates (docs/measuring.md), more rounds in one process
+    # cannot narrow the interval, so most jobs stop after the first rounds.
     target_spread: float = 0.05
-    max_rounds: int = 48
+    max_rounds: int = 16
     # Distinct samples the timing loop walks through (in whole batches, at least batches_per_trial,
     # at most the eval split), never restarting at the first: a handful of batches replayed keeps their
     # rows in cache, where a stream of requests touches far more (docs/measuring.md). 0: batches_per_trial only.

@@ -30,8 +30,10 @@ tested without timing anything.
 
 from __future__ import annotations
 
+import gc
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -84,9 +86,9 @@ class Timing:
         t = np.asarray(self.trial_throughput)
         return float(t.std(ddof=1) / t.mean()) if t.size > 1 else 0.0
 
-    def throughput_interval(self, process_sd: float = 0.0, alpha: float = 0.05) -> RatioInterval:
+    def throughput_interval(self, process_sd: float = 0.0, alpha: float = 0.05, process_df: float | None = None) -> RatioInterval:
         """The median trial throughput with its interval over trials, widened by `process_sd` (log scale)."""
-        return log_median_interval(self.trial_throughput, process_sd, alpha)
+        return log_median_interval(self.trial_throughput, process_sd, alpha, process_df)
 
     def latency_percentiles(self) -> dict[str, float]:
         """p50, p90, p99 of every timed call, and the p99's distribution-free interval (ms)."""
@@ -112,6 +114,8 @@ class PairedTiming:
     # spread: more rounds could not narrow it much), or "max_rounds" (none of these happened).
     stopped: str = "fixed"
     process_sd: float = 0.0  # the between-process standard deviation of log(speedup) the interval carries
+    process_df: float | None = None  # the degrees of freedom behind process_sd (None: taken as known)
+    second: "PairedTiming | None" = None  # the same calls read on a second clock (`time_paired(second_clock=)`)
 
     @property
     def ratios(self) -> list[float]:
@@ -125,7 +129,7 @@ class PairedTiming:
 
     def speedup(self, alpha: float = 0.05) -> tuple[float, float, float]:
         """Median per-round ratio with its (1 - alpha) interval over rounds and processes."""
-        return log_median_interval(self.ratios, self.process_sd, alpha)
+        return log_median_interval(self.ratios, self.process_sd, alpha, self.process_df)
 
     @property
     def spread(self) -> float:
@@ -148,11 +152,36 @@ class _Calls:
         return out
 
 
-def _clock_fn(device: torch.device, clock: Clock | str, test_delay: float = 0.0):
+@contextmanager
+def _timed_region():
+    """Inference mode, with Python's automatic garbage collection off (as `timeit` does): a collection
+    that happens to fall inside a timed call is the collector's time, not the model's."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _clock_fn(device: torch.device, clock: Clock | str, test_delay: float = 0.0, second: Clock | None = None,
+              second_out: list[list[float]] | None = None):
+    """`timed(module, inputs, device) -> ms per call`; with `second` (CPU only), each call is also read on
+    that clock and the trial's figures appended to `second_out`."""
     clock = CLOCKS[clock] if isinstance(clock, str) else clock  # a name: timing.clock's
     if device.type == "cuda":
         return _cuda_clock
-    return lambda module, trial_inputs, device: _cpu_clock(module, trial_inputs, clock, test_delay)
+
+    def timed(module, trial_inputs, device):
+        if second is None:
+            return _cpu_clock(module, trial_inputs, clock, test_delay)
+        both = _cpu_clock(module, trial_inputs, clock, test_delay, second)
+        second_out.append([b for _, b in both])
+        return [a for a, _ in both]
+
+    return timed
 
 
 def _calls_per_trial(warm_ms: list[float], batches_per_trial: int, min_trial_seconds: float) -> int:
@@ -181,7 +210,7 @@ def time_module(
     this process's count into the one every rank of a sharded job uses (their calls meet in collectives).
     """
     calls, timed = _Calls(inputs), _clock_fn(device, clock, test_delay)
-    with torch.inference_mode():
+    with _timed_region():
         warm = timed(module, calls.take(max(1, warmup_batches)), device)
         n = _calls_per_trial(warm, batches_per_trial, min_trial_seconds)
         if agree_calls is not None:
@@ -205,6 +234,8 @@ def time_paired(
     max_rounds: int = 0,
     test_delay: float = 0.0,
     process_sd: float = 0.0,
+    process_df: float | None = None,
+    second_clock: Clock | None = None,
     **_unused,
 ) -> PairedTiming:
     """At least `trials` rounds; in each, both modules run the same next batches, in ABBA order.
@@ -216,8 +247,10 @@ def time_paired(
     `min_trial_seconds`. With `max_rounds` above `trials`, rounds go on two at a time
     (as many of each order) until the speedup's interval (rounds and `process_sd`) spans at most
     `target_spread` of it, or the rounds' standard error has fallen to half of `process_sd`.
+    `second_clock` (the timing calibration's): the same calls read on a second clock too, as `.second`.
     """
-    calls, timed = _Calls(inputs), _clock_fn(device, clock, test_delay)
+    seconds: list[list[float]] = []  # the second clock's halves, in the order they ran
+    calls, timed = _Calls(inputs), _clock_fn(device, clock, test_delay, second_clock, seconds)
     sides = {"candidate": candidate, "reference": reference}
 
     def untimed(module: nn.Module, batches: list[tuple]) -> None:
@@ -228,10 +261,21 @@ def time_paired(
     first: list[str] = []
 
     def paired() -> PairedTiming:
-        return PairedTiming(Timing(batch_size, lat["candidate"], len(inputs)),
-                            Timing(batch_size, lat["reference"], len(inputs)), first, process_sd=process_sd)
+        result = PairedTiming(Timing(batch_size, lat["candidate"], len(inputs)),
+                              Timing(batch_size, lat["reference"], len(inputs)), first, process_sd=process_sd,
+                              process_df=process_df)
+        if second_clock is not None:  # the rounds' halves, as ran: [warm-ups (2)], then per round in `first`'s order
+            halves = {"candidate": [], "reference": []}
+            for r, leader in enumerate(first):
+                order = (leader, "reference" if leader == "candidate" else "candidate")
+                for k, side in enumerate(order):
+                    halves[side].append(seconds[2 + 2 * r + k])
+            result.second = PairedTiming(Timing(batch_size, halves["candidate"], len(inputs)),
+                                         Timing(batch_size, halves["reference"], len(inputs)), first, process_sd=process_sd,
+                                         process_df=process_df)
+        return result
 
-    with torch.inference_mode():
+    with _timed_region():
         warm_batches = calls.take(max(1, warmup_batches))
         warm = [timed(m, warm_batches, device) for m in sides.values()]
         n = max(_calls_per_trial(w, batches_per_trial, min_trial_seconds) for w in warm)
@@ -259,17 +303,21 @@ def time_paired(
                 return result
 
 
-def _cpu_clock(module: nn.Module, trial_inputs: list[tuple], clock: Clock, test_delay: float = 0.0) -> list[float]:
+def _cpu_clock(module: nn.Module, trial_inputs: list[tuple], clock: Clock, test_delay: float = 0.0,
+               second: Clock | None = None) -> list:
+    """Milliseconds per call on `clock`; with `second`, (ms on `clock`, ms on `second`) per call."""
     out = []
     for args in trial_inputs:
         args = fresh_inputs(args)
+        start2 = second() if second is not None else 0
         start = clock()
         module(*args)
         if test_delay:  # testing only: the call does `test_delay` of its own duration more work, on the same clock
             until = clock() + (clock() - start) * test_delay
             while clock() < until:
                 pass
-        out.append((clock() - start) / 1e6)
+        ms = (clock() - start) / 1e6
+        out.append(ms if second is None else (ms, (second() - start2) / 1e6))
     return out
 
 

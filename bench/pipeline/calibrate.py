@@ -1,19 +1,24 @@
 """The timing setting and the spread between processes, measured once per machine and cached.
 
 A paired speedup measured in one process differs from the same measurement in another process by
-more than its rounds show: each process places the models anew in memory, starts from another
-allocator state and meets other background work. A re-run samples that level, so an interval that
-claims to cover a re-run must carry it (Kalibera & Jones, "Rigorous benchmarking in reasonable
-time", ISMM 2013: repeat at the level where the variance lives). Several processes per job would
-cost seconds of start-up each; instead `calibration` starts a few fresh processes once per machine
-(`Plan`). Each builds the probe pair (fp32 and int8_tbe on the default model with random weights)
-and times paired rounds at each probe batch size under every candidate setting in turn: all
-threads on the wall clock, one thread on the wall clock, one thread on its own CPU time. Per
-setting, the variance of log(speedup) splits into rounds and processes
-(`bench.stats.variance_components`); the setting whose re-run spread is smallest is picked, and its
-between-process standard deviation is carried into every paired interval. The same split is kept
-for the absolute throughput. The result is cached in `<cache_dir>/timing/<machine>.json` (delete
-the file to measure again).
+more than its rounds show: each process places the libraries, FBGEMM's generated kernels and the
+models anew in its address space, starts from another allocator state and meets other background
+work. On the development machine a process's layout alone moved FBGEMM's table lookups by up to 20%
+(docs/measuring.md). A re-run samples that level, so an interval that claims to cover a re-run must
+carry it (Kalibera & Jones, "Rigorous benchmarking in reasonable time", ISMM 2013: repeat at the
+level where the variance lives). Several processes per job would cost seconds of start-up each;
+instead `calibration` starts a few fresh processes once per machine (`Plan`). Each builds the probe
+pair (fp32 and int8_tbe on the default model with random weights) and times paired rounds at each
+probe batch size, as a job times them (halves as long as a job's, as many rounds as a job's
+minimum), under every candidate setting: all threads on the wall clock, and one thread, whose calls
+are read on both its own CPU time and the wall clock at once. Per setting, the variance of
+log(speedup) splits into rounds and processes (`bench.stats.variance_components`); the setting whose
+re-run spread is smallest is picked (one thread on its own CPU time unless another is clearly
+steadier, so that two calibrations of one machine pick alike), and its between-process standard
+deviation is carried into every paired interval, refined by what re-runs of identical jobs on this
+machine measured since (`bench.pipeline.reruns`). The same split is kept for the absolute
+throughput. The result is cached in `<cache_dir>/timing/<machine>.json` (delete the file to
+measure again).
 """
 
 from __future__ import annotations
@@ -36,11 +41,12 @@ from bench import hardware
 from bench.hashing import config_hash
 from bench.io import write_json_atomic
 from bench.measure.environment import environment
+from bench.pipeline.reruns import Reruns, combined
 from bench.stats import variance_components
 
 log = logging.getLogger(__name__)
 
-VERSION = 1
+VERSION = 2
 PROBE_BACKEND = "int8_tbe"
 
 
@@ -48,10 +54,10 @@ PROBE_BACKEND = "int8_tbe"
 class Plan:
     """How the calibration samples the machine: fresh processes, paired rounds in each, probe sizes."""
 
-    processes: int = 4
-    rounds: int = 12
+    processes: int = 3
+    rounds: int = 4  # paired rounds per setting and probe size in each process: a job's minimum (timing.trials)
     batch_sizes: tuple[int, ...] = (256, 4096)
-    half_seconds: float = 0.05  # each side of a round lasts at least this long, as in a job's default timing
+    half_seconds: float = 0.2  # each side of a round lasts at least this long, as a job's (timing.min_trial_seconds)
     overrides: tuple[str, ...] = ()  # of the probe's config (tests use a tiny workload)
 
 
@@ -76,12 +82,19 @@ class Measured:
     rerun_sd: float  # expected spread of a re-run's speedup at the plan's rounds: what the pick minimizes
     throughput_process_sd: float  # the same split for the candidate's absolute throughput
     throughput_round_sd: float
+    df: int = 0  # degrees of freedom behind process_sd (processes - 1, summed over the probe sizes)
 
 
 def candidates(all_threads: int) -> list[Setting]:
-    """The settings worth comparing here: every thread on the wall clock, one thread on either clock."""
-    out = [Setting(all_threads, "wall")] if all_threads > 1 else []
-    return out + [Setting(1, "wall"), Setting(1, "thread_cpu")]
+    """The settings worth comparing here, in order of preference: one thread on its own CPU time (which
+    leaves out the time the thread waited for a core), one thread on the wall clock, every thread."""
+    return [Setting(1, "thread_cpu"), Setting(1, "wall")] + ([Setting(all_threads, "wall")] if all_threads > 1 else [])
+
+
+# A setting later in the order of preference is picked only when its expected re-run spread is smaller
+# by more than this share: two calibrations of one machine then pick alike (the setting is part of a
+# job's identity, so a pick that flips between them would keep re-runs from being compared).
+CLEARLY_STEADIER = 0.15
 
 
 def machine_key() -> str:
@@ -104,9 +117,13 @@ class Calibration:
     rounds: int
 
     def best(self, threads: Optional[int] = None, clock: Optional[str] = None) -> Optional[Measured]:
-        """The setting with the smallest re-run spread among those matching the given parts; None if none match."""
+        """Among the settings matching the given parts, the first in order of preference whose re-run
+        spread is within `CLEARLY_STEADIER` of the smallest; None if none match."""
         fits = [m for m in self.measured if threads in (None, m.setting.threads) and clock in (None, m.setting.clock)]
-        return min(fits, key=lambda m: m.rerun_sd) if fits else None
+        if not fits:
+            return None
+        smallest = min(m.rerun_sd for m in fits)
+        return next(m for m in fits if m.rerun_sd <= smallest * (1 + CLEARLY_STEADIER))
 
     def summary(self) -> dict[str, Any]:
         """What a record keeps of the calibration its timing used."""
@@ -137,13 +154,16 @@ def calibration(cache_dir: str | Path, plan: Plan = Plan()) -> Calibration:
     return _from_json(data, path)
 
 
-def timing_setting(cfg, device: torch.device, backend, calibrated: Optional[Calibration], why_not: str = "") -> tuple[Any, dict]:
+def timing_setting(cfg, device: torch.device, backend, calibrated: Optional[Calibration], why_not: str = "",
+                   reruns: Optional[Reruns] = None) -> tuple[Any, dict]:
     """(cfg with `timing.threads` and `timing.clock` resolved, what the record says of the setting).
 
     The parts the user fixed (`timing.threads` or `threads`, `timing.clock`) stay; the rest is the
-    calibration's best setting among those that match them. On CUDA, in a sharded job, or where no
-    calibration is at hand (`why_not` says why), nothing is picked: the job's thread count on the wall
-    clock, unless given, and the interval covers the rounds of one process only.
+    calibration's best setting among those that match them, and the spread between processes its
+    intervals carry is the calibration's, refined by the machine's re-runs of identical jobs at this
+    batch size (`bench.pipeline.reruns`). On CUDA, in a sharded job, or where no calibration is at hand
+    (`why_not` says why), nothing is picked: the job's thread count on the wall clock, unless given,
+    and the interval covers the rounds of one process only.
     """
     t = cfg.timing
     threads = t.threads if t.threads is not None else cfg.threads
@@ -156,14 +176,17 @@ def timing_setting(cfg, device: torch.device, backend, calibrated: Optional[Cali
         chosen = best.setting
         how = ("given: " + ", ".join(fixed)) if len(fixed) == 2 else (
             "picked by measurement on this machine" + (f" among settings with {fixed[0]}" if fixed else ""))
-        info = {"process_sd": best.process_sd, "throughput_process_sd": best.throughput_process_sd,
+        spread = reruns.spread(chosen.text(), cfg.batch_size) if reruns is not None else None
+        process_sd, source = combined(best.process_sd, best.df, spread)
+        info = {"process_sd": process_sd, "process_df": best.df + (spread.df if spread else 0), "process_sd_from": source,
+                "throughput_process_sd": best.throughput_process_sd, "throughput_process_df": best.df,
                 "calibration": calibrated.summary()}
     else:
         count = threads or torch.get_num_threads()
         chosen = Setting(count, clock or ("thread_cpu" if count == 1 and device.type == "cpu" and not why_not else "wall"))
         reason = why_not or ("CUDA: timed by CUDA events" if device.type != "cpu" else f"{chosen.text()} was not calibrated here")
         how = ("given: " + ", ".join(fixed) if fixed else "default") + f" ({reason}: the interval covers one process's rounds)"
-        info = {"process_sd": None, "throughput_process_sd": None}
+        info = {"process_sd": None, "process_df": None, "throughput_process_sd": None, "throughput_process_df": None}
     resolved = dataclasses.replace(cfg, timing=dataclasses.replace(t, threads=chosen.threads, clock=chosen.clock))
     return resolved, {"threads": chosen.threads, "clock": chosen.clock, "how": how, **info}
 
@@ -182,7 +205,8 @@ def split(runs: list[dict], settings: list[Setting], plan: Plan) -> list[Measure
         ratio, tput = ({k: _pooled(v) for k, v in (("between", [c.between_sd for c in cs]), ("within", [c.within_sd for c in cs]))}
                        for cs in (parts["log_ratio"], parts["log_throughput"]))
         rerun = math.sqrt(ratio["between"] ** 2 + ratio["within"] ** 2 / plan.rounds)
-        out.append(Measured(s, ratio["between"], ratio["within"], rerun, tput["between"], tput["within"]))
+        df = (len(runs) - 1) * len(plan.batch_sizes)
+        out.append(Measured(s, ratio["between"], ratio["within"], rerun, tput["between"], tput["within"], df))
     return out
 
 
@@ -196,7 +220,8 @@ def _from_json(data: dict, path: Path) -> Calibration:
 
 
 def _child_run(cache_dir: str | Path, settings: list[Setting], plan: Plan, first: int) -> dict:
-    """One fresh process times the probe pair under every setting, starting at a different one each time."""
+    """One fresh process times the probe pair under every setting, starting at a different one each time
+    (the settings of one thread count are timed together, each on its own clock)."""
     order = settings[first % len(settings):] + settings[:first % len(settings)]
     args = json.dumps({"cache_dir": str(cache_dir), "settings": [dataclasses.asdict(s) for s in order],
                        "plan": dataclasses.asdict(plan)})
@@ -211,7 +236,6 @@ def _child(args: dict) -> dict:
     from bench import registry
     from bench.config.compose import compose
     from bench.measure.timing import CLOCKS, time_paired
-    from bench.pipeline.job import backend_config
     from bench.pipeline.shared import SharedWork
 
     plan = Plan(**{**args["plan"], "batch_sizes": tuple(args["plan"]["batch_sizes"]), "overrides": tuple(args["plan"]["overrides"])})
@@ -225,18 +249,22 @@ def _child(args: dict) -> dict:
         workload = shared.workload(cfg)
         model = shared.model(cfg, workload)
         candidate = shared.prepared(cfg, registry.get("backend", PROBE_BACKEND).factory(cfg.backend), model, workload, device)
-        reference = shared.reference(cfg, registry.get("backend", "fp32").factory(backend_config({"name": "fp32"})), model, device)
+        fp32 = compose([*plan.overrides, "backend=fp32", f"batch_size={batch_size}", "model.weights=random"]).backend
+        reference = shared.reference(cfg, registry.get("backend", "fp32").factory(fp32), model, device)
         inputs = shared.timing_inputs(cfg, workload, device)
-        for s in args["settings"]:
-            setting = Setting(**s)
-            with hardware.timing_threads(setting.threads):
+        settings = [Setting(**s) for s in args["settings"]]
+        for threads in dict.fromkeys(s.threads for s in settings):  # in the order given
+            clocks = [s for s in settings if s.threads == threads][:2]  # one run reads both clocks of a thread count
+            with hardware.timing_threads(threads):
                 paired = time_paired(candidate, reference, inputs, batch_size, device, warmup_batches=cfg.timing.warmup_batches,
                                      trials=plan.rounds, batches_per_trial=1, min_trial_seconds=plan.half_seconds,
-                                     clock=CLOCKS[setting.clock], max_rounds=plan.rounds)
-            out.setdefault(setting.text(), {})[str(batch_size)] = {
-                "log_ratio": [math.log(r) for r in paired.ratios],
-                "log_throughput": [math.log(t) for t in paired.candidate.trial_throughput],
-            }
+                                     clock=CLOCKS[clocks[0].clock], max_rounds=plan.rounds,
+                                     second_clock=CLOCKS[clocks[1].clock] if len(clocks) > 1 else None)
+            for setting, timed in zip(clocks, (paired, paired.second)):
+                out.setdefault(setting.text(), {})[str(batch_size)] = {
+                    "log_ratio": [math.log(r) for r in timed.ratios],
+                    "log_throughput": [math.log(t) for t in timed.candidate.trial_throughput],
+                }
     return out
 
 

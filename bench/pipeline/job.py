@@ -71,7 +71,7 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
                 timing, paired = time_module(prepared, inputs, cfg.batch_size, device, **loop_options(cfg.timing)), None
             else:
                 paired = time_paired(prepared, reference, inputs, cfg.batch_size, device, **loop_options(cfg.timing),
-                                     process_sd=setting.get("process_sd") or 0.0)
+                                     process_sd=setting.get("process_sd") or 0.0, process_df=setting.get("process_df"))
                 timing = paired.candidate
         faults = hardware.minor_faults() - faults
         all_threads = _all_threads(cfg, prepared, inputs, device, threads)
@@ -84,10 +84,12 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
         _, base_logits = _scores_of(cfg, backend_config({"name": BASELINE_BACKEND}), model, workload, device, shared)
         metrics.update(attribute_delta(backend.cfg, labels, base_logits, logits,
                                        lambda other: _scores_of(cfg, other, model, workload, device, shared)))
-    metrics.update(_timing_figures(cfg, backend, timing, paired, why_unpaired, load.figures, inputs))
+    distinct_ids = shared.timing_access(cfg, workload, device)["distinct_rows"]
+    metrics.update(_timing_figures(cfg, backend, timing, paired, why_unpaired, load.figures, distinct_ids))
     calls = timing.timed_calls + (paired.reference.timed_calls if paired else 0)
     calls += cfg.timing.warmup_batches * (2 if paired else 1)
-    throughput = timing.throughput_interval(setting.get("throughput_process_sd") or 0.0)
+    throughput = timing.throughput_interval(setting.get("throughput_process_sd") or 0.0,
+                                            process_df=setting.get("throughput_process_df"))
     tail = timing.latency_tail()
     metrics.update(JobFigures(
         timed=Timed(timing.throughput, timing.trial_throughput, timing.latency_percentiles(), timing.latency_ms,
@@ -136,12 +138,11 @@ def _reference(cfg: Config, backend: Backend, model: TrainedModel, workload: Wor
 
 
 def _timing_figures(cfg: Config, backend: Backend, timing: Timing, paired: PairedTiming | None, why_unpaired: str | None,
-                    load: dict[str, Any], inputs: list[tuple]) -> dict[str, Any]:
+                    load: dict[str, Any], distinct_ids: int) -> dict[str, Any]:
     """What was timed (distinct batches and ids, calls), the paired speedup, and whether it is stable."""
-    sparse = [args[1] for args in inputs]
     out: dict[str, Any] = {
         "timing_distinct_batches": timing.distinct_batches,
-        "timing_distinct_ids": _distinct_ids(sparse),
+        "timing_distinct_ids": distinct_ids,
         "timing_calls": timing.timed_calls,
         "timing_calls_per_batch": timing.calls_per_batch,
     }
@@ -158,17 +159,6 @@ def _timing_figures(cfg: Config, backend: Backend, timing: Timing, paired: Paire
         out["speedup_method"] = f"unpaired ({why_unpaired})"
     out.update(stability(timing, paired, load, cfg.timing.max_trial_cv))
     return out
-
-
-def _distinct_ids(sparse: list) -> int:
-    """Distinct (feature, id) pairs over the timing batches: how much of the tables the timed calls touch."""
-    if not sparse:
-        return 0
-    total = 0
-    for key in sparse[0].keys():
-        ids = torch.cat([kjt[key].values() for kjt in sparse])
-        total += int(torch.unique(ids).numel())
-    return total
 
 
 def _accuracy(cfg: Config, backend: Backend, model: TrainedModel, workload: Workload, device: torch.device,

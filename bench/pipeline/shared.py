@@ -68,15 +68,16 @@ class SharedWork:
     _prepared: _Slot = field(default_factory=_Slot)
     _timing: _Slot = field(default_factory=_Slot)
     _reference: _Slot = field(default_factory=_Slot)
-    _access: _Slot = field(default_factory=_Slot)
+    _access: dict[str, dict] = field(default_factory=dict)  # per timing pool: a few numbers, kept for every batch size
     _prepare_seconds: dict[str, float] = field(default_factory=dict)  # build time of each prepared module
     _prepared_owner: str | None = None  # the (model config, backend, device) the prepared module serves
     scores: ScoreCache = field(default_factory=ScoreCache)
 
     def clear(self) -> None:
         self._workloads.clear()
-        for slot in (self._model, self._prepared, self._timing, self._reference, self._access, *self._splits.values()):
+        for slot in (self._model, self._prepared, self._timing, self._reference, *self._splits.values()):
             slot.drop()
+        self._access.clear()
         self.scores.clear()
         gc.collect()
         hardware.release_gpu_cache()
@@ -96,7 +97,6 @@ class SharedWork:
             self._prepared.drop()
         if not self._timing.holds(self._timing_key(cfg, device)):
             self._timing.drop()
-            self._access.drop()
         if backend.cfg.name == registry.BASELINE_BACKEND or not cfg.timing.paired:
             self._reference.drop()  # the fp32 copy paired jobs time against: this job does not
         gc.collect()
@@ -201,8 +201,10 @@ class SharedWork:
 
     def timing_access(self, cfg: Config, workload: Workload, device: torch.device) -> dict:
         """What the timing batches touch (`bench.measure.working_set`), computed once per pool."""
-        inputs = self.timing_inputs(cfg, workload, device)
-        return self._access.get(self._timing_key(cfg, device), lambda: access_profile(inputs, workload.tables))
+        key = self._timing_key(cfg, device)
+        if key not in self._access:
+            self._access[key] = access_profile(self.timing_inputs(cfg, workload, device), workload.tables)
+        return self._access[key]
 
 
 def _file_key(path: str) -> str:

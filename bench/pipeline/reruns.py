@@ -1,0 +1,112 @@
+"""What re-runs of identical jobs on this machine measured: the spread between runs that a paired
+speedup's interval has to cover, learned as the machine is used.
+
+The timing calibration (`bench.pipeline.calibrate`) estimates the spread between processes from a
+handful of probe processes: an estimate with few degrees of freedom, of a probe pair that is not the
+user's. Every paired job measured again later (a nightly, a second sweep: the same job, the same
+timing setting, the same code, on the same machine and stack) is a direct sample of exactly the
+variation an interval claims to cover. So each such job appends one line to
+`<cache_dir>/timing/<machine>-reruns.jsonl` (beside the calibration, through the store's locked
+appender), and the between-run standard deviation of log(speedup) is estimated from the jobs found
+there at least twice: per job, the variance of its recent speedups less what their own rounds
+explain, pooled over jobs (one-way random effects, as the calibration splits its probe). It is
+pooled per batch size where enough re-runs are there, over every batch size otherwise, and
+combined with the calibration's estimate in proportion to the degrees of freedom behind each.
+
+A job's record says which estimate its interval carried and how many re-runs stand behind it; a
+stored interval is never recomputed (`docs/measuring.md`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import numpy as np
+
+from bench.io import append_jsonl, read_jsonl
+
+VERSION = 1
+RECENT = 8  # the latest re-runs of a job that count: older ones may predate a change of the machine
+MIN_DF = 10  # re-runs (beyond each job's first) a batch size needs for an estimate of its own
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A between-run standard deviation of log(speedup) and the evidence behind it."""
+
+    sd: float
+    df: int  # degrees of freedom: re-runs beyond each job's first, summed over jobs
+    jobs: int  # distinct jobs measured more than once
+
+
+def path_for(calibration_path: str | Path) -> Path:
+    """The re-run log beside a calibration file: `<machine>-reruns.jsonl`."""
+    p = Path(calibration_path)
+    return p.with_name(f"{p.stem}-reruns.jsonl")
+
+
+def entry(job: str, source: str, setting: str, batch_size: int, backend: str, log_speedup: float, round_se: float,
+          rounds: int) -> dict[str, Any]:
+    return {"version": VERSION, "job": job, "source": source, "setting": setting, "batch_size": int(batch_size),
+            "backend": backend, "log_speedup": float(log_speedup), "round_se": float(round_se), "rounds": int(rounds),
+            "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+def append(path: Path, line: dict[str, Any]) -> None:
+    append_jsonl(path, [line])
+
+
+class Reruns:
+    """The re-run log of one machine, read once; `spread(setting, batch_size)` is what it says."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)  # (setting, job, source) -> lines
+        try:
+            found = read_jsonl(self.path)
+        except FileNotFoundError:
+            return
+        for _, line in found.lines:
+            if line.get("version") == VERSION and _finite(line.get("log_speedup"), line.get("round_se")):
+                self._groups[(line["setting"], line["job"], line["source"])].append(line)
+
+    def spread(self, setting: str, batch_size: int) -> Optional[Spread]:
+        """The between-run spread for jobs timed with `setting`: of this batch size's jobs when they hold
+        `MIN_DF` re-runs, of every batch size's otherwise; None when no job was measured twice."""
+        groups = [lines[-RECENT:] for (s, _, _), lines in self._groups.items() if s == setting and len(lines) > 1]
+        own = [g for g in groups if g[-1]["batch_size"] == batch_size]
+        chosen = own if sum(len(g) - 1 for g in own) >= MIN_DF else groups
+        return pooled_spread(chosen) if chosen else None
+
+
+def pooled_spread(groups: Iterable[list[dict]]) -> Spread:
+    """Pooled between-run sd of log(speedup) over groups of re-runs of one job each: the variance of a
+    group's speedups less the mean of their own rounds' squared standard errors (truncated at 0)."""
+    between, df, jobs = 0.0, 0, 0
+    for lines in groups:
+        logs = np.array([line["log_speedup"] for line in lines])
+        own = float(np.mean([line["round_se"] ** 2 for line in lines]))
+        between += (len(logs) - 1) * (float(logs.var(ddof=1)) - own)
+        df += len(logs) - 1
+        jobs += 1
+    return Spread(math.sqrt(max(0.0, between / df)) if df else 0.0, df, jobs)
+
+
+def combined(calibrated_sd: float, calibrated_df: int, reruns: Optional[Spread]) -> tuple[float, str]:
+    """The calibration's between-process sd and the re-runs', weighted by their degrees of freedom
+    (as variances), and the words a record keeps of where it came from."""
+    if reruns is None or reruns.df == 0:
+        return calibrated_sd, f"the timing calibration ({calibrated_df} degrees of freedom)"
+    weight = calibrated_df + reruns.df
+    sd = math.sqrt((calibrated_df * calibrated_sd**2 + reruns.df * reruns.sd**2) / weight)
+    return sd, (f"the timing calibration ({calibrated_df} degrees of freedom) and {reruns.df} re-runs of "
+                f"{reruns.jobs} jobs on this machine")
+
+
+def _finite(*values: Any) -> bool:
+    return all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)

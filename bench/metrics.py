@@ -87,6 +87,9 @@ SPEEDUP = metric("speedup", "x", HIGHER, ".2f", "throughput over fp32's, timed p
                  "with a 95% interval over the rounds and the spread between processes", TIMING, interval=True)
 SPEEDUP_PROCESS_SD = metric("speedup_process_sd", "", NEITHER, ".3f", "the between-process spread of the log speedup measured on this "
                             "machine and carried into the speedup's interval (absent: the interval covers one process's rounds)", TIMING)
+SPEEDUP_PROCESS_DF = metric("speedup_process_df", "", NEITHER, ".0f", "the degrees of freedom behind speedup_process_sd (the "
+                            "calibration's processes and this machine's re-runs of identical jobs): the interval takes Student's t "
+                            "at them", TIMING)
 LATENCY_MS = metric("latency_ms", "ms", LOWER, ".2f", "per-call latency percentiles (p50, p90, p99) over every timed call, with a "
                     "distribution-free 95% interval of p99 (p99_lo, p99_hi)", TIMING)
 LATENCY_CALLS = metric("latency_calls", "calls", NEITHER, ",d", "the timed calls behind the latency percentiles", TIMING)

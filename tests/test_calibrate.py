@@ -48,6 +48,20 @@ def test_split_finds_the_between_process_spread_and_the_pick_minimizes_a_reruns_
     assert cal.best(threads=2).setting == Setting(2, "wall") and cal.best(threads=3) is None
 
 
+def test_the_preferred_setting_stays_unless_another_is_clearly_steadier():
+    """Two calibrations of one machine should pick alike: a setting later in the order of preference wins
+    only by more than CLEARLY_STEADIER, whatever order the settings were measured in."""
+    def cal(two_threads_rerun: float) -> Calibration:
+        rows = [Measured(s, 0.02, 0.03, rerun, 0.0, 0.0, 4) for s, rerun in
+                ((Setting(1, "thread_cpu"), 0.030), (Setting(1, "wall"), 0.029), (Setting(2, "wall"), two_threads_rerun))]
+        return Calibration(tuple(rows), "x.json", 3, 4)
+
+    assert calibrate.candidates(2) == [Setting(1, "thread_cpu"), Setting(1, "wall"), Setting(2, "wall")]
+    assert cal(0.028).best().setting == Setting(1, "thread_cpu")  # 7% steadier: not clearly
+    assert cal(0.020).best().setting == Setting(2, "wall")  # a third steadier: clearly
+    assert cal(0.020).best(threads=1).setting == Setting(1, "thread_cpu")
+
+
 def fake_calibration(process_sd: float = 0.02) -> Calibration:
     rows = [Measured(Setting(2, "wall"), 0.08, 0.2, 0.09, 0.3, 0.2), Measured(Setting(1, "wall"), 0.03, 0.1, 0.04, 0.1, 0.1),
             Measured(Setting(1, "thread_cpu"), process_sd, 0.02, process_sd + 0.001, 0.05, 0.03)]
@@ -125,6 +139,7 @@ def test_a_real_calibration_in_fresh_processes(tmp_path):
     names = {m.setting for m in cal.measured}
     assert Setting(1, "thread_cpu") in names and Setting(1, "wall") in names
     assert all(math.isfinite(m.process_sd) and m.process_sd >= 0 and m.round_sd >= 0 for m in cal.measured)
+    assert all(m.df == 1 for m in cal.measured)  # two processes, one probe size
     data = json.loads(calibrate.cache_path(tmp_path).read_text())
     assert data["processes"] == 2 and len(data["runs"]) == 2 and cal.best() is not None
     assert calibrate.calibration(tmp_path, tiny).measured == cal.measured  # read back, not measured again

@@ -1,3 +1,4 @@
+import gc
 from importlib.metadata import version
 import math
 
@@ -225,6 +226,51 @@ def test_paired_rounds_stop_when_the_process_spread_dominates():
     alone = time_paired(cand, ref, numbered_inputs(100), 4, torch.device("cpu"), warmup_batches=1, trials=6,
                         batches_per_trial=1, clock=clock, target_spread=0.05, max_rounds=48)
     assert alone.stopped == "target" and alone.spread < paired.spread  # the same rounds alone claim a narrower interval
+
+
+def test_paired_rounds_stop_once_the_interval_decides_the_verdict():
+    """A clear 2x (rounds scatter by 10%) is decided after the first rounds; a speedup on the margin never is."""
+    clock = FakeClock()
+    cand, ref = _jittery(clock, 1_000_000, [1.0, 1.1, 0.9, 1.05, 0.95]), Costs(clock, 2_000_000)
+    looked = []
+
+    def decided(lo: float, hi: float) -> bool:
+        looked.append((lo, hi))
+        return lo > 1.05 or hi < 1 / 1.05
+
+    paired = time_paired(cand, ref, numbered_inputs(100), 4, torch.device("cpu"), warmup_batches=1, trials=4,
+                         batches_per_trial=1, clock=clock, target_spread=0.01, max_rounds=16, decided=decided)
+    assert paired.stopped == "decided" and len(paired.ratios) == 4 and len(looked) == 1
+    on_margin = _jittery(clock, 1_000_000, [1.0, 1.1, 0.9, 1.05, 0.95])
+    paired = time_paired(on_margin, Costs(clock, 1_000_000), numbered_inputs(100), 4, torch.device("cpu"), warmup_batches=1,
+                         trials=4, batches_per_trial=1, clock=clock, target_spread=0.01, max_rounds=16, decided=decided)
+    assert paired.stopped == "max_rounds" and len(paired.ratios) == 16
+
+
+def test_a_second_clock_reads_the_same_calls():
+    """The calibration reads one thread's calls on its CPU time and the wall clock at once."""
+    clock = FakeClock()
+    cand, ref = _jittery(clock, 1_000_000, [1.0, 1.2, 0.9]), Costs(clock, 2_000_000)
+    paired = time_paired(cand, ref, numbered_inputs(100), 4, torch.device("cpu"), warmup_batches=1, trials=4,
+                         batches_per_trial=2, clock=clock, second_clock=lambda: 3 * clock.now)
+    assert paired.second.first == paired.first and paired.second.ratios == pytest.approx(paired.ratios)
+    for side in ("candidate", "reference"):
+        ours, theirs = getattr(paired, side).latency_ms, getattr(paired.second, side).latency_ms
+        assert [3 * x for t in ours for x in t] == pytest.approx([x for t in theirs for x in t])
+
+
+def test_the_collector_is_off_while_timing_and_back_after():
+    seen = []
+
+    class Watch(nn.Module):
+        def forward(self, dense, sparse):
+            seen.append(gc.isenabled())
+            return dense
+
+    assert gc.isenabled()
+    time_paired(Watch(), Watch(), numbered_inputs(10), 4, torch.device("cpu"), warmup_batches=1, trials=2, batches_per_trial=1)
+    time_module(Watch(), numbered_inputs(10), 4, torch.device("cpu"), warmup_batches=1, trials=2, batches_per_trial=1)
+    assert seen and not any(seen) and gc.isenabled()
 
 
 def test_paired_rounds_are_a_fixed_count_without_a_larger_bound():

@@ -256,6 +256,22 @@ def test_log_median_interval_widens_by_the_between_process_sd():
         log_median_interval([1.0, -1.0])
 
 
+def test_few_rounds_or_a_spread_from_few_processes_widen_the_interval_by_students_t():
+    from bench.stats import satterthwaite_df, t_quantile
+
+    ratios = [1.20, 1.25, 1.15, 1.22]
+    se = log_se(ratios)
+    four = log_median_interval(ratios)
+    assert math.log(four.hi / four.ratio) == pytest.approx(t_quantile(0.975, 3) * se)  # three degrees of freedom
+    assert t_quantile(0.975, 3) == pytest.approx(3.182, abs=1e-3) and t_quantile(0.975, math.inf) == pytest.approx(1.960, abs=1e-3)
+    known = log_median_interval([1.5] * 4, process_sd=0.02)
+    guessed = log_median_interval([1.5] * 4, process_sd=0.02, process_df=4)
+    assert math.log(guessed.hi / 1.5) == pytest.approx(t_quantile(0.975, 4) * 0.02) and guessed.hi > known.hi
+    assert satterthwaite_df((0.01, 3), (0.0, None)) == 3 and satterthwaite_df((0.0, 3), (0.02, None)) == math.inf
+    both = satterthwaite_df((0.01, 3), (0.03, 4))
+    assert 4 < both < 7  # the larger part's degrees of freedom dominate, the sum has more than either
+
+
 def test_log_se_shrinks_with_more_rounds():
     rng = np.random.default_rng(1)
     few, many = np.exp(rng.normal(0, 0.05, 10)), np.exp(rng.normal(0, 0.05, 160))

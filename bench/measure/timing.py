@@ -21,8 +21,9 @@ ratio alike. Its interval adds two variances on the log scale: the median's over
 and `process_sd`, the spread that separate processes add on top (measured once per machine,
 `bench.pipeline.calibrate`), so it is a claim about what a re-run would measure. The number of
 rounds adapts: past the minimum (`trials`), rounds go on until the interval is as narrow as asked
-(`target_spread`), or until the rounds' own share is small beside `process_sd` (more rounds could
-not narrow it much), or `max_rounds` are done.
+(`target_spread`), or until the rounds' own share is no larger than `process_sd`'s (more rounds
+could not narrow it much), or until it decides what the job is judged on (the verdict against the
+practical margin, and any speed threshold), or `max_rounds` are done.
 
 The clock is injectable (`clock`: nanoseconds, `time.perf_counter_ns` by default), so the logic is
 tested without timing anything.
@@ -111,7 +112,8 @@ class PairedTiming:
     first: list[str]  # per round, which side ran first ("reference" or "candidate")
     # Why the rounds stopped: "fixed" (trials rounds), "target" (the interval narrowed to the target
     # spread), "process" (the rounds' share of the interval is small beside the between-process
-    # spread: more rounds could not narrow it much), or "max_rounds" (none of these happened).
+    # spread: more rounds could not narrow it much), "decided" (the interval decides the verdict and
+    # every speed threshold the job is judged on), or "max_rounds" (none of these happened).
     stopped: str = "fixed"
     process_sd: float = 0.0  # the between-process standard deviation of log(speedup) the interval carries
     process_df: float | None = None  # the degrees of freedom behind process_sd (None: taken as known)
@@ -236,6 +238,7 @@ def time_paired(
     process_sd: float = 0.0,
     process_df: float | None = None,
     second_clock: Clock | None = None,
+    decided: Callable[[float, float], bool] | None = None,
     **_unused,
 ) -> PairedTiming:
     """At least `trials` rounds; in each, both modules run the same next batches, in ABBA order.
@@ -246,7 +249,9 @@ def time_paired(
     timed calls per half is sized from the slower side's warm-up, so every half lasts at least
     `min_trial_seconds`. With `max_rounds` above `trials`, rounds go on two at a time
     (as many of each order) until the speedup's interval (rounds and `process_sd`) spans at most
-    `target_spread` of it, or the rounds' standard error has fallen to half of `process_sd`.
+    `target_spread` of it, or the rounds' standard error has fallen to `process_sd` (the rounds'
+    share of the interval's variance is at most half: more rounds could narrow it by at most 30%),
+    or `decided(lo, hi)` says the interval already decides what the job is judged on.
     `second_clock` (the timing calibration's): the same calls read on a second clock too, as `.second`.
     """
     seconds: list[list[float]] = []  # the second clock's halves, in the order they ran
@@ -295,8 +300,11 @@ def time_paired(
             if len(first) % 2 == 0 and result.spread <= target_spread:
                 result.stopped = "target"
                 return result
-            if len(first) % 2 == 0 and process_sd > 0 and result.round_se <= process_sd / 2:
+            if len(first) % 2 == 0 and process_sd > 0 and result.round_se <= process_sd:
                 result.stopped = "process"
+                return result
+            if len(first) % 2 == 0 and decided is not None and decided(*result.speedup()[1:]):
+                result.stopped = "decided"
                 return result
             if len(first) >= max_rounds:
                 result.stopped = "max_rounds"

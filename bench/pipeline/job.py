@@ -28,7 +28,8 @@ from bench.measure.timing import (
     time_module,
     time_paired,
 )
-from bench.metrics import AUC_FP32, FIDELITY_GAP, ORACLE_AUC, PREPARE_SECONDS, SPEEDUP, THREADS, THROUGHPUT, hi, lo, with_interval
+from bench.metrics import (AUC_FP32, FIDELITY_GAP, ORACLE_AUC, PREPARE_SECONDS, SPEEDUP, SPEEDUP_PROCESS_DF, THREADS, THROUGHPUT, hi,
+                           lo, with_interval)
 from bench.models.random_weights import RANDOM
 from bench.pipeline.attribution import attribute_delta
 from bench.pipeline.guard import memory_estimate
@@ -36,7 +37,7 @@ from bench.pipeline.profile import job_profile
 from bench.pipeline.scores import Scores, scores_key
 from bench.pipeline.shared import SharedWork, TrainedModel
 from bench.registry import BASELINE_BACKEND
-from bench.stats import paired_auc_delta
+from bench.stats import INCONCLUSIVE, paired_auc_delta, practical_verdict
 from bench.workloads.workload import Workload
 
 # What the record and the report say of a model with random weights (`model.weights=random`).
@@ -71,7 +72,8 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
                 timing, paired = time_module(prepared, inputs, cfg.batch_size, device, **loop_options(cfg.timing)), None
             else:
                 paired = time_paired(prepared, reference, inputs, cfg.batch_size, device, **loop_options(cfg.timing),
-                                     process_sd=setting.get("process_sd") or 0.0, process_df=setting.get("process_df"))
+                                     process_sd=setting.get("process_sd") or 0.0, process_df=setting.get("process_df"),
+                                     decided=speed_decided(cfg))
                 timing = paired.candidate
         faults = hardware.minor_faults() - faults
         all_threads = _all_threads(cfg, prepared, inputs, device, threads)
@@ -106,6 +108,21 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
         metrics.update(job_profile(cfg, prepared, inputs, workload, timing, device, shared))
     metrics.update(backend.job_metrics(prepared))
     return metrics
+
+
+def speed_decided(cfg: Config):
+    """Whether a speedup interval (lo, hi) already decides what the job is judged on: the verdict against
+    the practical margin (`compare.throughput_tolerance`, as the report reads it) and the gate's
+    `min_speedup` for this backend, if any. Paired rounds stop once it does (bench.measure.timing)."""
+    rules = cfg.gate.rules.get(cfg.backend.name) or cfg.gate.default_rules
+    threshold = rules.min_speedup
+
+    def decided(lo: float, hi: float) -> bool:
+        if practical_verdict(lo, hi, cfg.compare.throughput_tolerance, null=1.0, ratio=True) == INCONCLUSIVE:
+            return False
+        return threshold is None or lo > threshold or hi < threshold
+
+    return decided
 
 
 def _all_threads(cfg: Config, prepared: nn.Module, inputs: list[tuple], device: torch.device, timed_threads: int) -> dict | None:
@@ -153,6 +170,7 @@ def _timing_figures(cfg: Config, backend: Backend, timing: Timing, paired: Paire
             speedup_method=f"paired: {len(paired.ratios)} ABBA rounds against {BASELINE_BACKEND} in this process",
             speedup_stop=paired.stopped,
             speedup_round_se=paired.round_se, speedup_process_sd=paired.process_sd if paired.process_sd else None,
+            **{SPEEDUP_PROCESS_DF: paired.process_df if paired.process_sd else None},
             reference_throughput=paired.reference.throughput, reference_throughput_trials=paired.reference.trial_throughput,
         )
     else:

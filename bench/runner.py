@@ -85,8 +85,6 @@ class Session:
     claims: Claims = dataclasses.field(default_factory=Claims)
     # cache_dir -> this machine's timing calibration, or why there is none (kept across clear())
     calibrations: dict[str, Calibration | str] = dataclasses.field(default_factory=dict)
-    # calibration file -> the machine's re-run log, read once (this process's own jobs join it for the next)
-    reruns: dict[str, reruns.Reruns] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # What exists now (the imported libraries: about half a million objects) lives as long as the
@@ -110,11 +108,6 @@ class Session:
                 self.calibrations[cfg.cache_dir] = f"the timing calibration failed ({one_line(exc)})"
         found = self.calibrations[cfg.cache_dir]
         return (found, "") if isinstance(found, Calibration) else (None, found)
-
-    def rerun_log(self, calibrated: Calibration) -> reruns.Reruns:
-        if calibrated.path not in self.reruns:
-            self.reruns[calibrated.path] = reruns.Reruns(reruns.path_for(calibrated.path))
-        return self.reruns[calibrated.path]
 
 
 def run_one(cfg: Config, session: Session | None = None) -> RunRecord:
@@ -212,7 +205,8 @@ def _timing_setting(cfg: Config, device: torch.device, backend, route, session: 
         why_not = "timing.calibrate=false"
     if not why_not and device.type == "cpu":
         calibrated, why_not = session.calibration(cfg)
-    rerun_log = session.rerun_log(calibrated) if calibrated is not None else None
+    # read before every job: a sweep's earlier jobs, re-runs of jobs measured before, already count for its later ones
+    rerun_log = reruns.Reruns(reruns.path_for(calibrated.path)) if calibrated is not None else None
     return timing_setting(cfg, device, backend, calibrated, why_not, rerun_log)
 
 

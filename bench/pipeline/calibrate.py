@@ -54,7 +54,7 @@ PROBE_BACKEND = "int8_tbe"
 class Plan:
     """How the calibration samples the machine: fresh processes, paired rounds in each, probe sizes."""
 
-    processes: int = 3
+    processes: int = 4
     rounds: int = 4  # paired rounds per setting and probe size in each process: a job's minimum (timing.trials)
     batch_sizes: tuple[int, ...] = (256, 4096)
     half_seconds: float = 0.2  # each side of a round lasts at least this long, as a job's (timing.min_trial_seconds)

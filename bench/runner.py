@@ -31,7 +31,7 @@ from bench.config import NOT_THE_JOB, Config, workload_label
 from bench.errors import UserError, one_line
 from bench.hardware import prepare_process, resolve
 from bench.hashing import config_hash
-from bench.measure.environment import environment
+from bench.measure.environment import code_state, environment
 from bench.measure.memory import memory_skip_reason
 from bench.metrics import SPEEDUP
 from bench.models.train import input_identity
@@ -217,10 +217,8 @@ def _log_rerun(record: RunRecord, setting: dict[str, Any]) -> None:
     calibration_file = (setting.get("calibration") or {}).get("path")
     if not calibration_file or not m.get(SPEEDUP) or m.get("speedup_round_se") is None:
         return
-    env = environment()
-    source = f"{env['git_sha']}{'-dirty' if env['git_dirty'] else ''}" if env["git_sha"] else f"bench {env['bench']}"
     timed_with = Setting(record.config["timing"]["threads"], record.config["timing"]["clock"]).text()
-    line = reruns.entry(record.config_hash, source, timed_with, record.batch_size, record.backend, math.log(m[SPEEDUP]),
+    line = reruns.entry(record.config_hash, code_state(), timed_with, record.batch_size, record.backend, math.log(m[SPEEDUP]),
                         m["speedup_round_se"], len(m.get("speedup_rounds") or []))
     try:
         reruns.append(reruns.path_for(calibration_file), line)

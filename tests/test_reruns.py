@@ -12,6 +12,7 @@ import pytest
 
 from bench.pipeline import calibrate, reruns
 from bench.pipeline.reruns import MIN_DF, RECENT, Reruns, Spread, combined, entry, pooled_spread
+from bench.measure.environment import code_state
 from bench.runner import Session, run_job
 
 SETTING = "1 thread, thread_cpu clock"
@@ -102,11 +103,21 @@ def test_a_job_joins_the_log_and_its_later_runs_learn_from_it(tiny_cfg, tmp_path
     assert all(r.status == "ok" for r in records), [r.error for r in records]
     lines = [json.loads(x) for x in log_path.read_text().splitlines()]
     assert len(lines) == 3 and {line["job"] for line in lines} == {records[0].config_hash}
+    assert {line["source"] for line in lines} == {code_state()}
     assert lines[0]["setting"] == SETTING and lines[0]["log_speedup"] == pytest.approx(math.log(records[0].metrics["speedup"]))
     first, third = (r.metrics["timing_setting"] for r in (records[0], records[2]))
     assert first["process_sd"] == 0.02 and first["process_df"] == 4 and "re-runs" not in first["process_sd_from"]
     assert third["process_df"] == 5 and "1 re-runs of 1 jobs on this machine" in third["process_sd_from"]
     assert records[2].metrics["speedup_process_sd"] == pytest.approx(third["process_sd"])
+
+
+def test_the_code_state_names_the_commit_and_uncommitted_changes_to_the_code():
+    from bench.measure.environment import code_state, environment
+
+    sha = environment()["git_sha"]
+    if sha is None:
+        pytest.skip("not a git checkout")
+    assert code_state() == sha or (code_state().startswith(sha + "+") and len(code_state()) == len(sha) + 13)
 
 
 def test_an_unpaired_or_uncalibrated_job_stays_out_of_the_log(tiny_cfg):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import platform
 import socket
 import subprocess
@@ -51,6 +52,22 @@ def _version(dist: str) -> str | None:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return None
+
+
+@functools.cache
+def code_state() -> str:
+    """Which harness code ran: the git commit, plus a digest of uncommitted changes to the code and
+    the config tree (`bench/`, `conf/`; an edited README does not change what is measured), or the
+    installed distribution's version outside a checkout."""
+    sha, _ = _git_state()
+    if sha is None:
+        return f"dlrm-quant-bench {_version('dlrm-quant-bench')}"
+    try:
+        diff = subprocess.run(["git", "-C", str(REPO), "diff", "HEAD", "--", "bench", "conf"], capture_output=True,
+                              timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return f"{sha}+unknown"
+    return f"{sha}+{hashlib.sha256(diff).hexdigest()[:12]}" if diff else sha
 
 
 def _git_state() -> tuple[str | None, bool | None]:

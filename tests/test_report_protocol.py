@@ -91,7 +91,8 @@ def test_timing_line_says_how_many_paired_rounds_the_interval_needed():
         r.config = copy.deepcopy(r.config)
         r.config["timing"].update(trials=7, max_rounds=48, target_spread=0.05)
     [line, covers] = timing_lines(recs)
-    assert "then 7 to 48 rounds per job" in line and "at most 5% of it or more rounds could not narrow it much (8-30 rounds here)" in line
+    assert "then 7 to 48 rounds per job" in line and "decides its verdict (and any speed threshold)" in line
+    assert "at most 5% of it, or more rounds could not narrow it much (8-30 rounds here)" in line
     assert "covers the rounds in the job's own process only" in covers  # older records carry no between-process part
 
 
@@ -102,5 +103,17 @@ def test_timing_line_names_the_picked_setting_and_what_the_interval_covers():
                    timing_setting=setting, speedup_process_sd=0.012)]
     [line, covers] = timing_lines(recs)
     assert line.startswith("- Timing: 1 thread on the thread_cpu clock (picked by measurement on this machine), ")
-    assert "spread between processes measured once on this machine (4 processes x 12 rounds, /c/timing/m.json)" in covers
+    assert "spread between processes measured on this machine (4 processes x 12 rounds, /c/timing/m.json)" in covers
     assert "a standard deviation of 1.2% of the speedup" in covers
+
+
+def test_the_interval_words_say_where_the_spread_came_from():
+    calibration = {"path": "/c/timing/m.json", "processes": 4, "rounds": 4}
+    learned = "the timing calibration (6 degrees of freedom) and 36 re-runs of 18 jobs on this machine"
+    recs = [record("int8_tbe", bs, speedup_method="paired: 4 ABBA rounds", speedup_rounds=[1.1] * 4, speedup_process_sd=sd,
+                   timing_setting={"threads": 1, "clock": "thread_cpu", "how": "picked", "process_sd": sd,
+                                   "process_sd_from": learned, "calibration": calibration})
+            for bs, sd in ((256, 0.031), (4096, 0.042))]
+    [_, covers] = timing_lines(recs)
+    assert "a standard deviation of 3.1% to 4.2% of the speedup, estimated from " + learned in covers
+    assert "Student's t" in covers

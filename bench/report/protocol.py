@@ -79,8 +79,8 @@ def timing_lines(records: Sequence[RunRecord]) -> list[str]:
         if paired and t.get("max_rounds", 0) > t.get("trials", 0):
             rounds = sorted({len((r.metrics or {}).get("speedup_rounds") or []) for r in recs} - {0})
             text += (f"to {t['max_rounds']} rounds per job, each timing fp32 and the backend in turn (ABBA order) over the same "
-                     f"batches, until the speedup's 95% interval spans at most {t.get('target_spread', 0):.0%} of it or more "
-                     "rounds could not narrow it much")
+                     "batches, until the speedup's 95% interval decides its verdict (and any speed threshold), spans at most "
+                     f"{t.get('target_spread', 0):.0%} of it, or more rounds could not narrow it much")
             text += f" ({rounds[0]}-{rounds[-1]} rounds here)" if len(rounds) > 1 else (f" ({rounds[0]} rounds here)" if rounds else "")
         else:
             text += "rounds per job, each timing fp32 and the backend in turn (ABBA order) over the same batches" if paired else "trials per job"
@@ -113,12 +113,15 @@ def _interval_words(recs: Sequence[RunRecord]) -> str:
     if not sds:
         return ("The speedup's 95% interval covers the rounds in the job's own process only: a re-run in a new process "
                 "may land outside it.")
-    setting = next((s for s in ((r.metrics or {}).get("timing_setting") for r in recs) if isinstance(s, dict)), {})
-    calibration = setting.get("calibration") or {}
+    settings = [s for s in ((r.metrics or {}).get("timing_setting") for r in recs) if isinstance(s, dict)]
+    calibration = (settings[0] if settings else {}).get("calibration") or {}
     where = f" ({calibration.get('processes')} processes x {calibration.get('rounds')} rounds, {calibration.get('path')})" if calibration else ""
+    spread = f"{sds[0]:.1%}" if len(sds) == 1 else f"{sds[0]:.1%} to {sds[-1]:.1%}"
+    sources = sorted({s["process_sd_from"] for s in settings if s.get("process_sd_from")})
+    learned = f", estimated from {'; '.join(sources)}" if sources else ""
     return ("The speedup's 95% interval covers the rounds in the job's own process and the spread between processes "
-            f"measured once on this machine{where}: a standard deviation of {sds[-1]:.1%} of the speedup, added to every "
-            "interval, so a re-run of the sweep should land inside it.")
+            f"measured on this machine{where}: a standard deviation of {spread} of the speedup{learned}, added to every "
+            "interval with Student's t for the evidence behind both, so a re-run of the sweep should land inside it.")
 
 
 def fidelity_lines(records: Sequence[RunRecord]) -> list[str]:

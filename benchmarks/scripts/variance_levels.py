@@ -10,7 +10,12 @@ each level (nested random effects, ANOVA estimators) and the between-process sta
 that an interval drawn from rounds alone leaves out.
 
     python benchmarks/scripts/variance_levels.py [--cache-dir DIR] [--settings 2:wall,1:wall,1:thread_cpu] \
-        [--backend int8_tbe] [--batch-size 1024] [--processes 4] [--builds 3] [--rounds 10] [--half-seconds 0.05]
+        [--backend int8_tbe] [--batch-size 1024] [--processes 4] [--builds 3] [--rounds 10] [--half-seconds 0.05] \
+        [--fixed-layout]
+
+`--fixed-layout` starts every process with address-space randomization off (`setarch -R`, Linux): where
+the process level's variance shrinks with it, it lives in where the process placed its libraries and
+generated kernels (docs/measuring.md).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import platform
 import subprocess
 import sys
 import time
@@ -98,6 +104,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--half-seconds", type=float, default=0.05)
     parser.add_argument("--random-weights", action="store_true", help="time an untrained model (no trained model needed)")
+    parser.add_argument("--fixed-layout", action="store_true", help="address-space randomization off in every process (setarch -R)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--setting", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=None, help="also write the raw per-round figures here (JSON)")
@@ -109,6 +116,8 @@ def main() -> None:
     for i in range(args.processes):  # settings interleaved, so slow drifts of the machine hit each alike
         for setting in raw:
             cmd = [sys.executable, __file__, "--child", "--setting", setting, *sys.argv[1:]]
+            if args.fixed_layout:
+                cmd = ["setarch", platform.machine(), "--addr-no-randomize", *cmd]
             done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
             if done.returncode:
                 sys.exit(f"child {setting} failed:\n{done.stderr[-3000:]}")

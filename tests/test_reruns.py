@@ -111,13 +111,42 @@ def test_a_job_joins_the_log_and_its_later_runs_learn_from_it(tiny_cfg, tmp_path
     assert records[2].metrics["speedup_process_sd"] == pytest.approx(third["process_sd"])
 
 
-def test_the_code_state_names_the_commit_and_uncommitted_changes_to_the_code():
-    from bench.measure.environment import code_state, environment
+def test_the_code_state_follows_the_code_not_the_commit(tmp_path, monkeypatch):
+    """Two checkouts whose bench/ and conf/ agree are the same code; an edit to bench/ is other code, an
+    edit elsewhere is not."""
+    import shutil
+    import subprocess
 
-    sha = environment()["git_sha"]
-    if sha is None:
-        pytest.skip("not a git checkout")
-    assert code_state() == sha or (code_state().startswith(sha + "+") and len(code_state()) == len(sha) + 13)
+    from bench.measure import environment as env
+
+    def state_of(repo):
+        env.code_state.cache_clear()
+        monkeypatch.setattr(env, "REPO", repo)
+        return env.code_state()
+
+    repo = tmp_path / "repo"
+    (repo / "bench").mkdir(parents=True)
+    (repo / "conf").mkdir()
+    (repo / "bench" / "x.py").write_text("A = 1\n")
+    (repo / "conf" / "c.yaml").write_text("a: 1\n")
+    (repo / "README.md").write_text("hello\n")
+    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True)  # noqa: E731
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    git("init", "-q")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x", "--allow-empty")
+    git("add", "-A")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "code")
+    first = state_of(repo)
+    (repo / "README.md").write_text("edited\n")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam", "docs")
+    assert state_of(repo) == first and first.startswith("code ")
+    (repo / "bench" / "x.py").write_text("A = 2\n")  # uncommitted
+    edited = state_of(repo)
+    assert edited != first
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam", "code again")
+    assert state_of(repo) == edited  # committing the same edit is the same code
+    env.code_state.cache_clear()
 
 
 def test_an_unpaired_or_uncalibrated_job_stays_out_of_the_log(tiny_cfg):

@@ -56,18 +56,23 @@ def _version(dist: str) -> str | None:
 
 @functools.cache
 def code_state() -> str:
-    """Which harness code ran: the git commit, plus a digest of uncommitted changes to the code and
-    the config tree (`bench/`, `conf/`; an edited README does not change what is measured), or the
+    """Which harness code ran: a digest of the files of the code and the config tree (`bench/`, `conf/`)
+    as they are on disk, so that a commit that touches neither (an edited README, the rest of a
+    repository the harness lives in) is the same code, and an uncommitted edit is other code; the
     installed distribution's version outside a checkout."""
-    sha, _ = _git_state()
-    if sha is None:
-        return f"dlrm-quant-bench {_version('dlrm-quant-bench')}"
     try:
-        diff = subprocess.run(["git", "-C", str(REPO), "diff", "HEAD", "--", "bench", "conf"], capture_output=True,
-                              timeout=10, check=True).stdout
+        listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard",
+                                 "--", "bench", "conf"], capture_output=True, timeout=10, check=True).stdout
     except (OSError, subprocess.SubprocessError):
-        return f"{sha}+unknown"
-    return f"{sha}+{hashlib.sha256(diff).hexdigest()[:12]}" if diff else sha
+        listed = b""
+    digest = hashlib.sha256()
+    for name in sorted(set(filter(None, listed.split(b"\0")))):
+        path = REPO / name.decode()
+        if path.is_file():
+            digest.update(name + b"\0" + path.read_bytes() + b"\0")
+    if not listed:
+        return f"dlrm-quant-bench {_version('dlrm-quant-bench')}"
+    return "code " + digest.hexdigest()[:16]
 
 
 def _git_state() -> tuple[str | None, bool | None]:

@@ -168,22 +168,12 @@ def _timed_region():
             gc.enable()
 
 
-def _clock_fn(device: torch.device, clock: Clock | str, test_delay: float = 0.0, second: Clock | None = None,
-              second_out: list[list[float]] | None = None):
-    """`timed(module, inputs, device) -> ms per call`; with `second` (CPU only), each call is also read on
-    that clock and the trial's figures appended to `second_out`."""
+def _clock_fn(device: torch.device, clock: Clock | str, test_delay: float = 0.0, second: Clock | None = None):
+    """`timed(module, inputs, device) -> ms per call`; with `second` (CPU only), (ms, ms on `second`) per call."""
     clock = CLOCKS[clock] if isinstance(clock, str) else clock  # a name: timing.clock's
     if device.type == "cuda":
         return _cuda_clock
-
-    def timed(module, trial_inputs, device):
-        if second is None:
-            return _cpu_clock(module, trial_inputs, clock, test_delay)
-        both = _cpu_clock(module, trial_inputs, clock, test_delay, second)
-        second_out.append([b for _, b in both])
-        return [a for a, _ in both]
-
-    return timed
+    return lambda module, trial_inputs, device: _cpu_clock(module, trial_inputs, clock, test_delay, second)
 
 
 def _calls_per_trial(warm_ms: list[float], batches_per_trial: int, min_trial_seconds: float) -> int:
@@ -254,8 +244,7 @@ def time_paired(
     or `decided(lo, hi)` says the interval already decides what the job is judged on.
     `second_clock` (the timing calibration's): the same calls read on a second clock too, as `.second`.
     """
-    seconds: list[list[float]] = []  # the second clock's halves, in the order they ran
-    calls, timed = _Calls(inputs), _clock_fn(device, clock, test_delay, second_clock, seconds)
+    calls, timed = _Calls(inputs), _clock_fn(device, clock, test_delay, second_clock)
     sides = {"candidate": candidate, "reference": reference}
 
     def untimed(module: nn.Module, batches: list[tuple]) -> None:
@@ -263,26 +252,25 @@ def time_paired(
             module(*fresh_inputs(args))
 
     lat: dict[str, list[list[float]]] = {"candidate": [], "reference": []}
+    lat2: dict[str, list[list[float]]] = {"candidate": [], "reference": []}  # the same halves on second_clock
     first: list[str] = []
 
-    def paired() -> PairedTiming:
-        result = PairedTiming(Timing(batch_size, lat["candidate"], len(inputs)),
-                              Timing(batch_size, lat["reference"], len(inputs)), first, process_sd=process_sd,
-                              process_df=process_df)
-        if second_clock is not None:  # the rounds' halves, as ran: [warm-ups (2)], then per round in `first`'s order
-            halves = {"candidate": [], "reference": []}
-            for r, leader in enumerate(first):
-                order = (leader, "reference" if leader == "candidate" else "candidate")
-                for k, side in enumerate(order):
-                    halves[side].append(seconds[2 + 2 * r + k])
-            result.second = PairedTiming(Timing(batch_size, halves["candidate"], len(inputs)),
-                                         Timing(batch_size, halves["reference"], len(inputs)), first, process_sd=process_sd,
-                                         process_df=process_df)
-        return result
+    def time_half(side: str, batches: list[tuple], keep: bool = True) -> list[float]:
+        ms = timed(sides[side], batches, device)
+        if second_clock is None:
+            return ms
+        if keep:
+            lat2[side].append([b for _, b in ms])
+        return [a for a, _ in ms]
+
+    def paired(halves: dict[str, list[list[float]]]) -> PairedTiming:
+        return PairedTiming(Timing(batch_size, halves["candidate"], len(inputs)),
+                            Timing(batch_size, halves["reference"], len(inputs)), first, process_sd=process_sd,
+                            process_df=process_df)
 
     with _timed_region():
         warm_batches = calls.take(max(1, warmup_batches))
-        warm = [timed(m, warm_batches, device) for m in sides.values()]
+        warm = [time_half(side, warm_batches, keep=False) for side in sides]
         n = max(_calls_per_trial(w, batches_per_trial, min_trial_seconds) for w in warm)
         while True:
             r = len(first)
@@ -290,22 +278,26 @@ def time_paired(
             settle, batch_window = calls.take(1), calls.take(n)
             for side in order:
                 untimed(sides[side], settle)  # the switch from the other model's caches is not the model's speed
-                lat[side].append(timed(sides[side], batch_window, device))
+                lat[side].append(time_half(side, batch_window))
             first.append(order[0])
-            result = paired()
+            result = paired(lat)
+            if second_clock is not None:
+                result.second = paired(lat2)
             if len(first) < trials:
                 continue
             if max_rounds <= trials:
                 return result
-            if len(first) % 2 == 0 and result.spread <= target_spread:
-                result.stopped = "target"
-                return result
-            if len(first) % 2 == 0 and process_sd > 0 and result.round_se <= process_sd:
-                result.stopped = "process"
-                return result
-            if len(first) % 2 == 0 and decided is not None and decided(*result.speedup()[1:]):
-                result.stopped = "decided"
-                return result
+            if len(first) % 2 == 0:  # the interval is looked at after whole ABBA pairs: as many rounds of each order
+                point, lo, hi = result.speedup()
+                if (hi - lo) / point <= target_spread:
+                    result.stopped = "target"
+                    return result
+                if process_sd > 0 and result.round_se <= process_sd:
+                    result.stopped = "process"
+                    return result
+                if decided is not None and decided(lo, hi):
+                    result.stopped = "decided"
+                    return result
             if len(first) >= max_rounds:
                 result.stopped = "max_rounds"
                 return result

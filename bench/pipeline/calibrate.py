@@ -4,9 +4,9 @@ A paired speedup measured in one process differs from the same measurement in an
 more than its rounds show: each process places the libraries, FBGEMM's generated kernels and the
 models anew in its address space, starts from another allocator state and meets other background
 work. On the development machine one process's FBGEMM table lookups took 7.3 ms a call and
-another's 10.8 ms, for the same job (docs/measuring.md). A re-run samples that level, so an interval that claims to cover a re-run must
-carry it (Kalibera & Jones, "Rigorous benchmarking in reasonable time", ISMM 2013: repeat at the
-level where the variance lives). Several processes per job would cost seconds of start-up each;
+another's 10.8 ms, for the same job (docs/measuring.md). A re-run samples that level, so an
+interval that claims to cover a re-run must carry it (Kalibera & Jones, "Rigorous benchmarking in
+reasonable time", ISMM 2013: repeat at the level where the variance lives). Several processes per job would cost seconds of start-up each;
 instead `calibration` starts a few fresh processes once per machine (`Plan`). Each builds the probe
 pair (fp32 and int8_tbe on the default model with random weights) and times paired rounds at each
 probe batch size, as a job times them (halves as long as a job's, as many rounds as a job's

@@ -200,6 +200,7 @@ class SyntheticWorkload(Workload):
         if min(c.cardinalities) < 1 or (c.pooling and min(c.pooling) < 1) or (c.table_rows is not None and c.table_rows < 1):
             raise UserError("workload.cardinalities, workload.table_rows and workload.pooling must be positive integers")
         check_access(c.access)
+        self._eval_chunks: dict[int, Chunk] = {}  # the first KEPT_EVAL_SAMPLES of the eval split, once made
         if c.table_rows is not None:
             self.cfg = dataclasses.replace(c, cardinalities=[c.table_rows] * len(c.cardinalities))
 
@@ -236,10 +237,6 @@ class SyntheticWorkload(Workload):
         if index not in self._eval_chunks:
             self._eval_chunks[index] = self._generate(split, index)
         return self._eval_chunks[index]
-
-    @cached_property
-    def _eval_chunks(self) -> dict[int, Chunk]:
-        return {}
 
     def _generate(self, split: str, index: int) -> Chunk:
         stream = _SPLIT_STREAM["train" if split == "calibration" else split]

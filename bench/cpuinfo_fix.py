@@ -200,6 +200,14 @@ def isa_shortfall(detected: Optional[str], best: str) -> Optional[str]:
     return f"FBGEMM detected {detected} where the CPU allows {best}"
 
 
+def kernel_env() -> dict[str, str]:
+    """The environment variables that decide which kernels run and how: FBGEMM's switches, OpenMP's,
+    the BLAS's, ATen's CPU capability, torch's loading mode and this fix's."""
+    prefixes = ("FBGEMM_", "OMP_", "KMP_", "MKL_", "OPENBLAS_", "DNNL_", "ONEDNN_", "ATEN_CPU_CAPABILITY", "TORCH_USE_RTLD_GLOBAL",
+                DISABLE, "LD_PRELOAD")
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(prefixes)}
+
+
 class _Hook(importlib.abc.MetaPathFinder):
     """Runs the fix once, just before the first import of a package that loads fbgemm.so; finds nothing itself."""
 

@@ -129,3 +129,30 @@ def migrate(data: dict[str, Any]) -> dict[str, Any]:
         version += 1
         data["schema_version"] = version
     return data
+
+
+# What the eager fp32 reference of a paired speedup runs: a speedup rests on these kernels too.
+REFERENCE_FAMILIES = ("embedding_bag_fp32", "gemm_fp32")
+
+
+def degraded_kernels(record: RunRecord, reference: bool = True) -> list[dict[str, Any]]:
+    """The degraded kernel families (`env.kernel_health`, bench.measure.kernel_health) this record's speed
+    rests on, each with its verdict: the families its call ran (`metrics.kernel_families`; every degraded
+    one where the record does not say which it ran), and with `reference` the fp32 reference's as well."""
+    health = (record.env or {}).get("kernel_health") or {}
+    degraded = health.get("degraded") or []
+    if not degraded or record.status != "ok":
+        return []
+    used = (record.metrics or {}).get("kernel_families")
+    relevant = set(degraded) if used is None else set(used) | (set(REFERENCE_FAMILIES) if reference else set())
+    verdicts = health.get("verdicts") or {}
+    return [{"family": family, **verdicts.get(family, {})} for family in degraded if family in relevant]
+
+
+def kernel_verdict_text(v: dict[str, Any]) -> str:
+    """One degraded kernel in words: measured against expected time, the likely cause and the fix."""
+    measured, expected, unit = v.get("measured_ns"), v.get("expected_ns"), v.get("unit", "")
+    timing = (f"{measured:.1f} {unit} against at most {expected:.1f} expected" if isinstance(measured, (int, float))
+              and isinstance(expected, (int, float)) and measured == measured else v.get("why") or "degraded")
+    return "; ".join(filter(None, [f"{v['family']}: {timing}", v.get("cause") and f"likely cause: {v['cause']}",
+                                   v.get("fix") and f"fix: {v['fix']}"]))

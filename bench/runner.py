@@ -25,14 +25,16 @@ from typing import Any
 
 import torch
 
-from bench import registry
+from bench import cpuinfo_fix, registry
 from bench.backends.backend import NotApplicable
 from bench.config import NOT_THE_JOB, Config, workload_label
 from bench.errors import UserError, one_line
 from bench.hardware import prepare_process, resolve
 from bench.hashing import config_hash
+from bench.measure import kernel_health
 from bench.measure.environment import code_state, environment
 from bench.measure.memory import memory_skip_reason
+from bench.measure.roofline import Limits
 from bench.metrics import SPEEDUP
 from bench.models.train import input_identity
 from bench.pipeline import reruns
@@ -85,6 +87,8 @@ class Session:
     claims: Claims = dataclasses.field(default_factory=Claims)
     # cache_dir -> this machine's timing calibration, or why there is none (kept across clear())
     calibrations: dict[str, Calibration | str] = dataclasses.field(default_factory=dict)
+    # (cache_dir, probe or not) -> this machine's and stack's kernel health (bench.measure.kernel_health)
+    kernel_checks: dict[tuple[str, bool], dict] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # What exists now (the imported libraries: about half a million objects) lives as long as the
@@ -108,6 +112,28 @@ class Session:
                 self.calibrations[cfg.cache_dir] = f"the timing calibration failed ({one_line(exc)})"
         found = self.calibrations[cfg.cache_dir]
         return (found, "") if isinstance(found, Calibration) else (None, found)
+
+
+    def kernel_health(self, cfg: Config) -> dict:
+        """What a record keeps of the kernel health check: the probe's verdicts (`kernel_health=true`, once per
+        machine and stack, cached) or FBGEMM's instruction set alone. A failed probe leaves the check to the
+        instruction set and says why; the job goes on."""
+        key = (cfg.cache_dir, bool(cfg.kernel_health))
+        if key not in self.kernel_checks:
+            isa = cpuinfo_fix.summary()
+            try:
+                if not cfg.kernel_health:
+                    raise LookupError("kernel_health=false")
+                fingerprint = environment()["fingerprint"]
+                limits = Limits(cfg.cache_dir, fingerprint).ensure(kernel_health.row_widths())
+                found = kernel_health.health(kernel_health.cache_path(cfg.cache_dir), limits).as_env()
+            except LookupError as exc:
+                found = {**kernel_health.isa_only(isa).as_env(), "why_not_probed": str(exc)}
+            except Exception as exc:  # noqa: BLE001 - the check is extra: the jobs go on with the ISA check alone
+                log.warning("kernel health probe failed, the instruction-set check stands alone: %s", one_line(exc))
+                found = {**kernel_health.isa_only(isa).as_env(), "why_not_probed": f"the probe failed ({one_line(exc)})"}
+            self.kernel_checks[key] = found
+        return self.kernel_checks[key]
 
 
 def run_one(cfg: Config, session: Session | None = None) -> RunRecord:
@@ -196,6 +222,7 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
             _close(backend, record)
         if not record.resumed_from:
             record.env = environment(device)
+            record.env["kernel_health"] = session.kernel_health(cfg)
 
 
 def _timing_setting(cfg: Config, device: torch.device, backend, route, session: Session) -> tuple[Config, dict[str, Any]]:

@@ -23,7 +23,7 @@ RECORDS_FILE = "records.jsonl"  # the record store in reports_dir (bench.store)
 # Keys that change where output goes or what happens after measuring, never what a job measures: not
 # part of a job's identity (its config hash, bench.runner) nor of a sweep's variant (bench.sweep).
 NOT_THE_JOB = ("reports_dir", "cache_dir", "sweep_name", "gate", "compare", "run_gate", "resume", "memory_fraction", "tune",
-               "one_job_per_host")
+               "one_job_per_host", "kernel_health")
 
 
 @dataclass
@@ -357,6 +357,10 @@ class Config:
     eval_batch_size: int = 8192
     calibration_batch_size: int = 1024  # the calibration split is cut into batches of this size
     timing: TimingConfig = field(default_factory=TimingConfig)
+    # Time each kernel family the backends use once per machine and stack (seconds, cached beside the timing
+    # calibration: bench.measure.kernel_health) and flag a degraded one in every record, report and gate.
+    # false: FBGEMM's instruction set is still checked against the CPU's, without timing anything.
+    kernel_health: bool = True
     # Set by sweep configs: names the report folder `<reports_dir>/<sweep>/`, and whether the
     # sweep ends with the gate.
     sweep_name: Optional[str] = None

@@ -133,6 +133,9 @@ def auc_ratio(row: Row) -> Measure:
 def speedup(row: Row) -> Measure:
     # Paired against fp32 in the job's process when the record has it; else the engine's ratio of the
     # two rows' trials (the results table says which in `speedup_method`).
+    if row.get("kernel_degraded"):  # a figure measured on a fallback kernel is not the backend's speed
+        return Measure(None, missing=f"Kernel health: {row['kernel_degraded']} degraded on this stack (report.md says "
+                                     "why and how to fix it): the speed measured is the fallback kernel's")
     value = figure(row, SPEEDUP, lo(SPEEDUP), hi(SPEEDUP))
     if value.value is None:
         return Measure(None, missing="speedup is missing (no fp32 throughput at this workload/device/batch?)")

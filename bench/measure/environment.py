@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from bench import hardware
+from bench import cpuinfo_fix, hardware
 from bench.hashing import config_hash
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,9 +23,25 @@ def environment(device: torch.device | None = None) -> dict:
     info["threads"] = torch.get_num_threads()
     info["gpu"] = hardware.gpu_name(device)
     info["malloc"] = hardware.malloc_settings()  # None: the C library's defaults
-    # Compare like with like: results from different hardware or thread counts are not joined.
-    info["fingerprint"] = config_hash({"cpu": info["cpu"], "gpu": info["gpu"], "threads": info["threads"]}, length=12)
+    # The instruction sets torch and FBGEMM use, and what bench.cpuinfo_fix did in this process
+    info["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    info.update(cpuinfo_fix.summary())
+    # Compare like with like: results from different hardware, thread counts or FBGEMM kernel paths (the
+    # instruction set FBGEMM detected: a record measured on its reference kernels) are not joined.
+    info["fingerprint"] = config_hash({"cpu": info["cpu"], "gpu": info["gpu"], "threads": info["threads"],
+                                       **({"fbgemm_isa": info["fbgemm_isa"]} if info["fbgemm_isa"] else {})}, length=12)
     return info
+
+
+def stack_key(version: int) -> str:
+    """The machine and stack a per-machine cache holds for (the timing calibration, the kernel probe): CPU
+    model, the CPUs this process may use, torch and FBGEMM versions, FBGEMM's instruction set, what the
+    cpuinfo fix did, and the environment variables that steer the kernels. A cache never outlives a
+    change of any of them (a calibration timed on FBGEMM's reference kernels is not reused once fixed)."""
+    env = environment()
+    return config_hash({"cpu": env["cpu"], "cpus": env["cpu_count"], "torch": env["torch"], "fbgemm": env["fbgemm_gpu"],
+                        "fbgemm_isa": env["fbgemm_isa"], "cpuinfo_fix": env["cpuinfo_fix"], "kernel_env": cpuinfo_fix.kernel_env(),
+                        "version": version}, length=12)
 
 
 @functools.cache

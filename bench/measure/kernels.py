@@ -14,6 +14,7 @@ work per sample for the roofline.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable
 
 import torch
 from torch import nn
@@ -73,6 +74,24 @@ class _Recorder(TorchDispatchMode):
             if name in INT8_GEMM_OPS:
                 self.log.int8_gemm_flops += flops
         return out
+
+
+FP32_GEMM_OPS = GEMM_OPS - INT8_GEMM_OPS - {"aten::_weight_int4pack_mm_for_cpu"}
+
+
+def families(log: OperatorLog, table_dtypes: Iterable[str]) -> list[str]:
+    """The kernel families (bench.measure.kernel_health) a call ran: FBGEMM's TBE lookup at each stored
+    row type, ATen's fp32 EmbeddingBag, the fp32 and int8 GEMMs."""
+    out = set()
+    if any("split_embedding" in name for name in log.embedding):  # FBGEMM's table-batched lookup
+        out |= {f"tbe_{dtype}" for dtype in table_dtypes}
+    if any(name.startswith("aten::") and "embedding_bag" in name for name in log.embedding):
+        out.add("embedding_bag_fp32")
+    if log.gemm & INT8_GEMM_OPS:
+        out.add("gemm_int8")
+    if log.gemm & FP32_GEMM_OPS:
+        out.add("gemm_fp32")
+    return sorted(out)
 
 
 def operators(module: nn.Module, inputs: tuple) -> OperatorLog:

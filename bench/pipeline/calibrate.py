@@ -38,9 +38,8 @@ import numpy as np
 import torch
 
 from bench import hardware
-from bench.hashing import config_hash
 from bench.io import write_json_atomic
-from bench.measure.environment import environment
+from bench.measure.environment import stack_key
 from bench.pipeline.reruns import Reruns, combined
 from bench.stats import variance_components
 
@@ -98,11 +97,10 @@ CLEARLY_STEADIER = 0.15
 
 
 def machine_key() -> str:
-    """The machine and stack a calibration holds for: CPU model, the CPUs this process may use,
-    torch and FBGEMM versions (the thread count is what the calibration chooses, so not part of it)."""
-    env = environment()
-    return config_hash({"cpu": env["cpu"], "cpus": env["cpu_count"], "torch": env["torch"], "fbgemm": env["fbgemm_gpu"],
-                        "version": VERSION}, length=12)
+    """The machine and stack a calibration holds for (`bench.measure.environment.stack_key`: CPU, versions,
+    FBGEMM's instruction set, the cpuinfo fix, the kernels' environment variables; the thread count is
+    what the calibration chooses, so not part of it)."""
+    return stack_key(VERSION)
 
 
 def cache_path(cache_dir: str | Path) -> Path:
@@ -233,7 +231,7 @@ def _child_run(cache_dir: str | Path, settings: list[Setting], plan: Plan, first
 
 def _child(args: dict) -> dict:
     """In the fresh process: per setting and probe batch size, paired rounds' log ratios and log throughputs."""
-    from bench import registry
+    from bench import cpuinfo_fix, registry
     from bench.config.compose import compose
     from bench.measure.timing import CLOCKS, time_paired
     from bench.pipeline.shared import SharedWork
@@ -265,6 +263,7 @@ def _child(args: dict) -> dict:
                     "log_ratio": [math.log(r) for r in timed.ratios],
                     "log_throughput": [math.log(t) for t in timed.candidate.trial_throughput],
                 }
+    out["fbgemm"] = cpuinfo_fix.summary()  # the kernel path this child timed (kept in the cached calibration)
     return out
 
 

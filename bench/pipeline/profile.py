@@ -20,7 +20,7 @@ from bench.backends.tables import table_storage
 from bench.config import Config
 from bench.measure.working_set import working_set_bytes
 from bench.measure.environment import environment
-from bench.measure.kernels import operators
+from bench.measure.kernels import families, operators
 from bench.measure.roofline import Limits, roofline_metrics
 from bench.measure.timing import Timing
 from bench.pipeline.shared import SharedWork
@@ -30,7 +30,8 @@ from bench.workloads.workload import Workload
 def job_profile(cfg: Config, prepared: nn.Module, inputs: list[tuple], workload: Workload, timing: Timing,
                 device: torch.device, shared: SharedWork) -> dict[str, Any]:
     access = shared.timing_access(cfg, workload, device)
-    row_bytes = {name: int(info["row_bytes"]) for name, info in table_storage(prepared).items()}
+    storage = table_storage(prepared)
+    row_bytes = {name: int(info["row_bytes"]) for name, info in storage.items()}
     calls = sum(len(trial) for trial in timing.latency_ms)
     ops = operators(prepared, inputs[0])
     metrics: dict[str, Any] = {
@@ -46,6 +47,8 @@ def job_profile(cfg: Config, prepared: nn.Module, inputs: list[tuple], workload:
             "llc_bytes": hardware.llc_bytes(),
         },
         **ops.as_metrics(cfg.batch_size),
+        # which kernel families the call ran, so a degraded one (env.kernel_health) is tied to this job
+        "kernel_families": families(ops, {info["dtype"] for info in storage.values()}),
     }
     if device.type == "cpu" and row_bytes:
         limits = Limits(cfg.cache_dir, environment(device)["fingerprint"]).ensure(row_bytes.values())

@@ -189,9 +189,17 @@ def _hover(row: dict, point: tuple) -> str:
             f"status {row['status']}, gate {gate}<br>{html.escape(versions)}")
 
 
+def _kernel_cell(history: pd.DataFrame, run: str) -> str:
+    """Degraded kernels under any of a run's speed figures (bench.measure.kernel_health), or healthy."""
+    if "kernel_degraded" not in history:
+        return "not recorded"
+    found = sorted({f.strip() for v in history.loc[history["run_id"] == run, "kernel_degraded"] if isinstance(v, str) for f in v.split(",")})
+    return f"<b class=fail>Kernel health: {html.escape(', '.join(found))} degraded</b>" if found else "healthy"
+
+
 def _runs_table(history: pd.DataFrame, runs: list[str], history_dir: Path, site_dir: Path) -> str:
     first = history.drop_duplicates("run_id").set_index("run_id")
-    head = "".join(f"<th>{h}</th>" for h in ["run", "time", "git", "gate", *STACK_KEYS, "report"])
+    head = "".join(f"<th>{h}</th>" for h in ["run", "time", "git", "gate", "kernel health", *STACK_KEYS, "report"])
     body = []
     for r in runs:
         row = first.loc[r].to_dict() | {"run_id": r}
@@ -201,7 +209,7 @@ def _runs_table(history: pd.DataFrame, runs: list[str], history_dir: Path, site_
         link = _report_link(row, history_dir, site_dir)
         report = f'<a href="{html.escape(link)}">report.md</a>' if link else ("expired or not kept" if row.get("report") else "not recorded")
         sha = row.get("git_sha") if isinstance(row.get("git_sha"), str) else ""
-        cells = [html.escape(r), html.escape(str(row.get("timestamp"))), html.escape(sha[:12]), gate,
+        cells = [html.escape(r), html.escape(str(row.get("timestamp"))), html.escape(sha[:12]), gate, _kernel_cell(history, r),
                  *(html.escape(str(stack.get(k) or "")) for k in STACK_KEYS), report]
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"

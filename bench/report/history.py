@@ -51,7 +51,7 @@ _NUMERIC = [AUC, AUC_DELTA, lo(AUC_DELTA), hi(AUC_DELTA), THROUGHPUT, SPEEDUP, l
 _TEXT = ["config_hash", "fingerprint", "timing_setting"]
 _RUN = ["sweep", "report", "gate_passed", "stack"]  # version 3: the same on every line of a run
 _COLUMNS = ["run_id", "timestamp", "git_sha", *KEY, "status", *_NUMERIC, THROUGHPUT_TRIALS, *_TEXT, *_RUN, "gate"]
-STACK_KEYS = ("python", "torch", "fbgemm_gpu", "torchrec", "torchao")
+STACK_KEYS = ("python", "torch", "fbgemm_gpu", "torchrec", "torchao", "fbgemm_isa")
 log = logging.getLogger(__name__)
 
 
@@ -117,6 +117,8 @@ def history_rows(records: Iterable[RunRecord | dict[str, Any]], *, run_id: str, 
         out["stack"] = {k: env.get(k) for k in STACK_KEYS}
         out.update({k: (run or {}).get(k) for k in _RUN if k != "stack"})
         out["gate"] = (gate or {}).get(key)
+        if isinstance(row.get("kernel_degraded"), str):  # degraded kernels under this row's speed (absent when healthy)
+            out["kernel_degraded"] = row["kernel_degraded"]
         out.update({k: row[k] for k in _TEXT if isinstance(row.get(k), str) and row[k]})
         if isinstance(row.get("stable"), bool):  # timing noise flags; absent in older lines
             reason = row.get("unstable_reason")  # a stable row's None is NaN in the frame

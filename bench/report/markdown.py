@@ -12,6 +12,7 @@ import pandas as pd
 from bench.metrics import AUC, AUC_DELTA, AUC_DELTA_EMBEDDINGS, FIDELITY_GAP, N_EVAL, ORACLE_AUC, SPEEDUP, lo
 from bench.record import USER, RunRecord, is_serving
 from bench.report import fmt
+from bench.report.kernels import banner_lines, isa_line
 from bench.report.machine import (
     PERFORMANCE_ONLY_NOTE,
     SCALE_PLOTS,
@@ -307,6 +308,7 @@ def _env_block(records: Sequence[RunRecord]) -> list[str]:
                 f"  cpu {e.get('cpu')}, threads {e.get('threads')}, gpu {e.get('gpu')}, host {e.get('hostname')}",
                 f"  python {e.get('python')}, torch {e.get('torch')}, torchrec {e.get('torchrec')}, "
                 f"fbgemm_gpu {e.get('fbgemm_gpu')}",
+                isa_line(e),
                 f"  git {e.get('git_sha')}{dirty}",
             ]
     lines += ["```", ""]
@@ -342,6 +344,7 @@ def render_report(
     lines = [
         f"# {title}",
         "",
+        *banner_lines(list(latest.values())),
         f"{len(records)} records, {len(df)} rows (the newest record per workload, device, backend and "
         f"batch size); rendered {now} from stored records only.",
         "",

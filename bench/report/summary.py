@@ -28,6 +28,7 @@ from bench.metrics import (
 )
 from bench.record import RunRecord, is_serving
 from bench.registry import BASELINE_BACKEND
+from bench.report.kernels import summary_line as kernel_summary_line
 
 
 def summary(record: RunRecord) -> str:
@@ -61,6 +62,9 @@ def summary(record: RunRecord) -> str:
         covers = "rounds and processes" if m.get(SPEEDUP_PROCESS_SD) else "rounds of this process"
         lines.append(f"  speedup vs fp32 {m[SPEEDUP]:.2f}x [{m[lo(SPEEDUP)]:.2f}, {m[hi(SPEEDUP)]:.2f}] "
                      f"({m['speedup_method']}; the interval covers {covers})")
+    kernel_note = kernel_summary_line(record)
+    if kernel_note:
+        lines.append(f"  {kernel_note}")
     if m.get("stable") is False:
         lines.append(f"  absolute throughput unsteady: {m['unstable_reason']} (the paired speedup is judged on its own interval)")
     if m.get("throughput_all_threads"):

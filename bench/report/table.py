@@ -48,7 +48,7 @@ from bench.metrics import (
     with_interval,
 )
 from bench.registry import BASELINE_BACKEND
-from bench.record import RunRecord, is_serving
+from bench.record import RunRecord, degraded_kernels, is_serving
 from bench.report.machine import EXTRA_COLUMNS, row_extras
 from bench.stats import practical_verdict
 
@@ -89,6 +89,7 @@ COLUMNS = [
     "speed_margin",
     "stable",
     "unstable_reason",
+    "kernel_degraded",  # degraded kernels under the row's speed (bench.measure.kernel_health): its speed verdict is inconclusive
     "trial_cv",
     "ratio_spread",
     "load_avg",
@@ -221,6 +222,8 @@ def _row(r: RunRecord) -> dict[str, Any]:
         speedup_stop=m.get("speedup_stop"),  # fixed | target | max_rounds
     )
     row.update(row_extras(r))
+    # degraded kernels this row's speed rests on (bench.measure.kernel_health): its speed rules read inconclusive
+    row["kernel_degraded"] = ", ".join(v["family"] for v in degraded_kernels(r)) or None
     return row
 
 
@@ -304,6 +307,8 @@ def _verdict_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord]) -> pd.Dat
                 auc_v = practical_verdict(row.auc_delta_lo, row.auc_delta_hi, auc_m)
             if not (row.performance_only and math.isnan(row.speedup)):  # an unpaired performance-only job has no reference
                 speed_v = practical_verdict(row.speedup_lo, row.speedup_hi, speed_m, null=1.0, ratio=True)
+            if isinstance(row.kernel_degraded, str):  # measured on a fallback kernel: says nothing of the backend
+                speed_v = "inconclusive"
         for name, value in zip(cols, (auc_v, speed_v, auc_m, speed_m)):
             cols[name].append(value)
     return df.assign(**cols)

@@ -138,6 +138,10 @@ def run(argv: list[str]) -> int:
         from bench.store import main as store_main
 
         return store_main(argv[1:])
+    if argv[:1] == ["timing"]:  # the machine's timing caches: calibration, re-run log, kernel probe
+        from bench.pipeline.timing_cache import main as timing_main
+
+        return timing_main(argv[1:])
     if argv[:1] == ["dashboard"]:  # a subcommand word, not a Hydra run (bench.report.dashboard)
         from bench.report.dashboard import main as dashboard
 

@@ -32,7 +32,7 @@ from bench.errors import UserError, one_line
 from bench.hardware import prepare_process, resolve
 from bench.hashing import config_hash
 from bench.measure import kernel_health
-from bench.measure.environment import code_state, environment
+from bench.measure.environment import code_state, environment, kernel_path
 from bench.measure.memory import memory_skip_reason
 from bench.measure.roofline import Limits
 from bench.metrics import SPEEDUP
@@ -233,7 +233,7 @@ def _timing_setting(cfg: Config, device: torch.device, backend, route, session: 
     if not why_not and device.type == "cpu":
         calibrated, why_not = session.calibration(cfg)
     # read before every job: a sweep's earlier jobs, re-runs of jobs measured before, already count for its later ones
-    rerun_log = reruns.Reruns(reruns.path_for(calibrated.path)) if calibrated is not None else None
+    rerun_log = reruns.Reruns(reruns.path_for(calibrated.path), kernel_path()) if calibrated is not None else None
     return timing_setting(cfg, device, backend, calibrated, why_not, rerun_log)
 
 
@@ -245,7 +245,7 @@ def _log_rerun(record: RunRecord, setting: dict[str, Any]) -> None:
     if not calibration_file or not m.get(SPEEDUP) or m.get("speedup_round_se") is None:
         return
     timed_with = Setting(record.config["timing"]["threads"], record.config["timing"]["clock"]).text()
-    line = reruns.entry(record.config_hash, code_state(), timed_with, record.batch_size, record.backend, math.log(m[SPEEDUP]),
+    line = reruns.entry(record.config_hash, code_state(), timed_with, kernel_path(), record.batch_size, record.backend, math.log(m[SPEEDUP]),
                         m["speedup_round_se"], len(m.get("speedup_rounds") or []))
     try:
         reruns.append(reruns.path_for(calibration_file), line)

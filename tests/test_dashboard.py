@@ -30,7 +30,7 @@ def test_nightly_lines_carry_stack_memory_sweep_report_and_gate(tmp_path):
     assert {x["history_version"] for x in lines} == {HISTORY_VERSION} == {4}
     first = lines[0]
     assert first["sweep"] == "nightly" and first["report"] == "nightly/20260101-022300"
-    assert set(first["stack"]) == {"python", "torch", "fbgemm_gpu", "torchrec", "torchao"}
+    assert set(first["stack"]) == {"python", "torch", "fbgemm_gpu", "torchrec", "torchao", "fbgemm_isa"}
     assert first["peak_rss_bytes"] == 2**30
     by = {(x["run_id"], x["backend"]): x for x in lines}
     assert by[("run1", "int8_tbe")]["gate"] == "pass" and by[("run1", "int8_tbe")]["gate_passed"] is True

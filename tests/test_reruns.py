@@ -12,14 +12,15 @@ import pytest
 
 from bench.pipeline import calibrate, reruns
 from bench.pipeline.reruns import MIN_DF, RECENT, Reruns, Spread, combined, entry, pooled_spread
-from bench.measure.environment import code_state
+from bench.measure.environment import code_state, kernel_path
 from bench.runner import Session, run_job
 
 SETTING = "1 thread, thread_cpu clock"
+KERNELS = "fbgemm avx512_vnni, cpuinfo fix applied"
 
 
 def planted(path, between: float, within: float, jobs: int, runs: int, batch_size: int = 256, seed: int = 0,
-            setting: str = SETTING) -> None:
+            setting: str = SETTING, kernels: str = KERNELS) -> None:
     """`jobs` jobs measured `runs` times each: a true log speedup per job, a run offset of sd `between`,
     and each run's own rounds' standard error `within` (its scatter around the run offset)."""
     rng = np.random.default_rng(seed)
@@ -27,14 +28,14 @@ def planted(path, between: float, within: float, jobs: int, runs: int, batch_siz
         truth = rng.normal(-0.3, 0.2)
         for _ in range(runs):
             value = truth + rng.normal(0, between) + rng.normal(0, within)
-            reruns.append(path, entry(f"job{j}-{batch_size}", "abc", setting, batch_size, "int8_tbe", value, within, 4))
+            reruns.append(path, entry(f"job{j}-{batch_size}", "abc", setting, kernels, batch_size, "int8_tbe", value, within, 4))
 
 
 def test_the_pooled_spread_finds_the_between_run_part_beyond_the_rounds(tmp_path):
     path = tmp_path / "m-reruns.jsonl"
-    planted(path, between=0.03, within=0.01, jobs=40, runs=4)
+    planted(path, between=0.03, within=0.01, jobs=80, runs=4)
     found = Reruns(path).spread(SETTING, 256)
-    assert found.df == 40 * 3 and found.jobs == 40
+    assert found.df == 80 * 3 and found.jobs == 80
     assert found.sd == pytest.approx(0.03, rel=0.2)  # the rounds' own 1% is taken out, not counted twice
 
 
@@ -60,17 +61,43 @@ def test_a_batch_size_with_enough_reruns_has_its_own_estimate(tmp_path):
 def test_only_recent_reruns_of_a_job_count(tmp_path):
     path = tmp_path / "m-reruns.jsonl"
     for value in [0.5] * 20 + [0.0, 0.01] * (RECENT // 2):  # a changed machine: the old runs drop out
-        reruns.append(path, entry("job", "abc", SETTING, 256, "int8_tbe", value, 0.0, 4))
+        reruns.append(path, entry("job", "abc", SETTING, KERNELS, 256, "int8_tbe", value, 0.0, 4))
     found = Reruns(path).spread(SETTING, 256)
-    assert found.df == RECENT - 1 and found.sd == pytest.approx(np.std([0.0, 0.01] * (RECENT // 2), ddof=1))
+    # every successive difference of the recent runs is 0.01: median |d| / (0.6745 sqrt 2)
+    assert found.df == RECENT - 1 and found.sd == pytest.approx(0.01 / (0.6745 * math.sqrt(2)))
+
+
+def test_other_kernel_paths_do_not_count(tmp_path):
+    """Re-runs on FBGEMM's reference kernels (a blank ISA) are another population: a job on the JIT kernels
+    learns nothing from them, and `timing show` (no kernel path given) still lists them."""
+    path = tmp_path / "m-reruns.jsonl"
+    planted(path, between=0.01, within=0.0, jobs=6, runs=3, seed=4)
+    planted(path, between=0.3, within=0.0, jobs=6, runs=3, seed=5, kernels="fbgemm anyarch, cpuinfo fix disabled")
+    mine = Reruns(path, KERNELS)
+    assert mine.spread(SETTING, 256).df == 12 and mine.skipped == 18
+    assert mine.spread(SETTING, 256).sd < 0.03
+    assert Reruns(path).spread(SETTING, 256).df == 24
+
+
+def test_one_outlying_rerun_does_not_widen_the_spread(tmp_path):
+    """Ten jobs re-run steadily (1%), one of them once at 0.5x its speed: the robust spread barely moves,
+    where the variance of the same lines would grow several times."""
+    path = tmp_path / "m-reruns.jsonl"
+    planted(path, between=0.01, within=0.0, jobs=10, runs=4, seed=6)
+    steady = Reruns(path, KERNELS).spread(SETTING, 256).sd
+    reruns.append(path, entry("job0-256", "abc", SETTING, KERNELS, 256, "int8_tbe", math.log(0.5), 0.0, 4))
+    found = Reruns(path, KERNELS).spread(SETTING, 256)
+    logs = [json.loads(x)["log_speedup"] for x in path.read_text().splitlines() if json.loads(x)["job"] == "job0-256"]
+    assert found.sd < 1.5 * steady
+    assert np.std(np.diff(logs), ddof=1) > 5 * steady  # what a plain variance would have taken in
 
 
 def test_damaged_lines_and_other_versions_are_skipped(tmp_path):
     path = tmp_path / "m-reruns.jsonl"
     planted(path, 0.02, 0.0, jobs=3, runs=2)
     with open(path, "a") as f:
-        f.write("not json\n" + json.dumps({**entry("job0-256", "abc", SETTING, 256, "x", 9.0, 0.0, 4), "version": 99}) + "\n")
-        f.write(json.dumps({**entry("job0-256", "abc", SETTING, 256, "x", 1.0, 0.0, 4), "log_speedup": None}) + "\n")
+        f.write("not json\n" + json.dumps({**entry("job0-256", "abc", SETTING, KERNELS, 256, "x", 9.0, 0.0, 4), "version": 99}) + "\n")
+        f.write(json.dumps({**entry("job0-256", "abc", SETTING, KERNELS, 256, "x", 1.0, 0.0, 4), "log_speedup": None}) + "\n")
     assert Reruns(path).spread(SETTING, 256).df == 3
 
 
@@ -104,6 +131,7 @@ def test_a_job_joins_the_log_and_its_later_runs_learn_from_it(tiny_cfg, tmp_path
     lines = [json.loads(x) for x in log_path.read_text().splitlines()]
     assert len(lines) == 3 and {line["job"] for line in lines} == {records[0].config_hash}
     assert {line["source"] for line in lines} == {code_state()}
+    assert {line["kernels"] for line in lines} == {kernel_path()} and lines[0]["kernels"].startswith("fbgemm ")
     assert lines[0]["setting"] == SETTING and lines[0]["log_speedup"] == pytest.approx(math.log(records[0].metrics["speedup"]))
     first, third = (r.metrics["timing_setting"] for r in (records[0], records[2]))
     assert first["process_sd"] == 0.02 and first["process_df"] == 4 and "re-runs" not in first["process_sd_from"]

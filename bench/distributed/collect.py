@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+from bench import cpuinfo_fix
 from bench.backends.backend import Backend
 from bench.backends.tables import table_storage
 from bench.backends.tbe import row_alignment
@@ -138,7 +139,8 @@ def collect(cfg: Config, backend: Backend, device: torch.device, work: SharedWor
         timing = time_module(sharded, inputs, hi - lo, device, **loop_options(cfg.timing), agree_calls=lambda n: int(ranks.agree_max(n)))
 
     mine = {"rank": rank, "rows_per_call": hi - lo, PEAK_RSS_BYTES: peak.peak_rss_bytes, "rss_scope": peak.rss_scope,
-            "threads": torch.get_num_threads(), LATENCY_MS: timing.latency_ms, "scores": local_scores}  # fmt: skip
+            "threads": torch.get_num_threads(), LATENCY_MS: timing.latency_ms, "scores": local_scores,
+            "fbgemm_isa": cpuinfo_fix.fbgemm_isa()}  # the kernel path this rank ran on (bench.cpuinfo_fix)  # fmt: skip
     everyone = ranks.gather(mine)
     if everyone is None:
         return None
@@ -208,6 +210,7 @@ def sharded_metrics(cfg: Config, backend: Backend, device: torch.device, work: S
             "rss_scope": "one process holds every rank" if one_process else proc["rss_scope"],
             "threads": proc["threads"],
             "rows_per_call": proc["rows_per_call"],
+            "fbgemm_isa": proc.get("fbgemm_isa"),
             "latency_samples_ms": None if one_process else run.latency_ms[r],
         })  # fmt: skip
     metrics.update(JobFigures(

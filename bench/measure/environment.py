@@ -33,6 +33,14 @@ def environment(device: torch.device | None = None) -> dict:
     return info
 
 
+def kernel_path() -> str:
+    """Which kernels a timing ran on, in a few words: FBGEMM's instruction set, what the cpuinfo fix did,
+    and a digest of the environment variables that steer the kernels (bench.cpuinfo_fix.kernel_env)."""
+    env = environment()
+    steer = cpuinfo_fix.kernel_env()
+    return f"fbgemm {env['fbgemm_isa']}, cpuinfo fix {env['cpuinfo_fix']}" + (f", env {config_hash(steer, length=8)}" if steer else "")
+
+
 def stack_key(version: int) -> str:
     """The machine and stack a per-machine cache holds for (the timing calibration, the kernel probe): CPU
     model, the CPUs this process may use, torch and FBGEMM versions, FBGEMM's instruction set, what the

@@ -8,10 +8,16 @@ timing setting, the same code, on the same machine and stack) is a direct sample
 variation an interval claims to cover. So each such job appends one line to
 `<cache_dir>/timing/<machine>-reruns.jsonl` (beside the calibration, through the store's locked
 appender), and the between-run standard deviation of log(speedup) is estimated from the jobs found
-there at least twice: per job, the variance of its recent speedups less what their own rounds
-explain, pooled over jobs (one-way random effects, as the calibration splits its probe). It is
-pooled per batch size where enough re-runs are there, over every batch size otherwise, and
-combined with the calibration's estimate in proportion to the degrees of freedom behind each.
+there at least twice, and only from like runs: a line is keyed by the job, the code, the timing
+setting and the kernel path it ran on (`kernels`: FBGEMM's instruction set, what the cpuinfo fix
+did, and the environment variables that FBGEMM, OpenMP and the BLAS read), so a re-run on FBGEMM's
+reference kernels never widens the interval of one on its JIT kernels. The spread is estimated
+robustly: from the successive differences of each job's recent speedups (log scale), whose median
+absolute value estimates sqrt(2) sd for normal data (median |d| = 0.6745 sqrt(2) sd), less what the
+rounds explain; one outlying re-run moves at most two differences, so it cannot widen every job's
+interval. It is pooled per batch size where enough re-runs are there, over every batch size
+otherwise, and combined with the calibration's estimate in proportion to the degrees of freedom
+behind each. `python -m bench timing show` lists the log, `python -m bench timing reset` empties it.
 
 A job's record says which estimate its interval carried and how many re-runs stand behind it; a
 stored interval is never recomputed (`docs/measuring.md`).
@@ -30,7 +36,8 @@ import numpy as np
 
 from bench.io import append_jsonl, read_jsonl
 
-VERSION = 1
+VERSION = 2  # 2: keyed by the kernel path (`kernels`); version 1 lines do not say theirs and are not read
+MAD_NORMAL = 0.6745  # median |z| of a standard normal
 RECENT = 8  # the latest re-runs of a job that count: older ones may predate a change of the machine
 MIN_DF = 10  # re-runs (beyond each job's first) a batch size needs for an estimate of its own
 
@@ -50,9 +57,9 @@ def path_for(calibration_path: str | Path) -> Path:
     return p.with_name(f"{p.stem}-reruns.jsonl")
 
 
-def entry(job: str, source: str, setting: str, batch_size: int, backend: str, log_speedup: float, round_se: float,
+def entry(job: str, source: str, setting: str, kernels: str, batch_size: int, backend: str, log_speedup: float, round_se: float,
           rounds: int) -> dict[str, Any]:
-    return {"version": VERSION, "job": job, "source": source, "setting": setting, "batch_size": int(batch_size),
+    return {"version": VERSION, "job": job, "source": source, "setting": setting, "kernels": kernels, "batch_size": int(batch_size),
             "backend": backend, "log_speedup": float(log_speedup), "round_se": float(round_se), "rounds": int(rounds),
             "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
@@ -64,37 +71,49 @@ def append(path: Path, line: dict[str, Any]) -> None:
 class Reruns:
     """The re-run log of one machine, read once; `spread(setting, batch_size)` is what it says."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, kernels: Optional[str] = None) -> None:
+        """`kernels`: only lines measured on this kernel path count (None: every line, as `timing show` lists them)."""
         self.path = Path(path)
-        self._groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)  # (setting, job, source) -> lines
+        self.skipped = 0  # lines of another version or kernel path
+        self._groups: dict[tuple[str, str, str, str], list[dict]] = defaultdict(list)  # (setting, job, source, kernels) -> lines
         try:
             found = read_jsonl(self.path)
         except FileNotFoundError:
             return
         for _, line in found.lines:
-            if line.get("version") == VERSION and _finite(line.get("log_speedup"), line.get("round_se")):
-                self._groups[(line["setting"], line["job"], line["source"])].append(line)
+            if (line.get("version") == VERSION and _finite(line.get("log_speedup"), line.get("round_se"))
+                    and kernels in (None, line.get("kernels"))):
+                self._groups[(line["setting"], line["job"], line["source"], line["kernels"])].append(line)
+            else:
+                self.skipped += 1
+
+    def groups(self) -> dict[tuple[str, str, str, str], list[dict]]:
+        """(setting, job, code, kernels) -> its lines, oldest first."""
+        return dict(self._groups)
 
     def spread(self, setting: str, batch_size: int) -> Optional[Spread]:
         """The between-run spread for jobs timed with `setting`: of this batch size's jobs when they hold
         `MIN_DF` re-runs, of every batch size's otherwise; None when no job was measured twice."""
-        groups = [lines[-RECENT:] for (s, _, _), lines in self._groups.items() if s == setting and len(lines) > 1]
+        groups = [lines[-RECENT:] for (s, _, _, _), lines in self._groups.items() if s == setting and len(lines) > 1]
         own = [g for g in groups if g[-1]["batch_size"] == batch_size]
         chosen = own if sum(len(g) - 1 for g in own) >= MIN_DF else groups
         return pooled_spread(chosen) if chosen else None
 
 
 def pooled_spread(groups: Iterable[list[dict]]) -> Spread:
-    """Pooled between-run sd of log(speedup) over groups of re-runs of one job each: the variance of a
-    group's speedups less the mean of their own rounds' squared standard errors (truncated at 0)."""
-    between, df, jobs = 0.0, 0, 0
+    """Robust pooled between-run sd of log(speedup) over groups of re-runs of one job each: from the
+    median absolute successive difference of every group's speedups (median |d| = MAD_NORMAL * sqrt(2) *
+    sd for normal data), less the mean of the rounds' own squared standard errors (truncated at 0)."""
+    diffs, own, jobs = [], [], 0
     for lines in groups:
         logs = np.array([line["log_speedup"] for line in lines])
-        own = float(np.mean([line["round_se"] ** 2 for line in lines]))
-        between += (len(logs) - 1) * (float(logs.var(ddof=1)) - own)
-        df += len(logs) - 1
+        diffs.extend(np.abs(np.diff(logs)))
+        own.extend(line["round_se"] ** 2 for line in lines)
         jobs += 1
-    return Spread(math.sqrt(max(0.0, between / df)) if df else 0.0, df, jobs)
+    if not diffs:
+        return Spread(0.0, 0, jobs)
+    total = (float(np.median(diffs)) / (MAD_NORMAL * math.sqrt(2))) ** 2
+    return Spread(math.sqrt(max(0.0, total - float(np.mean(own)))), len(diffs), jobs)
 
 
 def combined(calibrated_sd: float, calibrated_df: int, reruns: Optional[Spread]) -> tuple[float, str]:

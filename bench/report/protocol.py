@@ -3,6 +3,8 @@ compares. Read from the stored records (their resolved config and metrics), neve
 
 from __future__ import annotations
 
+import re
+
 from collections import Counter
 from typing import Any, Sequence
 
@@ -71,7 +73,8 @@ def timing_lines(records: Sequence[RunRecord]) -> list[str]:
     for key, recs in by_config.items():
         t = dict(key)
         calls = sorted(
-            {round(len(m["latency_samples_ms"]) / len(m[THROUGHPUT_TRIALS])) for m in (r.metrics or {} for r in recs) if m.get("latency_samples_ms") and m.get(THROUGHPUT_TRIALS)}
+            {round(sum(map(len, m["latency_samples_ms"])) / len(m["latency_samples_ms"]))  # [trial][call]: calls per trial
+             for m in (r.metrics or {} for r in recs) if m.get("latency_samples_ms")}
         )
         distinct = sorted({(r.metrics or {}).get("timing_distinct_batches") for r in recs} - {None})
         paired = any(str((r.metrics or {}).get("speedup_method", "")).startswith("paired") for r in recs)
@@ -117,11 +120,28 @@ def _interval_words(recs: Sequence[RunRecord]) -> str:
     calibration = (settings[0] if settings else {}).get("calibration") or {}
     where = f" ({calibration.get('processes')} processes x {calibration.get('rounds')} rounds, {calibration.get('path')})" if calibration else ""
     spread = f"{sds[0]:.1%}" if len(sds) == 1 else f"{sds[0]:.1%} to {sds[-1]:.1%}"
-    sources = sorted({s["process_sd_from"] for s in settings if s.get("process_sd_from")})
-    learned = f", estimated from {'; '.join(sources)}" if sources else ""
+    learned = _sources_words([s["process_sd_from"] for s in settings if s.get("process_sd_from")])
     return ("The speedup's 95% interval covers the rounds in the job's own process and the spread between processes "
             f"measured on this machine{where}: a standard deviation of {spread} of the speedup{learned}, added to every "
             "interval with Student's t for the evidence behind both, so a re-run of the sweep should land inside it.")
+
+
+_RERUNS = re.compile(r"^(?P<calibration>.*?) and (?P<runs>\d+) re-runs of (?P<jobs>\d+) jobs on this machine$")
+
+
+def _sources_words(sources: list[str]) -> str:
+    """Where the between-process spread came from, said once for the whole sweep: the calibration, and the
+    range of re-runs that refined it (bench.pipeline.reruns.combined writes each job's phrase)."""
+    if not sources:
+        return ""
+    found = [_RERUNS.match(s) for s in sources]
+    calibrations = sorted({m["calibration"] if m else s for m, s in zip(found, sources)})
+    runs = sorted(int(m["runs"]) for m in found if m)
+    text = f", estimated from {'; '.join(calibrations)}"
+    if runs:
+        count = f"{runs[0]}" if runs[0] == runs[-1] else f"{runs[0]}-{runs[-1]}"
+        text += f", refined for {len(runs)} of {len(sources)} jobs by {count} re-runs of identical jobs on this machine"
+    return text
 
 
 def fidelity_lines(records: Sequence[RunRecord]) -> list[str]:

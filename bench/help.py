@@ -38,7 +38,8 @@ COMMANDS = """\
   python -m bench.gate DIR                           re-run the gate on a stored report
   python -m bench dashboard REPORTS_DIR              a self-contained web page of the nightly history (trends, steps)
   python -m bench.preprocess SRC... --out DIR        preprocess Criteo text files by hand
-  python -m bench store check DIR                    check a record store: whole records, damage named by line"""
+  python -m bench store check DIR                    check a record store: whole records, damage named by line
+  python -m bench timing show|reset [--all]          the machine's timing caches: calibration, re-run log, kernel probe"""
 
 OUTPUTS = """\
   One run: record.json in its Hydra run folder (outputs/<date>/<time>-<pid>/), and one line appended to

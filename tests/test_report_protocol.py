@@ -107,13 +107,23 @@ def test_timing_line_names_the_picked_setting_and_what_the_interval_covers():
     assert "a standard deviation of 1.2% of the speedup" in covers
 
 
-def test_the_interval_words_say_where_the_spread_came_from():
+def test_the_interval_words_say_where_the_spread_came_from_once_with_the_range():
+    """18 jobs' phrases differ only in their re-run counts: the report says the calibration once and the range."""
     calibration = {"path": "/c/timing/m.json", "processes": 4, "rounds": 4}
-    learned = "the timing calibration (6 degrees of freedom) and 36 re-runs of 18 jobs on this machine"
+    cal = "the timing calibration (6 degrees of freedom)"
     recs = [record("int8_tbe", bs, speedup_method="paired: 4 ABBA rounds", speedup_rounds=[1.1] * 4, speedup_process_sd=sd,
                    timing_setting={"threads": 1, "clock": "thread_cpu", "how": "picked", "process_sd": sd,
                                    "process_sd_from": learned, "calibration": calibration})
-            for bs, sd in ((256, 0.031), (4096, 0.042))]
+            for bs, sd, learned in ((256, 0.031, f"{cal} and 12 re-runs of 6 jobs on this machine"),
+                                    (1024, 0.035, f"{cal} and 36 re-runs of 18 jobs on this machine"), (4096, 0.042, cal))]
     [_, covers] = timing_lines(recs)
-    assert "a standard deviation of 3.1% to 4.2% of the speedup, estimated from " + learned in covers
-    assert "Student's t" in covers
+    assert (f"a standard deviation of 3.1% to 4.2% of the speedup, estimated from {cal}, refined for 2 of 3 jobs by 12-36 re-runs "
+            "of identical jobs on this machine") in covers
+    assert covers.count("timing calibration") == 1 and "Student's t" in covers
+
+
+def test_calls_per_trial_count_the_calls_of_a_trial():
+    """latency_samples_ms is [trial][call]: 4 trials of 10 calls are 10 calls per trial, not 1."""
+    recs = [record("int8_tbe", 1024, latency_samples_ms=[[1.0] * 10] * 4, throughput_trials=[1.0] * 4)]
+    [line, *_] = timing_lines(recs)
+    assert "(10 calls per trial here)" in line

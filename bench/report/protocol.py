@@ -72,10 +72,7 @@ def timing_lines(records: Sequence[RunRecord]) -> list[str]:
         by_config.setdefault(key, []).append(r)
     for key, recs in by_config.items():
         t = dict(key)
-        calls = sorted(
-            {round(sum(map(len, m["latency_samples_ms"])) / len(m["latency_samples_ms"]))  # [trial][call]: calls per trial
-             for m in (r.metrics or {} for r in recs) if m.get("latency_samples_ms")}
-        )
+        calls = sorted({n for n in (_calls_per_trial(r.metrics or {}) for r in recs) if n})
         distinct = sorted({(r.metrics or {}).get("timing_distinct_batches") for r in recs} - {None})
         paired = any(str((r.metrics or {}).get("speedup_method", "")).startswith("paired") for r in recs)
         text = f"- Timing: {_setting_words(recs)}{t.get('warmup_batches', '?')} warm-up calls, then {t.get('trials', '?')} "
@@ -99,6 +96,18 @@ def timing_lines(records: Sequence[RunRecord]) -> list[str]:
         if paired:
             out.append(f"  {_interval_words(recs)}")
     return out
+
+
+def _calls_per_trial(m: dict[str, Any]) -> int | None:
+    """Timed calls per trial: `latency_samples_ms` is [trial][call] (a flat list in records that kept one
+    list of calls, divided by their trials)."""
+    samples = m.get("latency_samples_ms")
+    if not samples:
+        return None
+    if all(isinstance(trial, list) for trial in samples):
+        return round(sum(map(len, samples)) / len(samples))
+    trials = m.get(THROUGHPUT_TRIALS)
+    return round(len(samples) / len(trials)) if trials else None
 
 
 def _setting_words(recs: Sequence[RunRecord]) -> str:

@@ -214,3 +214,18 @@ def test_the_readme_example_runs_in_a_short_mode(tmp_path):
     result = run_bench(*custom(data, tmp_path, EXAMPLE, "workload.oracle=oracle_logit", *QUICK, "backend=int8_tbe"))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "int8_tbe on parquet, cpu, batch 256: ok" in result.stdout and "(oracle 0." in result.stdout and "ΔAUC vs fp32" in result.stdout
+
+
+def test_the_oracle_column_left_undeclared_is_refused_before_any_work(tmp_path):
+    """make_parquet --oracle, then the custom-model command without workload.oracle: exit 2, one line
+    naming oracle_logit and the keys that take it, nothing trained or stored."""
+    data = tmp_path / "clicks.parquet"
+    made = subprocess.run([sys.executable, "-m", "examples.make_parquet", str(data), "--oracle", "--rows", "3000"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0 and "workload.oracle=oracle_logit" in made.stdout, made.stderr
+    result = run_bench("+sweep=quant", EXAMPLE, *custom(data, tmp_path), "+preset=tiny")
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "column 'oracle_logit' would become a dense feature" in lines[0], lines
+    assert "workload.oracle=oracle_logit" in lines[0] and "workload.dense=[dense_0,dense_1,dense_2,dense_3,oracle_logit]" in lines[0]
+    assert not (tmp_path / "reports").exists() and not (tmp_path / "cache" / "models").exists()

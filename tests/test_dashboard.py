@@ -101,6 +101,19 @@ def test_dashboard_command_writes_a_self_contained_page(tmp_path):
     assert "expire" in page
 
 
+@pytest.mark.parametrize("order", ["options first", "overrides last"])
+def test_dashboard_takes_overrides_before_or_after_out(tmp_path, order, capsys):
+    """docs/dashboard.md writes `dashboard reports --out site/nightly compare.throughput_tolerance=0.1`."""
+    from bench.report.dashboard import main
+
+    planted_history(tmp_path, runs=3)
+    out = ["--out", str(tmp_path / "site")]
+    tolerance = ["compare.throughput_tolerance=0.1"]
+    argv = [str(tmp_path), *out, *tolerance] if order == "options first" else [str(tmp_path), *tolerance, *out]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert (tmp_path / "site" / "index.html").is_file()
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda d: d / "missing", "is not a folder"),
     (lambda d: d, "no history.jsonl under"),

@@ -73,6 +73,26 @@ def test_a_factory_module_that_does_not_exist_is_one_line(clicks, tmp_path):
     assert result.stderr.strip().startswith("error: model.factory=no_such_package.model:build: no module named 'no_such_package'")
 
 
+def test_a_factory_given_as_a_file_path_is_told_the_dotted_path():
+    from bench.config.schema import ModelConfig, check_model_config
+    from bench.errors import UserError
+
+    with pytest.raises(UserError) as info:
+        check_model_config(ModelConfig(arch="custom", factory="examples/two_tower.py:build"))
+    assert "a file path; name the module by its dotted import path, model.factory=examples.two_tower:build" in str(info.value)
+
+
+def test_a_missing_factory_function_lists_what_the_module_defines():
+    from bench.errors import UserError
+    from bench.models.custom import load_factory
+
+    with pytest.raises(UserError) as info:
+        load_factory("examples.two_tower:buld")
+    line = str(info.value)
+    assert line.startswith("model.factory=examples.two_tower:buld: examples.two_tower has no 'buld'; did you mean examples.two_tower:build?")
+    assert "its functions and classes: " in line and "build" in line.split("its functions and classes: ")[1]
+
+
 # ------------------------------------------------------------------------- declared probabilities
 
 

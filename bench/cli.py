@@ -13,6 +13,7 @@ or skipped record yet. A resumed job's record goes to its job folder but not aga
 
 from __future__ import annotations
 
+import difflib
 import functools
 import logging
 import sys
@@ -50,7 +51,9 @@ def check_overrides(args: list[str]) -> None:
             known = group_options(key)
             for value in values:
                 if value not in known:
-                    raise UserError(f"unknown {key} {value!r}: choose one of {', '.join(known)} ({key}=NAME)")
+                    close = difflib.get_close_matches(value, known, n=1, cutoff=0.6)
+                    hint = f"did you mean {override.input_line.split('=')[0]}={close[0]}? " if close else ""
+                    raise UserError(f"unknown {key} {value!r}: {hint}choose one of {', '.join(known)} ({key}=NAME)")
         if key in POSITIVE_INT_KEYS:
             for value in values:
                 if not (value.isdigit() and int(value) > 0) and not (key == "threads" and value == "null"):

@@ -41,11 +41,16 @@ COMMANDS = """\
   python -m bench store check DIR                    check a record store: whole records, damage named by line
   python -m bench timing show|reset [--all]          the machine's timing caches: calibration, re-run log, kernel probe"""
 
+FIRST_RUN = """\
+The first plain run on a machine does two things once, then caches them: it calibrates the timing
+setting (about a minute on an idle machine, longer when other work shares the cores) and trains the
+default model (a few minutes on 2 busy cores). Later runs reuse both; +preset=tiny runs a job in seconds."""
+
 OUTPUTS = """\
   One run: record.json in its Hydra run folder (outputs/<date>/<time>-<pid>/), and one line appended to
     <reports_dir>/records.jsonl (reports_dir=reports).
   A sweep: <reports_dir>/<sweep>/<timestamp>/ with report.md, results.csv, records.jsonl and plots;
-    <reports_dir>/<sweep>/latest points to the newest run of the same sweep configuration.
+    <reports_dir>/<sweep>/latest points to the sweep's newest run (latest-<overrides>: that variant's newest).
   The nightly sweep adds gate.md and gate.xml (JUnit) and keeps <reports_dir>/history.jsonl.
   Caches (trained models, eval scores, preprocessed data): cache_dir=.cache/bench."""
 
@@ -56,7 +61,9 @@ def help_text() -> str:
         "python -m bench: measure what each quantization backend of a DLRM costs and buys (TorchRec + FBGEMM):",
         "throughput, latency, memory, and AUC against the fp32 model with confidence intervals; records and reports.",
         "",
-        "Usage: python -m bench [GROUP=OPTION ...] [KEY=VALUE ...] [+sweep=quant|nightly]",
+        f"Usage: python -m bench [GROUP=OPTION ...] [KEY=VALUE ...] [+sweep={'|'.join(group_options('sweep'))}]",
+        "",
+        FIRST_RUN,
         "",
         "Main commands:",
         COMMANDS,
@@ -76,7 +83,8 @@ def help_text() -> str:
     lines += [
         "  +backend.per_table={TABLE: TYPE}  per-table overrides (uint4 and the other TBE backends: int8/int4/...; fake_quant: bits)",
         "",
-        "Metrics of a record (bench/metrics.py; ± has a 95% interval; docs/metrics.md says what each means):",
+        "Metrics of a record (bench/metrics.py): name± has a 95% interval; (unit ↑) higher is better, (unit ↓) lower",
+        "is better, no arrow: context, not a goal; docs/metrics.md says what each means:",
         *metrics.describe(),
         "",
         "Outputs:",

@@ -110,9 +110,24 @@ SAMPLES_PER_S = metric("samples_per_s", "samples/s", HIGHER, ",.1f", "LoadGen sa
 PAIRS_PER_S = metric("pairs_per_s", "pairs/s", HIGHER, ",.0f", "user-item pairs per second completed", SERVING)
 
 
-def describe() -> list[str]:
-    """The vocabulary for `--help`: the names by stage, an interval marked with ±."""
+ARROWS = {HIGHER: "↑", LOWER: "↓", NEITHER: ""}  # which way is better, as `--help` marks it
+
+
+def describe(width: int = 110) -> list[str]:
+    """The vocabulary for `--help`: by stage, each metric with its unit and which way is better
+    (`name± (unit ↑)`: ± has a 95% interval, ↑ higher is better, ↓ lower is better), wrapped at `width`."""
     stages: dict[str, list[str]] = {}
     for m in METRICS.values():
-        stages.setdefault(m.stage, []).append(m.name + ("±" if m.interval else ""))
-    return [f"  {stage}: {', '.join(names)}" for stage, names in stages.items()]
+        mark = " ".join(part for part in (m.unit, ARROWS[m.better]) if part)
+        stages.setdefault(m.stage, []).append(m.name + ("±" if m.interval else "") + (f" ({mark})" if mark else ""))
+    lines = []
+    for stage, names in stages.items():
+        line = f"  {stage}:"
+        for n, name in enumerate(names):
+            piece = f" {name}" + ("," if n < len(names) - 1 else "")
+            if len(line) + len(piece) > width:
+                lines.append(line)
+                line = "   "
+            line += piece
+        lines.append(line)
+    return lines

@@ -69,6 +69,13 @@ def ended_sweep() -> DictConfig | None:
     return _ended.pop() if _ended else None
 
 
+def job_label(config: DictConfig) -> str:
+    """A job as the progress line names it: `int8_tbe bs=1024 cpu`, with the scenario of a serving job."""
+    serve = config.get("serve")
+    scenario = f" {serve.scenario}" if serve is not None and serve.get("scenario") else ""
+    return f"{config.backend.name} bs={config.batch_size} {config.device.type}{scenario}"
+
+
 class SweepCallback(Callback):
     """Hydra's hooks do only what cannot fail the run: the progress bar, and noting that the sweep
     ended. Hydra turns an exception raised in a callback into a warning, so the post-sweep work
@@ -82,9 +89,9 @@ class SweepCallback(Callback):
         self.bar = progress(total=count_jobs(config), desc="sweep", unit="job", interval=0)  # without a terminal: a line per job
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
-        if self.bar is not None:
+        if self.bar is not None:  # the job just finished, named on the line its count makes
+            self.bar.set_postfix_str(job_label(config))
             self.bar.update(1)
-            self.bar.set_postfix_str(f"{config.backend.name} bs={config.batch_size} {config.device.type}")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.bar is not None:
@@ -150,6 +157,12 @@ def finish(config: DictConfig) -> int:
     title = f"Sweep {name}" + (f" with {variant}" if variant else "")
     if stages.run("report", lambda: finish_report(records, report_dir, title, variant)) is not None:
         print(f"report: {report_dir / 'report.md'}")
+    if any(is_serving(r) for r in records):
+        from bench.report.serve import console_lines
+
+        served = stages.run("report", lambda: console_lines(records))
+        if served:
+            print("served (max QPS at the p99 bound [highest VALID, lowest INVALID]; Offline: samples/s):", *served, sep="\n")
     if config.get("run_gate") and any(not is_serving(r) for r in records):  # the history follows the results table: no serving rows
         from bench.gate.stored import history_fields
         from bench.report.history import history_path, update_history

@@ -6,7 +6,9 @@ Columns: `label` (0/1), `dense_0..dense_3` (float), `user_id` and `item_id` (int
 `item_category` (string ids), `history` (a list of item ids the user saw before: multi-hot, 0 to 5 ids).
 The label is drawn from a planted teacher: per-id biases, a rank-4 user x item affinity, the history's
 affinity to the item, and dense terms. With `--oracle`, the teacher's logit is written as `oracle_logit`;
-declare it (`workload.oracle=oracle_logit`) so it becomes the oracle AUC and not a feature.
+declare it (`workload.oracle=oracle_logit`) so it becomes the oracle AUC. Left undeclared, the harness
+refuses it (exit 2): its name says it is derived from the label, and as an inferred feature it would be
+the answer.
 """
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ def main() -> None:
     args = parser.parse_args()
     path = write_clicks(args.out, args.rows, args.seed, args.oracle)
     print(f"{path}: {args.rows} rows")
+    if args.oracle:
+        print("it holds the teacher's logit as oracle_logit: run with workload.oracle=oracle_logit (the oracle AUC, not a feature)")
 
 
 if __name__ == "__main__":

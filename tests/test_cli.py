@@ -17,6 +17,7 @@ from tests.conftest import TINY, run_bench
         (["batch_size=-5"], "batch_size must be a positive integer"),
         (["batch_size=big"], "batch_size must be a positive integer, got 'big'"),
         (["+sweep=nope"], "unknown sweep 'nope'"),
+        (["backend=int8tbe"], "unknown backend 'int8tbe': did you mean backend=int8_tbe? choose one of"),
     ],
 )
 @pytest.mark.slow
@@ -25,6 +26,31 @@ def test_bad_names_and_sizes_exit_2_with_one_line(args, message):
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("line,says", [
+    ("backend=int8tbe", "did you mean backend=int8_tbe?"),
+    ("backend=fp32,unit4", "did you mean backend=uint4?"),
+    ("workload=synthetc", "did you mean workload=synthetic?"),
+    ("model=smal", "did you mean model=small?"),
+    ("+sweep=nightlly", "did you mean +sweep=nightly?"),
+])  # fmt: skip
+def test_a_misspelled_name_gets_the_closest_one(line, says):
+    from bench.cli import check_overrides
+    from bench.errors import UserError
+
+    with pytest.raises(UserError) as info:
+        check_overrides([line])
+    assert says in str(info.value) and "choose one of" in str(info.value)
+
+
+def test_a_name_far_from_any_gets_the_list_only():
+    from bench.cli import check_overrides
+    from bench.errors import UserError
+
+    with pytest.raises(UserError) as info:
+        check_overrides(["backend=zzzzzz"])
+    assert "did you mean" not in str(info.value) and "fp32" in str(info.value)
 
 
 @pytest.mark.slow

@@ -73,6 +73,26 @@ def test_a_factory_module_that_does_not_exist_is_one_line(clicks, tmp_path):
     assert result.stderr.strip().startswith("error: model.factory=no_such_package.model:build: no module named 'no_such_package'")
 
 
+def test_a_factory_given_as_a_file_path_is_told_the_dotted_path():
+    from bench.config.schema import ModelConfig, check_model_config
+    from bench.errors import UserError
+
+    with pytest.raises(UserError) as info:
+        check_model_config(ModelConfig(arch="custom", factory="examples/two_tower.py:build"))
+    assert "a file path; name the module by its dotted import path, model.factory=examples.two_tower:build" in str(info.value)
+
+
+def test_a_missing_factory_function_lists_what_the_module_defines():
+    from bench.errors import UserError
+    from bench.models.custom import load_factory
+
+    with pytest.raises(UserError) as info:
+        load_factory("examples.two_tower:buld")
+    line = str(info.value)
+    assert line.startswith("model.factory=examples.two_tower:buld: examples.two_tower has no 'buld'; did you mean examples.two_tower:build?")
+    assert "its functions and classes: " in line and "build" in line.split("its functions and classes: ")[1]
+
+
 # ------------------------------------------------------------------------- declared probabilities
 
 
@@ -214,3 +234,18 @@ def test_the_readme_example_runs_in_a_short_mode(tmp_path):
     result = run_bench(*custom(data, tmp_path, EXAMPLE, "workload.oracle=oracle_logit", *QUICK, "backend=int8_tbe"))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "int8_tbe on parquet, cpu, batch 256: ok" in result.stdout and "(oracle 0." in result.stdout and "ΔAUC vs fp32" in result.stdout
+
+
+def test_the_oracle_column_left_undeclared_is_refused_before_any_work(tmp_path):
+    """make_parquet --oracle, then the custom-model command without workload.oracle: exit 2, one line
+    naming oracle_logit and the keys that take it, nothing trained or stored."""
+    data = tmp_path / "clicks.parquet"
+    made = subprocess.run([sys.executable, "-m", "examples.make_parquet", str(data), "--oracle", "--rows", "3000"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0 and "workload.oracle=oracle_logit" in made.stdout, made.stderr
+    result = run_bench("+sweep=quant", EXAMPLE, *custom(data, tmp_path), "+preset=tiny")
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "column 'oracle_logit' would become a dense feature" in lines[0], lines
+    assert "workload.oracle=oracle_logit" in lines[0] and "workload.dense=[dense_0,dense_1,dense_2,dense_3,oracle_logit]" in lines[0]
+    assert not (tmp_path / "reports").exists() and not (tmp_path / "cache" / "models").exists()

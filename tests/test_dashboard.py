@@ -27,7 +27,7 @@ V2_LINE = {"history_version": 2, "run_id": "old", "timestamp": "2025-06-01T02:23
 def test_nightly_lines_carry_stack_memory_sweep_report_and_gate(tmp_path):
     path = planted_history(tmp_path, runs=2, failing_run=1)
     lines = [json.loads(x) for x in path.read_text().splitlines()]
-    assert {x["history_version"] for x in lines} == {HISTORY_VERSION} == {4}
+    assert {x["history_version"] for x in lines} == {HISTORY_VERSION} == {5}
     first = lines[0]
     assert first["sweep"] == "nightly" and first["report"] == "nightly/20260101-022300"
     assert set(first["stack"]) == {"python", "torch", "fbgemm_gpu", "torchrec", "torchao", "fbgemm_isa"}
@@ -43,7 +43,7 @@ def test_version_2_lines_still_read(tmp_path):
     planted_history(tmp_path, runs=1)
     df = load_history(path)
     old = df[df["run_id"] == "old"].iloc[0]
-    assert old["history_version"] == 4 and all(pd.isna(old[k]) for k in ("stack", "sweep", "gate", "peak_rss_bytes"))
+    assert old["history_version"] == 5 and all(pd.isna(old[k]) for k in ("stack", "sweep", "gate", "peak_rss_bytes"))
     assert old["throughput"] == 180000.0
     index, summary = build_site(tmp_path, tmp_path / "site", CFG)
     assert "sweep not recorded" in index.read_text()
@@ -99,6 +99,19 @@ def test_dashboard_command_writes_a_self_contained_page(tmp_path):
     assert len(page) > 3_000_000  # plotly.js is inside the page
     assert 'href="../nightly/20260101-022300/report.md"' in page
     assert "expire" in page
+
+
+@pytest.mark.parametrize("order", ["options first", "overrides last"])
+def test_dashboard_takes_overrides_before_or_after_out(tmp_path, order, capsys):
+    """docs/dashboard.md writes `dashboard reports --out site/nightly compare.throughput_tolerance=0.1`."""
+    from bench.report.dashboard import main
+
+    planted_history(tmp_path, runs=3)
+    out = ["--out", str(tmp_path / "site")]
+    tolerance = ["compare.throughput_tolerance=0.1"]
+    argv = [str(tmp_path), *out, *tolerance] if order == "options first" else [str(tmp_path), *tolerance, *out]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert (tmp_path / "site" / "index.html").is_file()
 
 
 @pytest.mark.parametrize("make, message", [

@@ -36,3 +36,16 @@ def test_site_builds_strictly(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert (tmp_path / "site" / "index.html").is_file() and (tmp_path / "site" / "torchao" / "index.html").is_file()
+
+
+def test_no_table_is_cut_by_a_blank_line():
+    """A blank line inside a markdown table ends it: the rows after it render as a paragraph (docs/backends.md's
+    ps_redis row once did). A table row right after a blank line must start a table (a header and its rule)."""
+    cut = []
+    for page in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
+        lines = page.read_text().splitlines()
+        for n in range(1, len(lines) - 1):
+            after_blank_row = lines[n].startswith("|") and lines[n - 1].strip() == "" and n >= 2 and lines[n - 2].startswith("|")
+            if after_blank_row and not lines[n + 1].lstrip("| ").startswith("---"):
+                cut.append(f"{page.name}:{n + 1}")
+    assert not cut, cut

@@ -143,3 +143,37 @@ def test_a_malformed_file_exits_2_before_any_work(tmp_path, make, says):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], lines
     assert not (tmp_path / "reports").exists()
+
+
+# ------------------------------------------------------------------------------ label leaks
+
+
+@pytest.mark.parametrize("name,part", [
+    ("oracle_logit", "dense"), ("clickProbability", "dense"), ("ctr", "dense"), ("target", "dense"), ("was_clicked", "sparse"),
+])  # fmt: skip
+def test_an_inferred_column_named_like_the_label_is_refused(tmp_path, name, part):
+    value = [0.1, 0.9] if part == "dense" else [0, 1]
+    path = write(tmp_path / "a.parquet", label=[0, 1], price=[1.5, 2.0], item=[1, 2], **{name: value})
+    with pytest.raises(UserError) as info:
+        workload(tmp_path, path)
+    line = str(info.value)
+    assert "\n" not in line and f"column {name!r} would become a {part} feature by inference" in line, line
+    assert f"workload.oracle={name}" in line
+    if part == "dense":
+        assert f"workload.dense=[price,{name}]" in line and "leave it out with workload.dense=[price]" in line, line
+
+
+def test_a_declared_or_oracle_column_named_like_the_label_is_taken(tmp_path):
+    path = write(tmp_path / "a.parquet", label=[0, 1, 0, 1], price=[1.5, 2.0, 1.0, 3.0], score=[0.2, 0.8, 0.3, 0.9], item=[1, 2, 3, 4])
+    declared = workload(tmp_path, path, dense=["price", "score"], split="files", eval_files=["*"])
+    assert declared.columns.dense == ("price", "score")
+    assert declared.mapping() == "workload parquet columns: label label; dense [price, score]; sparse (inferred) [item]"
+    oracle = workload(tmp_path, path, oracle="score", split="files", eval_files=["*"])
+    assert oracle.columns.dense == ("price",)
+    assert oracle.mapping() == "workload parquet columns: label label; dense (inferred) [price]; sparse (inferred) [item]; oracle score"
+
+
+def test_words_that_only_contain_a_leak_word_are_features(tmp_path):
+    path = write(tmp_path / "a.parquet", label=[0, 1], probe_ms=[1.5, 2.0], scoreboard=[0.2, 0.3], item_category=[1, 2])
+    w = workload(tmp_path, path)
+    assert w.columns.dense == ("probe_ms", "scoreboard") and [s.name for s in w.columns.sparse] == ["item_category"]

@@ -1,6 +1,7 @@
-"""Every command in the README's fenced blocks runs as written, or is named here as one that takes
-minutes (and is run elsewhere: by CI, by the end-to-end tests, or by a user). The quick ones run in a
-folder where a tiny nightly has left a reports folder, as a user's would be after their first night."""
+"""Every command in the fenced shell blocks of the README and of every docs page runs as written, or is
+named here with where it runs instead (minutes of work: CI, the end-to-end tests, a user; or a machine's
+set-up). The quick ones run in a folder where a tiny nightly has left a reports folder, as a user's would
+be after their first night."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import sys
 
 import pytest
 
-from bench.report.publish import point_latest
 from tests.conftest import REPO, run_bench
 
 README = REPO / "README.md"
@@ -30,16 +30,90 @@ LONG = {
 }
 
 
-def readme_commands() -> list[str]:
-    """The command lines of the README's ```sh blocks: comments dropped, continuation lines joined."""
+DOCS = sorted((REPO / "docs").glob("*.md"))
+SETUP = "sets up or installs a stack (network, minutes): CI's fresh-environment step (.ci/run)"
+SCRIPT = "a benchmark script that times things: run by hand on a quiet machine (docs/testing.md), never by the tests"
+MINUTES = "a job of the default or a larger model, minutes as written; the same route runs tiny in the end-to-end tests"
+# Commands of docs/ pages that are not run here, and where they run instead (README's are in LONG).
+DOCS_LONG = {
+    **{c: SETUP for c in ("make setup", "make setup STACK=previous VENV=.venv-previous", "make setup TORCH_INDEX=",
+                          "python3.11 -m venv .venv", ".venv/bin/pip install torch==2.14.1 fbgemm-gpu==1.9.0",
+                          '.venv/bin/pip install -e ".[dev]"', ".venv/bin/pip install --no-deps torchrec==1.9.2")},
+    "make docs": "the documentation site: tests/test_docs.py builds it strictly",
+    **{f"python benchmarks/scripts/{name}.py": SCRIPT for name in ("runner_overhead", "sweep_bench", "noise_bench", "scale_diagnose",
+                                                                      "fit_criteo_access", "torchao_mlp")},
+    "pytest benchmarks/suites/": "the pytest-benchmark suites: tests/test_suites.py runs them in their quick mode",
+    "python -m bench": MINUTES,
+    **{c: MINUTES for c in (
+        "python -m bench backend=uint4 '+backend.per_table={t_cat_3: int8}'", "python -m bench backend=fake_quant backend.bits=4",
+        "python -m bench model=dlrm_kaggle threads=1", "python -m bench backend=ps_redis backend.cache_fraction=0.1",
+        "python -m bench backend=int8_tbe backend.mlp_engine=torchao", "python -m bench backend=uint4 backend.mlp_engine=torchao backend.mlp=int4",
+        "python -m bench backend=uint4 sharding=row_wise world_size=2", "python -m bench backend=fake_quant sharding=column_wise world_size=2",
+        "torchrun --standalone --nproc-per-node=2 -m bench backend=fp32 sharding=row_wise world_size=2",
+        "python -m bench model=dlrm_v2_full backend=uint4", "python -m bench model=dlrm_v2_full backend=uint4_mixed",
+        "python -m bench --multirun model=dlrm_v2_full backend=fp32,fp16_tbe,int8_tbe,uint4,int2_tbe,uint4_mixed threads=1 timing.clock=thread_cpu",
+    )},
+    "python -m bench model.checkpoint=model.pt": "needs the user's own model.pt; tests/test_cli.py runs a job from a checkpoint",
+    "python -m bench backend=uint4 backend.per_table_file=reports/tune/latest/per_table.yaml": "needs a tune's output: tests/test_tune.py runs it",
+    **{c: "a sweep, minutes as written; its machinery runs tiny in tests/test_nightly_command.py and the per-sweep tests" for c in (
+        "python -m bench +sweep=quant batch_size=2048 device=cpu", "python -m bench +sweep=quant resume=true", "python -m bench +sweep=ps",
+        "python -m bench +sweep=tune tune.max_auc_drop=0.001", "python -m bench +sweep=serve", "python -m bench +sweep=sharded",
+        "python -m bench +sweep=scale", "python -m bench +sweep=scale threads=1 timing.clock=thread_cpu",
+        "python -m bench +sweep=scale threads=1 timing.clock=thread_cpu workload.table_rows=300000 workload.access=zipf,uniform batch_size=1024,4096",
+        "python -m bench +sweep=nightly gate.rules.int8_tbe.min_speedup=1.5",
+        "python -m bench +sweep=serve backend=fp32,uint4 serve.scenario=server", "python -m bench +sweep=serve serve.bound_ms=80",
+        "python -m bench +sweep=serve batch_size=512,2048 serve.max_wait_ms=1,5",
+        "python -m bench +sweep=serve serve.min_duration_s=600 serve.min_query_count=null serve.loadgen_seeds=mlperf",
+        "python -m bench +sweep=serve gate.rules.uint4.min_qps_ratio=1.2 run_gate=true", "python -m bench +sweep=serve resume=true",
+        "python -m bench +sweep=sharded hydra/launcher=submitit_slurm hydra.launcher.partition=cpu hydra.launcher.cpus_per_task=16 "
+        "hydra.launcher.mem_gb=64 hydra.launcher.timeout_min=120 hydra.launcher.array_parallelism=1",
+    )},
+    "python -m bench +sweep=quant model=custom model.factory=examples.two_tower:build workload=parquet workload.path=examples/data/clicks.parquet "
+    "workload.oracle=oracle_logit model.train.samples=50000": "the example model's sweep, minutes; tests/test_custom_model.py runs it tiny",
+    **{c: "reads the Criteo Kaggle sample and a checkpoint under ../shared/: tests/test_criteo_workloads.py and tests/test_dlrm_import.py "
+          "read the same files" for c in (
+        "python -m bench model=dlrm_kaggle model.checkpoint=dlrm_kaggle.pt workload=criteo_kaggle "
+        "workload.path=../shared/data/criteo/criteo_kaggle_train_head10k.tsv workload.categorical=first_seen workload.max_ind_range=10000000 batch_size=256",
+        "python -m bench model=dlrm_kaggle model.checkpoint=dlrm_kaggle.pt workload=criteo_binary workload.path=kaggleAdDisplayChallenge_processed.npz batch_size=256",
+        "python -m bench workload=criteo_kaggle workload.path=../shared/data/criteo/criteo_kaggle_train_head10k.tsv model.train.samples=8572 batch_size=256",
+        "python -m bench +sweep=quant workload=criteo_kaggle workload.path=../shared/data/criteo/criteo_kaggle_train_head10k.tsv "
+        "model.train.samples=8572 batch_size=64,256 device=cpu",
+    )},
+    **{c: "the dashboard walk-through's five nightlies, minutes; tests/test_dashboard.py plants the same history" for c in (
+        'N="+sweep=nightly backend=fp32,int8_tbe workload.train_samples=65536 model.train.samples=65536',
+        "workload.eval_samples=32768 threads=1 timing.clock=thread_cpu timing.min_trial_seconds=1 timing.trials=9",
+        'reports_dir=demo-reports"', "python -m bench $N", "python -m bench $N timing.test_delay=0.2",
+        "python -m bench dashboard demo-reports",
+    )},
+    "python -m bench.report reports/quant/latest --baseline reports/quant/<earlier>":
+        "<earlier> stands for an earlier run's folder; the README's bench.report command runs the same code here",
+}
+
+
+def fenced_commands(page) -> list[str]:
+    """The command lines of a page's ```sh and ```bash blocks: comments dropped, continuation lines joined."""
     out = []
-    for block in re.findall(r"```sh\n(.*?)```", README.read_text(), re.S):
+    for block in re.findall(r"```(?:sh|bash)\n(.*?)```", page.read_text(), re.S):
         text = re.sub(r"\\\n\s*", " ", block)
         for line in text.splitlines():
             command = re.sub(r"\s+#.*$", "", line).strip()
             if command and not command.startswith("#"):
                 out.append(" ".join(command.split()))
     return out
+
+
+def readme_commands() -> list[str]:
+    return fenced_commands(README)
+
+
+def docs_commands() -> dict[str, list[str]]:
+    """Each docs page's commands (pages without any left out)."""
+    return {page.name: commands for page in DOCS if (commands := fenced_commands(page))}
+
+
+def quick_docs_commands() -> list[str]:
+    """The docs pages' commands that run here, each once, in page order."""
+    return list(dict.fromkeys(c for commands in docs_commands().values() for c in commands if c not in DOCS_LONG and c not in LONG))
 
 
 def test_every_command_is_run_here_or_named_as_long():
@@ -50,18 +124,29 @@ def test_every_command_is_run_here_or_named_as_long():
     assert set(LONG) <= set(commands), set(LONG) - set(commands)  # no stale entries
 
 
+def test_every_docs_command_is_run_here_or_named_with_where_it_runs():
+    pages = docs_commands()
+    every = {c for commands in pages.values() for c in commands}
+    assert {"usage.md", "dashboard.md", "custom-model.md", "serving.md", "install.md"} <= set(pages)
+    assert set(DOCS_LONG) <= every, set(DOCS_LONG) - every  # no stale entries
+    quick = quick_docs_commands()
+    assert all(c.startswith("python -m ") for c in quick), quick
+    assert "python -m bench dashboard reports --out site/nightly compare.throughput_tolerance=0.1" in quick
+    print(f"docs pages: {len(every)} distinct commands on {len(pages)} pages: {len(quick)} run here, "
+          f"{len(every) - len(quick)} named with where they run instead")
+
+
 @pytest.mark.slow
 def test_the_quick_commands_run_as_written(tmp_path):
     first = run_bench("+sweep=nightly", "backend=fp32,int8_tbe", "+preset=tiny", cwd=tmp_path, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
-    # a run with command-line overrides gets its own pointer (latest-<overrides>); the user's plain
-    # nightly, which the README's commands read, is `latest`
+    # every sweep moves `latest`, which the README's commands read, whatever its overrides
     [variant] = (tmp_path / "reports" / "nightly").glob("latest-*")
-    point_latest(variant.parent, os.readlink(variant))
+    assert os.readlink(variant) == os.readlink(tmp_path / "reports" / "nightly" / "latest")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    for command in readme_commands():
-        if command in LONG or not command.startswith("python -m "):
-            continue
+    quick = [c for c in readme_commands() if c not in LONG and c.startswith("python -m ")]
+    quick += [c for c in quick_docs_commands() if c not in quick]
+    for command in quick:
         args = [sys.executable, *shlex.split(command)[1:]]
         result = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, f"{command}: exit {result.returncode}\n{result.stderr[-3000:]}"

@@ -318,6 +318,36 @@ def test_an_undecided_speedup_reads_inconclusive_in_words_and_in_the_gate(sweep_
     assert speed(1.1, inconclusive_fails=True).verdict == "fail"
 
 
+def test_unreadable_intervals_are_named_by_the_bound():
+    assert fmt.unreadable(1.2, 0.0, 3.3e8) and fmt.unreadable(42179, 32, 31_837_527)  # the figures issue 35 saw
+    assert fmt.unreadable(1.0, 0.3, 1.8)  # hi/lo past 5x, though each bound is within 5x of the point
+    assert fmt.unreadable(2.0, 1.9, 10.5) and fmt.unreadable(2.0, 0.39, 2.1)  # a bound over 5x its point, either side
+    assert not fmt.unreadable(1.84, 1.80, 1.88) and not fmt.unreadable(1.0, 0.5, 2.4)
+    assert not fmt.unreadable(2.0, None, None) and not fmt.unreadable(float("nan"), 1, 2)  # no interval: nothing to judge
+    assert fmt.ratio_ci(0.19, 0.0, 3.3e8, calls=48) == "too short to judge (48 calls)"
+    assert fmt.ratio_ci(0.19, 0.0, 3.3e8) == "too short to judge"
+
+
+def test_a_speedup_interval_too_wide_to_read_says_so_in_the_csv_the_report_and_the_cli(sweep_a, tmp_path):
+    from bench.report.summary import summary
+
+    rec = _paired(sweep_a, speedup=0.19, speedup_lo=0.0, speedup_hi=330511609.22, throughput_lo=32.0, throughput_hi=31_837_527.0,
+                  latency_calls=48, speedup_method="paired: 3 ABBA rounds")
+    r = row(results_table([*sweep_a, rec]), backend="int8_tbe")
+    assert r.speed_verdict == "too short to judge (48 calls)"
+    write_report([*sweep_a, rec], tmp_path)
+    csv = pd.read_csv(tmp_path / "results.csv")
+    mine = (csv.workload == rec.workload) & (csv.device == rec.device) & (csv.backend == "int8_tbe") & (csv.batch_size == 2048)
+    assert csv[mine].speed_verdict.item() == "too short to judge (48 calls)"
+    md = (tmp_path / "report.md").read_text()
+    assert "| too short to judge (48 calls) | too short to judge (48 calls) |" in md  # the speedup cell and its verdict
+    assert "**int8_tbe** (batch 2048): speedup too short to judge (48 calls): its interval spans more than 5x." in md
+    assert "330511609" not in md and "[0.00," not in md
+    text = summary(rec)
+    assert "speedup vs fp32 too short to judge (48 calls) (paired: 3 ABBA rounds; its interval spans more than 5x)" in text
+    assert "samples/s, too short to judge (48 calls);" in text and "31,837,527" not in text
+
+
 @pytest.mark.slow
 def test_auc_verdicts_are_practical_and_never_print_zero(sweep_a, tmp_path):
     rec = _paired(sweep_a, backend="int8_tbe", auc_delta=-6e-7, auc_delta_lo=-8e-7, auc_delta_hi=-4e-7, auc_delta_p=0.0004)

@@ -158,9 +158,13 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
     (alien / "records.jsonl").write_text(json.dumps({"schema_version": 1, "hello": 1}) + "\n")
     nothing = tmp / "nothing"
     nothing.mkdir()
+    old_tree = tmp / "reports" / "nightly"  # a report tree from before every sweep moved latest
+    shutil.copytree(SWEEP_A, old_tree / "20250101-000000")
+    os.symlink("20250101-000000", old_tree / "latest-_preset=tiny")
     return {
         "missing dir": ([str(tmp / "absent")], "no such file or directory"),
         "no records file": ([str(nothing)], "no records.jsonl"),
+        "latest absent, variants beside": ([str(old_tree / "latest")], f"latest: no such file or directory; beside it: {old_tree / 'latest-_preset=tiny'}"),
         "no records": ([str(empty)], "holds no records"),
         "newer schema": ([str(FIXTURES / "newer_schema")], "holds no records this harness can read (1 record(s) of a newer schema (99)"),
         "not a record": ([str(alien)], "not a bench run record"),
@@ -173,7 +177,7 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str], str]]:
 
 @pytest.mark.parametrize(
     "case",
-    ["missing dir", "no records file", "no records", "newer schema", "not a record",
+    ["missing dir", "no records file", "latest absent, variants beside", "no records", "newer schema", "not a record",
      "missing baseline", "several dirs, no --out", "bad alpha", "unknown compare config"],  # fmt: skip
 )
 def test_cli_bad_input_is_one_line_and_exit_2(case, tmp_path, capsys):

@@ -37,7 +37,7 @@ def test_append_writes_one_line_per_key_with_the_raw_trials(tmp_path):
     lines = path.read_text().splitlines()
     assert n == len(df) == len(lines)
     first = json.loads(lines[0])
-    assert first["history_version"] == HISTORY_VERSION == 4
+    assert first["history_version"] == HISTORY_VERSION == 5
     assert (first["run_id"], first["timestamp"], first["git_sha"]) == ("r1", "2025-01-01T00:00:00+00:00", "abc123")
     assert {"workload", "device", "backend", "batch_size", "auc", "throughput", "throughput_trials", "speedup_lo",
             "speedup_hi", "config_hash", "fingerprint"} <= set(first)
@@ -229,6 +229,23 @@ def test_gate_cli_history_flag_reads_the_report_records(tmp_path, monkeypatch):
     assert (report / "history.md").is_file()
 
 
+@pytest.mark.slow
+def test_gate_cli_history_appends_where_the_nightly_does(tmp_path, monkeypatch):
+    """README: the nightly history lives in reports/ (gate.history_file=); `bench.gate DIR --history` on
+    reports/nightly/latest appends there, not inside the report folder."""
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    from bench.report.publish import point_latest
+
+    stamp = write_records(tmp_path / "reports" / "nightly" / "20260101-000000", healthy())
+    point_latest(stamp.parent, stamp.name)
+    assert gate_main([str(tmp_path / "reports" / "nightly" / "latest"), "--history", "--run-id", "a"]) == 0
+    assert load_history(tmp_path / "reports" / "history.jsonl")["run_id"].tolist() == ["a"] * len(healthy())
+    assert (tmp_path / "reports" / "history.md").is_file() and not (stamp / "history.jsonl").exists()
+    elsewhere = tmp_path / "h" / "history.jsonl"
+    assert gate_main([str(stamp), f"gate.history_file={elsewhere}", "--history", "--run-id", "b"]) == 0
+    assert load_history(elsewhere)["run_id"].unique().tolist() == ["b"]
+
+
 def test_append_cuts_a_torn_tail_left_by_a_killed_writer(tmp_path):
     path = tmp_path / "history.jsonl"
     append_history(records(frame(row("uint4"))), path, run_id="r1")
@@ -289,7 +306,54 @@ def test_runs_timed_with_different_settings_are_not_compared(tmp_path):
 
     by = {(r["backend"], r["metric"]): r for r in history_changes(
         _history(tmp_path, timed(1.6, 2, "wall"), timed(1.2, 1, "thread_cpu")), CFG).to_dict("records")}
-    assert "timing setting differs (2 threads, wall clock -> 1 thread, thread_cpu clock): not compared" in by[("int8_tbe", "config")]["note"]
+    assert by[("int8_tbe", "config")]["note"] == (
+        "no earlier run alike: run r0 differs (timing setting 2 threads, wall clock -> 1 thread, thread_cpu clock): not compared")
     assert ("int8_tbe", "speedup") not in by and ("int8_tbe", "throughput") not in by
     lines = [json.loads(x) for x in (tmp_path / "history.jsonl").read_text().splitlines()]
     assert {x["timing_setting"] for x in lines} == {"2 threads, wall clock", "1 thread, thread_cpu clock"}
+
+
+def _sized(recs: list[dict], eval_samples: int, trials: int) -> list[dict]:
+    """Records of a run with a workload and timing config (a +preset=tiny run differs in both)."""
+    for r in recs:
+        r["config"] = {"workload": {"name": "synthetic", "eval_samples": eval_samples}, "model": {"name": "small"},
+                       "timing": {"trials": trials}}
+    return recs
+
+
+def test_a_full_nightly_is_judged_only_against_full_ones_and_names_what_the_tiny_ones_differ_in(tmp_path):
+    """Issue 35: after tiny nightlies the full one saw only 'timing setting differs'; now it passes them
+    over, is judged against the last full run, and history.md says which config differed."""
+    full_a = healthy(batch_sizes=(2048,))
+    full_b = full_a.copy()
+    full_b.loc[full_b["backend"] == "uint4", "auc"] -= 0.01  # a real change between the two full runs
+    runs = [_sized(records(full_a), 100000, 5), *(_sized(records(healthy(batch_sizes=(2048,))), 8192, 2) for _ in range(3)),
+            _sized(records(full_b), 100000, 5)]
+    history = _history(tmp_path, *runs)
+    changes = history_changes(history, CFG)
+    notes = {(r["backend"], r["metric"]): r["note"] for r in changes.to_dict("records")}
+    assert "auc -0.0100" in notes[("uint4", "auc")]  # judged against r0, the last full run
+    passed = notes[("uint4", "config")]
+    assert passed.startswith("passed over runs r1, r2, r3 (workload config ") and "timing config " in passed
+    assert not changes[changes["metric"] == "config"]["flagged"].any()
+    assert "model config" not in passed and passed.endswith("since run r0, the newest alike")
+    md = render_history(history, CFG)
+    assert "- `r0`: 2025-01-01T02:23:00+00:00, git sha0, kind A" in md and "- `r1`: 2025-01-02T02:23:00+00:00, git sha1, kind B" in md
+    assert "- `r4`: 2025-01-05T02:23:00+00:00, git sha4, kind A" in md
+    assert ("`r4` (kind A) is judged against `r0`, the newest earlier run of its kind; runs of other kinds passed over: "
+            "`r1`, `r2`, `r3` (other timing config, workload config).") in md
+    flagged = [line for line in md.splitlines() if "⚠" in line]
+    assert len(flagged) == 1 and "| uint4 |" in flagged[0] and "auc -0.0100" in flagged[0]  # the passing over is said once, above
+
+
+def test_a_run_with_no_earlier_run_alike_says_what_differs_and_compares_nothing(tmp_path):
+    tiny = _sized(records(healthy(batch_sizes=(2048,))), 8192, 2)
+    full = healthy(batch_sizes=(2048,))
+    full["throughput"] *= 3
+    changes = history_changes(_history(tmp_path, tiny, _sized(records(full), 100000, 5)), CFG)
+    assert set(changes["metric"]) == {"config"}  # no throughput verdict across unlike runs
+    note = changes["note"].iloc[0]
+    assert note.startswith("no earlier run alike: run r0 differs (workload config ") and "; timing config " in note and note.endswith(": not compared")
+    md = render_history(_history(tmp_path / "again", tiny, _sized(records(full), 100000, 5)), CFG)
+    assert ("`r1` (kind B) has no earlier run of its kind shown here: nothing is compared; runs of other kinds passed over: `r0` "
+            "(other timing config, workload config).") in md

@@ -44,6 +44,32 @@ def test_one_row_per_backend_and_scenario_with_the_bracket_and_the_ratio(records
     assert off.auc_check == "pass" and off.batch_dependent and row(df, "fp32", "offline").auc_shift == 0
 
 
+def test_the_console_gives_max_qps_per_backend_and_scenario_with_the_bracket_and_the_ratio(records):
+    from bench.report.serve import console_lines
+
+    lines = console_lines(records)
+    assert lines[:2] == ["  fp32 server (p99 bound 60 ms): max QPS 300 [300, 450], 1.00x fp32's",
+                         "  int8_tbe server (p99 bound 60 ms): max QPS 450 [450, —], 1.50x fp32's"]
+    assert len(lines) == 4 and lines[2].startswith("  fp32 offline: ") and lines[3].startswith("  int8_tbe offline: ")
+    assert "samples/s, " in lines[3] and lines[3].endswith("x fp32's")
+
+
+def test_the_progress_line_names_the_job_that_just_finished():
+    from omegaconf import OmegaConf
+
+    from bench.progress import PlainProgress
+    from bench.sweep import SweepCallback
+
+    emitted = []
+    callback = SweepCallback()
+    callback.bar = PlainProgress(2, "sweep", "job", 0, emit=emitted.append)  # what on_multirun_start makes without a terminal
+    for backend in ("fp32", "int8_tbe"):
+        job = {"backend": {"name": backend}, "batch_size": 512, "device": {"type": "cpu"}, "serve": {"scenario": "server"}}
+        callback.on_job_end(OmegaConf.create(job), None)
+    assert "fp32 bs=512 cpu server" in emitted[0] and "int8_tbe" not in emitted[0]
+    assert "int8_tbe bs=512 cpu server" in emitted[1]
+
+
 def test_serving_records_stay_out_of_the_results_table(records):
     assert results_table(records).empty
 

@@ -94,6 +94,10 @@ def check_model_config(cfg) -> None:
         module, _, function = str(cfg.factory or "").partition(":")
         if not module or not function:
             raise UserError(f"model.factory={cfg.factory!r}: give the model's factory as package.module:function (model.factory=examples.two_tower:build)")
+        if "/" in module or "\\" in module or module.endswith(".py"):
+            dotted = module.replace("\\", "/").removeprefix("./").removesuffix(".py").strip("/").replace("/", ".")
+            raise UserError(f"model.factory={cfg.factory}: a file path; name the module by its dotted import path, "
+                            f"model.factory={dotted}:{function} (run from the folder that holds {dotted.split('.')[0]}, or add that folder to PYTHONPATH)")
         return
     if cfg.factory:
         raise UserError(f"model.factory is read by model=custom only; model.arch is {cfg.arch!r}: add model=custom")

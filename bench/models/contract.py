@@ -38,6 +38,9 @@ def check_model_and_data(cfg: DictConfig) -> None:
     entry = registry.get("workload", cfg.workload.name)
     workload = entry.factory(OmegaConf.to_object(cfg.workload), int(cfg.seed), Path(str(cfg.cache_dir)))
     workload.check_data()
+    mapping = workload.mapping()
+    if mapping:
+        print(mapping, flush=True)  # which column became which, before any work
     model_cfg = OmegaConf.to_object(cfg.model)
     if is_custom(model_cfg):
         check_model(model_cfg, workload)

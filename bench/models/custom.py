@@ -17,6 +17,7 @@ anywhere in it retrains and re-scores; the files are hashed, not their modificat
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib
 import inspect
@@ -72,10 +73,21 @@ def load_factory(spec: str) -> Callable[..., Any]:
     for part in attr.split("."):
         factory = getattr(factory, part, None)
         if factory is None:
-            raise UserError(f"model.factory={spec}: {module.__name__} has no {attr!r}")
+            raise UserError(f"model.factory={spec}: {module.__name__} has no {attr!r}; {_callables_hint(module, attr)}")
     if not callable(factory):
         raise UserError(f"model.factory={spec}: {attr} is a {type(factory).__name__}, not a function or class")
     return factory
+
+
+def _callables_hint(module, attr: str) -> str:
+    """The functions and classes `module` defines itself, the closest to `attr` first."""
+    own = sorted(n for n, v in vars(module).items()
+                 if callable(v) and not n.startswith("_") and getattr(v, "__module__", None) == module.__name__)
+    if not own:
+        return "it defines no public function or class"
+    close = difflib.get_close_matches(attr, own, n=1, cutoff=0.6)
+    listed = ", ".join(own[:12]) + (" ..." if len(own) > 12 else "")
+    return (f"did you mean {module.__name__}:{close[0]}? " if close else "") + f"its functions and classes: {listed}"
 
 
 def source_files(spec: str) -> list[Path]:

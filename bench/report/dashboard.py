@@ -295,7 +295,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, default=None, help=f"where the site goes (default: REPORTS_DIR/{SITE_DIR})")
     parser.add_argument("overrides", nargs="*", metavar="compare.KEY=VALUE",
                         help="the tolerances the nightly ran with, when not conf/compare/default.yaml's (e.g. compare.throughput_tolerance=0.1)")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # overrides before or after --out, as docs/dashboard.md writes them
     try:
         if not args.reports_dir.is_dir():
             raise UserError(f"{args.reports_dir} is not a folder: give the reports folder (reports_dir) the nightly wrote to")

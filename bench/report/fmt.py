@@ -41,10 +41,33 @@ def delta_ci(delta: float, lo: float, hi: float, digits: int = 4) -> str:
     return f"{signed(delta, digits)} [{signed(lo, digits)}, {signed(hi, digits)}]"
 
 
-def ratio_ci(ratio: float, lo: float, hi: float) -> str:
-    """1.84× [1.80, 1.88]."""
+# An interval of a positive figure (a speedup, a throughput) wider than this cannot be read: its upper
+# bound over its lower, or either bound against its point, beyond this factor.
+UNREADABLE_SPAN = 5.0
+
+
+def unreadable(point: Any, lo: Any, hi: Any, span: float = UNREADABLE_SPAN) -> bool:
+    """Whether the interval [lo, hi] around a positive `point` is too wide to read: hi/lo beyond `span`,
+    a bound `span` times its point away, or a lower bound at or below zero. A missing one is not."""
+    if missing(point) or missing(lo) or missing(hi):
+        return False
+    point, lo, hi = float(point), float(lo), float(hi)
+    if point <= 0 or lo <= 0:
+        return True
+    return hi / lo > span or hi / point > span or point / lo > span
+
+
+def too_short(calls: Any = None) -> str:
+    """What an unreadable interval prints as: too short to judge (48 calls)."""
+    return "too short to judge" + ("" if missing(calls) else f" ({float(calls):,.0f} calls)")
+
+
+def ratio_ci(ratio: float, lo: float, hi: float, calls: Any = None) -> str:
+    """1.84× [1.80, 1.88]; "too short to judge (N calls)" for an interval too wide to read (`unreadable`)."""
     if missing(ratio):
         return DASH
+    if unreadable(ratio, lo, hi):
+        return too_short(calls)
     if missing(lo) or missing(hi):
         return f"{ratio:.2f}×"
     return f"{ratio:.2f}× [{lo:.2f}, {hi:.2f}]"

@@ -23,7 +23,11 @@ the timing, e.g. "1 thread, thread_cpu clock": lines timed otherwise are not com
 `speedup_process_sd` (the between-process spread carried into the speedup interval; null: the
 interval covers one process's rounds), and `stable` flags the absolute throughput only. A v3 line
 reads as v4 with no setting, and a `stable=false` that only the paired interval's width caused
-becomes true (speedups are judged on their own intervals).
+becomes true (speedups are judged on their own intervals). 5 adds what makes two runs alike
+(`LIKE`): a short hash of the job's `workload`, `model` and `timing` configs (a `+preset=tiny` run
+differs from the plain one in all three); with the `sweep` and the `timing_setting`, a run is judged
+only against the newest earlier run alike in every one of them, and where none is, the line names
+what differs. A v4 line reads as v5 with those unknown, alike to any run.
 """
 
 from __future__ import annotations
@@ -39,18 +43,23 @@ import pandas as pd
 
 from bench.comparison import NOT_COMPARABLE, Tolerances, compare_metrics, finite, identity
 from bench.errors import UserError
+from bench.hashing import config_hash
 from bench.io import append_jsonl, read_jsonl, write_text_atomic
 from bench.metrics import AUC, AUC_DELTA, EMBEDDING_BYTES, PEAK_RSS_BYTES, SPEEDUP, SPEEDUP_PROCESS_SD, THROUGHPUT, THROUGHPUT_TRIALS, hi, lo
 from bench.record import RunRecord
 from bench.report.table import KEY, as_records, latest_records, results_table, trials
 
-HISTORY_VERSION = 4
+HISTORY_VERSION = 5
 HISTORY_FILE = "history.jsonl"
 _NUMERIC = [AUC, AUC_DELTA, lo(AUC_DELTA), hi(AUC_DELTA), THROUGHPUT, SPEEDUP, lo(SPEEDUP), hi(SPEEDUP),
             "latency_p50_ms", "latency_p99_ms", EMBEDDING_BYTES, PEAK_RSS_BYTES, SPEEDUP_PROCESS_SD]  # fmt: skip
 _TEXT = ["config_hash", "fingerprint", "timing_setting"]
 _RUN = ["sweep", "report", "gate_passed", "stack"]  # version 3: the same on every line of a run
-_COLUMNS = ["run_id", "timestamp", "git_sha", *KEY, "status", *_NUMERIC, THROUGHPUT_TRIALS, *_TEXT, *_RUN, "gate"]
+_CONFIGS = ("workload", "model", "timing")  # version 5: the config sections whose hashes make runs alike
+# What two runs must share to be judged against each other, and how a difference is named.
+LIKE = {"sweep": "sweep", **{f"{part}_config": f"{part} config" for part in _CONFIGS}, "timing_setting": "timing setting"}
+_COLUMNS = ["run_id", "timestamp", "git_sha", *KEY, "status", *_NUMERIC, THROUGHPUT_TRIALS, *_TEXT, *_RUN, "gate",
+            *(f"{part}_config" for part in _CONFIGS)]
 STACK_KEYS = ("python", "torch", "fbgemm_gpu", "torchrec", "torchao", "fbgemm_isa")
 log = logging.getLogger(__name__)
 
@@ -82,8 +91,12 @@ def _v3_to_v4(line: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _v4_to_v5(line: dict[str, Any]) -> dict[str, Any]:
+    return {**{f"{part}_config": None for part in _CONFIGS}, **line}
+
+
 # MIGRATIONS[n] turns a version-n line into a version-(n+1) line.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
 
 
 def migrate(line: dict[str, Any], where: str) -> dict[str, Any]:
@@ -119,6 +132,8 @@ def history_rows(records: Iterable[RunRecord | dict[str, Any]], *, run_id: str, 
         out["gate"] = (gate or {}).get(key)
         if isinstance(row.get("kernel_degraded"), str):  # degraded kernels under this row's speed (absent when healthy)
             out["kernel_degraded"] = row["kernel_degraded"]
+        config = latest[key].config or {}
+        out.update({f"{part}_config": config_hash(config.get(part), length=8) for part in _CONFIGS})
         out.update({k: row[k] for k in _TEXT if isinstance(row.get(k), str) and row[k]})
         if isinstance(row.get("stable"), bool):  # timing noise flags; absent in older lines
             reason = row.get("unstable_reason")  # a stable row's None is NaN in the frame
@@ -169,8 +184,20 @@ def run_order(history: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(history["run_id"]))
 
 
+def _known(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and pd.isna(value))
+
+
+def unlike(a: dict, b: dict) -> list[str]:
+    """What makes two history lines unlike (`LIKE`, in words: `workload config 1a2b3c4d -> 5e6f7a8b`);
+    a field one side does not record counts as alike."""
+    return [f"{word} {a[k]} -> {b[k]}" for k, word in LIKE.items() if _known(a.get(k)) and _known(b.get(k)) and a[k] != b[k]]
+
+
 def history_changes(history: pd.DataFrame, cfg: Tolerances) -> pd.DataFrame:
-    """Per key and metric, the latest run against the previous run that has the key.
+    """Per key and metric, the latest run against the newest earlier run alike (`LIKE`) that has the key;
+    where the run just before it is not alike, the note says which runs were passed over and why, and
+    where no earlier run is alike, the row says what differs and nothing is compared.
 
     Columns: KEY, metric (auc | throughput | status | config), previous, latest, change, noise,
     flagged, note. `change` is the difference for AUC and the ratio - 1 for throughput; `noise`
@@ -187,15 +214,28 @@ def history_changes(history: pd.DataFrame, cfg: Tolerances) -> pd.DataFrame:
         group = group.assign(_rank=group["run_id"].map(rank)).sort_values("_rank", kind="stable")
         if group["run_id"].iloc[-1] != latest_run or len(group) < 2:
             continue
-        prev, now = group.iloc[-2].to_dict(), group.iloc[-1].to_dict()
+        rows = group.to_dict("records")
+        now, before = rows[-1], rows[:-1]
         base = dict(zip(KEY, key))
+        alike = [r for r in before if not unlike(r, now)]
+        if not alike:
+            last = before[-1]
+            out.append({**base, "metric": "config", "flagged": True,
+                        "note": f"no earlier run alike: run {last['run_id']} differs ({'; '.join(unlike(last, now))}): not compared"})
+            continue
+        prev = alike[-1]
+        passed = [r for r in before if rank[r["run_id"]] > rank[prev["run_id"]]]
         refused, notes = identity(now, prev)
+        if passed:
+            notes = [f"passed over run{'s' if len(passed) > 1 else ''} {', '.join(r['run_id'] for r in passed)} "
+                     f"({'; '.join(dict.fromkeys(w for r in passed for w in unlike(r, now)))})", *notes]
         since = f" since run {prev['run_id']}"
         if refused:
             out.append({**base, "metric": "config", "flagged": True, "note": refused + since})
             continue
-        if notes:
-            out.append({**base, "metric": "config", "flagged": True, "note": "; ".join(notes) + since + ": compared anyway"})
+        if notes:  # runs passed over alone are said once per run by `render_history`, not flagged per key
+            out.append({**base, "metric": "config", "flagged": len(notes) > bool(passed), "note": "; ".join(notes) + since + (
+                ": compared anyway" if len(notes) > bool(passed) else ", the newest alike")})
         if prev["status"] != now["status"]:
             out.append({**base, "metric": "status", "flagged": now["status"] != "ok",
                         "note": f"status {prev['status']} -> {now['status']}"})
@@ -235,10 +275,15 @@ def render_history(history: pd.DataFrame, cfg: Tolerances, *, runs: int = 14) ->
     if not order:
         return "\n".join(lines + ["No runs recorded yet.", ""])
     meta = recent.drop_duplicates("run_id").set_index("run_id")
-    lines += [f"Last {len(order)} runs, oldest first:", ""]
+    kinds = run_kinds(recent)
+    lines += [f"Last {len(order)} runs, oldest first; a run is judged only against runs of its kind (the same sweep, "
+              "workload, model and timing configs, and timing setting):", ""]
     for r in order:
         sha = meta.at[r, "git_sha"]
-        lines.append(f"- `{r}`: {meta.at[r, 'timestamp']}, git {sha[:12] if isinstance(sha, str) and sha else 'unknown'}")
+        sweep = meta.at[r, "sweep"]
+        lines.append(f"- `{r}`: {meta.at[r, 'timestamp']}, git {sha[:12] if isinstance(sha, str) and sha else 'unknown'}"
+                     + (f", sweep {sweep}" if isinstance(sweep, str) and sweep else "") + f", kind {kinds[r]}")
+    lines += ["", judged_against(recent, kinds)]
     changes = history_changes(recent, cfg)
     flagged = changes[changes["flagged"].astype(bool)] if not changes.empty else changes
     lines += ["", "## Changes against the previous run (beyond noise; `compare`: AUC tolerance "
@@ -260,6 +305,37 @@ def render_history(history: pd.DataFrame, cfg: Tolerances, *, runs: int = 14) ->
                 cells = [_cell(by_run.get(r), metric, fmt) for r in order]
                 lines.append(f"| {_md(backend)} | {batch} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def judged_against(history: pd.DataFrame, kinds: dict[str, str]) -> str:
+    """One line: which earlier run the latest run is judged against, and the runs of other kinds passed
+    over on the way, with what they differ in."""
+    order = run_order(history)
+    latest = order[-1]
+    alike = [r for r in order[:-1] if kinds[r] == kinds[latest]]
+    if len(order) == 1:
+        return f"`{latest}` is the only run shown."
+    first = history.drop_duplicates("run_id").set_index("run_id")
+    passed = order[order.index(alike[-1]) + 1:-1] if alike else order[:-1]
+    differ = sorted({word for r in passed for word in _differs(first.loc[r].to_dict(), first.loc[latest].to_dict())})
+    over = (f"; runs of other kinds passed over: {', '.join(f'`{r}`' for r in passed)} (other {', '.join(differ)})" if passed else "")
+    if not alike:
+        return f"`{latest}` (kind {kinds[latest]}) has no earlier run of its kind shown here: nothing is compared{over}."
+    return f"`{latest}` (kind {kinds[latest]}) is judged against `{alike[-1]}`, the newest earlier run of its kind{over}."
+
+
+def _differs(a: dict, b: dict) -> list[str]:
+    return [word for k, word in LIKE.items() if _known(a.get(k)) and _known(b.get(k)) and a[k] != b[k]]
+
+
+def run_kinds(history: pd.DataFrame) -> dict[str, str]:
+    """A letter per run id, the same for runs alike (`LIKE`, read from each run's first line), in run order."""
+    letters: dict[tuple, str] = {}
+    kinds = {}
+    for line in history.drop_duplicates("run_id").to_dict("records"):
+        signature = tuple(line.get(k) if _known(line.get(k)) else None for k in LIKE)
+        kinds[line["run_id"]] = letters.setdefault(signature, chr(ord("A") + len(letters) % 26))
+    return kinds
 
 
 def _cell(row: Optional[dict], metric: str, fmt) -> str:
@@ -292,6 +368,14 @@ def history_path(history_file: Optional[str], reports_dir: Path) -> Path:
     return Path(history_file) if history_file else Path(reports_dir) / HISTORY_FILE
 
 
+def reports_dir_of(report_dir: Path) -> Path:
+    """The reports folder a sweep's report folder lies in, `<reports_dir>/<sweep>/<timestamp>/` (its sweep
+    folder holds the `latest` pointer every sweep moves): where that sweep's history lives. A report
+    folder outside that layout is its own."""
+    folder = Path(report_dir).resolve()
+    return folder.parent.parent if (folder.parent / "latest").is_symlink() else folder
+
+
 def update_history(records: Iterable[RunRecord | dict[str, Any]], path: Path, cfg: Tolerances, *, runs: int = 14,
                    run_id: Optional[str] = None, git_sha: Optional[str] = None, timestamp: Optional[str] = None,
                    report_dir: Optional[Path] = None, gate: Optional[dict[tuple, str]] = None,
@@ -310,5 +394,5 @@ def update_history(records: Iterable[RunRecord | dict[str, Any]], path: Path, cf
     return path.parent / "history.md"
 
 
-__all__ = ["HISTORY_VERSION", "append_history", "load_history", "history_changes", "render_history", "update_history",
-           "history_path", "default_run_id", "current_git_sha", "history_rows", "migrate"]
+__all__ = ["HISTORY_VERSION", "LIKE", "unlike", "run_kinds", "append_history", "load_history", "history_changes", "render_history", "update_history",
+           "history_path", "reports_dir_of", "default_run_id", "current_git_sha", "history_rows", "migrate"]

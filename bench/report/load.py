@@ -19,11 +19,26 @@ def records_file(path: Path) -> Path:
     if path.is_file():
         return path
     if not path.exists():
+        pointers = _pointers_beside(path)
+        if pointers:
+            raise UserError(f"{path}: no such file or directory; beside it: {', '.join(pointers)} (give one of them, "
+                            "or run the sweep again: every sweep now updates latest)")
         raise UserError(f"{path}: no such file or directory (give a folder holding {RECORDS}, or the file)")
     for candidate in (path / RECORDS, path / "latest" / RECORDS):
         if candidate.is_file():
             return candidate
     raise UserError(f"{path}: no {RECORDS} in this folder (nor in {path / 'latest'})")
+
+
+def _pointers_beside(path: Path, most: int = 5) -> list[str]:
+    """The `latest-*` pointers in the folder that would hold `path` (a sweep's per-variant pointers), newest first."""
+    folder = path.parent
+    if not folder.is_dir():
+        return []
+    found = [p for p in folder.glob("latest*") if p.name != path.name and p.exists()]
+    found.sort(key=lambda p: p.resolve().name, reverse=True)
+    names = [str(p) for p in found[:most]]
+    return names + ([f"... {len(found) - most} more"] if len(found) > most else [])
 
 
 def load_records(path: Path) -> list[RunRecord]:

@@ -94,7 +94,7 @@ def _group_table(g: pd.DataFrame) -> str:
             "" if baseline else fmt.p_value(r.auc_delta_p),
         ] if with_accuracy else []
         row += [fmt.number(r.fidelity_gap)] if with_fidelity else []
-        speed = fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi)
+        speed = fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi, r.latency_calls)
         row += [fmt.word(r.auc_verdict)] if with_accuracy else []
         row += [
             fmt.count(r.throughput) + (" ⚠" if r.stable is False else ""),
@@ -187,7 +187,9 @@ def speedup_sentences(g: pd.DataFrame) -> list[str]:
     out = []
     for r in rows[rows[lo(SPEEDUP)].notna()].itertuples(index=False):
         ci = fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi)
-        if r.speed_verdict == "inconclusive":
+        if fmt.unreadable(r.speedup, r.speedup_lo, r.speedup_hi):
+            out.append(f"**{r.backend}** (batch {r.batch_size}): speedup {fmt.too_short(r.latency_calls)}: its interval spans more than {fmt.UNREADABLE_SPAN:g}x.")
+        elif r.speed_verdict == "inconclusive":
             out.append(f"**{r.backend}** (batch {r.batch_size}): speedup {ci}: inconclusive: "
                        f"[{r.speedup_lo:.2f}, {r.speedup_hi:.2f}] straddles the ±{r.speed_margin:.0%} margin.")
         elif interval_contains(r.speedup_lo, r.speedup_hi, 1.0):

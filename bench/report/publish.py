@@ -55,7 +55,8 @@ def point_latest(sweep_dir: Path, target: str, link: str = "latest") -> None:
 
 
 def latest_name(variant: str | None) -> str:
-    """`latest` for the sweep as configured; `latest-<overrides>` for a run with command-line overrides."""
+    """The pointer of one variant of a sweep: `latest` for the sweep as configured, `latest-<overrides>`
+    for a run with command-line overrides (which also moves `latest`)."""
     if not variant:
         return "latest"
     slug = re.sub(r"[^A-Za-z0-9=.,_-]+", "_", variant.replace(" ", ","))
@@ -91,9 +92,10 @@ def start_report(records: Iterable[RunRecord | dict[str, Any]], reports_dir: Pat
 
 def finish_report(records: Iterable[RunRecord | dict[str, Any]], out_dir: Path, title: str, variant: str | None = None) -> Path:
     """Render a started report folder (results.csv, plots, report.md) and point the sweep's
-    `latest` pointer at it (`latest-<overrides>` for a `variant`); returns report.md."""
+    `latest` at it, and for a `variant` also its own `latest-<overrides>`; returns report.md."""
     report = write_report(records, out_dir, title=title, write_records_file=False)
-    point_latest(Path(out_dir).parent, Path(out_dir).name, latest_name(variant))
+    for link in dict.fromkeys(("latest", latest_name(variant))):
+        point_latest(Path(out_dir).parent, Path(out_dir).name, link)
     return report
 
 
@@ -107,9 +109,9 @@ def publish_report(
     """Write the report into `<reports_dir>/<sweep_name>/<UTC timestamp>/`, point `latest` at it.
 
     `variant` names the command-line overrides that changed the sweep's jobs (`batch_size=2048
-    device=cpu`): such a run is titled with them and gets its own pointer, `latest-<overrides>`,
-    so `latest` always points to the newest run of the sweep as configured. Returns the
-    timestamped folder. The pointer is a relative symlink, swapped atomically, so a reader never
+    device=cpu`): such a run is titled with them and gets its own pointer too, `latest-<overrides>`,
+    the newest run of that variant; `latest` is always the sweep's newest run, whatever its
+    overrides. Returns the timestamped folder. The pointer is a relative symlink, swapped atomically, so a reader never
     sees it missing or half-written.
     """
     records = as_records(records)

@@ -152,6 +152,20 @@ def _where(row) -> str:
     return f"{row.workload} on {row.device}, batcher {row.batch_size} rows / {row.max_wait_ms:g} ms / {row.workers} worker(s)"
 
 
+def console_lines(records: Iterable[RunRecord | dict[str, Any]]) -> list[str]:
+    """What a serving sweep prints after its jobs: per backend and scenario, max QPS at the bound with its
+    bracket (Server) or samples/s (Offline), and the ratio to fp32's."""
+    df = serve_table(records)
+    out = []
+    for row in df[df["status"] == "ok"].itertuples(index=False):
+        ratio = "" if fmt.missing(row.qps_ratio) else f", {row.qps_ratio:.2f}x {BASELINE}'s"
+        if row.scenario == "server":
+            out.append(f"  {row.backend} server (p99 bound {row.bound_ms:g} ms): max QPS {row.max_qps:g} {_bracket(row)}{ratio}")
+        else:
+            out.append(f"  {row.backend} offline: {fmt.count(row.samples_per_s)} samples/s{ratio}")
+    return out
+
+
 def render_serve(df: pd.DataFrame, latest: dict[tuple, RunRecord], plots: list[Path], out_dir: Path, title: str) -> str:
     lines = [f"# {title}: serving through MLPerf LoadGen", "", "How to read this:", "", *[f"- {n}" for n in NOTES], ""]
     ok = df[df["status"] == "ok"]

@@ -27,6 +27,7 @@ from bench.metrics import (
     lo,
 )
 from bench.record import RunRecord, is_serving
+from bench.report.fmt import UNREADABLE_SPAN, too_short, unreadable
 from bench.registry import BASELINE_BACKEND
 from bench.report.kernels import summary_line as kernel_summary_line
 
@@ -50,7 +51,10 @@ def summary(record: RunRecord) -> str:
         lines.append(f"  {m.get('accuracy', 'no accuracy measured')}")
     lat = m[LATENCY_MS]
     tput = f"{m[THROUGHPUT]:,.0f} samples/s"
-    if m.get(lo(THROUGHPUT)) is not None:
+    calls = m.get(LATENCY_CALLS)
+    if unreadable(m[THROUGHPUT], m.get(lo(THROUGHPUT)), m.get(hi(THROUGHPUT))):
+        tput += f", {too_short(calls)}"
+    elif m.get(lo(THROUGHPUT)) is not None:
         tput += f" [{m[lo(THROUGHPUT)]:,.0f}, {m[hi(THROUGHPUT)]:,.0f}]"
     tail = f" (slowest {m[LATENCY_P99_CALLS]} of {m[LATENCY_CALLS]} calls)" if m.get(LATENCY_P99_CALLS) is not None else ""
     lines.append(f"  throughput {tput}; latency p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, p99 {lat['p99']:.2f} ms{tail}; "
@@ -58,7 +62,9 @@ def summary(record: RunRecord) -> str:
     setting = m.get("timing_setting") or {}
     if setting.get("threads") is not None:
         lines.append(f"  timed with {setting['threads']} thread(s) on the {setting['clock']} clock: {setting.get('how', '')}")
-    if m.get(SPEEDUP) is not None:
+    if m.get(SPEEDUP) is not None and unreadable(m[SPEEDUP], m.get(lo(SPEEDUP)), m.get(hi(SPEEDUP))):
+        lines.append(f"  speedup vs fp32 {too_short(calls)} ({m['speedup_method']}; its interval spans more than {UNREADABLE_SPAN:g}x)")
+    elif m.get(SPEEDUP) is not None:
         covers = "rounds and processes" if m.get(SPEEDUP_PROCESS_SD) else "rounds of this process"
         lines.append(f"  speedup vs fp32 {m[SPEEDUP]:.2f}x [{m[lo(SPEEDUP)]:.2f}, {m[hi(SPEEDUP)]:.2f}] "
                      f"({m['speedup_method']}; the interval covers {covers})")

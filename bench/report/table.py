@@ -49,6 +49,7 @@ from bench.metrics import (
 )
 from bench.registry import BASELINE_BACKEND
 from bench.record import RunRecord, degraded_kernels, is_serving
+from bench.report.fmt import too_short, unreadable
 from bench.report.machine import EXTRA_COLUMNS, row_extras
 from bench.stats import practical_verdict
 
@@ -305,7 +306,9 @@ def _verdict_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord]) -> pd.Dat
         if rec.status == "ok" and row.backend != BASELINE:
             if not row.performance_only:  # untrained weights: no AUC was measured, nothing to judge
                 auc_v = practical_verdict(row.auc_delta_lo, row.auc_delta_hi, auc_m)
-            if not (row.performance_only and math.isnan(row.speedup)):  # an unpaired performance-only job has no reference
+            if unreadable(row.speedup, row.speedup_lo, row.speedup_hi):  # an interval too wide to read supports no verdict
+                speed_v = too_short(row.latency_calls)
+            elif not (row.performance_only and math.isnan(row.speedup)):  # an unpaired performance-only job has no reference
                 speed_v = practical_verdict(row.speedup_lo, row.speedup_hi, speed_m, null=1.0, ratio=True)
             if isinstance(row.kernel_degraded, str):  # measured on a fallback kernel: says nothing of the backend
                 speed_v = "inconclusive"

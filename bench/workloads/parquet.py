@@ -4,7 +4,8 @@
 order with pyarrow, in streamed record batches of `read_rows` rows, so no split is held in memory.
 The schema mapping (`bench.workloads.parquet_columns`): `label`, `dense` float columns and `sparse` id
 columns (scalar ids one-hot, lists of ids multi-hot, integer or string ids); left out (null), `dense`
-is every floating-point column but the label and `sparse` every integer, string or list column left.
+is every floating-point column but the label and `sparse` every integer, string or list column left;
+an inferred column whose name suggests the label (`parquet_columns.LEAK_WORDS`) is refused.
 
 Splits, as declared:
     row_hash  a row is in eval when a seeded hash of its position (file order, then row) falls below
@@ -337,6 +338,10 @@ class ParquetWorkload(Workload):
         if self.cfg.split == FILES:
             return f"split by file: eval files {list(self.cfg.eval_files)}"
         return f"split by a hash of each row's position (seed {self.cfg.split_seed}): {self.cfg.eval_fraction:.0%} eval"
+
+    def mapping(self) -> str:
+        inferred = tuple(part for part in ("dense", "sparse") if getattr(self.cfg, part) is None)
+        return f"workload parquet columns: {self.columns.line(inferred)}"
 
     def describe(self) -> dict:
         stats = self.stats

@@ -9,6 +9,11 @@ Column kinds
             every machine and run
     oracle  optional, numeric: the true score of generated data (the oracle AUC)
 
+Left to inference (`workload.dense`/`workload.sparse` null), every column not taken by the label or the
+oracle becomes a feature, so a column whose name suggests a value derived from the label (`LEAK_WORDS`:
+label, target, click, score, logit, prob, oracle, ...) is refused: used as a feature it would be the
+answer. Declared columns are taken as declared.
+
 Ids become table rows per column, as declared: `modulo` (an integer id i is row i mod rows; ids must not
 be negative) or `hash` (the id's stable 64-bit hash mod rows; strings always go this way).
 
@@ -18,6 +23,7 @@ shows, as the Criteo readers count malformed lines by reason.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +35,9 @@ from bench.errors import UserError
 
 MODULO, HASH = "modulo", "hash"
 ID_REDUCTIONS = (MODULO, HASH)
+# Words of a column name that suggest a value derived from the label (an inferred feature of that name is refused).
+LEAK_WORDS = ("label", "target", "click", "clicked", "clicks", "score", "logit", "prob", "proba", "probability", "oracle",
+              "ctr", "pred", "prediction", "predicted", "outcome", "conversion", "converted", "truth")
 BAD_KINDS = ("missing label", "label not 0 or 1", "missing dense value", "non-finite dense value", "missing id", "negative id")
 
 
@@ -51,6 +60,16 @@ class Columns:
 
     def names(self) -> list[str]:
         return [self.label, *self.dense, *(s.name for s in self.sparse), *([self.oracle] if self.oracle else [])]
+
+    def line(self, inferred: tuple[str, ...] = ()) -> str:
+        """Which column became which, on one line; `inferred` names the parts left to inference."""
+        def part(name: str, columns: list[str]) -> str:
+            return f"{name}{' (inferred)' if name in inferred else ''} [{', '.join(columns)}]"
+
+        parts = [f"label {self.label}", part("dense", list(self.dense)), part("sparse", [s.name for s in self.sparse])]
+        if self.oracle:
+            parts.append(f"oracle {self.oracle}")
+        return "; ".join(parts)
 
     def describe(self) -> dict:
         return {
@@ -84,6 +103,26 @@ def _id_type(t: pa.DataType) -> tuple[bool, bool] | None:
     return None
 
 
+def leak_words(column: str) -> list[str]:
+    """The words of `column`'s name (split at non-letters, digits and camelCase) that suggest a label-derived value."""
+    words = re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", column)
+    return [w.lower() for w in words if w.lower() in LEAK_WORDS]
+
+
+def _refuse_leaks(inferred: list[str], key: str, taken: list[str], where: str) -> None:
+    """An inferred feature whose name suggests the answer is refused: one line naming the keys that decide it."""
+    for column in inferred:
+        words = leak_words(column)
+        if words:
+            rest = [c for c in taken if c != column]
+            raise UserError(
+                f"{where}: column {column!r} would become a {key.split('.')[-1]} feature by inference, but its name "
+                f"({', '.join(repr(w) for w in words)}) suggests a value derived from the label: take it anyway with "
+                f"{key}=[{','.join(taken)}], use it as the oracle with workload.oracle={column}, "
+                f"or leave it out with {key}=[{','.join(rest)}]"
+            )
+
+
 def resolve_columns(cfg, schema: pa.Schema, where: str) -> Columns:
     """The config's mapping checked against one file's schema; undeclared dense/sparse columns inferred.
     `where` names the file in messages."""
@@ -103,6 +142,7 @@ def resolve_columns(cfg, schema: pa.Schema, where: str) -> Columns:
     taken = {cfg.label, *([oracle] if oracle else [])}
     if cfg.dense is None:
         dense = [n for n, t in types.items() if n not in taken and pa.types.is_floating(t)]
+        _refuse_leaks(dense, "workload.dense", dense, where)
     else:
         dense = list(cfg.dense)
     for column in dense:
@@ -112,6 +152,7 @@ def resolve_columns(cfg, schema: pa.Schema, where: str) -> Columns:
     taken |= set(dense)
     if cfg.sparse is None:
         sparse_names = [n for n, t in types.items() if n not in taken and _id_type(t) is not None]
+        _refuse_leaks(sparse_names, "workload.sparse", sparse_names, where)
     else:
         sparse_names = list(cfg.sparse)
     if not sparse_names:

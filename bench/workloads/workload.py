@@ -51,6 +51,11 @@ class Workload:
         """Raise UserError for data that cannot make a job, before any work (the pre-flight check calls
         it); what the check reads should be what the job reads anyway (a cached first pass)."""
 
+    def mapping(self) -> str | None:
+        """Which input column became which part (label, features), on one line for the console before any
+        work; None for a workload that generates or knows its columns."""
+        return None
+
     def describe(self) -> dict:
         """What was read and how it was split, for run records."""
         return {}

@@ -60,6 +60,9 @@ def check_overrides(args: list[str]) -> None:
                     raise UserError(f"{key} must be a positive integer, got {value!r} ({key}=N)")
 
 
+_errored: list[str] = []  # the jobs of a multirun without a sweep config (`-m ...`) that errored in this process
+
+
 @functools.cache
 def shared_session():
     """What the jobs of this process share (a sweep runs them here one after another): built once."""
@@ -119,6 +122,8 @@ def _task(cfg: DictConfig) -> str:
 
     if hydra_cfg.mode == RunMode.MULTIRUN:
         log.info(summary(record).splitlines()[0])
+        if record.status == "error":
+            _errored.append(f"{record.backend} {record.device} bs={record.batch_size}")
         return record.status
     print(summary(record))
     if record.resumed_from:
@@ -172,4 +177,10 @@ def run(argv: list[str]) -> int:
         print("interrupted: the running job left no record; re-run the same command with resume=true to finish", file=sys.stderr)
         return 130
     ended = ended_sweep()
-    return finish(ended) if ended is not None else EXIT_OK
+    if ended is not None:
+        return finish(ended)  # a sweep config's report, gate and history; 1 when a job errored
+    if _errored:  # a bare multirun (`-m`): no report, but an errored job still fails the run
+        print(f"error: {len(_errored)} jobs errored ({', '.join(_errored[:3])}{' ...' if len(_errored) > 3 else ''}): "
+              "their records say why", file=sys.stderr)
+        return EXIT_GATE_FAILED
+    return EXIT_OK

@@ -1,7 +1,7 @@
 """User-facing errors and the exit codes every command of the harness shares.
 
     0  everything ran; the gate (if any) passed
-    1  a gate rule failed, or a job failed while measuring
+    1  a gate rule failed, or a job failed while measuring (any errored job of a sweep; skipped jobs are not errors)
     2  bad input: one line that names the problem and the fix, before any work
     3  the harness itself failed (an internal error, or a stage after the sweep that could not finish)
 """

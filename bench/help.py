@@ -90,7 +90,8 @@ def help_text() -> str:
         "Outputs:",
         OUTPUTS,
         "",
-        "Exit codes: 0 ok; 1 a gate rule failed or a job errored; 2 bad input (an unknown key or option, a value",
+        "Exit codes: 0 ok; 1 a gate rule failed or a job errored (any sweep with an errored job; skipped jobs are",
+        "not errors); 2 bad input (an unknown key or option, a value",
         "out of range, a missing data file, a folder that cannot be written), one line before any work; 3 the",
         "harness itself failed, one line naming the stage. Hydra's own flags: python -m bench --hydra-help.",
     ]

@@ -75,6 +75,8 @@ AUC_DELTA_EMBEDDINGS = metric("auc_delta_embeddings", "", HIGHER, "+.4f", "the s
                               ACCURACY, interval=True)
 AUC_DELTA_MLP = metric("auc_delta_mlp", "", HIGHER, "+.4f", "the share of the ΔAUC that the quantized dense layers alone cause",
                        ACCURACY, interval=True)
+SCORES_SATURATED = metric("scores_saturated", "", LOWER, ".1%", "the share of eval scores a probabilities model's clamp tied at a "
+                          "bound (its sigmoid saturated, read without a trailing nn.Sigmoid in sight): ranking lost there", ACCURACY)
 LOGLOSS = metric("logloss", "", LOWER, ".4f", "log loss over the eval samples", ACCURACY)
 NE = metric("ne", "", LOWER, ".4f", "normalized entropy: log loss over the entropy of the base rate", ACCURACY)
 N_EVAL = metric("n_eval", "samples", NEITHER, ",d", "eval samples scored, each exactly once (a count check)", ACCURACY)

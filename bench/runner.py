@@ -44,6 +44,7 @@ from bench.pipeline.shared import SharedWork
 from bench.record import USER, RunRecord
 from bench.routes import route_for
 from bench.store import RECORDS, Claims, StoreIndex
+from bench.config.identity import job_identity
 from bench.config.validation import check_values
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,9 @@ OUT_OF_MEMORY = (MemoryError, torch.OutOfMemoryError)
 
 
 def job_hash(resolved: dict[str, Any]) -> str:
-    return config_hash({k: v for k, v in resolved.items() if k not in NOT_THE_JOB})
+    """The job's identity: its config less what does not change what it measures (NOT_THE_JOB, and added
+    keys at their legacy values, bench.config.identity)."""
+    return config_hash(job_identity({k: v for k, v in resolved.items() if k not in NOT_THE_JOB}))
 
 
 class ResumeIndex:

@@ -1,7 +1,8 @@
 """Sweep-level work that Hydra's launcher does not do: a progress bar over the jobs, and after the
 sweep its report, the gate for sweeps that ask for it (`run_gate: true`) and the nightly history.
-A job that failed is a record with status `error`: the sweep goes on, the report lists it and the
-gate fails on it. With `resume=true` a re-run of an interrupted sweep still has one record per job
+A job that failed is a record with status `error`: the sweep goes on, the report lists it, the gate
+fails on it, and the sweep exits 1 (a `skipped` job is not an error), so `python -m bench +sweep=quant &&
+publish` never publishes a partial report. With `resume=true` a re-run of an interrupted sweep still has one record per job
 (see bench.pipeline.guard).
 
 The sweep configs (`conf/sweep/*.yaml`) install `SweepCallback`; `python -m bench` calls `finish`
@@ -26,7 +27,7 @@ from omegaconf import DictConfig
 from bench.config import NOT_THE_JOB
 from bench.config.files import as_compare_config as compare_settings
 from bench.distributed import overlapping
-from bench.errors import EXIT_HARNESS_ERROR, EXIT_OK, internal_error
+from bench.errors import EXIT_GATE_FAILED, EXIT_HARNESS_ERROR, EXIT_OK, internal_error
 from bench.progress import progress
 from bench.record import RunRecord, is_serving
 
@@ -119,8 +120,8 @@ class Stages:
 def finish(config: DictConfig) -> int:
     """The post-sweep phase: the sweep's report folder, its gate verdict, the rendered report, the
     history. The verdict (gate.md, gate.xml, the exit code) is decided and written before anything
-    optional runs. Returns the exit code: 0, 1 when the gate failed, 3 when a stage failed (the
-    highest applies)."""
+    optional runs. Returns the exit code: 0, 1 when a job errored or the gate failed, 3 when a stage
+    failed (the highest applies)."""
     from bench.report.publish import finish_report, start_report
     from bench.report.table import backend_label
 
@@ -173,4 +174,7 @@ def finish(config: DictConfig) -> int:
                                                                   **history_fields(report_dir)))
         if history_md is not None:
             print(f"history: {path} ({history_md})")
-    return max(stages.code, gate_code or EXIT_OK)
+    jobs_code = EXIT_GATE_FAILED if counts["error"] else EXIT_OK
+    if counts["error"]:
+        print(f"exit 1: {counts['error']} of {len(records)} jobs errored (listed above)", file=sys.stderr)
+    return max(stages.code, gate_code or EXIT_OK, jobs_code)

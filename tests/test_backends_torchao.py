@@ -44,9 +44,11 @@ def prepare(model, **overrides):
 
 
 def test_int8_runs_int_mm_and_no_fp32_product(model, batch):
-    backend, prepared = prepare(model, mlp_engine="torchao")
+    backend, prepared = prepare(model, mlp_engine="torchao", mlp_output="int8")  # every layer, the output layer too
     types = quantized_weight_types(prepared)
     assert types and all(t == "Int8Tensor" for t in types.values()), types
+    default = quantized_weight_types(prepare(model, mlp_engine="torchao")[1])
+    assert default == {**types, "over_arch.model.1": "Parameter"}  # by default the 1-wide output layer stays fp32
     ops = operators(prepared, batch.model_inputs())
     assert "aten::_int_mm" in ops.gemm and not ({"aten::mm", "aten::addmm", "aten::linear"} & ops.gemm), ops.gemm
     assert ops.as_metrics(256)["dense_int8_fraction"] > 0.5  # the interaction's bmm is the only fp32 product

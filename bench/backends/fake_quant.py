@@ -21,7 +21,7 @@ import fbgemm_gpu  # noqa: F401  (registers torch.ops.fbgemm)
 import torch
 
 from bench.backends.backend import Backend, NotApplicable
-from bench.backends.linear import MLP_CHOICES, MODES, check_choice, fake_quantize
+from bench.backends.linear import MLP_CHOICES, MODES, OUTPUT_CHOICES, check_choice, fake_quantize
 from bench.backends.modules import (
     embedding_bag_collections,
     materialize_random_tables,
@@ -49,6 +49,7 @@ class FakeQuantConfig(BackendConfig):
     small_table_bits: int = 8
     mlp: str = "int8"  # fp32 | int8 (fake-quantized)
     activations: str = "static"  # static (calibrated) | dynamic (per batch)
+    mlp_output: str = "fp32"  # the output layers (one output feature): fp32 | int8, as the int8 backends' mlp_output
 
     def validate(self) -> None:
         check_config(self)
@@ -58,6 +59,7 @@ def check_config(cfg) -> None:
     """The choices of a fake_quant config (the schema, or its composed DictConfig), before anything is built."""
     check_choice(cfg.mlp, MLP_CHOICES, "backend.mlp")
     check_choice(cfg.activations, MODES, "backend.activations")
+    check_choice(cfg.mlp_output, OUTPUT_CHOICES, "backend.mlp_output")
     for key, b in [("backend.bits", cfg.bits), ("backend.small_table_bits", cfg.small_table_bits),
                    *((f"backend.per_table.{n}", b) for n, b in cfg.per_table.items())]:
         if int(b) not in ROW_BITS:
@@ -95,6 +97,7 @@ class FakeQuantBackend(Backend):
                     w = ebc.embedding_bags[table.name].weight
                     w.copy_(qdq_rows(w, bits[table.name]))
         model.to(device)
-        if cfg.mlp == "int8" and fake_quantize(model, cfg.activations, calibration_batches, device) == 0:
-            raise NotApplicable("backend 'fake_quant' emulates int8 nn.Linear layers, and the model has none: set backend.mlp=fp32")
+        if cfg.mlp == "int8" and fake_quantize(model, cfg.activations, calibration_batches, device, cfg.mlp_output) == 0:
+            raise NotApplicable("backend 'fake_quant' emulates int8 nn.Linear layers, and the model has none"
+                                f"{' besides its output layers (backend.mlp_output=fp32)' if cfg.mlp_output == 'fp32' else ''}: set backend.mlp=fp32")
         return model

@@ -24,6 +24,14 @@ emulates `static` or `dynamic` with fp32 kernels and the same scales:
   prepare's observer runs twice per call there, once as a child and once as a hook; min/max does
   not mind.)
 - weights: plain `FakeQuantize` around the observer the int8 modules use, see FAKE_QUANT_WEIGHT.
+
+The output layer (`mlp_output`): a Linear with one output feature computes the score itself. Its input is
+quantized per tensor, so one wide column swamps the rest: torchrec's SimpleDeepFMNN concatenates an
+unbounded factorization-machine term (hundreds to thousands) with features below 10, and with that
+layer in dynamic int8 every other column rounds to 0 or one step (its fp32 AUC 0.790 fell to 0.517 with
+that one layer int8, and stayed 0.790 with every other layer int8). So by default (`mlp_output=fp32`)
+the output layers stay fp32, as the toolkits' rule of keeping the last layer in float does;
+`mlp_output=int8` quantizes them like the rest.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ from bench.errors import UserError
 
 MLP_CHOICES = ("fp32", "int8")
 MODES = ("dynamic", "static")
+OUTPUT_CHOICES = ("fp32", "int8")  # backend.mlp_output: the output layers (one output feature) in fp32 or like the rest
 
 # One definition of each scheme, shared by the int8 modules and their fake-quant twin.
 _ACT = dict(dtype=torch.quint8, quant_min=0, quant_max=127)  # fbgemm's reduce_range: 7-bit activations
@@ -81,6 +90,20 @@ def check_choice(value: str, choices: tuple[str, ...], key: str) -> None:
 
 def _is_relu(fn) -> bool:
     return fn is torch.relu or fn is F.relu or isinstance(fn, nn.ReLU)
+
+
+def is_output_layer(unit: nn.Module) -> bool:
+    """A Linear (or fused LinearReLU) with one output feature: it computes the score itself."""
+    linear = unit[0] if isinstance(unit, nni.LinearReLU) else unit
+    return isinstance(linear, nn.Linear) and linear.out_features == 1
+
+
+def quantized_slots(model: nn.Module, output: str) -> list[tuple[nn.Module, str]]:
+    """The Linear / LinearReLU slots to quantize, Linear+ReLU fused first: every one, less the output layers
+    unless `output` is int8."""
+    check_choice(output, OUTPUT_CHOICES, "backend.mlp_output")
+    slots = fuse_linear_relu(model)
+    return slots if output == "int8" else [(p, n) for p, n in slots if not is_output_layer(getattr(p, n))]
 
 
 def fuse_linear_relu(model: nn.Module) -> list[tuple[nn.Module, str]]:
@@ -140,10 +163,12 @@ class FakeQuantUnit(nn.Module):
         return self.output_fq(self.unit(self.input_fq(x)))
 
 
-def quantize_int8(model: nn.Module, mode: str, calibration_batches: Sequence[Batch], device: torch.device) -> int:
-    """Make every Linear (fused with its ReLU) an int8 torch.ao module, in place. Returns the count."""
+def quantize_int8(model: nn.Module, mode: str, calibration_batches: Sequence[Batch], device: torch.device,
+                  output: str = "int8") -> int:
+    """Make every Linear (fused with its ReLU) an int8 torch.ao module, in place, the output layers only when
+    `output` is int8 (`quantized_slots`). Returns the count."""
     check_choice(mode, MODES, "backend.mlp_mode")
-    slots = fuse_linear_relu(model)
+    slots = quantized_slots(model, output)
     with torch_ao_calls():
         if mode == "dynamic":
             for parent, name in slots:
@@ -166,10 +191,12 @@ def quantize_int8(model: nn.Module, mode: str, calibration_batches: Sequence[Bat
     return len(slots)
 
 
-def fake_quantize(model: nn.Module, activations: str, calibration_batches: Sequence[Batch], device: torch.device) -> int:
-    """Wrap every Linear (fused with its ReLU) in fused observer/fake-quant modules, in place."""
+def fake_quantize(model: nn.Module, activations: str, calibration_batches: Sequence[Batch], device: torch.device,
+                  output: str = "int8") -> int:
+    """Wrap every Linear (fused with its ReLU) in fused observer/fake-quant modules, in place, the output
+    layers only when `output` is int8."""
     check_choice(activations, MODES, "backend.activations")
-    slots = fuse_linear_relu(model)
+    slots = quantized_slots(model, output)
     wrappers = []
     with torch_ao_calls():
         for parent, name in slots:

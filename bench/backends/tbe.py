@@ -38,7 +38,7 @@ from torchrec.quant.embedding_modules import quant_prep_customize_row_alignment
 from bench.backends.ao_notice import torch_ao_calls
 from bench.backends.backend import Backend, NotApplicable
 from bench.backends.direct import build_tables_directly
-from bench.backends.linear import MLP_CHOICES, MODES, check_choice, quantize_int8
+from bench.backends.linear import MLP_CHOICES, MODES, OUTPUT_CHOICES, check_choice, quantize_int8
 from bench.backends.torchao_mlp import SCHEMES as TORCHAO_SCHEMES
 from bench.backends.torchao_mlp import quantize_torchao
 from bench.backends.modules import (
@@ -68,6 +68,9 @@ BITS = {name: SparseType(name).bit_rate() for name in WEIGHT_DTYPES}
 class TbeConfig(BackendConfig):
     mlp: str = "int8"  # fp32 | int8 (| int4 weight-only, with mlp_engine=torchao): the MLP's Linear layers
     mlp_mode: str = "dynamic"  # dynamic | static (calibrated on the calibration batches; torch_ao only); used when mlp=int8
+    # The output layers (a Linear with one output: the score) with a quantized MLP: fp32 (kept in float, the
+    # default) | int8 (quantized like the rest, as before this key existed); bench.backends.linear says why
+    mlp_output: str = "fp32"
     # Per-table weight type overrides, table name -> fp32 | fp16 | int8 | int4 | int2. On the command line
     # the keys are new to the (struct) config, hence the +: `+backend.per_table={t_cat_3: int8}`.
     per_table: dict[str, str] = field(default_factory=dict)
@@ -114,6 +117,7 @@ def check_config(cfg) -> None:
         raise UserError(f"backend.mlp={cfg.mlp!r} needs backend.mlp_engine=torchao")
     check_choice(cfg.mlp, MLP_CHOICES + TORCHAO_SCHEMES, "backend.mlp")
     check_choice(cfg.mlp_mode, MODES, "backend.mlp_mode")
+    check_choice(cfg.mlp_output, OUTPUT_CHOICES, "backend.mlp_output")
     for name, dtype in cfg.per_table.items():
         check_dtype(dtype, f"backend.per_table.{name}")
 
@@ -216,9 +220,10 @@ class TbeBackend(Backend):
             model.to(device)
             quantize_tables(model, dtypes, device)
         if self.cfg.mlp != "fp32" and self.cfg.mlp_engine == "torchao":
-            quantize_torchao(model, self.cfg.mlp)
-        elif self.cfg.mlp == "int8" and quantize_int8(model, self.cfg.mlp_mode, calibration_batches, device) == 0:
-            raise NotApplicable(f"backend {self.cfg.name!r} runs the model's nn.Linear layers in int8, and the model has none: set backend.mlp=fp32")
+            quantize_torchao(model, self.cfg.mlp, self.cfg.mlp_output)
+        elif self.cfg.mlp == "int8" and quantize_int8(model, self.cfg.mlp_mode, calibration_batches, device, self.cfg.mlp_output) == 0:
+            raise NotApplicable(f"backend {self.cfg.name!r} runs the model's nn.Linear layers in int8, and the model has none"
+                                f"{' besides its output layers (backend.mlp_output=fp32)' if self.cfg.mlp_output == 'fp32' else ''}: set backend.mlp=fp32")
         return model
 
     def stored_table_dtypes(self, tables: Mapping[str, int]) -> dict[str, str]:
@@ -243,6 +248,7 @@ class TbeBackend(Backend):
             "per_table": per_table,
             "mlp": self.cfg.mlp,
             "activations": self.cfg.mlp_mode,
+            "mlp_output": self.cfg.mlp_output,
         }
         if self.cfg.small_table_rows is not None:
             twin.update(small_table_rows=self.cfg.small_table_rows, small_table_bits=BITS[self.cfg.small_table_dtype])

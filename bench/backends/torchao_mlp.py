@@ -38,11 +38,13 @@ def torchao_config(scheme: str):
     return PrototypeInt4WeightOnlyConfig(group_size=INT4_GROUP_SIZE, set_inductor_config=False)
 
 
-def quantize_torchao(model: nn.Module, scheme: str) -> int:
-    """Quantize every Linear of `model` (in place) with torchao's `quantize_`; returns how many were quantized."""
+def quantize_torchao(model: nn.Module, scheme: str, output: str = "int8") -> int:
+    """Quantize every Linear of `model` (in place) with torchao's `quantize_`, the output layers (one output
+    feature) only when `output` is not fp32; returns how many were quantized."""
     from torchao.quantization import quantize_
 
-    targets = {id(getattr(parent, name)) for parent, name in child_slots(model, (nn.Linear,))}
+    slots = [getattr(parent, name) for parent, name in child_slots(model, (nn.Linear,))]
+    targets = {id(m) for m in slots if output != "fp32" or m.out_features != 1}
     if scheme == "int4":
         targets = {id(m) for m in model.modules() if id(m) in targets and _int4_fits(m)}
     before = {id(m): type(m.weight) for m in model.modules() if id(m) in targets}

@@ -7,8 +7,9 @@ and calls the factory with the names torchrec's own `DLRM` takes, plus `model.kw
 
 The module's forward takes `(dense_features, KeyedJaggedTensor)` and returns one score per sample
 (`bench.models.contract` checks that before any work). `model.output` declares what the score is; a
-model that returns probabilities is wrapped once (`LogitsOf`) so that everything downstream, the
-training loss, every score, AUC and log loss, reads logits.
+model that returns probabilities is wrapped once (`bench.models.logits.LogitsOf`) so that everything
+downstream, the training loss, every score, AUC and log loss, reads logits: the input of its trailing
+`nn.Sigmoid` where the harness sees one, else the clamped `log(p / (1 - p))`.
 
 What identifies the user's code for the caches (`code_identity`): the content of every `.py` file of
 the factory's top-level package (or of the module file alone, for a top-level module), so an edit
@@ -23,7 +24,7 @@ import importlib
 import inspect
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
@@ -31,11 +32,9 @@ from torch import nn
 from bench.config import CUSTOM_ARCH
 from bench.errors import UserError, one_line
 from bench.models.dlrm import embedding_bag_collection
+from bench.models.logits import LogitsOf, trailing_sigmoid
 from bench.workloads.workload import TableSpec
 
-# Probabilities are clamped to [EPS, 1 - EPS] before the logit, so a saturated sigmoid (exactly 0.0
-# or 1.0 in float32) gives a finite score; 1 - 1e-7 is still below 1.0 in float32.
-EPS = 1e-7
 DOCS = "docs/custom-model.md"
 
 
@@ -142,17 +141,10 @@ def build_custom(cfg, tables: list[TableSpec], num_dense: int, table_device: tor
     return model
 
 
-class LogitsOf(nn.Module):
-    """A model that returns probabilities, seen as one that returns logits: log(p / (1 - p))."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, *args):
-        return torch.logit(self.model(*args), eps=EPS)
-
-
-def as_logits(model: nn.Module, model_cfg) -> nn.Module:
-    """The model as the harness uses it: returning logits, whatever `model.output` declares."""
-    return LogitsOf(model) if model_cfg.output == "probabilities" else model
+def as_logits(model: nn.Module, model_cfg, probe: Sequence | None = None) -> nn.Module:
+    """The model as the harness uses it: returning logits, whatever `model.output` declares. For a
+    probabilities model, `probe` (a batch's model inputs) finds the trailing nn.Sigmoid whose input is
+    read (bench.models.logits); without one the scores are read through the clamp."""
+    if model_cfg.output != "probabilities":
+        return model
+    return LogitsOf(model, trailing_sigmoid(model, probe) if probe is not None else None)

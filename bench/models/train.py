@@ -25,6 +25,7 @@ from bench.io import write_json_atomic, write_text_atomic
 from bench.models.checkpoint import load_checkpoint
 from bench.models.build import build_model
 from bench.models.custom import as_logits, code_identity
+from bench.models.logits import CLAMP, LogitsOf
 from bench.models.random_weights import RANDOM, WEIGHTS
 from bench.progress import progress
 from bench.workloads.workload import Workload
@@ -72,26 +73,47 @@ def trained_model(model_cfg, workload: Workload, seed: int, cache_dir: Path) -> 
     model = build_model(model_cfg, workload.tables, workload.num_dense)
     if model_cfg.checkpoint:
         load_checkpoint(model, model_cfg.checkpoint)  # into the module as the user wrote it
-        return as_logits(model, model_cfg).eval(), {"source": "checkpoint", "path": str(model_cfg.checkpoint)}
-    model = as_logits(model, model_cfg)
+        model = as_logits(model, model_cfg, probe_inputs(workload))
+        return model.eval(), {"source": "checkpoint", "path": str(model_cfg.checkpoint), **read_info(model)}
+    model = as_logits(model, model_cfg, probe_inputs(workload))
+    read = read_info(model)
+    if read.get("score_read", CLAMP) != CLAMP:
+        # trained through its pre-sigmoid value, not through the clamp: not the weights a cache entry trained
+        # through the clamp holds (a model read through the clamp keeps the key it always had)
+        key = model_cache_key(plain(workload.cfg), plain(model_cfg), seed, workload.data_identity(),
+                              {**code_identity(model_cfg), "read": read["score_read"]})
 
     path = Path(cache_dir) / "models" / f"{key}.pt"
     if path.exists():
         try:
             model.load_state_dict(torch.load(path, weights_only=True))
             meta = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
-            return model.eval(), {"source": "cache", "key": key, **meta}
+            return model.eval(), {"source": "cache", "key": key, **meta, **read}
         except Exception as exc:  # noqa: BLE001 - a damaged cache entry is a miss: train again
             log.warning("cached checkpoint %s is unreadable (%s); training again", path, type(exc).__name__)
             torch.manual_seed(seed)  # the load may have touched the weights: start from the seed again
-            model = as_logits(build_model(model_cfg, workload.tables, workload.num_dense), model_cfg)
+            model = as_logits(build_model(model_cfg, workload.tables, workload.num_dense), model_cfg, probe_inputs(workload))
 
     meta = train(model, workload, model_cfg.train)
     buffer = io.BytesIO()
     torch.save(model.state_dict(), buffer)
     write_text_atomic(path, buffer.getvalue())
     write_json_atomic(path.with_suffix(".json"), meta)
-    return model.eval(), {"source": "trained", "key": key, **meta}
+    return model.eval(), {"source": "trained", "key": key, **meta, **read}
+
+
+PROBE_SAMPLES = 8
+
+
+def probe_inputs(workload: Workload) -> tuple | None:
+    """A few calibration rows as model inputs: the batch that finds a probabilities model's trailing sigmoid."""
+    batch = next(iter(workload.batches("calibration", PROBE_SAMPLES)), None)
+    return batch.model_inputs() if batch is not None else None
+
+
+def read_info(model: nn.Module) -> dict:
+    """How a probabilities model's scores are read (`score_read`); {} for a model that returns logits."""
+    return {"score_read": model.score_read()} if isinstance(model, LogitsOf) else {}
 
 
 def train(model: nn.Module, workload: Workload, cfg) -> dict:

@@ -28,8 +28,9 @@ from bench.measure.timing import (
     time_module,
     time_paired,
 )
-from bench.metrics import (AUC_FP32, FIDELITY_GAP, ORACLE_AUC, PREPARE_SECONDS, SPEEDUP, SPEEDUP_PROCESS_DF, THREADS, THROUGHPUT, hi,
-                           lo, with_interval)
+from bench.metrics import (AUC_FP32, FIDELITY_GAP, ORACLE_AUC, PREPARE_SECONDS, SCORES_SATURATED, SPEEDUP, SPEEDUP_PROCESS_DF, THREADS,
+                           THROUGHPUT, hi, lo, with_interval)
+from bench.models.logits import saturated_share
 from bench.models.random_weights import RANDOM
 from bench.pipeline.attribution import attribute_delta
 from bench.pipeline.guard import memory_estimate
@@ -42,6 +43,9 @@ from bench.workloads.workload import Workload
 
 # What the record and the report say of a model with random weights (`model.weights=random`).
 PERFORMANCE_ONLY = "performance only, no accuracy (untrained weights)"
+# A trained fp32 model whose eval AUC lies within this of 0.5 ranks nothing: it is no reference. Its job is an
+# error record, and every backend's job compared with it says "no valid reference" (an error too).
+CHANCE_MARGIN = 0.01
 
 
 def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedWork,
@@ -86,6 +90,7 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
         _, base_logits = _scores_of(cfg, backend_config({"name": BASELINE_BACKEND}), model, workload, device, shared)
         metrics.update(attribute_delta(backend.cfg, labels, base_logits, logits,
                                        lambda other: _scores_of(cfg, other, model, workload, device, shared)))
+        metrics.update(score_figures(model, logits))
     distinct_ids = shared.timing_access(cfg, workload, device)["distinct_rows"]
     metrics.update(_timing_figures(cfg, backend, timing, paired, why_unpaired, load.figures, distinct_ids))
     calls = timing.timed_calls + (paired.reference.timed_calls if paired else 0)
@@ -108,6 +113,26 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
         metrics.update(job_profile(cfg, prepared, inputs, workload, timing, device, shared))
     metrics.update(backend.job_metrics(prepared))
     return metrics
+
+
+def score_figures(model: TrainedModel, logits) -> dict[str, Any]:
+    """How a probabilities model's scores were read (`score_read`) and the share the clamp tied
+    (`scores_saturated`); {} for a model that returns logits (bench.models.logits)."""
+    read = model.info.get("score_read")
+    return {} if read is None else {"score_read": read, SCORES_SATURATED: saturated_share(logits)}
+
+
+def reference_fault(metrics: dict[str, Any], backend_name: str) -> str | None:
+    """Why a trained fp32 reference at chance fails this job (None: it is a valid reference)."""
+    base = metrics.get(AUC_FP32)
+    if base is None or abs(base - 0.5) >= CHANCE_MARGIN:
+        return None
+    saturated = metrics.get(SCORES_SATURATED) if backend_name == BASELINE_BACKEND else None
+    why = f"; {saturated:.0%} of its scores saturated" if saturated else ""
+    if backend_name == BASELINE_BACKEND:
+        return (f"the trained fp32 model stayed at chance: eval AUC {base:.4f}, within {CHANCE_MARGIN} of 0.5{why}; it ranks "
+                "nothing, so no backend can be compared with it (train it longer: model.train.samples, or see docs/custom-model.md)")
+    return f"no valid reference: the fp32 model stayed at chance (eval AUC {base:.4f}), so this backend's ΔAUC means nothing"
 
 
 def speed_decided(cfg: Config):

@@ -9,7 +9,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from bench.metrics import AUC, AUC_DELTA, AUC_DELTA_EMBEDDINGS, FIDELITY_GAP, N_EVAL, ORACLE_AUC, SPEEDUP, lo
+from bench.metrics import AUC, AUC_DELTA, AUC_DELTA_EMBEDDINGS, FIDELITY_GAP, N_EVAL, ORACLE_AUC, SCORES_SATURATED, SPEEDUP, lo
 from bench.record import USER, RunRecord, is_serving
 from bench.report import fmt
 from bench.report.kernels import banner_lines, isa_line
@@ -225,6 +225,17 @@ def _oracle_line(g: pd.DataFrame) -> str | None:
     return f"Oracle AUC (the workload's true probabilities on the same eval split): {o:.4f}{tail}."
 
 
+def score_lines(g: pd.DataFrame) -> list[str]:
+    """How a probabilities model's scores were read, and where its clamp tied them (ranking lost there)."""
+    reads = sorted({str(x) for x in g["score_read"].dropna()})
+    if not reads:
+        return []
+    lines = [f"The model returns probabilities; its scores are read as logits through {' and '.join(reads)}."]
+    saturated = g[g[SCORES_SATURATED] > 0].drop_duplicates("backend")
+    lines += [f"{r.backend}: {r.scores_saturated:.0%} of scores saturated: ranking lost there." for r in saturated.itertuples(index=False)]
+    return [" ".join(lines), ""]
+
+
 def _one_reason(g: pd.DataFrame) -> str | None:
     """The shared reason when no row of the group ran and all say the same (a device absent here)."""
     reasons = {fmt.first_line(e) for e in g["error"]}
@@ -246,6 +257,7 @@ def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Seque
     oracle = _oracle_line(g)
     if oracle:
         lines += [oracle, ""]
+    lines += score_lines(g)
     if (g["backend"] != BASELINE).any() and not ((g["backend"] == BASELINE) & (g["status"] == "ok")).any():
         lines += ["No ok fp32 row here: speedup, compression and deltas have no reference.", ""]
     if g["performance_only"].any():

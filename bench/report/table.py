@@ -25,6 +25,7 @@ from bench.metrics import (
     AUC_DELTA,
     AUC_DELTA_P,
     AUC_FP32,
+    SCORES_SATURATED,
     CUDA_PEAK_BYTES,
     EMBEDDING_BYTES,
     FIDELITY_GAP,
@@ -73,6 +74,8 @@ COLUMNS = [
     N_EVAL,
     LOGLOSS,
     NE,
+    SCORES_SATURATED,
+    "score_read",  # a probabilities model: how its scores were read (before its nn.Sigmoid, or the clamp)
     THROUGHPUT,
     lo(THROUGHPUT),
     hi(THROUGHPUT),
@@ -205,6 +208,7 @@ def _row(r: RunRecord) -> dict[str, Any]:
         "created_at": r.created_at,
     }
     row.update({name: _num(m.get(name)) for name in _METRICS})
+    row["score_read"] = m.get("score_read")
     row["ps_twin"] = m.get("ps_twin")  # ps_redis: the in-memory backend with the same rows
     for q in ("p50", "p90", "p99", "p99_lo", "p99_hi"):
         row[f"latency_{q}_ms"] = _num(lat.get(q))

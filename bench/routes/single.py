@@ -9,7 +9,7 @@ import torch
 from bench.backends.backend import Backend
 from bench.config import Config
 from bench.distributed import unsharded_skip_reason
-from bench.pipeline.job import measure
+from bench.pipeline.job import measure, reference_fault
 from bench.pipeline.shared import SharedWork
 from bench.routes.route import Route
 
@@ -26,4 +26,8 @@ class SingleRoute(Route):
 
     def measure(self, cfg: Config, backend: Backend, device: torch.device, work: SharedWork,
                 setting: dict[str, Any]) -> dict[str, Any]:
+        self.backend_name = backend.cfg.name
         return measure(cfg, backend, device, work, setting)
+
+    def fault(self, metrics: dict[str, Any]) -> str | None:
+        return reference_fault(metrics, getattr(self, "backend_name", ""))  # an fp32 reference at chance

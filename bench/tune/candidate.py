@@ -56,7 +56,7 @@ class SwappableModel:
             if device.type != "cpu":  # torch.ao's int8 Linear runs on CPU only
                 continue
             variant = copy.deepcopy(self.module, memo=dict(shared))
-            quantize_int8(variant, mode, calibration, device)
+            quantize_int8(variant, mode, calibration, device, output="fp32")  # as the deployed backend's default mlp_output
             self.dense[name] = variant
 
     @property

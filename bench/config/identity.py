@@ -1,0 +1,32 @@
+"""What identifies a job (its config hash: resume, the history, compare) when keys are added to the schema.
+
+A key added after records were stored changes every job's hash unless it is left out where it does not
+change what the job measures. `job_identity` drops such keys where they are at the value that measures
+what a record without them measured, or where they do not apply:
+
+- `model.output_key` (a model whose forward returns a tuple or dict): null is the model's own tensor;
+- `backend.mlp_output` (the output layers of a quantized MLP): `int8` is what every record before it
+  measured (each Linear int8), and with `backend.mlp=fp32` nothing is quantized. Its default, `fp32`, does
+  change what an int8-MLP job measures, so such a job has a new identity: resume measures it again and the
+  history starts its series anew, rather than comparing the output layer in fp32 against records that had
+  it in int8.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+LEGACY = {("model", "output_key"): None, ("backend", "mlp_output"): "int8"}
+
+
+def job_identity(resolved: dict[str, Any]) -> dict[str, Any]:
+    """`resolved` (a job's config as plain containers) less the added keys that do not change the job."""
+    out = copy.deepcopy(resolved)
+    for (group, key), legacy in LEGACY.items():
+        section = out.get(group)
+        if not isinstance(section, dict) or key not in section:
+            continue
+        if section[key] == legacy or (key == "mlp_output" and section.get("mlp", "fp32") == "fp32"):
+            del section[key]
+    return out

@@ -1,0 +1,72 @@
+"""Every model torchrec ships that takes `(dense, KeyedJaggedTensor)` and an EmbeddingBagCollection, through
+every backend, as a user hands it in (`model=custom model.factory=examples.torchrec_models.<name>:build`).
+
+The rows: DLRM, DLRM_DCN, DLRM_Projection, SimpleDeepFMNN (ends in nn.Sigmoid: `model.output=probabilities`)
+and the experimental DLRM_Transformer. The columns: fp32, fake_quant, fp32_tbe, fp16_tbe, int8_tbe and uint4
+must be `ok`; int8_tbe and uint4 (8- and 4-bit tables, int8 dense layers) must keep |ΔAUC| < BOUND; int2_tbe
+is reported without a bound (`ok` or `skipped` with a reason). fp32 itself must learn: AUC well above 0.5
+and within REACH of a logistic regression on the same splits.
+
+A tiny workload (8 tables, 16k train rows, 2k eval rows) and timing cut to one call: the test prints each
+row of the model x backend -> ΔAUC table (`pytest -s`).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.config.compose import compose
+from bench.runner import Session, run_one
+from tests.test_custom_model import logistic_regression_auc
+
+BOUND = 0.02  # |ΔAUC| of the 8- and 4-bit backends
+REACH = 0.05  # fp32 AUC at least the logistic regression's minus this
+BOUNDED = ("int8_tbe", "uint4")
+REQUIRED = ("fp32", "fake_quant", "fp32_tbe", "fp16_tbe", *BOUNDED)
+REPORTED = ("int2_tbe",)
+MODELS = {
+    "dlrm": [],
+    "dlrm_dcn": [],
+    "dlrm_projection": [],
+    "deepfm": ["model.output=probabilities"],
+    "transformer_dlrm": [],
+}
+TINY = [
+    "+preset=tiny", "model=custom", "workload.cardinalities=[2000,1000,500,200,100,50,20,10]",
+    "workload.train_samples=16384", "workload.eval_samples=2048", "workload.calibration_samples=512",
+    "model.train.samples=16384", "model.train.batch_size=256", "batch_size=256", "eval_batch_size=2048",
+    "calibration_batch_size=256", "timing.trials=1", "timing.max_rounds=1", "timing.batches_per_trial=1",
+    "timing.warmup_batches=0", "timing.pool_samples=0", "timing.paired=false",
+]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(MODELS))
+def test_every_backend_runs_the_torchrec_model_within_the_bound(name, tmp_path):
+    session = Session()
+    base = [*TINY, f"model.factory=examples.torchrec_models.{name}:build", *MODELS[name],
+            f"cache_dir={tmp_path / 'cache'}", f"reports_dir={tmp_path / 'reports'}"]
+    records = {b: run_one(compose([*base, f"backend={b}"]), session) for b in (*REQUIRED, *REPORTED)}
+    cells = {b: f"{r.metrics['auc_delta']:+.4f}" if r.status == "ok" else r.status for b, r in records.items()}
+    print(f"| {name} | {records['fp32'].metrics.get('auc', float('nan')):.4f} | " + " | ".join(cells.values()) + " |")
+    for backend in REQUIRED:
+        assert records[backend].status == "ok", (name, backend, records[backend].error)
+    for backend in BOUNDED:
+        assert abs(records[backend].metrics["auc_delta"]) < BOUND, (name, backend, records[backend].metrics["auc_delta"])
+    for backend in REPORTED:
+        assert records[backend].status == "ok" or (records[backend].status == "skipped" and records[backend].error), records[backend].error
+    auc = records["fp32"].metrics["auc"]
+    reference = logistic_regression_auc(session.work.workload(compose(base)))
+    assert auc > 0.65 and auc > reference - REACH, (name, auc, reference)
+
+
+@pytest.mark.slow
+def test_an_fp32_model_at_chance_is_an_error_and_no_reference(tmp_path):
+    """SimpleDeepFMNN with the tiny preset's 8 training steps of 2048 stays at chance (eval AUC 0.508 here)."""
+    session = Session()
+    base = ["+preset=tiny", "model=custom", "model.factory=examples.torchrec_models.deepfm:build", "model.output=probabilities",
+            "timing.paired=false", f"cache_dir={tmp_path / 'cache'}", f"reports_dir={tmp_path / 'reports'}"]
+    fp32, int8 = (run_one(compose([*base, f"backend={b}"]), session) for b in ("fp32", "int8_tbe"))
+    assert fp32.status == "error" and fp32.error.startswith("the trained fp32 model stayed at chance: eval AUC 0.50"), fp32.error
+    assert int8.status == "error" and int8.error.startswith("no valid reference: the fp32 model stayed at chance"), int8.error
+    assert fp32.metrics["score_read"] == "the input of over_arch.model.1 (nn.Sigmoid)" and fp32.metrics["scores_saturated"] == 0.0

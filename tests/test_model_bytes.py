@@ -44,8 +44,11 @@ def hand_count(prepared: nn.Module, linear_shapes: list[tuple[int, int]]) -> int
         dtype = storage[t.name]["dtype"]
         payload = t.num_embeddings * ROW_BYTES[dtype]
         tables += round_up(payload, 128) if tbe else payload
-    int8 = any(isinstance(m, (nnqd.Linear, nniqd.LinearReLU)) for m in prepared.modules())
-    linears = sum(i * o + o * 4 + o * 16 if int8 else (i * o + o) * 4 for i, o in linear_shapes)
+    # each layer as the backend left it: int8 (weights, fp32 bias, per-channel scale and zero point) or fp32
+    # (the output layer stays fp32 by default: backend.mlp_output)
+    kinds = [isinstance(m, (nnqd.Linear, nniqd.LinearReLU)) for m in prepared.modules() if isinstance(m, (nn.Linear, nnqd.Linear, nniqd.LinearReLU))]
+    assert len(kinds) == len(linear_shapes)
+    linears = sum(i * o + o * 4 + o * 16 if int8 else (i * o + o) * 4 for (i, o), int8 in zip(linear_shapes, kinds))
     bookkeeping = sum(b.untyped_storage().nbytes() for name, b in prepared.named_buffers() if not TABLE_WEIGHT.search(name))
     return tables + linears + bookkeeping
 

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from bench import cpuinfo_fix
-from bench.config.quick import TINY_OVERRIDES as TINY
 from bench.measure import kernel_health
 from bench.measure.kernel_health import Verdict, judge
 from bench.store import read_records

@@ -114,14 +114,12 @@ def _time_lookups() -> dict[str, float]:
 
     with torch.inference_mode():
         out[EAGER] = _median_ns(eager, rows)
-    del bags
     for dtype, (sparse_type, _) in TBE_ROWS.items():
         tbe = IntNBitTableBatchedEmbeddingBagsCodegen([("", ROWS, DIM, SparseType[sparse_type], EmbeddingLocation.HOST)] * TABLES,
                                                      device="cpu", pooling_mode=PoolingMode.SUM, row_alignment=1)
         tbe.fill_random_weights()
         with torch.inference_mode():
             out[tbe_family(dtype)] = _median_ns(lambda: tbe(ids[next(turn) % len(ids)], offsets), rows)
-        del tbe
     return out
 
 

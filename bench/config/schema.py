@@ -67,6 +67,9 @@ class ModelConfig:
     # What the model's forward returns: logits, or probabilities (a sigmoid at its end). Declared, never
     # guessed: training, scoring and every AUC read the outputs as this says.
     output: str = "logits"
+    # arch=custom, a forward that returns several outputs (a tuple, list or dict, as many production rankers
+    # do): which one is the score, a dict's key or a tuple's index. null: the forward returns the score itself.
+    output_key: Optional[str] = None
     embedding_dim: int = 16
     dense_arch_layer_sizes: list[int] = field(default_factory=lambda: [64, 16])
     over_arch_layer_sizes: list[int] = field(default_factory=lambda: [64, 32, 1])
@@ -99,6 +102,8 @@ def check_model_config(cfg) -> None:
             raise UserError(f"model.factory={cfg.factory}: a file path; name the module by its dotted import path, "
                             f"model.factory={dotted}:{function} (run from the folder that holds {dotted.split('.')[0]}, or add that folder to PYTHONPATH)")
         return
+    if cfg.output_key is not None:
+        raise UserError(f"model.output_key={cfg.output_key}: the built-in DLRM models return one tensor; model.output_key is for model=custom")
     if cfg.factory:
         raise UserError(f"model.factory is read by model=custom only; model.arch is {cfg.arch!r}: add model=custom")
     if cfg.output != "logits":

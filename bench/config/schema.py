@@ -23,7 +23,7 @@ RECORDS_FILE = "records.jsonl"  # the record store in reports_dir (bench.store)
 # Keys that change where output goes or what happens after measuring, never what a job measures: not
 # part of a job's identity (its config hash, bench.runner) nor of a sweep's variant (bench.sweep).
 NOT_THE_JOB = ("reports_dir", "cache_dir", "sweep_name", "gate", "compare", "run_gate", "resume", "memory_fraction", "tune",
-               "one_job_per_host", "kernel_health")
+               "one_job_per_host", "kernel_health", "attribute_layers")
 
 
 @dataclass
@@ -370,6 +370,10 @@ class Config:
     # calibration: bench.measure.kernel_health) and flag a degraded one in every record, report and gate.
     # false: FBGEMM's instruction set is still checked against the CPU's, without timing anything.
     kernel_health: bool = True
+    # A ΔAUC that names its layer: a job whose ΔAUC passes the gate's AUC margin quantizes each int8 Linear and
+    # each table alone to name the layers responsible (bench.pipeline.layers; the nightly sets it). A diagnostic
+    # added to the record, not part of what the job measures: it leaves the job's identity as it is.
+    attribute_layers: bool = False
     # Set by sweep configs: names the report folder `<reports_dir>/<sweep>/`, and whether the
     # sweep ends with the gate.
     sweep_name: Optional[str] = None

@@ -36,7 +36,8 @@ the output layers stay fp32, as the toolkits' rule of keeping the last layer in 
 
 from __future__ import annotations
 
-from typing import Sequence
+import os
+from typing import Container, Sequence
 
 import torch
 import torch.ao.nn.intrinsic as nni
@@ -163,12 +164,42 @@ class FakeQuantUnit(nn.Module):
         return self.output_fq(self.unit(self.input_fq(x)))
 
 
+def slot_name(model: nn.Module, parent: nn.Module, name: str) -> str:
+    """The qualified name of the child `name` of `parent` inside `model` (`over_arch.model.1`)."""
+    prefix = next(n for n, m in model.named_modules() if m is parent)
+    return f"{prefix}.{name}" if prefix else name
+
+
+# Test only: `BENCH_TEST_BAD_INT8_LAYER=<qualified name>:<factor>` multiplies that layer's int8 weight scales by
+# the factor after quantization (a planted bad layer for the layer attribution's test, bench.pipeline.layers).
+PLANT_ENV = "BENCH_TEST_BAD_INT8_LAYER"
+
+
+def _planted(model: nn.Module, slots: list[tuple[nn.Module, str]]) -> None:
+    spec = os.environ.get(PLANT_ENV)
+    if not spec:
+        return
+    target, _, factor = spec.rpartition(":")
+    for parent, name in slots:
+        if slot_name(model, parent, name) != target:
+            continue
+        layer = getattr(parent, name)
+        layer = layer.unit if isinstance(layer, StaticInt8Unit) else layer
+        q = layer.weight()
+        wrong = torch._make_per_channel_quantized_tensor(q.int_repr(), q.q_per_channel_scales() * float(factor),
+                                                         q.q_per_channel_zero_points(), q.q_per_channel_axis())
+        layer.set_weight_bias(wrong, layer.bias())
+
+
 def quantize_int8(model: nn.Module, mode: str, calibration_batches: Sequence[Batch], device: torch.device,
-                  output: str = "int8") -> int:
+                  output: str = "int8", only: Container[str] | None = None) -> int:
     """Make every Linear (fused with its ReLU) an int8 torch.ao module, in place, the output layers only when
-    `output` is int8 (`quantized_slots`). Returns the count."""
+    `output` is int8 (`quantized_slots`); with `only`, just the layers of those qualified names (the layer
+    attribution quantizes one at a time). Returns the count."""
     check_choice(mode, MODES, "backend.mlp_mode")
     slots = quantized_slots(model, output)
+    if only is not None:
+        slots = [(p, n) for p, n in slots if slot_name(model, p, n) in only]
     with torch_ao_calls():
         if mode == "dynamic":
             for parent, name in slots:
@@ -176,6 +207,7 @@ def quantize_int8(model: nn.Module, mode: str, calibration_batches: Sequence[Bat
                 _set_qconfig(unit, DYNAMIC_QCONFIG)
                 qclass = nniqd.LinearReLU if isinstance(unit, nni.LinearReLU) else nnqd.Linear
                 setattr(parent, name, qclass.from_float(unit))
+            _planted(model, slots)
             return len(slots)
         _require_calibration(calibration_batches, "static int8 MLP")
         wrappers = []
@@ -188,6 +220,7 @@ def quantize_int8(model: nn.Module, mode: str, calibration_batches: Sequence[Bat
         calibrate(model, calibration_batches, device)
         for wrapper in wrappers:
             tq.convert(wrapper, inplace=True)
+    _planted(model, slots)
     return len(slots)
 
 

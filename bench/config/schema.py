@@ -23,7 +23,7 @@ RECORDS_FILE = "records.jsonl"  # the record store in reports_dir (bench.store)
 # Keys that change where output goes or what happens after measuring, never what a job measures: not
 # part of a job's identity (its config hash, bench.runner) nor of a sweep's variant (bench.sweep).
 NOT_THE_JOB = ("reports_dir", "cache_dir", "sweep_name", "gate", "compare", "run_gate", "resume", "memory_fraction", "tune",
-               "one_job_per_host", "kernel_health")
+               "one_job_per_host", "kernel_health", "attribute_layers")
 
 
 @dataclass
@@ -67,6 +67,9 @@ class ModelConfig:
     # What the model's forward returns: logits, or probabilities (a sigmoid at its end). Declared, never
     # guessed: training, scoring and every AUC read the outputs as this says.
     output: str = "logits"
+    # arch=custom, a forward that returns several outputs (a tuple, list or dict, as many production rankers
+    # do): which one is the score, a dict's key or a tuple's index. null: the forward returns the score itself.
+    output_key: Optional[str] = None
     embedding_dim: int = 16
     dense_arch_layer_sizes: list[int] = field(default_factory=lambda: [64, 16])
     over_arch_layer_sizes: list[int] = field(default_factory=lambda: [64, 32, 1])
@@ -99,6 +102,8 @@ def check_model_config(cfg) -> None:
             raise UserError(f"model.factory={cfg.factory}: a file path; name the module by its dotted import path, "
                             f"model.factory={dotted}:{function} (run from the folder that holds {dotted.split('.')[0]}, or add that folder to PYTHONPATH)")
         return
+    if cfg.output_key is not None:
+        raise UserError(f"model.output_key={cfg.output_key}: the built-in DLRM models return one tensor; model.output_key is for model=custom")
     if cfg.factory:
         raise UserError(f"model.factory is read by model=custom only; model.arch is {cfg.arch!r}: add model=custom")
     if cfg.output != "logits":
@@ -365,6 +370,10 @@ class Config:
     # calibration: bench.measure.kernel_health) and flag a degraded one in every record, report and gate.
     # false: FBGEMM's instruction set is still checked against the CPU's, without timing anything.
     kernel_health: bool = True
+    # A ΔAUC that names its layer: a job whose ΔAUC passes the gate's AUC margin quantizes each int8 Linear and
+    # each table alone to name the layers responsible (bench.pipeline.layers; the nightly sets it). A diagnostic
+    # added to the record, not part of what the job measures: it leaves the job's identity as it is.
+    attribute_layers: bool = False
     # Set by sweep configs: names the report folder `<reports_dir>/<sweep>/`, and whether the
     # sweep ends with the gate.
     sweep_name: Optional[str] = None

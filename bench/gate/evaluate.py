@@ -140,6 +140,9 @@ def _row_verdicts(row: dict[str, Any], cfg: GateConfig) -> list[Verdict]:
         r = RULES[name]
         m = r.measure(row)
         verdict, reason = judge(r, threshold, m, cfg.inconclusive_fails)
+        layers = row.get("auc_delta_layers")
+        if verdict == FAIL and name in ("max_auc_drop", "min_auc_ratio") and isinstance(layers, str) and layers:
+            reason += f"; by layer: {layers}"  # attribute_layers=true (the nightly): the layers the loss comes from
         out.append(Verdict(**key, rule=name, threshold=float(threshold), value=m.value, interval=m.interval,
                            verdict=verdict, reason=reason + note))
     return out

@@ -4,7 +4,8 @@
     - it holds at least one torchrec EmbeddingBagCollection, and its tables read exactly the workload's
       features, each with at least the rows the workload's ids reach;
     - its forward takes `(dense_features, KeyedJaggedTensor)`;
-    - it returns one floating-point score per sample, shape [B] or [B, 1], finite;
+    - it returns one floating-point score per sample, shape [B] or [B, 1], finite; or a tuple, list or dict of
+      outputs, of which `model.output_key` names that score (an index or a key);
     - declared `model.output=probabilities`, the scores lie in [0, 1] (logits that happen to lie there
       cannot be told apart; the declaration decides).
 
@@ -27,6 +28,7 @@ from bench.errors import UserError, one_line
 from bench.models.build import build_model
 from bench.models.checkpoint import load_checkpoint
 from bench.models.custom import DOCS, is_custom
+from bench.models.outputs import describe, pick, several
 from bench.workloads.workload import Workload
 
 PROBE_SAMPLES = 8  # the tiny batch: a few real rows of the calibration split
@@ -55,7 +57,7 @@ def check_model(model_cfg, workload: Workload) -> None:
         load_checkpoint(model, model_cfg.checkpoint)
     check_tables(model, workload, name)
     batch = _probe_batch(workload)
-    check_forward(model.eval(), batch, model_cfg.output, name)
+    check_forward(model.eval(), batch, model_cfg.output, name, model_cfg.output_key)
 
 
 def check_tables(model: nn.Module, workload: Workload, name: str) -> None:
@@ -91,7 +93,7 @@ def _probe_batch(workload: Workload) -> Batch:
         raise UserError(f"workload {workload.cfg.name}: the calibration split is empty, so the model cannot be checked") from None
 
 
-def check_forward(model: nn.Module, batch: Batch, output: str, name: str) -> None:
+def check_forward(model: nn.Module, batch: Batch, output: str, name: str, output_key: str | None = None) -> None:
     args = batch.model_inputs()
     try:
         inspect.signature(model.forward).bind(*args)
@@ -105,6 +107,14 @@ def check_forward(model: nn.Module, batch: Batch, output: str, name: str) -> Non
             out = model(*args)
     except Exception as exc:  # noqa: BLE001 - the user's forward failed: one line
         raise UserError(f"{name}: its forward failed on a batch of {n} samples of (dense_features, KeyedJaggedTensor): {one_line(exc)}") from None
+    if output_key is not None:
+        out, why = pick(out, str(output_key))
+        if why is not None:
+            raise UserError(f"{name}: {why}")
+        name = f"{name} model.output_key={output_key}"
+    elif several(out):
+        raise UserError(f"{name}: its forward returned {describe(out)}; name the score among them with model.output_key= "
+                        f"(a key, or an index) ({DOCS})")
     if not isinstance(out, torch.Tensor):
         raise UserError(f"{name}: its forward returned a {type(out).__name__}; return a tensor of one score per sample, shape [{n}] or [{n}, 1]")
     if tuple(out.shape) not in ((n,), (n, 1)):

@@ -5,8 +5,9 @@ and calls the factory with the names torchrec's own `DLRM` takes, plus `model.kw
 
     factory(embedding_bag_collection=ebc, dense_in_features=num_dense, **kwargs) -> nn.Module
 
-The module's forward takes `(dense_features, KeyedJaggedTensor)` and returns one score per sample
-(`bench.models.contract` checks that before any work). `model.output` declares what the score is; a
+The module's forward takes `(dense_features, KeyedJaggedTensor)` and returns one score per sample, or a
+tuple or dict of outputs of which `model.output_key` names the score (`bench.models.outputs`;
+`bench.models.contract` checks both before any work). `model.output` declares what the score is; a
 model that returns probabilities is wrapped once (`bench.models.logits.LogitsOf`) so that everything
 downstream, the training loss, every score, AUC and log loss, reads logits: the input of its trailing
 `nn.Sigmoid` where the harness sees one, else the clamped `log(p / (1 - p))`.
@@ -33,6 +34,7 @@ from bench.config import CUSTOM_ARCH
 from bench.errors import UserError, one_line
 from bench.models.dlrm import embedding_bag_collection
 from bench.models.logits import LogitsOf, trailing_sigmoid
+from bench.models.outputs import OutputOf
 from bench.workloads.workload import TableSpec
 
 DOCS = "docs/custom-model.md"
@@ -141,10 +143,18 @@ def build_custom(cfg, tables: list[TableSpec], num_dense: int, table_device: tor
     return model
 
 
+def with_output(model: nn.Module, model_cfg) -> nn.Module:
+    """The model returning the one output `model.output_key` names (bench.models.outputs); as it is without one."""
+    key = getattr(model_cfg, "output_key", None)
+    return model if key is None else OutputOf(model, str(key))
+
+
 def as_logits(model: nn.Module, model_cfg, probe: Sequence | None = None) -> nn.Module:
-    """The model as the harness uses it: returning logits, whatever `model.output` declares. For a
-    probabilities model, `probe` (a batch's model inputs) finds the trailing nn.Sigmoid whose input is
-    read (bench.models.logits); without one the scores are read through the clamp."""
+    """The model as the harness uses it: returning the one score `model.output_key` names, as logits,
+    whatever `model.output` declares. For a probabilities model, `probe` (a batch's model inputs) finds the
+    trailing nn.Sigmoid whose input is read (bench.models.logits); without one the scores are read through
+    the clamp."""
+    model = with_output(model, model_cfg)
     if model_cfg.output != "probabilities":
         return model
     return LogitsOf(model, trailing_sigmoid(model, probe) if probe is not None else None)

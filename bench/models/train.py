@@ -37,6 +37,8 @@ def model_cache_key(workload_cfg, model_cfg, seed: int, data: dict | None = None
     model = dict(model_cfg)
     model.pop("checkpoint", None)
     model.get("train", {}).pop("progress", None)  # display only
+    if model.get("output_key", 0) is None:  # added later: unset, the weights cached before it are the same
+        del model["output_key"]
     parts = {"workload": dict(workload_cfg), "data": data or {}, "model": model, "seed": seed}
     if code:  # a custom model's source (bench.models.custom.code_identity)
         parts["code"] = code

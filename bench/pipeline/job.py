@@ -34,6 +34,7 @@ from bench.models.logits import saturated_share
 from bench.models.random_weights import RANDOM
 from bench.pipeline.attribution import attribute_delta
 from bench.pipeline.guard import memory_estimate
+from bench.pipeline.layers import attribution_line, auc_margin, layer_rows
 from bench.pipeline.profile import job_profile
 from bench.pipeline.scores import Scores, scores_key
 from bench.pipeline.shared import SharedWork, TrainedModel
@@ -91,6 +92,7 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
         metrics.update(attribute_delta(backend.cfg, labels, base_logits, logits,
                                        lambda other: _scores_of(cfg, other, model, workload, device, shared)))
         metrics.update(score_figures(model, logits))
+        metrics.update(_layers(cfg, backend, model, workload, device, shared, labels, base_logits, metrics))
     distinct_ids = shared.timing_access(cfg, workload, device)["distinct_rows"]
     metrics.update(_timing_figures(cfg, backend, timing, paired, why_unpaired, load.figures, distinct_ids))
     calls = timing.timed_calls + (paired.reference.timed_calls if paired else 0)
@@ -113,6 +115,24 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
         metrics.update(job_profile(cfg, prepared, inputs, workload, timing, device, shared))
     metrics.update(backend.job_metrics(prepared))
     return metrics
+
+
+def _layers(cfg: Config, backend: Backend, model: TrainedModel, workload: Workload, device: torch.device, shared: SharedWork,
+            labels, base_logits, metrics: dict[str, Any]) -> dict[str, Any]:
+    """With `attribute_layers=true`, a ΔAUC past the gate's AUC margin named by layer (bench.pipeline.layers)."""
+    delta, base = metrics.get("auc_delta"), metrics.get(AUC_FP32)
+    if not cfg.attribute_layers or backend.cfg.name == BASELINE_BACKEND or delta is None or base is None:
+        return {}
+    margin = auc_margin(cfg, backend.cfg.name, base)
+    if margin is None or -delta <= margin:
+        return {}
+    try:
+        batches, n = shared.split_batches(cfg, workload, "eval"), workload.num_samples("eval")
+        rows = layer_rows(backend, model.module, shared.split_batches(cfg, workload, "calibration"), device,
+                          lambda m: score(m, batches, device, expected=n), labels, base_logits)
+    except Exception as exc:  # noqa: BLE001 - the attribution is extra: keep what the job measured
+        return {"auc_delta_layers_error": f"{type(exc).__name__}: {exc}"}
+    return {"auc_delta_layers": rows, "auc_delta_layers_line": attribution_line(delta, rows)}
 
 
 def score_figures(model: TrainedModel, logits) -> dict[str, Any]:

@@ -76,6 +76,7 @@ COLUMNS = [
     NE,
     SCORES_SATURATED,
     "score_read",  # a probabilities model: how its scores were read (before its nn.Sigmoid, or the clamp)
+    "auc_delta_layers",  # attribute_layers=true: a ΔAUC past the gate's margin named by layer (bench.pipeline.layers)
     THROUGHPUT,
     lo(THROUGHPUT),
     hi(THROUGHPUT),
@@ -209,6 +210,7 @@ def _row(r: RunRecord) -> dict[str, Any]:
     }
     row.update({name: _num(m.get(name)) for name in _METRICS})
     row["score_read"] = m.get("score_read")
+    row["auc_delta_layers"] = m.get("auc_delta_layers_line")
     row["ps_twin"] = m.get("ps_twin")  # ps_redis: the in-memory backend with the same rows
     for q in ("p50", "p90", "p99", "p99_lo", "p99_hi"):
         row[f"latency_{q}_ms"] = _num(lat.get(q))

@@ -86,3 +86,33 @@ class _WithItsOwnEmbedding(nn.Module):
 
 def own_embedding(embedding_bag_collection, dense_in_features):
     return _WithItsOwnEmbedding(embedding_bag_collection, dense_in_features)
+
+
+class _SeveralOutputs(nn.Module):
+    """A ranker with two heads, as production rankers return them: a dict {"ctr": logit, "cvr": logit}, or the
+    tuple (cvr, ctr), or with `sigmoid` the dict's ctr as a probability (through an nn.Sigmoid module)."""
+
+    def __init__(self, embedding_bag_collection, dense_in_features, as_tuple: bool = False, sigmoid: bool = False):
+        super().__init__()
+        self.ebc = embedding_bag_collection
+        dim = sum(c.embedding_dim for c in embedding_bag_collection.embedding_bag_configs())
+        self.hidden = nn.Sequential(nn.Linear(dense_in_features + dim, 32), nn.ReLU())
+        self.ctr = nn.Linear(32, 1)
+        self.cvr = nn.Linear(32, 1)
+        self.as_tuple = as_tuple
+        self.sigmoid = nn.Sigmoid() if sigmoid else None
+
+    def forward(self, dense, sparse):
+        h = self.hidden(torch.cat([dense, self.ebc(sparse).values()], dim=1))
+        ctr, cvr = self.ctr(h).squeeze(1), self.cvr(h).squeeze(1)
+        if self.sigmoid is not None:
+            ctr = self.sigmoid(ctr)
+        return (cvr, ctr) if self.as_tuple else {"ctr": ctr, "cvr": cvr}
+
+
+def dict_outputs(embedding_bag_collection, dense_in_features, sigmoid: bool = False):
+    return _SeveralOutputs(embedding_bag_collection, dense_in_features, sigmoid=sigmoid)
+
+
+def tuple_outputs(embedding_bag_collection, dense_in_features):
+    return _SeveralOutputs(embedding_bag_collection, dense_in_features, as_tuple=True)

@@ -186,3 +186,14 @@ def test_reference_kernels_put_a_banner_on_the_report_and_make_the_speed_rule_in
     assert "inconclusive" in row and "Kernel health: " in row and "tbe_int8" in row
     record = next(r for r in read_records(report / "records.jsonl") if r.backend == "int8_tbe")
     assert "tbe_int8" in record.env["kernel_health"]["degraded"] and record.env["kernel_health"]["probed"]
+
+
+def test_the_environment_line_names_both_isas_and_a_shortfall_only_when_there_is_one():
+    from bench.report.kernels import isa_line
+
+    healthy = {"torch_cpu_capability": "AVX512", "fbgemm_isa": "avx512_vnni", "fbgemm_isa_best": "avx512_vnni",
+               "fbgemm_isa_shortfall": "None", "cpuinfo_fix": "applied"}  # as the report's environment block holds them: text
+    assert isa_line(healthy) == "  ISA: torch AVX512, FBGEMM avx512_vnni; cpuinfo fix applied"
+    short = {**healthy, "fbgemm_isa": "anyarch", "fbgemm_isa_shortfall": "FBGEMM detected anyarch", "cpuinfo_fix": "too late"}
+    assert isa_line(short) == "  ISA: torch AVX512, FBGEMM anyarch (the CPU allows avx512_vnni); cpuinfo fix too late"
+    assert "FBGEMM not loaded" in isa_line({**healthy, "fbgemm_isa": "None"})

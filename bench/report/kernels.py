@@ -46,8 +46,8 @@ def summary_line(record: RunRecord) -> str | None:
 
 def isa_line(env: dict) -> str:
     """The instruction sets torch and FBGEMM used, for the environment block."""
-    isa = env.get("fbgemm_isa")
-    best = env.get("fbgemm_isa_best")
-    fbgemm = f"{isa}" + (f" (the CPU allows {best})" if isa and best and env.get("fbgemm_isa_shortfall") else "")
+    isa, best = env.get("fbgemm_isa"), env.get("fbgemm_isa_best")
+    short = env.get("fbgemm_isa_shortfall") not in (None, "None")  # the environment block reads values as text
+    fbgemm = f"{isa}" + (f" (the CPU allows {best})" if short else "") if isa not in (None, "None") else ""
     return (f"  ISA: torch {env.get('torch_cpu_capability')}, FBGEMM {fbgemm or 'not loaded'}; "
             f"cpuinfo fix {env.get('cpuinfo_fix')}")

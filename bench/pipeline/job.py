@@ -28,7 +28,7 @@ from bench.measure.timing import (
     time_module,
     time_paired,
 )
-from bench.metrics import (AUC_FP32, FIDELITY_GAP, ORACLE_AUC, PREPARE_SECONDS, SCORES_SATURATED, SPEEDUP, SPEEDUP_PROCESS_DF, THREADS,
+from bench.metrics import (AUC_DELTA, AUC_FP32, FIDELITY_GAP, ORACLE_AUC, PREPARE_SECONDS, SCORES_SATURATED, SPEEDUP, SPEEDUP_PROCESS_DF, THREADS,
                            THROUGHPUT, hi, lo, with_interval)
 from bench.models.logits import saturated_share
 from bench.models.random_weights import RANDOM
@@ -120,7 +120,7 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
 def _layers(cfg: Config, backend: Backend, model: TrainedModel, workload: Workload, device: torch.device, shared: SharedWork,
             labels, base_logits, metrics: dict[str, Any]) -> dict[str, Any]:
     """With `attribute_layers=true`, a ΔAUC past the gate's AUC margin named by layer (bench.pipeline.layers)."""
-    delta, base = metrics.get("auc_delta"), metrics.get(AUC_FP32)
+    delta, base = metrics.get(AUC_DELTA), metrics.get(AUC_FP32)
     if not cfg.attribute_layers or backend.cfg.name == BASELINE_BACKEND or delta is None or base is None:
         return {}
     margin = auc_margin(cfg, backend.cfg.name, base)

@@ -27,6 +27,7 @@ from bench.backends.fake_quant import qdq_rows
 from bench.backends.linear import quantize_int8, quantized_slots, slot_name
 from bench.backends.modules import embedding_bag_collections
 from bench.backends.tbe import BITS
+from bench.metrics import AUC_DELTA
 from bench.stats import paired_auc_delta
 
 Scores = tuple[np.ndarray, np.ndarray]
@@ -59,7 +60,7 @@ def layer_rows(backend, fp32: nn.Module, calibration, device: torch.device,
             quantize_int8(model, cfg.mlp_mode, calibration, device, cfg.mlp_output, only={name})
             _, logits = score(model)
             rows.append({"layer": name, "what": what, "scheme": f"int8 {cfg.mlp_mode}",
-                         "auc_delta": paired_auc_delta(labels, base_logits, logits).delta})
+                         AUC_DELTA: paired_auc_delta(labels, base_logits, logits).delta})
     table_dtypes = getattr(backend, "table_dtypes", None)
     if table_dtypes is not None:
         dtypes = table_dtypes(fp32)
@@ -75,15 +76,15 @@ def layer_rows(backend, fp32: nn.Module, calibration, device: torch.device,
             with torch.no_grad():
                 weight.copy_(original)
             rows.append({"layer": name, "what": f"table {c.num_embeddings}×{c.embedding_dim}", "scheme": f"{dtypes[name]} rows",
-                         "auc_delta": paired_auc_delta(labels, base_logits, logits).delta})
-    return sorted(rows, key=lambda r: r["auc_delta"])
+                         AUC_DELTA: paired_auc_delta(labels, base_logits, logits).delta})
+    return sorted(rows, key=lambda r: r[AUC_DELTA])
 
 
 def attribution_line(total: float, rows: list[dict[str, Any]]) -> str:
     """`-0.2970: 99% from `over_arch.model.1` (Linear 64→1), int8 dynamic; 1% from ...`: the layers whose own
     ΔAUC has the sign of the total, largest share first."""
-    losing = [r for r in rows if total and r["auc_delta"] / total >= 0.005]  # a share that rounds to 0% names nothing
+    losing = [r for r in rows if total and r[AUC_DELTA] / total >= 0.005]  # a share that rounds to 0% names nothing
     if not losing:
         return f"{total:+.4f}: no single layer or table alone carries it (each one's ΔAUC is of the other sign or 0)"
-    parts = [f"{r['auc_delta'] / total:.0%} from `{r['layer']}` ({r['what']}), {r['scheme']}" for r in losing[:TOP]]
+    parts = [f"{r[AUC_DELTA] / total:.0%} from `{r['layer']}` ({r['what']}), {r['scheme']}" for r in losing[:TOP]]
     return f"{total:+.4f}: " + "; ".join(parts)

@@ -137,7 +137,12 @@ def _defining_library(address: int) -> Path:
 
 def summary() -> dict[str, Any]:
     """What a record's environment keeps: FBGEMM's detected instruction set, the best this CPU allows,
-    and what the fix did in this process."""
+    and what the fix did in this process. It loads fbgemm_gpu (through the hook) where it is installed, so that
+    the answer does not depend on whether the caller happened to import it yet (the fingerprint holds it)."""
+    try:
+        import fbgemm_gpu  # noqa: F401
+    except ImportError:  # a stack without FBGEMM: nothing to read
+        pass
     detected, best = fbgemm_isa(), best_isa()
     return {"fbgemm_isa": detected, "fbgemm_isa_best": best, "fbgemm_isa_shortfall": isa_shortfall(detected, best),
             "cpuinfo_fix": state().get("action")}

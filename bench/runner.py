@@ -124,17 +124,15 @@ class Session:
         key = (cfg.cache_dir, bool(cfg.kernel_health))
         if key not in self.kernel_checks:
             isa = cpuinfo_fix.summary()
-            try:
-                if not cfg.kernel_health:
-                    raise LookupError("kernel_health=false")
-                fingerprint = environment()["fingerprint"]
-                limits = Limits(cfg.cache_dir, fingerprint).ensure(kernel_health.row_widths())
-                found = kernel_health.health(kernel_health.cache_path(cfg.cache_dir), limits).as_env()
-            except LookupError as exc:
-                found = {**kernel_health.isa_only(isa).as_env(), "why_not_probed": str(exc)}
-            except Exception as exc:  # noqa: BLE001 - the check is extra: the jobs go on with the ISA check alone
-                log.warning("kernel health probe failed, the instruction-set check stands alone: %s", one_line(exc))
-                found = {**kernel_health.isa_only(isa).as_env(), "why_not_probed": f"the probe failed ({one_line(exc)})"}
+            if not cfg.kernel_health:
+                found = {**kernel_health.isa_only(isa).as_env(), "why_not_probed": "kernel_health=false"}
+            else:
+                try:
+                    limits = Limits(cfg.cache_dir, environment()["fingerprint"]).ensure(kernel_health.row_widths())
+                    found = kernel_health.health(kernel_health.cache_path(cfg.cache_dir), limits).as_env()
+                except Exception as exc:  # noqa: BLE001 - the check is extra: the jobs go on with the ISA check alone
+                    log.warning("kernel health probe failed, the instruction-set check stands alone: %s", one_line(exc))
+                    found = {**kernel_health.isa_only(isa).as_env(), "why_not_probed": f"the probe failed ({one_line(exc)})"}
             self.kernel_checks[key] = found
         return self.kernel_checks[key]
 

@@ -267,8 +267,9 @@ def test_report_shows_plans_bytes_per_rank_and_the_equal_auc(small_cfg):
     assert "**int8_tbe@row_wise×2**" in text and "row_wise → ranks 0, 1: t_cat_0, t_cat_1, t_cat_2, t_cat_3 (4 int8 tables, quant kernel)" in text
     mb = f"{sum(expected_bytes('int8', n // 2) for n in ROWS.values()) / 1e6:.3g}"
     assert f"bytes per rank {mb} / {mb} MB" in text
-    df = results_table(records)  # sharded and unsharded runs are separate rows
-    assert list(df["backend"]) == ["int8_tbe", "int8_tbe@row_wise×2"]
+    df = results_table(records)  # sharded and unsharded runs are separate rows; each axis is a column of its own
+    assert df[["backend", "sharding", "world_size", "route"]].values.tolist() == [
+        ["int8_tbe", "none", 1, "single"], ["int8_tbe", "row_wise", 2, "one_process"]]
     assert plan_text(records[1].metrics["sharding"]).startswith("row_wise")
 
 

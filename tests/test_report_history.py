@@ -37,9 +37,9 @@ def test_append_writes_one_line_per_key_with_the_raw_trials(tmp_path):
     lines = path.read_text().splitlines()
     assert n == len(df) == len(lines)
     first = json.loads(lines[0])
-    assert first["history_version"] == HISTORY_VERSION == 5
+    assert first["history_version"] == HISTORY_VERSION == 6
     assert (first["run_id"], first["timestamp"], first["git_sha"]) == ("r1", "2025-01-01T00:00:00+00:00", "abc123")
-    assert {"workload", "device", "backend", "batch_size", "auc", "throughput", "throughput_trials", "speedup_lo",
+    assert {"workload", "device", "backend", "sharding", "world_size", "batch_size", "auc", "throughput", "throughput_trials", "speedup_lo",
             "speedup_hi", "config_hash", "fingerprint"} <= set(first)
     assert "throughput_lo" not in first  # v1's spread rebuilt from the speedup CI is gone
     uint4 = next(json.loads(x) for x in lines if json.loads(x)["backend"] == "uint4")

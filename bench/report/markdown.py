@@ -24,7 +24,7 @@ from bench.report.machine import (
 from bench.report.paramserver import ps_section
 from bench.report.protocol import measured_section
 from bench.report.sharding import sharding_section
-from bench.report.table import BASELINE, latest_records, trials
+from bench.report.table import BASELINE, UNSHARDED, labelled, latest_records, trials
 from bench.stats import indistinguishable_from_zero, interval_contains, ratio_interval
 
 CONFIDENCE = "95%"
@@ -204,10 +204,10 @@ def speedup_sentences(g: pd.DataFrame) -> list[str]:
 
 def tbe_split(latest: dict[tuple, RunRecord], workload: str, device: str) -> list[list[str]]:
     """Rows (batch, batching part, quantization part, total) where fp32, fp32_tbe and int8_tbe exist."""
-    sizes = sorted({k[3] for k in latest if k[0] == workload and k[1] == device})
+    sizes = sorted({k[-1] for k in latest if k[0] == workload and k[1] == device})
     rows = []
     for bs in sizes:
-        recs = [latest.get((workload, device, b, bs)) for b in (BASELINE, "fp32_tbe", "int8_tbe")]
+        recs = [latest.get((workload, device, b, *UNSHARDED, bs)) for b in (BASELINE, "fp32_tbe", "int8_tbe")]
         if not all(r is not None and r.status == "ok" and trials(r) for r in recs):
             continue
         fp32, tbe, int8 = (trials(r) for r in recs)
@@ -354,13 +354,14 @@ def render_report(
     out_dir: Path,
 ) -> str:
     latest = latest_records(records)
+    df = labelled(df)  # a sharded row is named `backend@sharding×ranks` in the report's tables
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     lines = [
         f"# {title}",
         "",
         *banner_lines(list(latest.values())),
-        f"{len(records)} records, {len(df)} rows (the newest record per workload, device, backend and "
-        f"batch size); rendered {now} from stored records only.",
+        f"{len(records)} records, {len(df)} rows (the newest record per workload, device, backend, sharding, "
+        f"ranks and batch size); rendered {now} from stored records only.",
         "",
         "How to read this:",
         "",

@@ -97,6 +97,7 @@ COLUMNS = [
     "timing_setting",
     "auc_verdict",
     "speed_verdict",
+    "speed_disagreement",  # the samples/s and the paired speedup point opposite ways: why, or "unexplained"
     "auc_margin",
     "speed_margin",
     "stable",
@@ -374,6 +375,36 @@ def _verdict_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord]) -> pd.Dat
     return df.assign(**cols)
 
 
+# Fewer paired rounds than one ABBA cycle of the default timing (timing.trials) cannot hold a speedup's direction.
+FEW_ROUNDS = 4
+UNEXPLAINED = "unexplained"
+
+
+def disagreement(row: Any, base: Any) -> str | None:
+    """Why a row's absolute samples/s against fp32's and its paired speedup point opposite ways (one on
+    each side of 1, apart by more than the speed margin), or UNEXPLAINED; None when they agree, or when
+    there is nothing to set side by side (no paired speedup, no ok fp32 row)."""
+    if base is None or row.speedup_method != "paired" or row.status != "ok" or base.status != "ok":
+        return None
+    ratio = row.throughput / base.throughput if base.throughput and base.throughput > 0 else math.nan
+    if not (math.isfinite(ratio) and math.isfinite(row.speedup) and row.speedup > 0):
+        return None
+    if (ratio - 1) * (row.speedup - 1) >= 0 or abs(math.log(ratio / row.speedup)) <= math.log1p(row.speed_margin):
+        return None
+    reasons = []
+    if isinstance(row.timing_setting, str) and isinstance(base.timing_setting, str) and row.timing_setting != base.timing_setting:
+        reasons.append(f"the two jobs were timed in different modes ({row.timing_setting} against fp32's {base.timing_setting})")
+    if math.isfinite(row.speedup_rounds) and row.speedup_rounds < FEW_ROUNDS:
+        reasons.append(f"only {int(row.speedup_rounds)} paired round{'s' if row.speedup_rounds != 1 else ''} (fewer than {FEW_ROUNDS})")
+    return "; ".join(reasons) or UNEXPLAINED
+
+
+def _disagreement_column(df: pd.DataFrame) -> pd.DataFrame:
+    rows = list(df.itertuples(index=False))
+    base = {(r.workload, r.device, r.batch_size): r for r in rows if (r.backend, r.sharding, r.world_size) == (BASELINE, *UNSHARDED)}
+    return df.assign(speed_disagreement=[disagreement(r, base.get((r.workload, r.device, r.batch_size))) for r in rows])
+
+
 def results_table(records: Iterable[RunRecord | dict[str, Any]], alpha: float = 0.05) -> pd.DataFrame:
     """One row per KEY (workload, device, backend, sharding, world_size, batch_size), the newest record winning.
 
@@ -387,6 +418,7 @@ def results_table(records: Iterable[RunRecord | dict[str, Any]], alpha: float = 
     df = pd.DataFrame([_row(r) for r in latest.values()])
     df = _relative_columns(df, latest, alpha)
     df = _verdict_columns(df, latest)
+    df = _disagreement_column(df)
     df["_rank"] = [backend_rank(row_label(r)) for r in df.to_dict("records")]
     df = df.sort_values(["workload", "device", "_rank", "batch_size"], kind="mergesort").drop(columns="_rank")
     df = df.reset_index(drop=True)[COLUMNS]

@@ -372,9 +372,16 @@ def current_git_sha() -> Optional[str]:
     return out.stdout.strip() or None
 
 
-def history_path(history_file: Optional[str], reports_dir: Path) -> Path:
-    """`gate.history_file` when set, else `<reports_dir>/history.jsonl`."""
-    return Path(history_file) if history_file else Path(reports_dir) / HISTORY_FILE
+def history_path(history_file: Optional[str], reports_dir: Path, history_name: str = HISTORY_FILE) -> Path:
+    """`gate.history_file` when set, else `<reports_dir>/<gate.history_name>` (history.jsonl; a
+    `+preset=tiny` run's is history-tiny.jsonl)."""
+    return Path(history_file) if history_file else Path(reports_dir) / history_name
+
+
+def history_md_path(path: Path) -> Path:
+    """history.md beside history.jsonl; `<stem>.md` beside any other `<reports_dir>/history-*.jsonl`."""
+    path = Path(path)
+    return path.with_suffix(".md") if path.name.startswith("history-") else path.parent / "history.md"
 
 
 def reports_dir_of(report_dir: Path) -> Path:
@@ -399,9 +406,9 @@ def update_history(records: Iterable[RunRecord | dict[str, Any]], path: Path, cf
     append_history(records, path, run_id=run_id or default_run_id(), timestamp=timestamp, alpha=cfg.alpha,
                    git_sha=git_sha if git_sha is not None else current_git_sha(), run=run, gate=gate)
     md = render_history(load_history(path), cfg, runs=runs)
-    write_text_atomic(path.parent / "history.md", md)
-    return path.parent / "history.md"
+    write_text_atomic(history_md_path(path), md)
+    return history_md_path(path)
 
 
 __all__ = ["HISTORY_VERSION", "LIKE", "unlike", "run_kinds", "append_history", "load_history", "history_changes", "render_history", "update_history",
-           "history_path", "reports_dir_of", "default_run_id", "current_git_sha", "history_rows", "migrate"]
+           "history_path", "history_md_path", "reports_dir_of", "default_run_id", "current_git_sha", "history_rows", "migrate"]

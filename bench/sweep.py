@@ -166,10 +166,10 @@ def finish(config: DictConfig) -> int:
             print("served (max QPS at the p99 bound [highest VALID, lowest INVALID]; Offline: samples/s):", *served, sep="\n")
     if config.get("run_gate") and any(not is_serving(r) for r in records):  # the history follows the results table: no serving rows
         from bench.gate.stored import history_fields
-        from bench.report.history import history_path, update_history
+        from bench.report.history import HISTORY_FILE, history_path, update_history
 
         gate, compare = config.gate, config.get("compare") or {}
-        path = history_path(gate.get("history_file"), Path(config.reports_dir))
+        path = history_path(gate.get("history_file"), Path(config.reports_dir), gate.get("history_name") or HISTORY_FILE)
         history_md = stages.run("history", lambda: update_history(records, path, compare_settings(compare), runs=gate.history_runs,
                                                                   **history_fields(report_dir)))
         if history_md is not None:

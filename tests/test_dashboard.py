@@ -27,7 +27,7 @@ V2_LINE = {"history_version": 2, "run_id": "old", "timestamp": "2025-06-01T02:23
 def test_nightly_lines_carry_stack_memory_sweep_report_and_gate(tmp_path):
     path = planted_history(tmp_path, runs=2, failing_run=1)
     lines = [json.loads(x) for x in path.read_text().splitlines()]
-    assert {x["history_version"] for x in lines} == {HISTORY_VERSION} == {5}
+    assert {x["history_version"] for x in lines} == {HISTORY_VERSION} == {6}
     first = lines[0]
     assert first["sweep"] == "nightly" and first["report"] == "nightly/20260101-022300"
     assert set(first["stack"]) == {"python", "torch", "fbgemm_gpu", "torchrec", "torchao", "fbgemm_isa"}
@@ -43,7 +43,7 @@ def test_version_2_lines_still_read(tmp_path):
     planted_history(tmp_path, runs=1)
     df = load_history(path)
     old = df[df["run_id"] == "old"].iloc[0]
-    assert old["history_version"] == 5 and all(pd.isna(old[k]) for k in ("stack", "sweep", "gate", "peak_rss_bytes"))
+    assert old["history_version"] == 6 and (old["sharding"], old["world_size"]) == ("none", 1) and all(pd.isna(old[k]) for k in ("stack", "sweep", "gate", "peak_rss_bytes"))
     assert old["throughput"] == 180000.0
     index, summary = build_site(tmp_path, tmp_path / "site", CFG)
     assert "sweep not recorded" in index.read_text()

@@ -34,6 +34,8 @@ class Nightly:
 
     def __init__(self, root: Path) -> None:
         self.root, self.reports = root, root / "reports"
+        # a +preset=tiny nightly keeps its own history, out of the nightly's history.jsonl (issue 35)
+        self.history, self.history_md = self.reports / "history-tiny.jsonl", self.reports / "history-tiny.md"
 
     def run(self, *extra: str, resume: bool = True) -> subprocess.CompletedProcess:
         args = ["+sweep=nightly", *TINY_NIGHTLY, f"reports_dir={self.reports}", f"cache_dir={self.root / 'cache'}",
@@ -47,7 +49,7 @@ class Nightly:
         return len(read_records(self.reports / "records.jsonl"))
 
     def runs_in_history(self) -> int:
-        lines = (self.reports / "history.jsonl").read_text().splitlines()
+        lines = self.history.read_text().splitlines()
         return len({re.search(r'"run_id": "([^"]+)"', line).group(1) for line in lines})
 
 
@@ -70,8 +72,9 @@ def test_a_clean_nightly_exits_0_and_writes_the_history(nightly):
     no_traceback(result)
     report = nightly.report_dir(result)
     assert "**Gate: PASS**" in (report / "gate.md").read_text()
-    assert (nightly.reports / "history.jsonl").is_file() and (nightly.reports / "history.md").is_file()
-    assert f"history: {nightly.reports / 'history.jsonl'}" in result.stdout
+    assert nightly.history.is_file() and nightly.history_md.is_file()
+    assert f"history: {nightly.history} ({nightly.history_md})" in result.stdout
+    assert not (nightly.reports / "history.jsonl").exists()  # the nightly's own history holds no tiny run
     assert nightly.stored() == 2
 
 
@@ -103,7 +106,7 @@ def test_an_inconclusive_rule_passes_unless_it_is_told_to_fail(nightly):
 
 
 def test_a_failing_history_stage_exits_3_with_one_line_after_the_verdict_is_written(nightly):
-    blocker = nightly.reports / "history.md"
+    blocker = nightly.history_md
     saved = blocker.read_bytes()
     blocker.unlink()
     blocker.mkdir()  # history.md cannot be replaced, for root too
@@ -115,10 +118,31 @@ def test_a_failing_history_stage_exits_3_with_one_line_after_the_verdict_is_writ
     assert result.returncode == 3
     no_traceback(result)
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and errors[0].startswith("error: the history stage failed: IsADirectoryError") and "history.md" in errors[0]
+    assert len(errors) == 1 and errors[0].startswith("error: the history stage failed: IsADirectoryError") and "history-tiny.md" in errors[0]
     report = nightly.report_dir(result)
     assert "**Gate: FAIL**" in (report / "gate.md").read_text() and (report / "gate.xml").is_file()
     assert (report / "report.md").is_file() and (report / "error-history.txt").is_file()  # the traceback, kept
+
+
+def test_a_tiny_nightly_joins_the_default_history_only_when_asked(nightly):
+    before = nightly.runs_in_history()
+    result = nightly.run("gate.history_name=history.jsonl")
+    assert result.returncode == 0, result.stderr[-3000:]
+    main = nightly.reports / "history.jsonl"
+    assert f"history: {main} ({nightly.reports / 'history.md'})" in result.stdout
+    assert main.is_file() and nightly.runs_in_history() == before
+    main.unlink()
+    (nightly.reports / "history.md").unlink()
+
+
+def test_a_history_name_that_is_a_path_is_refused_before_any_work(nightly):
+    stored = nightly.stored()
+    result = nightly.run("gate.history_name=sub/h.jsonl", resume=False)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: gate.history_name must be a file name ending .jsonl, got 'sub/h.jsonl' "
+        "(gate.history_name=history.jsonl; a path elsewhere is gate.history_file=PATH)"]
+    assert nightly.stored() == stored
 
 
 def test_an_unwritable_history_is_refused_before_any_work(nightly, tmp_path):

@@ -373,3 +373,28 @@ def test_p99_says_how_many_calls_make_its_tail():
     assert p99_cell(row(3000, 30)) == "78.40 [2.10, 80.20]"
     assert TAIL_CALLS == 10
     assert p99_cell(SimpleNamespace(latency_p99_ms=float("nan"))) == fmt.DASH
+
+
+def test_samples_per_s_and_a_paired_speedup_pointing_opposite_ways_get_one_line(sweep_a, tmp_path):
+    """Issue 35: int8_tbe at 21,393 samples/s against fp32's 9,976 with a speedup of 0.19x, and no word on why.
+    The report now says the cause (too few rounds, different timing modes) or flags the row."""
+    rec = _paired(sweep_a)  # made the newest int8_tbe record of its key, with its own samples/s
+    workload = rec.workload
+    ratio = rec.metrics["throughput"] / row(results_table(sweep_a), workload, backend="fp32").throughput
+    assert abs(ratio - 1) > 0.1  # the fixture's samples/s point one way
+    against = 0.5 if ratio > 1 else 2.0
+    said = f"**int8_tbe** (batch 2048): its samples/s are {ratio:.2f}x fp32's but its paired speedup is {against:.2f}x"
+
+    def paired(rounds: int):
+        return _paired(sweep_a, speedup=against, speedup_lo=against * 0.95, speedup_hi=against * 1.05, speedup_rounds=[against] * rounds)
+
+    few, many = paired(2), paired(12)
+    assert row(results_table([*sweep_a, few]), workload, backend="int8_tbe").speed_disagreement == "only 2 paired rounds (fewer than 4)"
+    text = (write_report([*sweep_a, few], tmp_path / "few")).read_text()
+    assert f"- {said}: only 2 paired rounds (fewer than 4). The samples/s come from two jobs timed apart" in text
+    assert row(results_table([*sweep_a, many]), workload, backend="int8_tbe").speed_disagreement == "unexplained"
+    text = (write_report([*sweep_a, many], tmp_path / "many")).read_text()
+    assert f"- ⚠ {said}, with no known cause (same timing mode, 12 paired rounds)" in text
+    agree = _paired(sweep_a, speedup=ratio, speedup_lo=ratio * 0.95, speedup_hi=ratio * 1.05, speedup_rounds=[ratio] * 2)
+    assert pd.isna(row(results_table([*sweep_a, agree]), workload, backend="int8_tbe").speed_disagreement)
+    assert "its samples/s are" not in (write_report([*sweep_a, agree], tmp_path / "agree")).read_text()

@@ -37,9 +37,9 @@ def test_append_writes_one_line_per_key_with_the_raw_trials(tmp_path):
     lines = path.read_text().splitlines()
     assert n == len(df) == len(lines)
     first = json.loads(lines[0])
-    assert first["history_version"] == HISTORY_VERSION == 5
+    assert first["history_version"] == HISTORY_VERSION == 6
     assert (first["run_id"], first["timestamp"], first["git_sha"]) == ("r1", "2025-01-01T00:00:00+00:00", "abc123")
-    assert {"workload", "device", "backend", "batch_size", "auc", "throughput", "throughput_trials", "speedup_lo",
+    assert {"workload", "device", "backend", "sharding", "world_size", "batch_size", "auc", "throughput", "throughput_trials", "speedup_lo",
             "speedup_hi", "config_hash", "fingerprint"} <= set(first)
     assert "throughput_lo" not in first  # v1's spread rebuilt from the speedup CI is gone
     uint4 = next(json.loads(x) for x in lines if json.loads(x)["backend"] == "uint4")
@@ -357,3 +357,19 @@ def test_a_run_with_no_earlier_run_alike_says_what_differs_and_compares_nothing(
     md = render_history(_history(tmp_path / "again", tiny, _sized(records(full), 100000, 5)), CFG)
     assert ("`r1` (kind B) has no earlier run of its kind shown here: nothing is compared; runs of other kinds passed over: `r0` "
             "(other timing config, workload config).") in md
+
+
+def test_a_tiny_run_has_a_history_of_its_own_and_its_md_beside_it(tmp_path):
+    """+preset=tiny sets gate.history_name=history-tiny.jsonl: the nightly's history.jsonl stays free of tiny runs."""
+    from bench.config.compose import compose_dictconfig
+    from bench.report.history import history_md_path
+
+    tiny = compose_dictconfig(["+sweep=nightly", "+preset=tiny"]).gate
+    plain = compose_dictconfig(["+sweep=nightly"]).gate
+    assert (plain.history_name, tiny.history_name) == ("history.jsonl", "history-tiny.jsonl")
+    path = history_path(tiny.history_file, tmp_path, tiny.history_name)
+    assert path == tmp_path / "history-tiny.jsonl"
+    md = update_history(records(healthy()), path, CFG, run_id="t")
+    assert md == history_md_path(path) == tmp_path / "history-tiny.md" and md.is_file()
+    assert not (tmp_path / "history.jsonl").exists() and not (tmp_path / "history.md").exists()
+    assert history_md_path(tmp_path / "history.jsonl") == tmp_path / "history.md"

@@ -292,3 +292,25 @@ def test_the_search_keeps_a_guard_so_the_held_out_check_is_likely_to_pass():
     assert Budget.of(TuneConfig(max_auc_drop=0.001)).holdout_confidence == 0.9
     with pytest.raises(UserError, match="holdout_confidence"):
         Budget.of(TuneConfig(max_auc_drop=0.001, holdout_confidence=0.3))
+
+
+def test_an_all_fp32_choice_does_not_read_as_a_quantized_map_within_budget(tmp_path):
+    """Issue 35: a +preset=tiny tune kept all 26 tables fp32 (533% of uint4's bytes) and said "within budget"."""
+    from types import SimpleNamespace
+
+    from bench.tune import summary
+    from bench.tune.run import nothing_compressed
+
+    def result(precision: str):
+        chosen = SimpleNamespace(candidate="chosen", per_table={f"t{i}": precision for i in range(26)}, embedding_bytes=5.33e6, auc_delta=0.0,
+                                 auc_delta_lo=0.0, auc_delta_hi=0.0, auc_fp32=0.75)
+        uniform4 = SimpleNamespace(candidate="uniform int4", embedding_bytes=1e6)
+        return SimpleNamespace(sizes_only=None, chosen=chosen, holdout=[chosen, uniform4], verdict="within budget", n_holdout=4096,
+                               n_check=2048, budget=Budget(absolute=0.002), seconds={"total": 1.0})
+
+    fp32 = summary(result("fp32"), tmp_path)
+    assert nothing_compressed(result("fp32")) and not nothing_compressed(result("int4"))
+    assert fp32.splitlines()[0].startswith("tune: within budget only because nothing was compressed (every table stays fp32) on the held-out half")
+    assert "could not show any cheaper precision within the budget on its check quarter (2048 samples)" in fp32
+    plain = summary(result("int4"), tmp_path)
+    assert plain.splitlines()[0].startswith("tune: within budget on the held-out half") and "cheaper precision" not in plain

@@ -232,12 +232,19 @@ class GateConfig:
     # A confidence interval that straddles a threshold reads "inconclusive"; by default that
     # passes (only a point estimate past the threshold fails); true makes it fail.
     inconclusive_fails: bool = False
-    history_file: Optional[str] = None  # None: <reports_dir>/history.jsonl
+    history_file: Optional[str] = None  # None: <reports_dir>/<history_name>
+    # The history's file name under reports_dir when history_file is null: history.jsonl, where the
+    # nightly's history lives; +preset=tiny sets history-tiny.jsonl, so tiny runs stay out of it unless
+    # asked (gate.history_name=history.jsonl). history.md's name follows it (history-tiny.md).
+    history_name: str = "history.jsonl"
     history_runs: int = 14  # runs shown in history.md (changes are judged by `compare`)
 
     def validate(self) -> None:
         if self.history_runs < 1:
             raise UserError(f"gate.history_runs must be at least 1, got {self.history_runs}")
+        if "/" in self.history_name or "\\" in self.history_name or not self.history_name.endswith(".jsonl") or self.history_name == ".jsonl":
+            raise UserError(f"gate.history_name must be a file name ending .jsonl, got {self.history_name!r} "
+                            "(gate.history_name=history.jsonl; a path elsewhere is gate.history_file=PATH)")
         for where, rules in [*((f"rules.{b}", r) for b, r in self.rules.items()), ("default_rules", self.default_rules)]:
             if rules.min_auc_ratio is not None and rules.min_auc_ratio <= 0:
                 raise UserError(f"gate.{where}.min_auc_ratio must be positive (a fraction such as 0.999), got {rules.min_auc_ratio}")

@@ -99,7 +99,7 @@ def check_places(cfg: Config, run_dirs: Iterable[tuple[str, str]] = ()) -> None:
     appendable_file(Path(cfg.reports_dir) / RECORDS_FILE, "reports_dir", what="the record store")
     writable_folder(cfg.cache_dir, "cache_dir")
     if cfg.run_gate:
-        history = Path(cfg.gate.history_file) if cfg.gate.history_file else Path(cfg.reports_dir) / "history.jsonl"
+        history = Path(cfg.gate.history_file) if cfg.gate.history_file else Path(cfg.reports_dir) / cfg.gate.history_name
         key = "gate.history_file" if cfg.gate.history_file else "reports_dir"
         writable_folder(history.parent, key, what=f"the history {history}")
         appendable_file(history, "gate.history_file", what="the history")

@@ -28,7 +28,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--config", default=None, help="gate config instead of the stored one: a name in conf/gate/, a YAML path, or a stored gate_config.yaml / gate-<hash>.yaml")
     p.add_argument("--out", type=Path, default=None, help="write the verdict files here instead of the report folder")
     p.add_argument("--history", action="store_true", help="also append the records to the history the nightly keeps (<reports_dir>/history.jsonl, "
-                   "or gate.history_file) and rewrite history.md beside it")
+                   "history-tiny.jsonl for a +preset=tiny run, or gate.history_file) and rewrite history.md beside it")
     p.add_argument("--run-id", default=None, help="history run id (default: $GITHUB_RUN_ID.$GITHUB_RUN_ATTEMPT or a UTC timestamp)")
     return p.parse_intermixed_args(argv)  # overrides before or after the options
 
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
             from bench.report.history import history_path, reports_dir_of, update_history
 
             s = done.settings  # the same history file the nightly appends to: <reports_dir>/history.jsonl or gate.history_file
-            history_md = update_history(done.records, history_path(s.gate.history_file, reports_dir_of(done.folder)), s.compare,
+            history_md = update_history(done.records, history_path(s.gate.history_file, reports_dir_of(done.folder), s.gate.history_name), s.compare,
                                         runs=s.gate.history_runs, run_id=args.run_id, **history_fields(done.folder, done.result))
     except UserError as exc:
         print(f"bench.gate: error: {exc}", file=sys.stderr)

@@ -12,9 +12,12 @@ from bench.errors import UserError
 from bench.gate.thresholds import as_gate_config
 from bench.gate.rules import FAIL, INCONCLUSIVE, JOB_ROWS, PASS, RULES, SERVER, SKIPPED, VERDICTS, judge, row_kind
 from bench.record import USER
-from bench.report.table import KEY
+from bench.report.table import KEY, UNSHARDED, label, split_label
 
-REQUIRED = (*KEY, "status")
+# A results.csv written before sharding had columns of its own, and the serving table, lack `sharding`
+# and `world_size`: their rows ran unsharded in one process (an old sharded row's backend cell holds both).
+OPTIONAL = {"sharding": UNSHARDED[0], "world_size": UNSHARDED[1]}
+REQUIRED = (*(k for k in KEY if k not in OPTIONAL), "status")
 JOB = "job"  # the pseudo-rule that carries a row's status (error, skipped, no rules)
 
 
@@ -31,11 +34,18 @@ class Verdict:
     verdict: str  # pass | fail | inconclusive | skipped
     reason: str
     scenario: Optional[str] = None  # serving rows: scenario, bound and batcher (`server ≤60 ms, wait 2 ms ×1`)
+    sharding: str = UNSHARDED[0]
+    world_size: int = UNSHARDED[1]
+
+    @property
+    def named(self) -> str:
+        """The backend as the gate's tables name it: `int8_tbe`, or `int8_tbe@row_wise×2` for a sharded row."""
+        return label(self.backend, self.sharding, self.world_size)
 
     @property
     def where(self) -> str:
         serving = f" {self.scenario}" if self.scenario else ""
-        return f"{self.backend}{serving} {self.workload}/{self.device} bs={self.batch_size}"
+        return f"{self.named}{serving} {self.workload}/{self.device} bs={self.batch_size}"
 
 
 @dataclass
@@ -62,7 +72,7 @@ class GateResult:
     def sorted(self) -> list[Verdict]:
         """Failing rows first, then inconclusive, skipped, passing; each by key and rule."""
         order = {v: i for i, v in enumerate(VERDICTS)}
-        return sorted(self.verdicts, key=lambda v: (order[v.verdict], v.workload, v.device, v.backend, v.scenario or "", v.batch_size, v.rule))
+        return sorted(self.verdicts, key=lambda v: (order[v.verdict], v.workload, v.device, v.backend, v.sharding, v.world_size, v.scenario or "", v.batch_size, v.rule))
 
     def to_frame(self) -> pd.DataFrame:
         columns = list(Verdict.__dataclass_fields__)
@@ -102,11 +112,17 @@ def serving_label(row: dict[str, Any]) -> Optional[str]:
 
 
 def _row_verdicts(row: dict[str, Any], cfg: GateConfig) -> list[Verdict]:
-    key = {k: row[k] for k in KEY}
-    try:
-        key["batch_size"] = int(key["batch_size"])
-    except (TypeError, ValueError):
-        raise UserError(f"row {key}: batch_size {key['batch_size']!r} is not an integer") from None
+    key = {k: row[k] for k in KEY if k not in OPTIONAL}
+    if pd.isna(row.get("sharding")):  # an older table: a sharded row's backend cell reads `fake_quant@auto×2`
+        key["backend"], key["sharding"], key["world_size"] = split_label(str(row["backend"]))
+    else:
+        key.update(sharding=row["sharding"], world_size=row.get("world_size"))
+    for k in ("batch_size", "world_size"):
+        try:
+            key[k] = int(key[k])
+        except (TypeError, ValueError):
+            raise UserError(f"row {key}: {k} {key[k]!r} is not an integer") from None
+    key["sharding"] = str(key["sharding"])
     for k in ("workload", "device", "backend"):
         key[k] = str(key[k])
     status = str(row["status"]).strip().lower()

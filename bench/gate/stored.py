@@ -112,10 +112,11 @@ def history_fields(report_dir: Path, result: Optional[GateResult] = None) -> dic
 
 
 def row_verdicts(result: GateResult) -> dict[tuple, str]:
-    """(workload, device, backend, batch_size) -> the first of its rules' verdicts in VERDICTS order (fail first)."""
+    """KEY (workload, device, backend, sharding, world_size, batch_size) -> the first of its rules' verdicts
+    in VERDICTS order (fail first)."""
     worst: dict[tuple, str] = {}
     for v in result.verdicts:
-        key = (v.workload, v.device, v.backend, v.batch_size)
+        key = (v.workload, v.device, v.backend, v.sharding, v.world_size, v.batch_size)
         if key not in worst or VERDICTS.index(v.verdict) < VERDICTS.index(worst[key]):
             worst[key] = v.verdict
     return worst
@@ -216,7 +217,7 @@ def config_changes(old: GateSettings, new: GateSettings) -> list[str]:
 
 
 def _key(v: Verdict) -> tuple:
-    return (v.workload, v.device, v.backend, v.scenario or "", v.batch_size, v.rule)
+    return (v.workload, v.device, v.backend, v.sharding, v.world_size, v.scenario or "", v.batch_size, v.rule)
 
 
 def verdict_changes(old: GateResult, new: GateResult) -> list[str]:

@@ -58,7 +58,7 @@ def render_markdown(result: GateResult, preface: str = "") -> str:
     ]
     for v in result.sorted():
         interval = f"{_fmt(v, v.interval[0])} .. {_fmt(v, v.interval[1])}" if v.interval else ""
-        cells = [_MARK[v.verdict], v.backend, *([v.scenario or ""] if serving else []), v.workload, v.device, str(v.batch_size),
+        cells = [_MARK[v.verdict], v.named, *([v.scenario or ""] if serving else []), v.workload, v.device, str(v.batch_size),
                  v.rule, _fmt(v, v.threshold), _fmt(v, v.value), interval, v.reason]
         lines.append("| " + " | ".join(_md_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
@@ -73,11 +73,11 @@ def render_junit(result: GateResult) -> bytes:
     root = ET.Element("testsuites", name="bench gate")
     suites: dict[str, ET.Element] = {}
     for v in result.sorted():
-        suite = suites.get(v.backend)
+        suite = suites.get(v.named)
         if suite is None:
-            suite = suites[v.backend] = ET.SubElement(root, "testsuite", name=f"gate.{v.backend}")
+            suite = suites[v.named] = ET.SubElement(root, "testsuite", name=f"gate.{v.named}")
         serving = f".{v.scenario}" if v.scenario else ""
-        case = ET.SubElement(suite, "testcase", classname=_xml_text(f"gate.{v.backend}{serving}.{v.workload}.{v.device}.bs{v.batch_size}"),
+        case = ET.SubElement(suite, "testcase", classname=_xml_text(f"gate.{v.named}{serving}.{v.workload}.{v.device}.bs{v.batch_size}"),
                              name=v.rule, time="0")
         message = _xml_text(v.reason)
         if v.verdict == FAIL:

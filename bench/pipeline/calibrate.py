@@ -140,7 +140,8 @@ def calibration(cache_dir: str | Path, plan: Plan = Plan()) -> Calibration:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     settings = candidates(torch.get_num_threads())
-    log.info("timing: measuring this machine's timing noise once (%d processes x %s; cached in %s)",
+    log.info("timing: calibrating this machine's timing, once per machine (about a minute on an idle machine, longer "
+             "when other work shares the cores): %d processes x %s; cached in %s",
              plan.processes, ", ".join(s.text() for s in settings), path)
     start = time.perf_counter()
     runs = [_child_run(cache_dir, settings, plan, first=i) for i in range(plan.processes)]

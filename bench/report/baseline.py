@@ -1,6 +1,6 @@
 """Compare a sweep with a baseline sweep, row by row, with the comparison engine (`bench.comparison`).
 
-Rows join on (workload, device, backend, batch_size), the newest record per key on each side.
+Rows join on (workload, device, backend, sharding, world_size, batch_size), the newest record per key on each side.
 A row whose machine fingerprint differs is marked "machine differs" and not judged. Otherwise
 the engine judges, with the tolerances and alpha of `conf/compare/` (`CompareConfig`):
 
@@ -43,7 +43,7 @@ from bench.io import write_text_atomic
 from bench.metrics import AUC, AUC_DELTA, SPEEDUP, THROUGHPUT
 from bench.record import RunRecord
 from bench.report import fmt
-from bench.report.table import KEY, backend_rank, latest_records
+from bench.report.table import KEY, backend_rank, label, latest_records
 
 COLUMNS = [*KEY, "verdict", "notes", "status_base", "status_new", "throughput_base", "throughput_new",
            "throughput_ratio", "throughput_ratio_lo", "throughput_ratio_hi", "auc_base", "auc_new",
@@ -97,7 +97,7 @@ def compare_table(
     """
     cfg = cfg or CompareConfig()
     new_by_key, base_by_key = latest_records(records), latest_records(baseline)
-    keys = sorted(set(new_by_key) | set(base_by_key), key=lambda k: (k[0], k[1], backend_rank(k[2]), k[3]))
+    keys = sorted(set(new_by_key) | set(base_by_key), key=lambda k: (k[0], k[1], backend_rank(label(*k[2:5])), k[5]))
     rows = []
     for k in keys:
         new, base = new_by_key.get(k), base_by_key.get(k)
@@ -168,7 +168,7 @@ def render_compare(df: pd.DataFrame, title: str, current: str, baseline: str, cf
                f"ratio [{level} CI]", "speedup base", "speedup new", "AUC base", "AUC new", "AUC change [noise]", "notes"]  # fmt: skip
     rows = [
         [
-            r.workload, r.device, r.backend, r.batch_size, _verdict(r.verdict),
+            r.workload, r.device, label(r.backend, r.sharding, r.world_size), r.batch_size, _verdict(r.verdict),
             _status(r), fmt.count(r.throughput_base), fmt.count(r.throughput_new),
             fmt.ratio_ci(r.throughput_ratio, r.throughput_ratio_lo, r.throughput_ratio_hi),
             fmt.ratio_ci(r.speedup_base, math.nan, math.nan), fmt.ratio_ci(r.speedup_new, math.nan, math.nan),
@@ -184,8 +184,8 @@ def render_compare(df: pd.DataFrame, title: str, current: str, baseline: str, cf
         "",
         f"Summary: {summary(df)}.",
         "",
-        "Rules (`bench.comparison`, tolerances from `conf/compare/`): rows join on workload, device, backend and "
-        f"batch size (the newest record of each). Throughput is flagged when the {level} bootstrap interval of "
+        "Rules (`bench.comparison`, tolerances from `conf/compare/`): rows join on workload, device, backend, "
+        f"sharding, ranks and batch size (the newest record of each). Throughput is flagged when the {level} bootstrap interval of "
         "the ratio of median throughputs (over both runs' trials) excludes 1 and the ratio moved by more than "
         f"{cfg.throughput_tolerance:.0%}. A paired speedup is flagged when the {level} interval of new / base "
         f"(both runs' intervals combined) excludes 1 and it moved by more than {cfg.throughput_tolerance:.0%}. "

@@ -1,4 +1,5 @@
-"""Nightly history: one JSON line per (run, workload, device, backend, batch_size), and `history.md`.
+"""Nightly history: one JSON line per (run, workload, device, backend, sharding, world_size, batch_size),
+and `history.md`.
 
 Each nightly run appends the newest record per key of its report folder to
 `<reports_dir>/history.jsonl` (or `gate.history_file`) through the record store's locked appender
@@ -27,7 +28,10 @@ becomes true (speedups are judged on their own intervals). 5 adds what makes two
 (`LIKE`): a short hash of the job's `workload`, `model` and `timing` configs (a `+preset=tiny` run
 differs from the plain one in all three); with the `sweep` and the `timing_setting`, a run is judged
 only against the newest earlier run alike in every one of them, and where none is, the line names
-what differs. A v4 line reads as v5 with those unknown, alike to any run.
+what differs. A v4 line reads as v5 with those unknown, alike to any run. 6 keys a line by the backend
+alone with its `sharding` and `world_size` beside it (results.csv's columns): a v5 line's backend cell
+held both for a sharded run (`fake_quant@auto×2`), and reads as v6 split into the three, so its key is
+the one a v6 line of the same job has; an unsharded v5 line reads as sharding `none`, world size 1.
 """
 
 from __future__ import annotations
@@ -47,9 +51,9 @@ from bench.hashing import config_hash
 from bench.io import append_jsonl, read_jsonl, write_text_atomic
 from bench.metrics import AUC, AUC_DELTA, EMBEDDING_BYTES, PEAK_RSS_BYTES, SPEEDUP, SPEEDUP_PROCESS_SD, THROUGHPUT, THROUGHPUT_TRIALS, hi, lo
 from bench.record import RunRecord
-from bench.report.table import KEY, as_records, latest_records, results_table, trials
+from bench.report.table import KEY, as_records, label, latest_records, results_table, split_label, trials
 
-HISTORY_VERSION = 5
+HISTORY_VERSION = 6
 HISTORY_FILE = "history.jsonl"
 _NUMERIC = [AUC, AUC_DELTA, lo(AUC_DELTA), hi(AUC_DELTA), THROUGHPUT, SPEEDUP, lo(SPEEDUP), hi(SPEEDUP),
             "latency_p50_ms", "latency_p99_ms", EMBEDDING_BYTES, PEAK_RSS_BYTES, SPEEDUP_PROCESS_SD]  # fmt: skip
@@ -95,8 +99,13 @@ def _v4_to_v5(line: dict[str, Any]) -> dict[str, Any]:
     return {**{f"{part}_config": None for part in _CONFIGS}, **line}
 
 
+def _v5_to_v6(line: dict[str, Any]) -> dict[str, Any]:
+    backend, sharding, world_size = split_label(str(line.get("backend")))
+    return {**line, "backend": backend, "sharding": sharding, "world_size": world_size}
+
+
 # MIGRATIONS[n] turns a version-n line into a version-(n+1) line.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6}
 
 
 def migrate(line: dict[str, Any], where: str) -> dict[str, Any]:
@@ -122,7 +131,7 @@ def history_rows(records: Iterable[RunRecord | dict[str, Any]], *, run_id: str, 
     for row in results_table(records, alpha=alpha).to_dict("records"):
         key = tuple(row[k] for k in KEY)
         out: dict[str, Any] = {"history_version": HISTORY_VERSION, "run_id": run_id, "timestamp": timestamp, "git_sha": git_sha}
-        out.update({k: (int(row[k]) if k == "batch_size" else str(row[k])) for k in KEY})
+        out.update({k: (int(row[k]) if k in ("batch_size", "world_size") else str(row[k])) for k in KEY})
         out["status"] = str(row["status"])
         out.update({k: finite(row.get(k)) for k in _NUMERIC})
         out[THROUGHPUT_TRIALS] = trials(latest[key]) or None
@@ -293,17 +302,17 @@ def render_history(history: pd.DataFrame, cfg: Tolerances, *, runs: int = 14) ->
     else:
         lines += ["| backend | workload | device | batch | metric | change |", "| --- | --- | --- | --- | --- | --- |"]
         for c in flagged.to_dict("records"):
-            lines.append(f"| {_md(c['backend'])} | {_md(c['workload'])} | {_md(c['device'])} | {c['batch_size']} | {c['metric']} | ⚠ {_md(c['note'])} |")
+            lines.append(f"| {_md(label(c['backend'], c['sharding'], c['world_size']))} | {_md(c['workload'])} | {_md(c['device'])} | {c['batch_size']} | {c['metric']} | ⚠ {_md(c['note'])} |")
     for (workload, device), group in recent.groupby(["workload", "device"], sort=True):
         lines += ["", f"## {workload} on {device}"]
         for metric, fmt, title in ((AUC, _fmt_auc, "AUC"), (THROUGHPUT, _fmt_tput, "Throughput (rows/s)"),
                                    (SPEEDUP, _fmt_speedup, "Speedup over fp32")):
             lines += ["", f"### {title}", "", "| backend | batch | " + " | ".join(f"`{r}`" for r in order) + " |",
                       "| --- | ---: |" + " ---: |" * len(order)]
-            for (backend, batch), rows in group.groupby(["backend", "batch_size"], sort=True):
+            for (backend, sharding, ranks, batch), rows in group.groupby(["backend", "sharding", "world_size", "batch_size"], sort=True):
                 by_run = {r["run_id"]: r for r in rows.to_dict("records")}
                 cells = [_cell(by_run.get(r), metric, fmt) for r in order]
-                lines.append(f"| {_md(backend)} | {batch} | " + " | ".join(cells) + " |")
+                lines.append(f"| {_md(label(backend, sharding, ranks))} | {batch} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -363,9 +372,16 @@ def current_git_sha() -> Optional[str]:
     return out.stdout.strip() or None
 
 
-def history_path(history_file: Optional[str], reports_dir: Path) -> Path:
-    """`gate.history_file` when set, else `<reports_dir>/history.jsonl`."""
-    return Path(history_file) if history_file else Path(reports_dir) / HISTORY_FILE
+def history_path(history_file: Optional[str], reports_dir: Path, history_name: str = HISTORY_FILE) -> Path:
+    """`gate.history_file` when set, else `<reports_dir>/<gate.history_name>` (history.jsonl; a
+    `+preset=tiny` run's is history-tiny.jsonl)."""
+    return Path(history_file) if history_file else Path(reports_dir) / history_name
+
+
+def history_md_path(path: Path) -> Path:
+    """history.md beside history.jsonl; `<stem>.md` beside any other `<reports_dir>/history-*.jsonl`."""
+    path = Path(path)
+    return path.with_suffix(".md") if path.name.startswith("history-") else path.parent / "history.md"
 
 
 def reports_dir_of(report_dir: Path) -> Path:
@@ -390,9 +406,9 @@ def update_history(records: Iterable[RunRecord | dict[str, Any]], path: Path, cf
     append_history(records, path, run_id=run_id or default_run_id(), timestamp=timestamp, alpha=cfg.alpha,
                    git_sha=git_sha if git_sha is not None else current_git_sha(), run=run, gate=gate)
     md = render_history(load_history(path), cfg, runs=runs)
-    write_text_atomic(path.parent / "history.md", md)
-    return path.parent / "history.md"
+    write_text_atomic(history_md_path(path), md)
+    return history_md_path(path)
 
 
 __all__ = ["HISTORY_VERSION", "LIKE", "unlike", "run_kinds", "append_history", "load_history", "history_changes", "render_history", "update_history",
-           "history_path", "reports_dir_of", "default_run_id", "current_git_sha", "history_rows", "migrate"]
+           "history_path", "history_md_path", "reports_dir_of", "default_run_id", "current_git_sha", "history_rows", "migrate"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,7 +25,7 @@ from bench.report.machine import (
 from bench.report.paramserver import ps_section
 from bench.report.protocol import measured_section
 from bench.report.sharding import sharding_section
-from bench.report.table import BASELINE, latest_records, trials
+from bench.report.table import BASELINE, UNEXPLAINED, UNSHARDED, labelled, latest_records, trials
 from bench.stats import indistinguishable_from_zero, interval_contains, ratio_interval
 
 CONFIDENCE = "95%"
@@ -195,6 +196,7 @@ def speedup_sentences(g: pd.DataFrame) -> list[str]:
         elif interval_contains(r.speedup_lo, r.speedup_hi, 1.0):
             out.append(f"**{r.backend}** (batch {r.batch_size}): speedup {ci} cannot be told from no change: the interval "
                        f"contains 1 and lies within the ±{r.speed_margin:.0%} margin.")
+    out += disagreement_sentences(g)
     all_rows = g[g["status"] == "ok"]
     out += [f"⚠ **{r.backend}** (batch {r.batch_size}): the absolute samples/s is not a finding: {r.unstable_reason}"
             + ("; the paired speedup is judged on its own interval." if r.backend != BASELINE else ".")
@@ -202,12 +204,31 @@ def speedup_sentences(g: pd.DataFrame) -> list[str]:
     return out
 
 
+def disagreement_sentences(g: pd.DataFrame) -> list[str]:
+    """One line per row whose samples/s against fp32's and paired speedup point opposite ways: the cause
+    (`speed_disagreement`), or a flag where none is known."""
+    base = {r.batch_size: r for r in g[(g["backend"] == BASELINE) & (g["status"] == "ok")].itertuples(index=False)}
+    out = []
+    for r in g[g["speed_disagreement"].notna()].itertuples(index=False) if "speed_disagreement" in g.columns else []:
+        ratio = r.throughput / base[r.batch_size].throughput if r.batch_size in base else math.nan
+        said = (f"**{r.backend}** (batch {r.batch_size}): its samples/s are {ratio:.2f}x fp32's but its paired speedup is "
+                f"{r.speedup:.2f}x")
+        if r.speed_disagreement == UNEXPLAINED:
+            rounds = f"{int(r.speedup_rounds)} paired rounds" if math.isfinite(r.speedup_rounds) else "paired rounds not recorded"
+            out.append(f"⚠ {said}, with no known cause (same timing mode, {rounds}): "
+                       "read neither as a finding until a re-run agrees.")
+        else:
+            out.append(f"{said}: {r.speed_disagreement}. The samples/s come from two jobs timed apart, each alone; "
+                       "the speedup alternates both in one process, and is the figure to read.")
+    return out
+
+
 def tbe_split(latest: dict[tuple, RunRecord], workload: str, device: str) -> list[list[str]]:
     """Rows (batch, batching part, quantization part, total) where fp32, fp32_tbe and int8_tbe exist."""
-    sizes = sorted({k[3] for k in latest if k[0] == workload and k[1] == device})
+    sizes = sorted({k[-1] for k in latest if k[0] == workload and k[1] == device})
     rows = []
     for bs in sizes:
-        recs = [latest.get((workload, device, b, bs)) for b in (BASELINE, "fp32_tbe", "int8_tbe")]
+        recs = [latest.get((workload, device, b, *UNSHARDED, bs)) for b in (BASELINE, "fp32_tbe", "int8_tbe")]
         if not all(r is not None and r.status == "ok" and trials(r) for r in recs):
             continue
         fp32, tbe, int8 = (trials(r) for r in recs)
@@ -354,13 +375,14 @@ def render_report(
     out_dir: Path,
 ) -> str:
     latest = latest_records(records)
+    df = labelled(df)  # a sharded row is named `backend@sharding×ranks` in the report's tables
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     lines = [
         f"# {title}",
         "",
         *banner_lines(list(latest.values())),
-        f"{len(records)} records, {len(df)} rows (the newest record per workload, device, backend and "
-        f"batch size); rendered {now} from stored records only.",
+        f"{len(records)} records, {len(df)} rows (the newest record per workload, device, backend, sharding, "
+        f"ranks and batch size); rendered {now} from stored records only.",
         "",
         "How to read this:",
         "",

@@ -15,7 +15,7 @@ from bench.store import write_records
 from bench.report.markdown import render_report
 from bench.report.plots import write_plots
 from bench.report.serve import write_serve_report
-from bench.report.table import KEY, as_records, latest_records, results_table, trials
+from bench.report.table import KEY, as_records, labelled, latest_records, results_table, split_label, trials
 
 
 def write_report(
@@ -35,7 +35,9 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     df = results_table(records)
     latest = latest_records(records)
-    plots = write_plots(df, out_dir, trials_of=lambda row: trials(latest.get(tuple(getattr(row, k) for k in KEY))))
+    # the plots name a sharded row by its label (`backend@sharding×ranks`); its trials are found by its columns
+    plots = write_plots(labelled(df), out_dir, trials_of=lambda row: trials(latest.get(tuple(
+        split_label(row.backend)[0] if k == "backend" else getattr(row, k) for k in KEY))))
     write_text_atomic(out_dir / "results.csv", df.to_csv(index=False))
     if write_records_file:
         write_records(records, out_dir / "records.jsonl")

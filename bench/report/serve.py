@@ -23,7 +23,7 @@ from bench.io import write_text_atomic
 from bench.metrics import LATENCY_MS, MAX_QPS, PAIRS_PER_S, SAMPLES_PER_S, hi, lo
 from bench.record import RunRecord, is_serving
 from bench.report import fmt
-from bench.report.table import BASELINE, as_records, backend_label, backend_rank
+from bench.report.table import BASELINE, as_records, backend_rank
 
 SERVE_KEY = ["workload", "device", "backend", "scenario", "bound_ms", "batch_size", "max_wait_ms", "workers"]
 COLUMNS = [
@@ -59,7 +59,7 @@ def serving_records(records: Iterable[RunRecord | dict[str, Any]]) -> list[RunRe
 def _key(r: RunRecord) -> tuple:
     serve = (r.config or {}).get("serve") or {}
     bound = serve.get("bound_ms") if serve.get("scenario") == "server" else None
-    return (r.workload, r.device, backend_label(r), serve.get("scenario"), bound, int(r.batch_size),
+    return (r.workload, r.device, r.backend, serve.get("scenario"), bound, int(r.batch_size),
             serve.get("max_wait_ms"), serve.get("workers"))
 
 

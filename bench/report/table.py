@@ -1,4 +1,10 @@
-"""`results_table`: one row per (workload, device, backend, batch_size), the newest record winning.
+"""`results_table`: one row per (workload, device, backend, sharding, world_size, batch_size), the newest
+record winning.
+
+`backend` is the backend's name alone; a sharded run's axes are columns of their own (`sharding`,
+`world_size`, and `route`: `single` for one unsharded process, else the sharded run's `process_group`
+or `one_process`), so a pandas user filters on them. The reports' tables name a sharded row by
+`label` (`int8_tbe@row_wise×2`).
 
 The gate and every report view read this DataFrame. Speedup and compression are relative to the
 `fp32` row of the same workload and device (speedup also at the same batch size). A record timed
@@ -54,13 +60,15 @@ from bench.report.fmt import too_short, unreadable
 from bench.report.machine import EXTRA_COLUMNS, row_extras
 from bench.stats import practical_verdict
 
-KEY = ["workload", "device", "backend", "batch_size"]
+KEY = ["workload", "device", "backend", "sharding", "world_size", "batch_size"]
+UNSHARDED = ("none", 1)  # (sharding, world_size) of a run in one process, its tables whole
 BASELINE = BASELINE_BACKEND
 # Backends whose order in tables is fixed; the others follow alphabetically.
 LEADING_BACKENDS = (BASELINE_BACKEND, "fp32_tbe")
 
 COLUMNS = [
     *KEY,
+    "route",
     "status",
     AUC,
     AUC_DELTA,
@@ -90,6 +98,7 @@ COLUMNS = [
     "timing_setting",
     "auc_verdict",
     "speed_verdict",
+    "speed_disagreement",  # the samples/s and the paired speedup point opposite ways: why, or "unexplained"
     "auc_margin",
     "speed_margin",
     "stable",
@@ -148,20 +157,62 @@ def _created(record: RunRecord) -> datetime:
         return datetime.min
 
 
-def backend_label(record: RunRecord) -> str:
-    """The backend column: the backend's name, and its sharding when it did not run unsharded in one
-    process (`int8_tbe@row_wise×2`), so that sharded and unsharded runs are separate rows."""
+def sharding_of(record: RunRecord) -> tuple[str, int]:
+    """(sharding, world_size) the record ran with; ("none", 1) unsharded in one process."""
     config = record.config or {}
-    sharding, world_size = (config.get("sharding") or {}).get("name", "none"), config.get("world_size", 1)
-    return record.backend if (sharding, world_size) == ("none", 1) else f"{record.backend}@{sharding}×{world_size}"
+    return str((config.get("sharding") or {}).get("name", "none")), int(config.get("world_size", 1) or 1)
 
 
-def key_of(record: RunRecord) -> tuple[str, str, str, int]:
-    return (record.workload, record.device, backend_label(record), int(record.batch_size))
+def label(backend: str, sharding: str = "none", world_size: int = 1) -> str:
+    """How the reports name a row: the backend, and its sharding when it did not run unsharded in one
+    process (`int8_tbe@row_wise×2`)."""
+    return backend if (sharding, int(world_size)) == UNSHARDED else f"{backend}@{sharding}×{int(world_size)}"
+
+
+def split_label(text: str) -> tuple[str, str, int]:
+    """`label`'s inverse: `int8_tbe@row_wise×2` -> ("int8_tbe", "row_wise", 2); a bare name -> (name, "none", 1).
+    It reads the backend cells of history lines written before sharding had columns of its own."""
+    name, at, rest = str(text).partition("@")
+    sharding, times, ranks = rest.rpartition("×")[0], "×" in rest, rest.rpartition("×")[2]
+    if not at or not times or not ranks.isdigit():
+        return str(text), *UNSHARDED
+    return name, sharding, int(ranks)
+
+
+def backend_label(record: RunRecord) -> str:
+    return label(record.backend, *sharding_of(record))
+
+
+def row_label(row: Any) -> str:
+    """`label` of a results-table row (a dict or a namedtuple); a row without sharding columns is unsharded."""
+    get = row.get if isinstance(row, dict) else lambda k, d=None: getattr(row, k, d)
+    sharding, world_size = get("sharding"), get("world_size")
+    if not isinstance(sharding, str) or world_size is None or (isinstance(world_size, float) and math.isnan(world_size)):
+        return str(get("backend"))
+    return label(str(get("backend")), sharding, int(world_size))
+
+
+def labelled(df: pd.DataFrame) -> pd.DataFrame:
+    """The table as the reports show it: `backend` holds each row's `label`, so a sharded row stays apart
+    from its unsharded twin in markdown tables and plots (results.csv keeps the backend alone)."""
+    if df.empty or "sharding" not in df.columns:
+        return df
+    return df.assign(backend=[row_label(r) for r in df.to_dict("records")])
+
+
+def key_of(record: RunRecord) -> tuple[str, str, str, str, int, int]:
+    return (record.workload, record.device, record.backend, *sharding_of(record), int(record.batch_size))
+
+
+def route_of(record: RunRecord) -> str | None:
+    """`single` for an unsharded run; a sharded run's route (`process_group`, `one_process`) when it reached one."""
+    if sharding_of(record) == UNSHARDED:
+        return "single"
+    return ((record.metrics or {}).get("sharding") or {}).get("route")
 
 
 def latest_records(records: Iterable[RunRecord | dict[str, Any]]) -> dict[tuple, RunRecord]:
-    """Newest record per (workload, device, backend, batch_size), serving jobs left out; on equal times the later one."""
+    """Newest record per KEY (workload, device, backend, sharding, world_size, batch_size), serving jobs left out; on equal times the later one."""
     latest: dict[tuple, RunRecord] = {}
     for r in as_records(records):
         if is_serving(r):  # serving jobs have their own table (bench.report.serve)
@@ -198,7 +249,10 @@ def _row(r: RunRecord) -> dict[str, Any]:
     row: dict[str, Any] = {
         "workload": r.workload,
         "device": r.device,
-        "backend": backend_label(r),
+        "backend": r.backend,
+        "sharding": sharding_of(r)[0],
+        "world_size": sharding_of(r)[1],
+        "route": route_of(r),
         "batch_size": int(r.batch_size),
         "status": r.status,
         "error": r.error,
@@ -258,8 +312,8 @@ def _relative_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord], alpha: f
         if r.backend == BASELINE and r.status == "ok" and r.metrics.get(EMBEDDING_BYTES):
             fp32_bytes.setdefault((r.workload, r.device), float(r.metrics[EMBEDDING_BYTES]))
     for row in df.itertuples(index=False):
-        rec = latest[(row.workload, row.device, row.backend, row.batch_size)]
-        base = latest.get((row.workload, row.device, BASELINE, row.batch_size))
+        rec = latest[(row.workload, row.device, row.backend, row.sharding, row.world_size, row.batch_size)]
+        base = latest.get((row.workload, row.device, BASELINE, *UNSHARDED, row.batch_size))  # fp32 unsharded, in one process
         s, method = (math.nan, math.nan, math.nan), None
         paired = _paired_speedup(rec) if rec.status == "ok" else None
         if paired is not None:
@@ -306,10 +360,10 @@ def _verdict_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord]) -> pd.Dat
     """
     cols: dict[str, list] = {"auc_verdict": [], "speed_verdict": [], "auc_margin": [], "speed_margin": []}
     for row in df.itertuples(index=False):
-        rec = latest[(row.workload, row.device, row.backend, row.batch_size)]
+        rec = latest[(row.workload, row.device, row.backend, row.sharding, row.world_size, row.batch_size)]
         auc_v = speed_v = None
         auc_m, speed_m = margins(rec)
-        if rec.status == "ok" and row.backend != BASELINE:
+        if rec.status == "ok" and (row.backend, row.sharding, row.world_size) != (BASELINE, *UNSHARDED):
             if not row.performance_only:  # untrained weights: no AUC was measured, nothing to judge
                 auc_v = practical_verdict(row.auc_delta_lo, row.auc_delta_hi, auc_m)
             if unreadable(row.speedup, row.speedup_lo, row.speedup_hi):  # an interval too wide to read supports no verdict
@@ -323,8 +377,38 @@ def _verdict_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord]) -> pd.Dat
     return df.assign(**cols)
 
 
+# Fewer paired rounds than one ABBA cycle of the default timing (timing.trials) cannot hold a speedup's direction.
+FEW_ROUNDS = 4
+UNEXPLAINED = "unexplained"
+
+
+def disagreement(row: Any, base: Any) -> str | None:
+    """Why a row's absolute samples/s against fp32's and its paired speedup point opposite ways (one on
+    each side of 1, apart by more than the speed margin), or UNEXPLAINED; None when they agree, or when
+    there is nothing to set side by side (no paired speedup, no ok fp32 row)."""
+    if base is None or row.speedup_method != "paired" or row.status != "ok" or base.status != "ok":
+        return None
+    ratio = row.throughput / base.throughput if base.throughput and base.throughput > 0 else math.nan
+    if not (math.isfinite(ratio) and math.isfinite(row.speedup) and row.speedup > 0):
+        return None
+    if (ratio - 1) * (row.speedup - 1) >= 0 or abs(math.log(ratio / row.speedup)) <= math.log1p(row.speed_margin):
+        return None
+    reasons = []
+    if isinstance(row.timing_setting, str) and isinstance(base.timing_setting, str) and row.timing_setting != base.timing_setting:
+        reasons.append(f"the two jobs were timed in different modes ({row.timing_setting} against fp32's {base.timing_setting})")
+    if math.isfinite(row.speedup_rounds) and row.speedup_rounds < FEW_ROUNDS:
+        reasons.append(f"only {int(row.speedup_rounds)} paired round{'s' if row.speedup_rounds != 1 else ''} (fewer than {FEW_ROUNDS})")
+    return "; ".join(reasons) or UNEXPLAINED
+
+
+def _disagreement_column(df: pd.DataFrame) -> pd.DataFrame:
+    rows = list(df.itertuples(index=False))
+    base = {(r.workload, r.device, r.batch_size): r for r in rows if (r.backend, r.sharding, r.world_size) == (BASELINE, *UNSHARDED)}
+    return df.assign(speed_disagreement=[disagreement(r, base.get((r.workload, r.device, r.batch_size))) for r in rows])
+
+
 def results_table(records: Iterable[RunRecord | dict[str, Any]], alpha: float = 0.05) -> pd.DataFrame:
-    """One row per (workload, device, backend, batch_size), the newest record winning.
+    """One row per KEY (workload, device, backend, sharding, world_size, batch_size), the newest record winning.
 
     Rows are sorted by workload, device, backend (fp32 first, then fp32_tbe, then by name) and
     batch size. Missing metrics are NaN; `error` holds the reason of error and skipped rows.
@@ -336,7 +420,8 @@ def results_table(records: Iterable[RunRecord | dict[str, Any]], alpha: float = 
     df = pd.DataFrame([_row(r) for r in latest.values()])
     df = _relative_columns(df, latest, alpha)
     df = _verdict_columns(df, latest)
-    df["_rank"] = df["backend"].map(backend_rank)
+    df = _disagreement_column(df)
+    df["_rank"] = [backend_rank(row_label(r)) for r in df.to_dict("records")]
     df = df.sort_values(["workload", "device", "_rank", "batch_size"], kind="mergesort").drop(columns="_rank")
     df = df.reset_index(drop=True)[COLUMNS]
-    return df.astype({"batch_size": "int64"})
+    return df.astype({"batch_size": "int64", "world_size": "int64"})

@@ -21,7 +21,7 @@ from bench.config import Config
 from bench.errors import UserError
 from bench.pipeline.shared import SharedWork
 from bench.tune.outputs import write_tune
-from bench.tune.run import TuneResult, run_tune
+from bench.tune.run import NOTHING_COMPRESSED, TuneResult, nothing_compressed, run_tune
 
 __all__ = ["TuneResult", "main", "run_tune", "write_tune"]
 
@@ -36,10 +36,15 @@ def summary(result: TuneResult, out: Path) -> str:
         for p in chosen.per_table.values():
             counts[p] = counts.get(p, 0) + 1
         vs = f" ({chosen.embedding_bytes / uniform4.embedding_bytes:.1%} of uniform int4's {uniform4.embedding_bytes / 1e6:.3f} MB)" if uniform4 else ""
-        lines.append(f"tune: {result.verdict} on the held-out half ({result.n_holdout} samples): chosen map "
+        verdict = result.verdict
+        if nothing_compressed(result):  # an all-fp32 map is within any budget: that says nothing of quantizing
+            verdict += " only because nothing was compressed (every table stays fp32)"
+        lines.append(f"tune: {verdict} on the held-out half ({result.n_holdout} samples): chosen map "
                      f"{', '.join(f'{n} {p}' for p, n in counts.items())} tables, {chosen.embedding_bytes / 1e6:.3f} MB{vs}")
         lines.append(f"  held-out ΔAUC {chosen.auc_delta:+.5f} [{chosen.auc_delta_lo:+.5f}, {chosen.auc_delta_hi:+.5f}] "
                      f"against a budget of {-result.budget.drop(chosen.auc_fp32):+.5f} ({result.budget.describe()})")
+        if nothing_compressed(result):
+            lines.append(f"  {NOTHING_COMPRESSED.format(n_check=result.n_check)}")
     lines.append(f"  took {result.seconds.get('total', 0):.1f} s; report: {out / 'tune.md'}")
     return "\n".join(lines)
 

@@ -17,7 +17,7 @@ from bench.metrics import AUC_DELTA, AUC_DELTA_P, AUC_FP32, EMBEDDING_BYTES, hi,
 from bench.report import fmt
 from bench.report.publish import fresh_report_dir, point_latest
 from bench.tune.measured import Row
-from bench.tune.run import TuneResult
+from bench.tune.run import NOTHING_COMPRESSED, TuneResult, nothing_compressed
 from bench.tune.sizes import PRECISIONS, map_bytes, uniform
 
 CSV_COLUMNS = ["candidate", "split", EMBEDDING_BYTES, AUC_DELTA, lo(AUC_DELTA), hi(AUC_DELTA), "chosen",
@@ -196,6 +196,9 @@ def _chosen_section(result: TuneResult, out: Path) -> list[str]:
         f"({fp32 / chosen.embedding_bytes:.2f}× smaller than fp32).",
         "",
     ]
+    if nothing_compressed(result):
+        lines += [f"**Nothing was compressed**: every table stays fp32, so the verdict says nothing of quantizing. "
+                  f"{NOTHING_COMPRESSED.format(n_check=result.n_check)}", ""]
     if result.verdict != "within budget" and chosen.auc_delta_hi - chosen.auc_delta_lo > limit:
         lines += [f"The held-out interval ({chosen.auc_delta_hi - chosen.auc_delta_lo:.5f} wide) is wider than the "
                   f"budget: {fmt.count(result.n_holdout)} held-out samples cannot show a drop this small either way. Use a "

@@ -76,6 +76,17 @@ class TuneResult:
         return [*self.sensitivity, *probes, *self.holdout]
 
 
+NOTHING_COMPRESSED = ("The search could not show any cheaper precision within the budget on its check quarter "
+                      "({n_check} samples): too few samples to tell a small drop from none (a +preset=tiny eval split is). "
+                      "A larger eval split (workload.eval_samples=N) or a wider budget lets it compress.")
+
+
+def nothing_compressed(result: TuneResult) -> bool:
+    """The chosen map keeps every table in fp32: trivially within any budget, and nothing quantized."""
+    chosen = result.chosen
+    return chosen is not None and bool(chosen.per_table) and all(p == "fp32" for p in chosen.per_table.values())
+
+
 def check_tune(tune) -> None:
     unknown = [p for p in tune.precisions if p not in PRECISIONS[1:]]
     if unknown or not tune.precisions:

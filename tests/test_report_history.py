@@ -373,3 +373,18 @@ def test_a_tiny_run_has_a_history_of_its_own_and_its_md_beside_it(tmp_path):
     assert md == history_md_path(path) == tmp_path / "history-tiny.md" and md.is_file()
     assert not (tmp_path / "history.jsonl").exists() and not (tmp_path / "history.md").exists()
     assert history_md_path(tmp_path / "history.jsonl") == tmp_path / "history.md"
+
+
+def test_a_schema_key_at_its_legacy_value_does_not_split_a_series(tmp_path):
+    """`model.output_key` (null) and `backend.mlp_output` joined the schema later: a run whose records carry
+    them at the value that measures what older records measured is of the same kind as those records."""
+    path = tmp_path / "history.jsonl"
+    old, new = records(healthy()), records(healthy())
+    for r in old:
+        r["config"] = {**(r.get("config") or {}), "model": {"name": "small", "embedding_dim": 16}}
+    for r in new:
+        r["config"] = {**(r.get("config") or {}), "model": {"name": "small", "embedding_dim": 16, "output_key": None}}
+    append_history(old, path, run_id="r1", timestamp="2025-01-01T00:00:00+00:00", git_sha="a")
+    append_history(new, path, run_id="r2", timestamp="2025-01-02T00:00:00+00:00", git_sha="b")
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert {line["model_config"] for line in lines if line["run_id"] == "r1"} == {line["model_config"] for line in lines if line["run_id"] == "r2"}

@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterable, Optional
 
 import pandas as pd
 
+from bench.config.identity import job_identity
 from bench.comparison import NOT_COMPARABLE, Tolerances, compare_metrics, finite, identity
 from bench.errors import UserError
 from bench.hashing import config_hash
@@ -141,7 +142,8 @@ def history_rows(records: Iterable[RunRecord | dict[str, Any]], *, run_id: str, 
         out["gate"] = (gate or {}).get(key)
         if isinstance(row.get("kernel_degraded"), str):  # degraded kernels under this row's speed (absent when healthy)
             out["kernel_degraded"] = row["kernel_degraded"]
-        config = latest[key].config or {}
+        # as the job's identity reads them: a key added to the schema at its legacy value splits no series
+        config = job_identity(latest[key].config or {})
         out.update({f"{part}_config": config_hash(config.get(part), length=8) for part in _CONFIGS})
         out.update({k: row[k] for k in _TEXT if isinstance(row.get(k), str) and row[k]})
         if isinstance(row.get("stable"), bool):  # timing noise flags; absent in older lines

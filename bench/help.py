@@ -37,7 +37,6 @@ COMMANDS = """\
   python -m bench.report DIR [--baseline DIR]        report and compare stored sweeps
   python -m bench.gate DIR                           re-run the gate on a stored report
   python -m bench dashboard REPORTS_DIR              a self-contained web page of the nightly history (trends, steps)
-  python -m bench.preprocess SRC... --out DIR        preprocess Criteo text files by hand
   python -m bench store check DIR                    check a record store: whole records, damage named by line
   python -m bench timing show|reset [--all]          the machine's timing caches: calibration, re-run log, kernel probe"""
 
@@ -83,17 +82,15 @@ def help_text() -> str:
     lines += [
         "  +backend.per_table={TABLE: TYPE}  per-table overrides (uint4 and the other TBE backends: int8/int4/...; fake_quant: bits)",
         "",
-        "Metrics of a record (bench/metrics.py): name± has a 95% interval; (unit ↑) higher is better, (unit ↓) lower",
-        "is better, no arrow: context, not a goal; docs/metrics.md says what each means:",
+        "Metrics (bench/metrics.py, docs/metrics.md): name± has a 95% interval; (unit ↑) higher is better, (unit ↓) lower:",
         *metrics.describe(),
         "",
         "Outputs:",
         OUTPUTS,
         "",
-        "Exit codes: 0 ok; 1 a gate rule failed or a job errored (any sweep with an errored job; skipped jobs are",
-        "not errors); 2 bad input (an unknown key or option, a value",
-        "out of range, a missing data file, a folder that cannot be written), one line before any work; 3 the",
-        "harness itself failed, one line naming the stage. Hydra's own flags: python -m bench --hydra-help.",
+        "Exit codes: 0 ok; 1 a gate rule failed or a job errored (skipped jobs are not errors); 2 bad input (an unknown",
+        "key or option, a value out of range, a missing data file, a folder that cannot be written), one line before any",
+        "work; 3 the harness itself failed, one line naming the stage. Hydra's own flags: python -m bench --hydra-help.",
     ]
     return "\n".join(lines)
 

@@ -34,7 +34,7 @@ from torch import nn
 
 from bench import registry
 from bench.backends.backend import Backend
-from bench.backends.linear import MLP_CHOICES, MODES, check_choice, quantize_int8
+from bench.backends.linear import MLP_CHOICES, MODES, OUTPUT_CHOICES, check_choice, quantize_int8
 from bench.backends.modules import require_embedding_bag_collections
 from bench.batch import Batch
 from bench.config import BackendConfig
@@ -65,6 +65,7 @@ class PsRedisConfig(BackendConfig):
     timeout_s: float = 10.0  # client socket timeout: a dead or hung server ends the job within it
     mlp: Optional[str] = None  # fp32 | int8; null: the in-memory twin's (fp32 for fp32 rows, else int8)
     mlp_mode: str = "dynamic"  # dynamic | static, for an int8 MLP
+    mlp_output: str = "fp32"  # fp32 | int8: the MLP's output layers, as the in-memory twin's (bench.backends.linear)
 
 
 @register("backend", "ps_redis", config=PsRedisConfig, in_sweeps=False)  # its own sweep: +sweep=ps
@@ -89,6 +90,7 @@ class PsRedisBackend(Backend):
             Location.parse(cfg.url)
         check_choice(self.mlp, MLP_CHOICES, "backend.mlp")
         check_choice(cfg.mlp_mode, MODES, "backend.mlp_mode")
+        check_choice(cfg.mlp_output, OUTPUT_CHOICES, "backend.mlp_output")
 
     @property
     def mlp(self) -> str:
@@ -97,7 +99,8 @@ class PsRedisBackend(Backend):
     def twin(self) -> dict:
         """Config of the in-memory backend with the same row bytes and kernel (the same scores when the MLP matches)."""
         name = TWINS[self.cfg.precision]
-        return {"name": name} if name == "fp32" else {"name": name, "mlp": self.mlp, "mlp_mode": self.cfg.mlp_mode}
+        return {"name": name} if name == "fp32" else {"name": name, "mlp": self.mlp, "mlp_mode": self.cfg.mlp_mode,
+                                                       "mlp_output": self.cfg.mlp_output}
 
     def record_name(self) -> str:
         cfg = self.cfg
@@ -132,7 +135,7 @@ class PsRedisBackend(Backend):
         prepared = PsModel(served, list(stand_ins.values()), weights, self.cfg.url, self.cfg.timeout_s)
         prepared.open()  # the server and the rows, before calibration needs them
         if self.mlp == "int8":
-            quantize_int8(served, self.cfg.mlp_mode, calibration_batches, device)
+            quantize_int8(served, self.cfg.mlp_mode, calibration_batches, device, self.cfg.mlp_output)
         return prepared
 
     def before_timing(self, prepared: nn.Module, warmup_calls: int) -> None:

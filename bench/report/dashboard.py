@@ -228,7 +228,10 @@ def build_site(reports_dir: Path, out_dir: Path, cfg: Tolerances) -> tuple[Path,
 
     files = sorted(p for p in Path(reports_dir).rglob(HISTORY_FILE) if out_dir not in p.parents)
     if not files:
-        raise UserError(f"no {HISTORY_FILE} under {reports_dir}: run `python -m bench +sweep=nightly` first (it keeps the history)")
+        tiny = sorted(Path(reports_dir).rglob("history-*.jsonl"))
+        beside = (f"; only {', '.join(str(p) for p in tiny)} (+preset=tiny runs keep their own history: run one with "
+                  f"gate.history_name={HISTORY_FILE} to draw it)") if tiny else ""
+        raise UserError(f"no {HISTORY_FILE} under {reports_dir}: run `python -m bench +sweep=nightly` first (it keeps the history){beside}")
     out_dir.mkdir(parents=True, exist_ok=True)
     sections, summary = [], {"charts": {}, "steps": []}
     for path in files:

@@ -36,15 +36,15 @@ def _pct(x) -> str:
 def ps_rows(latest: dict[tuple, RunRecord], workload: str, device: str) -> list[tuple[tuple, RunRecord]]:
     return sorted(
         ((k, r) for k, r in latest.items() if k[:2] == (workload, device) and r.status == "ok" and (r.metrics or {}).get("ps_twin")),
-        key=lambda kr: (kr[1].metrics.get("ps_precision", ""), kr[1].metrics.get("ps_cache_fraction") or 0, kr[0][3]),
+        key=lambda kr: (kr[1].metrics.get("ps_precision", ""), kr[1].metrics.get("ps_cache_fraction") or 0, kr[0][-1]),
     )
 
 
 def ps_section(latest: dict[tuple, RunRecord], workload: str, device: str) -> list[str]:
     rows = []
-    for (w, d, backend, bs), r in ps_rows(latest, workload, device):
+    for (w, d, backend, *placement, bs), r in ps_rows(latest, workload, device):  # placement: sharding, world size
         m = r.metrics
-        twin = latest.get((w, d, m["ps_twin"], bs))
+        twin = latest.get((w, d, m["ps_twin"], *placement, bs))
         vs = fmt.DASH
         if twin is not None and twin.status == "ok" and trials(r) and trials(twin):
             vs = f"{fmt.ratio_ci(*ratio_interval(trials(r), trials(twin)))} {m['ps_twin']}"

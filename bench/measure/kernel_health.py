@@ -26,6 +26,7 @@ variables that steer the kernels, so a cache never outlives a change of any of t
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import time
@@ -100,7 +101,7 @@ def _time_lookups() -> dict[str, float]:
 
     g = torch.Generator().manual_seed(0)
     ids = _ids(g)
-    turn = iter(range(10**9))
+    turn = itertools.count()  # each call takes the next batch of fresh ids
     offsets = torch.arange(0, TABLES * BATCH + 1, dtype=torch.int32)
     rows = TABLES * BATCH
     out: dict[str, float] = {}

@@ -20,6 +20,7 @@ import numpy as np
 
 from bench.config import ServeConfig
 from bench.metrics import LATENCY_MS, SAMPLES_PER_S
+from bench.serve import timeline
 from bench.serve.queries import QuerySet
 from bench.serve.sut import ServingSystem
 
@@ -34,7 +35,10 @@ class LogError(RuntimeError):
     """LoadGen's log is missing or lacks what every run writes."""
 
 
-def settings(cfg: ServeConfig, mode: str, target_qps: float, n_samples: int, seed: int) -> lg.TestSettings:
+def settings(cfg: ServeConfig, mode: str, target_qps: float, n_samples: int, seed: int, draw: int = 0,
+             min_queries: int | None = None) -> lg.TestSettings:
+    """`draw` numbers the runs at one target: 0 takes the seeds from `seed` alone, each later one fresh
+    seeds from (seed, draw); `min_queries` (the step's size) replaces serve.min_query_count."""
     name, scenario = SCENARIOS[cfg.scenario]
     s = lg.TestSettings()
     # conf_type 0: mlperf.conf alone. A user.conf (conf_type 1) counts process-wide, and every run after
@@ -48,11 +52,12 @@ def settings(cfg: ServeConfig, mode: str, target_qps: float, n_samples: int, see
     s.offline_expected_qps = float(target_qps)
     s.server_target_latency_ns = int(round(cfg.bound_ms * 1e6))
     s.min_duration_ms = int(round(cfg.min_duration_s * 1000))
-    if cfg.min_query_count is not None:
-        s.min_query_count = int(cfg.min_query_count)
+    if min_queries is not None or cfg.min_query_count is not None:
+        s.min_query_count = int(min_queries if min_queries is not None else cfg.min_query_count)
     s.performance_sample_count_override = n_samples  # the whole query set stays resident
     if cfg.loadgen_seeds == "harness":
-        qsl, index, schedule = np.random.SeedSequence(seed).generate_state(3, np.uint64)
+        entropy = seed if draw == 0 else [seed, draw]
+        qsl, index, schedule = np.random.SeedSequence(entropy).generate_state(3, np.uint64)
         s.qsl_rng_seed, s.sample_index_rng_seed, s.schedule_rng_seed = int(qsl), int(index), int(schedule)
     return s
 
@@ -73,7 +78,9 @@ def run(system: ServingSystem, queries: QuerySet, test: lg.TestSettings, log_dir
         batching = system.stop()
         lg.DestroyQSL(qsl)
         lg.DestroySUT(sut)
-    return {**read_step(log_dir), "batching": batching}
+    system.timeline.write(log_dir / timeline.FILE)  # the SUT's own times per query, beside LoadGen's logs
+    return {**read_step(log_dir), "batching": batching, "threads": system.threads_used(),
+            "timeline": str(log_dir / timeline.FILE)}
 
 
 def read_detail(path: Path) -> dict[str, Any]:

@@ -1,14 +1,14 @@
 """The bracketed search over target QPS, driven by a stand-in step that judges a fixed limit (no LoadGen)."""
 
+from bench.serve.qps_search import clear, find_max_qps
 from bench.serve.scenario import round_qps
-from bench.serve.qps_search import find_max_qps
 
 
 def limit(at, noisy=()):
     """A step VALID at or below `at` QPS (except at the loads in `noisy`), and the targets it was asked for."""
     asked = []
 
-    def step(qps):
+    def step(qps, draw=0):
         asked.append(qps)
         valid = qps <= at and qps not in noisy
         return {"target_qps": qps, "validity": "VALID" if valid else "INVALID", "latency_ms": {"p99": qps / at * 50}}
@@ -36,7 +36,7 @@ def test_steps_down_from_an_invalid_start():
 def test_stops_after_max_steps_with_what_it_has():
     step, asked = limit(1000)
     s = find_max_qps(step, 10, 1.5, 0.1, 3, 1)
-    assert len(asked) == 3 and s.lowest_invalid is None and s.stop == "3 steps (serve.max_steps)"
+    assert len(asked) == 3 and s.lowest_invalid is None and s.stop == "3 targets (serve.max_steps)"
     assert s.as_metrics()["max_qps"] == s.highest_valid
 
 
@@ -54,15 +54,48 @@ def test_a_hopeless_search_stops_at_its_first_invalid_step():
     assert asked == [3] and s.stop == "the queries alone take longer than the bound"
 
 
-def test_a_verdict_that_flips_at_the_same_load_is_reported_not_hidden():
-    verdicts = iter(["VALID", "INVALID"])  # the machine's load changed between two runs at one target
-
-    def step(qps):
-        return {"target_qps": qps, "validity": next(verdicts)}
-
+def test_a_target_that_rounds_to_one_already_judged_ends_the_search():
+    step, asked = limit(1000)
     s = find_max_qps(step, 100, 1.5, 0.1, 20, 1, snap=lambda q: 100.0)
-    assert (s.highest_valid, s.lowest_invalid) == (100.0, 100.0) and not s.monotonic
-    assert "INVALID below a VALID" in s.stop and len(s.steps) == 2
+    assert asked == [100] and "already judged" in s.stop and s.monotonic
+
+
+def run_of(validity, late, queries=1200, p99=40.0):
+    return {"validity": validity, "overlatency_queries": late, "queries": queries, "bound_ms": 60.0, "latency_ms": {"p99": p99}}
+
+
+def test_only_a_run_near_the_bound_is_judged_again():
+    assert clear(run_of("VALID", 0, p99=25.0))  # no late query, p99 under half the bound
+    assert not clear(run_of("VALID", 0, p99=45.0)) and not clear(run_of("VALID", 2, p99=25.0))
+    assert clear(run_of("INVALID", 120)) and not clear(run_of("INVALID", 5))  # 10% late: far beyond; 5 of 1,200: near
+
+
+def test_a_target_near_the_bound_is_run_until_a_majority_agrees():
+    verdicts = {(100, 0): "INVALID", (100, 1): "VALID", (100, 2): "VALID", (150, 0): "INVALID", (150, 1): "INVALID"}
+    asked = []
+
+    def step(qps, draw):  # near the bound at both targets: a few late queries, p99 close to it
+        asked.append((qps, draw))
+        v = verdicts.get((qps, draw), "INVALID")
+        return {**run_of(v, 1 if v == "VALID" else 4, p99=50.0), "target_qps": qps}
+
+    s = find_max_qps(step, 100, 1.5, 0.1, 2, 1, judgments=3)
+    assert asked == [(100, 0), (100, 1), (100, 2), (150, 0), (150, 1)]  # 1 of 3 against at 100; 2 of 2 at 150
+    assert (s.highest_valid, s.lowest_invalid) == (100, 150)
+    m = s.as_metrics()
+    assert m["evidence"] == "VALID 2/3 at 100, INVALID 2/2 at 150" and len(m["steps"]) == 5
+    assert [j["runs"] for j in m["judgments"]] == [3, 2] and m["latency_ms"] == s.judged[0].runs[2]["latency_ms"]
+
+
+def test_a_clear_first_run_settles_its_target():
+    asked = []
+
+    def step(qps, draw):
+        asked.append((qps, draw))
+        return {**(run_of("VALID", 0, p99=10.0) if qps < 120 else run_of("INVALID", 600, p99=900.0)), "target_qps": qps}
+
+    s = find_max_qps(step, 100, 1.5, 0.5, 20, 1, judgments=3)
+    assert asked == [(100, 0), (150, 0)] and s.evidence() == "VALID 1/1 at 100, INVALID 1/1 at 150"
 
 
 def test_round_qps_keeps_three_digits():

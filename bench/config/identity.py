@@ -10,6 +10,12 @@ what a record without them measured, or where they do not apply:
   change what an int8-MLP job measures, so such a job has a new identity: resume measures it again and the
   history starts its series anew, rather than comparing the output layer in fp32 against records that had
   it in int8.
+- `serve.judgments` (runs per Server target), `serve.step_late_share` (each run's size from LoadGen's early
+  stopping) and the test-only `serve.test_stall_ms`: 1, null and null are what records before them
+  measured (one run per target, min_query_count alone, no planted stall). Their defaults (3 and 0.3), and
+  the longer `serve.max_search_s` (120 s, was 60), do change what a Server job measures: such a job has a
+  new identity, so resume does not hand back a search whose every target was judged once as if it were
+  the new, re-judged one.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-LEGACY = {("model", "output_key"): None, ("backend", "mlp_output"): "int8"}
+LEGACY = {("model", "output_key"): None, ("backend", "mlp_output"): "int8", ("serve", "judgments"): 1,
+          ("serve", "step_late_share"): None, ("serve", "test_stall_ms"): None}
 
 
 def job_identity(resolved: dict[str, Any]) -> dict[str, Any]:

@@ -309,17 +309,25 @@ class ServeConfig:
     # measured), up or down by qps_factor until LoadGen's verdict flips, then halving the bracket until
     # its ends are within qps_resolution of each other, max_steps runs were made, or the next run would
     # take the search past max_search_s (a run lasts min_duration_s, or min_query_count / QPS if longer).
+    # A target near the bound is run again, up to `judgments` runs, until a majority agrees (bench.serve.qps_search);
+    # max_steps counts targets, max_search_s every run. Each Server run holds at least the queries with which
+    # LoadGen's early stopping passes a run whose late queries are `step_late_share` of what the percentile
+    # allows (0.3 at p99: 0.3% late, 1,157 queries); null: min_query_count alone (bench.serve.early_stopping).
     qps_start: Optional[float] = None
     qps_factor: float = 1.5
     qps_resolution: float = 0.1
     max_steps: int = 6
-    max_search_s: float = 60.0
+    max_search_s: float = 120.0
+    judgments: int = 3
+    step_late_share: Optional[float] = 0.3
     min_qps: float = 0.5  # the search gives up below this: no load meets the bound
     # Scenarios whose job also makes a LoadGen AccuracyOnly run (every sample once) and checks its AUC.
     accuracy_scenarios: list[str] = field(default_factory=lambda: ["offline"])
     # Backends that quantize activations per batch give scores that depend on which samples share a
     # batch: their accuracy-mode AUC must be within this of the offline AUC (the others: 1e-9).
     batch_dependent_auc_tolerance: float = 0.002
+    # Test-only: one model call of the job's first Server run sleeps this long (its 20th batch), a planted stall.
+    test_stall_ms: Optional[float] = None
 
     def validate(self) -> None:
         check_serve_config(self)
@@ -345,7 +353,9 @@ def check_serve_config(cfg) -> None:
         raise UserError(f"serve.max_wait_ms must not be negative, got {cfg.max_wait_ms}")
     if cfg.qps_factor <= 1:
         raise UserError(f"serve.qps_factor must be above 1, got {cfg.qps_factor}")
-    counts = {"workers": cfg.workers, "max_steps": cfg.max_steps, "fixed_pairs": cfg.fixed_pairs,
+    if cfg.step_late_share is not None and not 0 <= cfg.step_late_share < 1:
+        raise UserError(f"serve.step_late_share must be in [0, 1) (a share of the late queries the percentile allows), got {cfg.step_late_share}")
+    counts = {"workers": cfg.workers, "max_steps": cfg.max_steps, "fixed_pairs": cfg.fixed_pairs, "judgments": cfg.judgments,
               "max_samples": cfg.max_samples, "min_query_count": cfg.min_query_count}
     for key, value in counts.items():
         if value is not None and value < 1:

@@ -1,15 +1,26 @@
 """The highest Server load that meets the latency bound: a bracketed search over LoadGen's target QPS.
 
-Each step is a whole LoadGen run at one target QPS, judged VALID or INVALID by LoadGen itself (its p99
-bound with early stopping, its minimum duration and query count). From the first target the search
-moves up (after VALID) or down (after INVALID) by a factor until the verdict flips, then tries the
-geometric middle of the bracket until its ends are within the resolution or the steps are spent. The
-answer is the bracket: the highest VALID target and the lowest INVALID one. On a busy machine a lower
-load can fail where a higher one passed; the bracket then says so (`monotonic` false) instead of
-hiding a step.
+Each run is a whole LoadGen run at one target QPS, judged VALID or INVALID by LoadGen itself (its p99
+bound with early stopping, its minimum duration and query count). A target's verdict is a judgment:
+its first run settles it when the run is clear (VALID with no query over the bound and p99 within
+CLEAR_P99 of the bound; INVALID with at least CLEAR_LATE times the late share the percentile allows);
+otherwise, near the boundary, the target runs again, up to `judgments` runs, until a majority agrees.
+Every target is judged by that one rule, the bracket's ends included. Each rerun draws a fresh
+LoadGen schedule (its seeds derived from the run's number at that target), so a verdict holds for the
+load, not for one draw of arrival times: rerunning the same schedule would replay the same bursts.
+
+From the first target the search moves up (after VALID) or down (after INVALID) by a factor until the
+judged verdict flips, then tries the geometric middle of the bracket until its ends are within the
+resolution, `max_steps` targets were judged, or the next run would take it past the time budget. The
+answer is monotone: the max QPS is the highest VALID target below every INVALID one, and a VALID
+target above an INVALID one (the machine's load changed) is reported (`monotonic` false), not taken.
+
+Budget: `max_steps` counts targets, however many runs each took; the time budget counts every run. A
+judgment once begun runs to its majority, so a search can pass the budget by at most `judgments - 1`
+runs; a new target starts only when its first run fits.
 
 LoadGen's own FindPeakPerformance mode is not used: it judges its probes on the p99 bound without
-early stopping and reports only the peak, where this search keeps every step's verdict and percentiles.
+early stopping and reports only the peak, where this search keeps every run's verdict and percentiles.
 """
 
 from __future__ import annotations
@@ -22,38 +33,99 @@ from bench.metrics import LATENCY_MS, MAX_QPS, SAMPLES_PER_S, hi, lo
 
 Step = dict[str, Any]  # one LoadGen run (bench.serve.loadgen.read_step), with `target_qps` and `validity`
 
+CLEAR_P99 = 0.5  # a VALID first run with no late query and p99 within this share of the bound settles its target
+CLEAR_LATE = 10.0  # an INVALID first run with this many times the allowed late share (10% at p99) settles its target
+
+
+@dataclass
+class Judgment:
+    """The runs at one target and the verdict their majority gave."""
+
+    target_qps: float
+    runs: list[Step] = field(default_factory=list)
+
+    @property
+    def valid_runs(self) -> int:
+        return sum(1 for s in self.runs if s["validity"] == "VALID")
+
+    @property
+    def verdict(self) -> str:
+        return "VALID" if 2 * self.valid_runs > len(self.runs) else "INVALID"
+
+    def agreeing(self) -> int:
+        return self.valid_runs if self.verdict == "VALID" else len(self.runs) - self.valid_runs
+
+    def evidence(self) -> str:
+        return f"{self.verdict} {self.agreeing()}/{len(self.runs)} at {self.target_qps:g}"
+
+    def settled(self, judgments: int, percentile: float) -> bool:
+        if len(self.runs) == 1 and clear(self.runs[0], percentile):
+            return True
+        return self.agreeing() * 2 > judgments or len(self.runs) >= judgments
+
+    def as_metrics(self) -> dict[str, Any]:
+        return {"target_qps": self.target_qps, "verdict": self.verdict, "runs": len(self.runs),
+                "valid_runs": self.valid_runs, "evidence": self.evidence()}
+
+
+def clear(step: Step, percentile: float = 0.99) -> bool:
+    """A run whose verdict a rerun would not overturn: far inside the bound, or far beyond it."""
+    late, queries, p99 = step.get("overlatency_queries"), step.get("queries"), (step.get(LATENCY_MS) or {}).get("p99")
+    bound = step.get("bound_ms")
+    if late is None or not queries:
+        return True  # nothing to judge again on (a stand-in or a hopeless step)
+    if step["validity"] == "VALID":
+        return late == 0 and p99 is not None and bound is not None and p99 <= CLEAR_P99 * bound
+    return late >= round(CLEAR_LATE * (1 - percentile) * queries, 6)
+
 
 @dataclass
 class Search:
-    steps: list[Step] = field(default_factory=list)
+    judged: list[Judgment] = field(default_factory=list)
     stop: str = ""  # why the search ended
 
     @property
-    def valid(self) -> list[float]:
-        return [s["target_qps"] for s in self.steps if s["validity"] == "VALID"]
+    def steps(self) -> list[Step]:
+        return [s for j in self.judged for s in j.runs]
 
     @property
     def invalid(self) -> list[float]:
-        return [s["target_qps"] for s in self.steps if s["validity"] != "VALID"]
-
-    @property
-    def highest_valid(self) -> Optional[float]:
-        return max(self.valid, default=None)
+        return [j.target_qps for j in self.judged if j.verdict != "VALID"]
 
     @property
     def lowest_invalid(self) -> Optional[float]:
         return min(self.invalid, default=None)
 
     @property
+    def valid(self) -> list[float]:
+        """VALID targets below every INVALID one: what the search concludes the machine holds."""
+        hi = self.lowest_invalid
+        return [j.target_qps for j in self.judged if j.verdict == "VALID" and (hi is None or j.target_qps < hi)]
+
+    @property
+    def highest_valid(self) -> Optional[float]:
+        return max(self.valid, default=None)
+
+    @property
     def monotonic(self) -> bool:
-        lo, hi = self.highest_valid, self.lowest_invalid
-        return lo is None or hi is None or lo < hi
+        hi = self.lowest_invalid
+        return hi is None or all(j.target_qps < hi for j in self.judged if j.verdict == "VALID")
+
+    def judgment(self, qps: Optional[float]) -> Optional[Judgment]:
+        return next((j for j in self.judged if j.target_qps == qps), None)
 
     def at_max(self) -> Optional[Step]:
-        """The step at the highest VALID target, or, when none was VALID, the lowest load tried."""
-        if self.highest_valid is not None:
-            return next(s for s in self.steps if s["validity"] == "VALID" and s["target_qps"] == self.highest_valid)
-        return min(self.steps, key=lambda s: s["target_qps"], default=None)
+        """The last VALID run at the max QPS, or, when none was VALID, the last run at the lowest load tried."""
+        j = self.judgment(self.highest_valid)
+        if j is not None:
+            return [s for s in j.runs if s["validity"] == "VALID"][-1]
+        low = min(self.judged, key=lambda j: j.target_qps, default=None)
+        return low.runs[-1] if low else None
+
+    def evidence(self) -> str:
+        """'VALID 3/3 at 410, INVALID 2/3 at 454': the judgments at the bracket's ends."""
+        ends = [self.judgment(q) for q in (self.highest_valid, self.lowest_invalid)]
+        return ", ".join(j.evidence() for j in ends if j is not None)
 
     def as_metrics(self) -> dict[str, Any]:
         at = self.at_max() or {}
@@ -63,32 +135,41 @@ class Search:
             hi(MAX_QPS): self.lowest_invalid,
             "monotonic": self.monotonic,
             "search_stop": self.stop,
+            "evidence": self.evidence(),
+            "judgments": [j.as_metrics() for j in self.judged],
             LATENCY_MS: at.get(LATENCY_MS),
             SAMPLES_PER_S: at.get(SAMPLES_PER_S),
             "steps": self.steps,
         }
 
 
-def find_max_qps(run_step: Callable[[float], Step], start: float, factor: float, resolution: float, max_steps: int,
+def find_max_qps(run_step: Callable[[float, int], Step], start: float, factor: float, resolution: float, max_steps: int,
                  min_qps: float, snap: Callable[[float], float] = float, hopeless: Optional[str] = None,
-                 budget: Optional[tuple[float, Callable[[float], float]]] = None) -> Search:
-    """`snap` rounds each next target; `hopeless` (a reason) ends the search at its first INVALID step
-    instead of stepping down, when no lower load can meet the bound; `budget` (seconds, and a run's
-    expected length at a target) ends it before a step that would go past the seconds."""
+                 budget: Optional[tuple[float, Callable[[float], float]]] = None, judgments: int = 1,
+                 percentile: float = 0.99) -> Search:
+    """`run_step(qps, n)` runs LoadGen at qps for the n-th time at that target (0 first); `snap` rounds each
+    next target; `hopeless` (a reason) ends the search at its first INVALID target instead of stepping down,
+    when no lower load can meet the bound; `budget` (seconds, and a run's expected length at a target) ends
+    it before a target whose first run would go past the seconds; `judgments` is the most runs per target."""
     search = Search()
     qps, spent = start, 0.0
     while True:
-        step = run_step(qps)
-        search.steps.append(step)
-        spent += budget[1](qps) if budget else 0.0
+        judgment = Judgment(qps)
+        search.judged.append(judgment)
+        while True:
+            judgment.runs.append(run_step(qps, len(judgment.runs)))
+            spent += budget[1](qps) if budget else 0.0
+            if judgment.settled(judgments, percentile):
+                break
         lo, hi = search.highest_valid, search.lowest_invalid
-        if hopeless and step["validity"] != "VALID":
+        if hopeless and judgment.verdict != "VALID":
             search.stop = hopeless
             return search
+        if not search.monotonic:
+            search.stop = (f"a load of {hi:g} QPS was judged INVALID below a VALID "
+                           f"{max(j.target_qps for j in search.judged if j.verdict == 'VALID'):g} QPS: the machine's load changed between runs")
+            return search
         if lo is not None and hi is not None:
-            if lo >= hi:
-                search.stop = f"a load of {hi:g} QPS was INVALID below a VALID {lo:g} QPS: the machine's load changed between steps"
-                return search
             if hi / lo <= 1 + resolution:
                 search.stop = f"bracket within {resolution:.0%}"
                 return search
@@ -100,9 +181,12 @@ def find_max_qps(run_step: Callable[[float], Step], start: float, factor: float,
                 return search
         else:
             qps = snap(lo * factor)
-        if len(search.steps) >= max_steps:
-            search.stop = f"{max_steps} steps (serve.max_steps)"
+        if search.judgment(qps) is not None:
+            search.stop = f"the next target rounds to {qps:g} QPS, already judged"
+            return search
+        if len(search.judged) >= max_steps:
+            search.stop = f"{max_steps} targets (serve.max_steps)"
             return search
         if budget and spent + budget[1](qps) > budget[0]:
-            search.stop = f"the next step ({qps:g} QPS) would take the search past {budget[0]:g} s (serve.max_search_s)"
+            search.stop = f"the next target ({qps:g} QPS) would take the search past {budget[0]:g} s (serve.max_search_s)"
             return search

@@ -32,6 +32,10 @@ from bench.pipeline.job import PERFORMANCE_ONLY, backend_scores
 from bench.pipeline.shared import SharedWork
 from bench.serve import loadgen
 from bench.serve.accuracy_log import accuracy_check
+from bench.serve import timeline
+from bench.serve.early_stopping import queries_for_share, what_a_step_tells
+from bench.serve.late import batches, explain
+from bench.serve.queue import ServiceModel, max_rate
 from bench.serve.queries import QuerySet
 from bench.serve.qps_search import find_max_qps
 from bench.serve.sut import ServingSystem, predict
@@ -42,6 +46,9 @@ LIGHT_LOAD = 0.2  # share of the capacity where queueing adds little to a query'
 # The first target, as a share of the full-batch capacity: lower steps run longer (min_query_count / QPS),
 # so the search starts low and climbs; serving small batches under a bound reaches well below capacity.
 FIRST_LOAD = 0.25
+# With a queue estimate from the warm-up (optimistic: it leaves out the spread of service times), the first
+# target is this share of it: one step up by qps_factor then lands near the estimate.
+FIRST_OF_ESTIMATE = 0.6
 
 
 def measure_serving(cfg: Config, backend: Backend, device: torch.device, work: SharedWork) -> dict[str, Any]:
@@ -52,7 +59,8 @@ def measure_serving(cfg: Config, backend: Backend, device: torch.device, work: S
     work.release_leftovers(cfg, backend, device)
     prepared = work.prepared(cfg, backend, model, workload, device)
     queries = QuerySet.from_eval(work.split_batches(cfg, workload, "eval"), serve, cfg.seed)
-    runs = Runs(cfg, ServingSystem(prepared, queries, device, cfg.batch_size, serve.max_wait_ms / 1000, serve.workers),
+    stall_s = serve.test_stall_ms / 1000 if serve.test_stall_ms is not None else None
+    runs = Runs(cfg, ServingSystem(prepared, queries, device, cfg.batch_size, serve.max_wait_ms / 1000, serve.workers, stall_s),
                 queries, job_dir(cfg) / "loadgen")
     warm = warm_up(prepared, queries, device, cfg.batch_size)
     metrics: dict[str, Any] = {
@@ -91,15 +99,19 @@ class Runs:
     def __init__(self, cfg: Config, system: ServingSystem, queries: QuerySet, logs: Path) -> None:
         self.cfg, self.system, self.queries, self.logs = cfg, system, queries, logs
 
-    def run(self, mode: str, qps: float, name: str) -> dict[str, Any]:
-        """One run; the step as LoadGen's log tells it, with pairs/s (samples/s x the pairs per sample served)."""
+    def run(self, mode: str, qps: float, name: str, draw: int = 0, min_queries: int | None = None) -> dict[str, Any]:
+        """One run; the step as LoadGen's log tells it, with pairs/s (samples/s x the pairs per sample served);
+        `draw` and `min_queries` as in loadgen.settings."""
         log_dir = self.logs / name
         log_dir.mkdir(parents=True, exist_ok=True)
-        test = loadgen.settings(self.cfg.serve, mode, qps, len(self.queries), self.cfg.seed)
+        test = loadgen.settings(self.cfg.serve, mode, qps, len(self.queries), self.cfg.seed, draw, min_queries)
         step = loadgen.run(self.system, self.queries, test, log_dir)
         rows = step["batching"]
         pairs_per_sample = (rows["rows_per_batch"] / rows["samples_per_batch"]) if rows["batches"] else None
         step[PAIRS_PER_S] = step[SAMPLES_PER_S] * pairs_per_sample if step[SAMPLES_PER_S] and pairs_per_sample else None
+        if step["scenario"] == "Server" and mode == "performance":
+            step["draw"] = draw
+            step["late"] = explain(self.system.timeline.frame(), self.cfg.serve.bound_ms, step["overlatency_queries"])
         return step
 
 
@@ -113,17 +125,73 @@ def server(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any]) -> float:
         largest = int(queries.sizes.max())
         hopeless = (f"no load can meet the bound: one query at a time, the p99 of the service times is {floor:.1f} ms "
                     f"(the largest query, {largest} pairs, takes {warm['query_alone_ms'][str(largest)]:.1f} ms)")
-    start = serve.qps_start or round_qps(warm["capacity_samples_per_s"] * (LIGHT_LOAD if hopeless else FIRST_LOAD))
+    step_queries = max(serve.min_query_count or 0, queries_for_share(serve.step_late_share) if serve.step_late_share is not None else 0)
+    metrics["step_queries"] = step_queries or None
+    metrics["step_tells"] = what_a_step_tells(step_queries) if step_queries else None
+    estimate = warm_up_queue_qps(warm, queries, runs)
+    metrics["queue_qps_warm_up"] = estimate
+    if serve.qps_start:
+        start = serve.qps_start
+    elif hopeless or not estimate:
+        start = round_qps(warm["capacity_samples_per_s"] * (LIGHT_LOAD if hopeless else FIRST_LOAD))
+    else:
+        start = round_qps(estimate * FIRST_OF_ESTIMATE)
     numbers = iter(range(1, 10_000))
 
     def seconds(qps: float) -> float:  # how long LoadGen runs at this target
-        return max(serve.min_duration_s, (serve.min_query_count or 0) / qps)
+        return max(serve.min_duration_s, step_queries / qps)
 
-    search = find_max_qps(lambda qps: runs.run("performance", qps, f"server_step{next(numbers)}_{qps:g}qps"), start,
-                          serve.qps_factor, serve.qps_resolution, serve.max_steps, serve.min_qps, round_qps, hopeless,
-                          (serve.max_search_s, seconds))
+    def run(qps: float, draw: int) -> dict[str, Any]:
+        name = f"server_step{next(numbers)}_{qps:g}qps" + (f"_run{draw + 1}" if draw else "")
+        return runs.run("performance", qps, name, draw, step_queries or None)
+
+    search = find_max_qps(run, start, serve.qps_factor, serve.qps_resolution, serve.max_steps, serve.min_qps, round_qps, hopeless,
+                          (serve.max_search_s, seconds), serve.judgments)
     metrics.update(search.as_metrics())
+    metrics["threads_used"] = search.steps[0]["threads"]
+    metrics["queue_estimate"] = measured_queue(search.steps, warm, queries, runs)
     return search.highest_valid or start
+
+
+def warm_up_queue_qps(warm: dict[str, Any], queries: QuerySet, runs: Runs) -> float | None:
+    """The queue estimate from the warm-up's times alone (each query size alone, full batches), no spread:
+    an optimistic first guess the search starts below."""
+    pairs, ms = warm_up_points(warm, queries)
+    serve = runs.cfg.serve
+    model = ServiceModel.fit(pairs, ms, with_spread=False)
+    return round_qps(max_rate(queries.sizes, model, runs.cfg.batch_size, serve.max_wait_ms / 1000, serve.bound_ms)) or None
+
+
+def warm_up_points(warm: dict[str, Any], queries: QuerySet) -> tuple[np.ndarray, np.ndarray]:
+    """(pairs, ms) of the warm-up's timings: each query size alone, and its full batches on average."""
+    alone = warm["query_alone_ms"]
+    pairs = [float(k) for k in alone]
+    ms = [float(v) for v in alone.values()]
+    full = warm.get("full_batch")
+    if full:
+        pairs.append(full["pairs"])
+        ms.append(full["ms"])
+    return np.asarray(pairs), np.asarray(ms)
+
+
+def measured_queue(steps: list[dict[str, Any]], warm: dict[str, Any], queries: QuerySet, runs: Runs) -> dict[str, Any] | None:
+    """The queue estimate from every batch the search's runs served (their sizes and times, spread and
+    tail included), with the warm-up's full batches to anchor the large sizes."""
+    pairs, ms = [], []
+    for s in steps:
+        path = Path(s.get("timeline") or "")
+        if not path.is_file():
+            continue
+        b = batches(timeline.read(path))
+        pairs.append(b["pairs"])
+        ms.append(b["ms"])
+    if not pairs:
+        return None
+    model = ServiceModel.fit(np.concatenate(pairs), np.concatenate(ms))
+    serve = runs.cfg.serve
+    qps = max_rate(queries.sizes, model, runs.cfg.batch_size, serve.max_wait_ms / 1000, serve.bound_ms)
+    return {"qps": round_qps(qps), "service": model.as_metrics(),
+            "method": "the SUT's batcher and one worker on Poisson arrivals, batch times from the search's measured batches"}
 
 
 def offline(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any]) -> float:
@@ -170,15 +238,15 @@ def round_qps(qps: float) -> float:
 
 
 def warm_up(module: nn.Module, queries: QuerySet, device: torch.device, max_rows: int, seconds: float = 1.0) -> dict[str, Any]:
-    """Full batches through the model (the first untimed) until `seconds` passed: the capacity in samples/s
-    that picks the first target; and one query of each size alone (ms by size, as text keys for JSON), the
+    """Full batches through the model (the first untimed) until `seconds` passed: the capacity in samples/s,
+    and their mean pairs and time; and one query of each size alone (ms by size, as text keys for JSON), the
     floor under any latency."""
     batches = _full_batches(queries, max_rows)
     predict(module, queries, batches[0], device, max_rows)
-    samples, start = 0, time.perf_counter()
+    samples, pairs, calls, start = 0, 0, 0, time.perf_counter()
     for indices in batches[1:] or batches:
         predict(module, queries, indices, device, max_rows)
-        samples += len(indices)
+        samples, pairs, calls = samples + len(indices), pairs + int(queries.sizes[indices].sum()), calls + 1
         if time.perf_counter() - start > seconds:
             break
     elapsed = time.perf_counter() - start
@@ -186,8 +254,9 @@ def warm_up(module: nn.Module, queries: QuerySet, device: torch.device, max_rows
     for size in sorted(set(int(s) for s in queries.sizes)):
         index = int(np.flatnonzero(queries.sizes == size)[0])
         alone[str(size)] = _median_ms(lambda: predict(module, queries, [index], device, max_rows))
+    full = {"pairs": pairs / calls, "ms": elapsed * 1000 / calls}  # the full batches' mean size and time
     return {"capacity_samples_per_s": samples / elapsed, "capacity_batches": max(1, len(batches) - 1),
-            "query_alone_ms": alone}
+            "query_alone_ms": alone, "full_batch": full}
 
 
 def _full_batches(queries: QuerySet, max_rows: int, limit: int = 64) -> list[list[int]]:

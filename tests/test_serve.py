@@ -135,3 +135,21 @@ def test_a_prepared_module_held_from_the_last_job_is_not_refused_by_the_memory_g
     again, _ = run_job(serve_cfg("backend=uint4", "serve.scenario=offline", "serve.accuracy_scenarios=[]", "serve.max_wait_ms=3", tiny), session)
     other, _ = run_job(serve_cfg("backend=int8_tbe", "serve.scenario=offline", tiny), session)
     assert (first.status, again.status, other.status) == ("ok", "ok", "skipped")
+
+
+@pytest.mark.slow
+def test_a_single_planted_stall_is_judged_again_and_does_not_set_max_qps(serve_cfg):
+    # An easy load (150 QPS of 64-pair queries on the tiny model, about 1 ms each) whose first run holds one
+    # 150 ms sleep in a model call (serve.test_stall_ms, test-only): a dozen queries behind it go over the bound.
+    record, exc = run_job(serve_cfg("backend=fp32", "serve.qps_start=150", "serve.max_steps=1", "serve.step_late_share=0",
+                                    "serve.judgments=3", "serve.test_stall_ms=150", "serve.accuracy_scenarios=[]"))
+    assert exc is None and record.status == "ok", record.error
+    m = record.metrics
+    first, *again = m["steps"]
+    assert first["validity"] == "INVALID" and first["queries"] >= 459  # sized by early stopping (no late query allowed)
+    (stall,) = [s for s in first["late"]["stalls"] if s["ms"] >= 150]
+    assert first["late"]["causes"]["stall"] >= 1 and stall["late_behind"] >= 1 and " behind " in first["late"]["explanation"]
+    assert len(again) == 2 and all(s["draw"] == i for i, s in enumerate(again, 1))  # judged again, on fresh schedules
+    assert all(max(s["late"]["stalls"], key=lambda x: x["ms"], default={"ms": 0})["ms"] < 150 for s in again)  # planted once
+    assert [s["validity"] for s in again] == ["VALID", "VALID"]
+    assert m["max_qps"] == 150 and m["evidence"] == "VALID 2/3 at 150" and m["judgments"][0]["runs"] == 3

@@ -108,3 +108,20 @@ def test_stops_before_a_step_that_would_overrun_the_time_budget():
     s = find_max_qps(step, 100, 2.0, 0.1, 20, 1, budget=(60.0, seconds))
     # 100 (5 s), 50 (10 s), 25 (20 s) spent 35 s; 12.5 would run 40 s more
     assert asked == [100, 50, 25] and "past 60 s (serve.max_search_s)" in s.stop and s.highest_valid is None
+
+
+def test_the_new_serve_keys_keep_the_identity_of_jobs_that_leave_them_at_their_legacy_values():
+    import dataclasses
+
+    from bench.config.compose import compose
+    from bench.runner import job_hash
+
+    def resolved(*overrides):
+        return dataclasses.asdict(compose(["+preset=tiny", "+sweep=serve", *overrides]))
+
+    legacy = resolved("serve.judgments=1", "serve.step_late_share=null")
+    added = ("judgments", "step_late_share", "test_stall_ms")
+    stored_before = {**legacy, "serve": {k: v for k, v in legacy["serve"].items() if k not in added}}  # a record from before them
+    assert job_hash(legacy) == job_hash(stored_before)
+    assert job_hash(resolved()) != job_hash(stored_before)  # re-judged, longer steps: a new measurement
+    assert job_hash(resolved("serve.test_stall_ms=80")) != job_hash(resolved())

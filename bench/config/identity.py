@@ -13,7 +13,7 @@ what a record without them measured, or where they do not apply:
 - `serve.judgments` (runs per Server target), `serve.step_late_share` (each run's size from LoadGen's early
   stopping) and the test-only `serve.test_stall_ms`: 1, null and null are what records before them
   measured (one run per target, min_query_count alone, no planted stall). Their defaults (3 and 0.3), and
-  the longer `serve.max_search_s` (120 s, was 60), do change what a Server job measures: such a job has a
+  the longer `serve.max_search_s` (90 s, was 60), do change what a Server job measures: such a job has a
   new identity, so resume does not hand back a search whose every target was judged once as if it were
   the new, re-judged one.
 """

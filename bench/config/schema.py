@@ -317,7 +317,7 @@ class ServeConfig:
     qps_factor: float = 1.5
     qps_resolution: float = 0.1
     max_steps: int = 6
-    max_search_s: float = 120.0
+    max_search_s: float = 90.0
     judgments: int = 3
     step_late_share: Optional[float] = 0.3
     min_qps: float = 0.5  # the search gives up below this: no load meets the bound

@@ -30,7 +30,8 @@ COLUMNS = [
     *SERVE_KEY, "status", MAX_QPS, lo(MAX_QPS), hi(MAX_QPS), "monotonic", "search_stop", "steps", "validity",
     "latency_p50_ms", "latency_p90_ms", "latency_p99_ms", SAMPLES_PER_S, PAIRS_PER_S, "qps_ratio",
     "service_p99_ms", "pairs_mean", "auc_loadgen", "auc_offline", "auc_shift", "auc_tolerance", "auc_check",
-    "batch_dependent", "min_duration_s", "min_query_count", "threads", "loadgen_version", "error", "config_hash",
+    "batch_dependent", "min_duration_s", "min_query_count", "threads", "loadgen_version", "evidence", "queue_qps",
+    "queue_ratio", "offline_ratio", "step_queries", "step_tells", "threads_used", "error", "config_hash",
     "fingerprint", "created_at", "record_id",
 ]
 NOTES = [
@@ -95,7 +96,7 @@ def _row(key: tuple, r: RunRecord) -> dict[str, Any]:
         max_qps_lo=_num(m.get(lo(MAX_QPS))), max_qps_hi=_num(m.get(hi(MAX_QPS))),
         monotonic=m.get("monotonic"), search_stop=m.get("search_stop"),
         steps=len(m.get("steps") or []) or math.nan,
-        validity=" ".join(f"{s.get('target_qps'):g}:{s.get('validity')}" for s in m.get("steps") or []) or None,
+        validity=_validity(m),
         latency_p50_ms=_num(lat.get("p50")) if server else math.nan,
         latency_p90_ms=_num(lat.get("p90")) if server else math.nan,
         latency_p99_ms=_num(lat.get("p99")) if server else math.nan,
@@ -107,14 +108,34 @@ def _row(key: tuple, r: RunRecord) -> dict[str, Any]:
         auc_tolerance=_num(m.get("auc_tolerance")), auc_check=m.get("auc_check"), batch_dependent=m.get("batch_dependent"),
         min_duration_s=_num(serve.get("min_duration_s")), min_query_count=_num(serve.get("min_query_count")),
         threads=_num(m.get("threads")), loadgen_version=m.get("loadgen_version"),
+        evidence=m.get("evidence"), queue_qps=_num((m.get("queue_estimate") or {}).get("qps")),
+        step_queries=_num(m.get("step_queries")), step_tells=m.get("step_tells"), threads_used=_threads(m.get("threads_used")),
     )
+    row["queue_ratio"] = row["max_qps"] / row["queue_qps"] if server and row["queue_qps"] and row["queue_qps"] > 0 else math.nan
     return row
+
+
+def _validity(m: dict[str, Any]) -> str | None:
+    """Each target's verdict: with its runs where the target was judged ('410:VALID 3/3'), else each run's."""
+    if m.get("judgments"):
+        return " ".join(f"{j['target_qps']:g}:{j['verdict']} {j['valid_runs'] if j['verdict'] == 'VALID' else j['runs'] - j['valid_runs']}/{j['runs']}"
+                        for j in m["judgments"])
+    return " ".join(f"{s.get('target_qps'):g}:{s.get('validity')}" for s in m.get("steps") or []) or None
+
+
+def _threads(t: dict[str, Any] | None) -> str | None:
+    """'1 worker x 1 torch thread + 1 LoadGen issue thread on 2 cores: no core shared'."""
+    if not t:
+        return None
+    shared = "they share a core" if t["share_a_core"] else "one core each at most"
+    return (f"{t['workers']} worker(s) x {t['torch_threads_per_worker']} torch thread(s) + {t['loadgen_issue_threads']} "
+            f"LoadGen issue thread(s) on {t['cores']} cores: {shared}")
 
 
 def _at_max(m: dict[str, Any]) -> dict[str, Any]:
     """The step at the highest VALID target (none: {})."""
     best = m.get(lo(MAX_QPS))
-    return next((s for s in m.get("steps") or [] if s.get("validity") == "VALID" and s.get("target_qps") == best), {})
+    return ([s for s in m.get("steps") or [] if s.get("validity") == "VALID" and s.get("target_qps") == best] or [{}])[-1]
 
 
 def serve_table(records: Iterable[RunRecord | dict[str, Any]]) -> pd.DataFrame:
@@ -125,6 +146,12 @@ def serve_table(records: Iterable[RunRecord | dict[str, Any]]) -> pd.DataFrame:
     rows = [_row(k, r) for k, r in latest.items()]
     by_key = {tuple(row[c] for c in SERVE_KEY): row for row in rows}
     for row in rows:
+        if row["scenario"] == "server":  # Server max QPS against the same backend's Offline samples/s
+            off = by_key.get(tuple("offline" if c == "scenario" else None if c == "bound_ms" else row[c] for c in SERVE_KEY))
+            good = off is not None and off["status"] == "ok" and row["status"] == "ok" and off[SAMPLES_PER_S] > 0
+            row["offline_ratio"] = row[MAX_QPS] / off[SAMPLES_PER_S] if good else math.nan
+        else:
+            row["offline_ratio"] = math.nan
         base = by_key.get(tuple(BASELINE if c == "backend" else row[c] for c in SERVE_KEY))
         measure = MAX_QPS if row["scenario"] == "server" else SAMPLES_PER_S
         ok = base is not None and base["status"] == "ok" and row["status"] == "ok" and base[measure] > 0
@@ -174,25 +201,29 @@ def render_serve(df: pd.DataFrame, latest: dict[tuple, RunRecord], plots: list[P
         lines += ["## Server: max QPS under the p99 bound", ""]
         for (where, bound), g in server.groupby([server.apply(_where, axis=1), "bound_ms"], sort=False):
             lines += [f"{where}; p99 bound {bound:g} ms:", ""]
-            table = [[r.backend, f"{r.max_qps:g}", _bracket(r), fmt.count(r.pairs_per_s), fmt.ms(r.latency_p50_ms),
-                      fmt.ms(r.latency_p90_ms), fmt.ms(r.latency_p99_ms), _ratio(r.qps_ratio), r.validity or fmt.DASH]
-                     for r in g.itertuples(index=False)]
-            lines += [fmt.markdown_table(["backend", "max QPS", "bracket [VALID, INVALID]", "pairs/s", "p50 ms", "p90 ms",
-                                          "p99 ms", "vs fp32", "steps (target QPS: LoadGen's verdict)"], table, "lrlrrrrrl"), ""]
+            table = [[r.backend, f"{r.max_qps:g}", _bracket(r), r.evidence or fmt.DASH, fmt.count(r.pairs_per_s), fmt.ms(r.latency_p50_ms),
+                      fmt.ms(r.latency_p99_ms), _ratio(r.qps_ratio), fmt.number(r.queue_qps, 0), _ratio(r.queue_ratio),
+                      _ratio(r.offline_ratio), r.validity or fmt.DASH] for r in g.itertuples(index=False)]
+            lines += [fmt.markdown_table(["backend", "max QPS", "bracket [VALID, INVALID]", "evidence (runs agreeing)", "pairs/s", "p50 ms",
+                                          "p99 ms", "vs fp32", "queue estimate QPS", "vs queue", "vs Offline",
+                                          "targets (QPS: verdict, runs agreeing)"], table, "lrllrrrrrrrl"), ""]
             for r in g.itertuples(index=False):
                 if r.max_qps == 0 or r.monotonic is False:
                     lines.append(f"- {r.backend}: {r.search_stop}")
+                if not fmt.missing(r.queue_ratio) and r.queue_ratio < FAR_BELOW:
+                    lines.append(f"- **{r.backend}: {r.max_qps:g} QPS is {r.queue_ratio:.2f}x what a queue with its measured service "
+                                 f"times holds ({r.queue_qps:g} QPS)**: {_why_below(latest_by_id(latest)[r.record_id])}")
             lines.append("")
         lines += ["### Every step", ""]
         steps, by_id = [], {rec.record_id: rec for rec in latest.values()}
         for r in server.itertuples(index=False):
             for i, s in enumerate(by_id[r.record_id].metrics.get("steps") or [], 1):
                 lat = s.get(LATENCY_MS) or {}
-                steps.append([r.backend, i, f"{s.get('target_qps'):g}", s.get("validity"), fmt.number(s.get(SAMPLES_PER_S), 1),
-                              fmt.count(s.get(PAIRS_PER_S)), fmt.ms(lat.get("p50")), fmt.ms(lat.get("p90")), fmt.ms(lat.get("p99")),
-                              s.get("queries"), s.get("overlatency_queries"), fmt.first_line(s.get("early_stopping"), 120)])
-        lines += [fmt.markdown_table(["backend", "step", "target QPS", "LoadGen", "samples/s", "pairs/s", "p50 ms", "p90 ms",
-                                      "p99 ms", "queries", "over bound", "early stopping"], steps, "lrrlrrrrrrrl"), ""]
+                steps.append([r.backend, i, f"{s.get('target_qps'):g}", (s.get("draw") or 0) + 1, s.get("validity"),
+                              fmt.number(s.get(SAMPLES_PER_S), 1), fmt.ms(lat.get("p50")), fmt.ms(lat.get("p99")),
+                              s.get("queries"), s.get("overlatency_queries"), _why_late(s)])
+        lines += [fmt.markdown_table(["backend", "step", "target QPS", "run", "LoadGen", "samples/s", "p50 ms", "p99 ms",
+                                      "queries", "over bound", "why late (the SUT's clock)"], steps, "lrrrlrrrrrl"), ""]
     if not offline.empty:
         lines += ["## Offline: every query at once", ""]
         table = [[r.backend, fmt.number(r.samples_per_s, 1), fmt.count(r.pairs_per_s), _ratio(r.qps_ratio),
@@ -217,6 +248,28 @@ def render_serve(df: pd.DataFrame, latest: dict[tuple, RunRecord], plots: list[P
     return "\n".join(lines).rstrip() + "\n"
 
 
+FAR_BELOW = 0.5  # a Server max QPS under this share of the queue estimate is flagged
+
+
+def latest_by_id(latest: dict[tuple, RunRecord]) -> dict[str, RunRecord]:
+    return {rec.record_id: rec for rec in latest.values()}
+
+
+def _why_late(step: dict[str, Any]) -> str:
+    late = step.get("late") or {}
+    if not step.get("overlatency_queries") and not late.get("over_bound"):
+        return fmt.DASH
+    return late.get("explanation") or fmt.first_line(step.get("early_stopping"), 120)
+
+
+def _why_below(rec: RunRecord) -> str:
+    """What the runs at the lowest INVALID target said about their late queries, else why the search stopped."""
+    m = rec.metrics or {}
+    at = [s for s in m.get("steps") or [] if s.get("target_qps") == m.get(hi(MAX_QPS)) and s.get("validity") != "VALID"]
+    said = [f"at {s['target_qps']:g} QPS, {s['late']['explanation']}" for s in at if (s.get("late") or {}).get("explanation")]
+    return "; ".join(said) or m.get("search_stop") or "no run says why"
+
+
 def _run_lines(ok: pd.DataFrame) -> list[str]:
     if ok.empty:
         return []
@@ -225,7 +278,11 @@ def _run_lines(ok: pd.DataFrame) -> list[str]:
     threads = sorted({f"{x:g}" for x in ok["threads"].dropna()})
     versions = sorted({str(v) for v in ok["loadgen_version"].dropna()})
     compliant = all(float(d) >= 600 for d in durations)
-    return ["## Run settings", "",
+    used = sorted({t for t in ok["threads_used"].dropna()})
+    tells = sorted({t for t in ok["step_tells"].dropna()})
+    extra = ([f"Threads (Server): {'; '.join(used)}.", ""] if used else []) + (
+        [f"What one Server run can tell: {'; '.join(tells)}.", ""] if tells else [])
+    return ["## Run settings", "", *extra,
             f"LoadGen {', '.join(versions)}; each run lasted at least {', '.join(durations)} s and "
             f"{', '.join(counts)} queries (Offline: samples); {', '.join(threads)} torch thread(s). "
             + ("MLPerf's minimum duration (600 s) was met." if compliant else

@@ -31,7 +31,7 @@ def batches(frame: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """One entry per batch: its number, start and finish (s), pairs, wall and CPU time (ms)."""
     numbers, first = np.unique(frame["batch"], return_index=True)
     start, finish = frame["start_s"][first], frame["finish_s"][first]
-    return {"batch": numbers, "start_s": start, "finish_s": finish, "pairs": frame["batch_pairs"][first],
+    return {"batch": numbers, "start_s": start, "finish_s": finish, "pairs": frame["batch_pairs"][first].astype(np.int64),
             "ms": (finish - start) * 1000, "cpu_ms": frame["batch_cpu_ms"][first]}
 
 
@@ -104,7 +104,7 @@ def sentence(late: int, causes: dict[str, int], behind: dict[int, int], b: dict[
         cpu = b["cpu_ms"][worst]
         how = "its thread descheduled" if cpu < 0.5 * b["ms"][worst] else "computing"
         what = (f"one {b['ms'][worst]:.0f} ms stall at {b['start_s'][worst]:.2f} s" if len(behind) == 1 else
-                f"{len(behind)} stalls (the longest {b['ms'][worst]:.0f} ms at {b['start_s'][worst]:.2f} s)")
+                f"{len(behind)} stalls, the longest {b['ms'][worst]:.0f} ms at {b['start_s'][worst]:.2f} s")
         parts.append(f"{causes['stall']} behind {what} ({b['pairs'][worst]} pairs, typically {b['typical_ms'][worst]:.0f} ms; "
                      f"{cpu:.0f} ms of CPU: {how})")
     if causes["queueing"]:

@@ -134,8 +134,8 @@ def server(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any]) -> float:
         start = serve.qps_start
     elif hopeless or not estimate:
         start = round_qps(warm["capacity_samples_per_s"] * (LIGHT_LOAD if hopeless else FIRST_LOAD))
-    else:
-        start = round_qps(estimate * FIRST_OF_ESTIMATE)
+    else:  # not below the capacity share either: a warm-up on a busy core can guess far too low, and low targets run long
+        start = round_qps(max(estimate * FIRST_OF_ESTIMATE, warm["capacity_samples_per_s"] * FIRST_LOAD))
     numbers = iter(range(1, 10_000))
 
     def seconds(qps: float) -> float:  # how long LoadGen runs at this target

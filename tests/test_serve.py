@@ -17,9 +17,9 @@ from bench.store import read_records, save_record
 from tests.test_faults import FAST, fast_cfg, fast_models  # noqa: F401 (fixtures)
 
 REPO = Path(__file__).resolve().parents[1]
-# Short LoadGen runs over 32 samples of 64 pairs: a two-step search takes about a second.
+# Short LoadGen runs over 32 samples of 64 pairs, each target run once: a two-step search takes about a second.
 TINY_SERVE = ["+sweep=serve", "serve.fixed_pairs=64", "serve.min_duration_s=0.3", "serve.min_query_count=10",
-              "serve.max_steps=2", "serve.qps_start=150", "serve.max_wait_ms=1"]
+              "serve.max_steps=2", "serve.qps_start=150", "serve.max_wait_ms=1", "serve.judgments=1", "serve.step_late_share=null"]
 VERDICTS = ("VALID", "INVALID")
 
 

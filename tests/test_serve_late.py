@@ -48,7 +48,7 @@ def test_a_single_stall_is_named_with_the_queries_behind_it(tmp_path):
     assert out["over_bound"] == out["causes"]["stall"] >= 1 and out["causes"]["queueing"] == 0
     (stall,) = out["stalls"]
     assert stall["at_s"] == pytest.approx(1.0) and stall["ms"] == pytest.approx(95.0, abs=0.5) and stall["typical_ms"] == 4.0
-    assert out["explanation"].startswith(f"{out['over_bound']} over the bound (LoadGen counted 7 on its own clock): "
+    assert out["explanation"].startswith(f"{out['over_bound']} over the bound (LoadGen counted 7 on its own clock: the others lost their time before the SUT saw them): "
                                          f"{out['over_bound']} behind one 95 ms stall at 1.00 s")
 
 

@@ -128,8 +128,9 @@ def _threads(t: dict[str, Any] | None) -> str | None:
     if not t:
         return None
     shared = "they share a core" if t["share_a_core"] else "one core each at most"
+    busy = f", the process busy {t['process_cpu_per_s']:.2f} s of CPU per second at the max" if t.get("process_cpu_per_s") is not None else ""
     return (f"{t['workers']} worker(s) x {t['torch_threads_per_worker']} torch thread(s) + {t['loadgen_issue_threads']} "
-            f"LoadGen issue thread(s) on {t['cores']} cores: {shared}")
+            f"LoadGen issue thread(s) on {t['cores']} cores: {shared}{busy}")
 
 
 def _at_max(m: dict[str, Any]) -> dict[str, Any]:
@@ -202,7 +203,7 @@ def render_serve(df: pd.DataFrame, latest: dict[tuple, RunRecord], plots: list[P
         for (where, bound), g in server.groupby([server.apply(_where, axis=1), "bound_ms"], sort=False):
             lines += [f"{where}; p99 bound {bound:g} ms:", ""]
             table = [[r.backend, f"{r.max_qps:g}", _bracket(r), r.evidence or fmt.DASH, fmt.count(r.pairs_per_s), fmt.ms(r.latency_p50_ms),
-                      fmt.ms(r.latency_p99_ms), _ratio(r.qps_ratio), fmt.number(r.queue_qps, 0), _ratio(r.queue_ratio),
+                      fmt.ms(r.latency_p99_ms), _ratio(r.qps_ratio), fmt.DASH if fmt.missing(r.queue_qps) else f"{r.queue_qps:.3g}", _ratio(r.queue_ratio),
                       _ratio(r.offline_ratio), r.validity or fmt.DASH] for r in g.itertuples(index=False)]
             lines += [fmt.markdown_table(["backend", "max QPS", "bracket [VALID, INVALID]", "evidence (runs agreeing)", "pairs/s", "p50 ms",
                                           "p99 ms", "vs fp32", "queue estimate QPS", "vs queue", "vs Offline",

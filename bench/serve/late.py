@@ -95,7 +95,9 @@ def sentence(late: int, causes: dict[str, int], behind: dict[int, int], b: dict[
              service: np.ndarray, loadgen_late: int | None) -> str:
     """'7 over the bound: 6 behind one 95 ms stall at 2.31 s; 1 queueing (...)'; `wait` holds the queueing
     queries' waits, `service` the service-time queries' service."""
-    counted = "" if loadgen_late is None or loadgen_late == late else f" (LoadGen counted {loadgen_late} on its own clock)"
+    counted = "" if loadgen_late is None or loadgen_late == late else (
+        f" (LoadGen counted {loadgen_late} on its own clock" + (": the others lost their time before the SUT saw them)"
+                                                               if loadgen_late > late else ")"))
     if late == 0:
         return f"none over the bound on the SUT's clock{counted}"
     parts = []

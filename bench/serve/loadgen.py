@@ -11,6 +11,7 @@ recomputed; `mlperf_log_summary.txt` is its human-readable twin and is kept besi
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,14 +73,17 @@ def run(system: ServingSystem, queries: QuerySet, test: lg.TestSettings, log_dir
     sut = lg.ConstructSUT(system.issue, system.flush)
     qsl = lg.ConstructQSL(len(queries), len(queries), queries.check_indices, queries.check_indices)
     system.start()
+    wall, cpu = time.perf_counter(), time.process_time()
     try:
         lg.StartTestWithLogSettings(sut, qsl, test, log)
     finally:
         batching = system.stop()
         lg.DestroyQSL(qsl)
         lg.DestroySUT(sut)
+    # the whole process's CPU time per second of the run: the worker's share plus LoadGen's threads and Python's
+    process_cpu = (time.process_time() - cpu) / max(time.perf_counter() - wall, 1e-9)
     system.timeline.write(log_dir / timeline.FILE)  # the SUT's own times per query, beside LoadGen's logs
-    return {**read_step(log_dir), "batching": batching, "threads": system.threads_used(),
+    return {**read_step(log_dir), "batching": batching, "threads": {**system.threads_used(), "process_cpu_per_s": round(process_cpu, 3)},
             "timeline": str(log_dir / timeline.FILE)}
 
 

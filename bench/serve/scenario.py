@@ -148,7 +148,8 @@ def server(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any]) -> float:
     search = find_max_qps(run, start, serve.qps_factor, serve.qps_resolution, serve.max_steps, serve.min_qps, round_qps, hopeless,
                           (serve.max_search_s, seconds), serve.judgments)
     metrics.update(search.as_metrics())
-    metrics["threads_used"] = search.steps[0]["threads"]
+    at = search.at_max() or search.steps[0]
+    metrics["threads_used"] = at["threads"]  # at the max (or the lowest load tried)
     metrics["queue_estimate"] = measured_queue(search.steps, warm, queries, runs)
     return search.highest_valid or start
 

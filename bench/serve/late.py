@@ -104,7 +104,7 @@ def sentence(late: int, causes: dict[str, int], behind: dict[int, int], b: dict[
     if causes["stall"]:
         worst = max(behind, key=lambda i: b["ms"][i])
         cpu = b["cpu_ms"][worst]
-        how = "its thread descheduled" if cpu < 0.5 * b["ms"][worst] else "computing"
+        how = "its thread off a core most of that time" if cpu < DESCHEDULED * b["ms"][worst] else "computing"
         what = (f"one {b['ms'][worst]:.0f} ms stall at {b['start_s'][worst]:.2f} s" if len(behind) == 1 else
                 f"{len(behind)} stalls, the longest {b['ms'][worst]:.0f} ms at {b['start_s'][worst]:.2f} s")
         parts.append(f"{causes['stall']} behind {what} ({b['pairs'][worst]} pairs, typically {b['typical_ms'][worst]:.0f} ms; "

@@ -131,3 +131,23 @@ def test_a_serving_sweep_s_gate_writes_its_verdict_without_a_history(records, tm
     code = gate_sweep(tmp_path, {"rules": {"int8_tbe": {"min_qps_ratio": 1.2}}}, {})
     assert code == 1  # int8_tbe's Offline samples/s are 0.84x fp32's
     assert "min_qps_ratio" in (tmp_path / "gate.md").read_text() and not (tmp_path / "history.jsonl").exists()
+
+
+def test_the_evidence_the_queue_estimate_and_why_a_run_was_late_reach_serve_md(records, tmp_path):
+    fp32 = records[0]
+    m = {**fp32.metrics, "evidence": "VALID 1/1 at 300, INVALID 2/3 at 450", "queue_estimate": {"qps": 900.0},
+         "threads_used": {"workers": 1, "torch_threads_per_worker": 1, "loadgen_issue_threads": 1, "cores": 2,
+                          "share_a_core": False, "process_cpu_per_s": 0.4},
+         "step_tells": "a step of 1,157 queries passes early stopping with up to 4 late"}
+    m["steps"] = [*m["steps"][:2], {**m["steps"][2], "draw": 1, "late": {"over_bound": 70, "explanation": "70 over the bound: 70 queueing"}}]
+    again = dataclasses.replace(fp32, metrics=m, record_id="judged")
+    df = serve_table([again, *records[1:]])
+    server = row(df, "fp32", "server")
+    assert server.queue_ratio == pytest.approx(300 / 900) and server.offline_ratio == pytest.approx(300 / row(df, "fp32", "offline").samples_per_s)
+    write_report([again, *records[1:]], tmp_path, title="serve fixture")
+    text = (tmp_path / "serve.md").read_text()
+    assert "| fp32 | 300 | [300, 450] | VALID 1/1 at 300, INVALID 2/3 at 450 |" in text
+    assert "- **fp32: 300 QPS is 0.33x what a queue with its measured service times holds (900 QPS)**: at 450 QPS, 70 over the bound: 70 queueing" in text
+    assert "| fp32 | 3 | 450 | 2 | INVALID |" in text and "| 70 over the bound: 70 queueing |" in text  # the run, and why it was late
+    assert "1 worker(s) x 1 torch thread(s) + 1 LoadGen issue thread(s) on 2 cores: one core each at most" in text
+    assert "What one Server run can tell: a step of 1,157 queries" in text

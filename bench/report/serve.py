@@ -188,7 +188,8 @@ def console_lines(records: Iterable[RunRecord | dict[str, Any]]) -> list[str]:
     for row in df[df["status"] == "ok"].itertuples(index=False):
         ratio = "" if fmt.missing(row.qps_ratio) else f", {row.qps_ratio:.2f}x {BASELINE}'s"
         if row.scenario == "server":
-            out.append(f"  {row.backend} server (p99 bound {row.bound_ms:g} ms): max QPS {row.max_qps:g} {_bracket(row)}{ratio}")
+            evidence = f" ({row.evidence})" if isinstance(row.evidence, str) and row.evidence else ""
+            out.append(f"  {row.backend} server (p99 bound {row.bound_ms:g} ms): max QPS {row.max_qps:g} {_bracket(row)}{evidence}{ratio}")
         else:
             out.append(f"  {row.backend} offline: {fmt.count(row.samples_per_s)} samples/s{ratio}")
     return out

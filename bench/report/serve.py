@@ -259,8 +259,8 @@ def latest_by_id(latest: dict[tuple, RunRecord]) -> dict[str, RunRecord]:
 
 def _why_late(step: dict[str, Any]) -> str:
     late = step.get("late") or {}
-    if not step.get("overlatency_queries") and not late.get("over_bound"):
-        return fmt.DASH
+    if not step.get("overlatency_queries") and not late.get("over_bound"):  # INVALID for another reason: LoadGen's own
+        return fmt.DASH if step.get("validity") == "VALID" else fmt.first_line(step.get("invalid_reason") or step.get("early_stopping"), 120)
     return late.get("explanation") or fmt.first_line(step.get("early_stopping"), 120)
 
 

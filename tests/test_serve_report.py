@@ -149,5 +149,5 @@ def test_the_evidence_the_queue_estimate_and_why_a_run_was_late_reach_serve_md(r
     assert "| fp32 | 300 | [300, 450] | VALID 1/1 at 300, INVALID 2/3 at 450 |" in text
     assert "- **fp32: 300 QPS is 0.33x what a queue with its measured service times holds (900 QPS)**: at 450 QPS, 70 over the bound: 70 queueing" in text
     assert "| fp32 | 3 | 450 | 2 | INVALID |" in text and "| 70 over the bound: 70 queueing |" in text  # the run, and why it was late
-    assert "1 worker(s) x 1 torch thread(s) + 1 LoadGen issue thread(s) on 2 cores: one core each at most" in text
+    assert "Threads (Server): 1 worker(s) x 1 torch thread(s) + 1 LoadGen issue thread(s) on 2 cores: one core each at most." in text
     assert "What one Server run can tell: a step of 1,157 queries" in text

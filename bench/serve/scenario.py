@@ -128,7 +128,7 @@ def server(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any]) -> float:
     step_queries = max(serve.min_query_count or 0, queries_for_share(serve.step_late_share) if serve.step_late_share is not None else 0)
     metrics["step_queries"] = step_queries or None
     metrics["step_tells"] = what_a_step_tells(step_queries) if step_queries else None
-    estimate = warm_up_queue_qps(warm, queries, runs)
+    estimate = None if serve.qps_start or hopeless else warm_up_queue_qps(warm, queries, runs)  # only to pick the start
     metrics["queue_qps_warm_up"] = estimate
     if serve.qps_start:
         start = serve.qps_start

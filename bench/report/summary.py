@@ -105,12 +105,16 @@ def serving_summary(record: RunRecord) -> str:
     lines = [head]
     for s in m.get("steps") or []:
         lat = s.get(LATENCY_MS) or {}
-        lines.append(f"  {s.get('target_qps'):g} QPS target: {s.get('validity')}; {s.get(SAMPLES_PER_S) or 0:,.1f} samples/s, "
-                     f"{s.get(PAIRS_PER_S) or 0:,.0f} pairs/s; p50 {lat.get('p50') or 0:.1f} ms, p99 {lat.get('p99') or 0:.1f} ms")
+        run = f" (run {s['draw'] + 1})" if s.get("draw") else ""
+        why = (s.get("late") or {}).get("explanation") if s.get("validity") == "INVALID" else None
+        lines.append(f"  {s.get('target_qps'):g} QPS target{run}: {s.get('validity')}; {s.get(SAMPLES_PER_S) or 0:,.1f} samples/s, "
+                     f"{s.get(PAIRS_PER_S) or 0:,.0f} pairs/s; p50 {lat.get('p50') or 0:.1f} ms, p99 {lat.get('p99') or 0:.1f} ms"
+                     + (f"; {why}" if why else ""))
     if serve.get("scenario") == "server":
         low, high = m.get(lo(MAX_QPS)), m.get(hi(MAX_QPS))
         lines.append(f"  max QPS at the bound {m.get(MAX_QPS):g}, bracket [{'-' if low is None else f'{low:g}'}, "
-                     f"{'-' if high is None else f'{high:g}'}] ({m.get('search_stop')})")
+                     f"{'-' if high is None else f'{high:g}'}]" + (f", {m['evidence']}" if m.get("evidence") else "")
+                     + f" ({m.get('search_stop')})")
     if "auc_loadgen" in m:
         lines.append(f"  accuracy mode: AUC {m['auc_loadgen']:.6f} vs offline {m['auc_offline']:.6f} (shift {m['auc_shift']:+.2e}, "
                      f"allowed {m['auc_tolerance']:g}): {m['auc_check']}")

@@ -40,8 +40,12 @@ NOTES = [
     "× the pairs per sample the run served.",
     "**Server**: queries of one sample arrive at random (Poisson) at the target QPS; LoadGen judges each run "
     "VALID or INVALID (p99 latency within the bound, with early stopping, and the run's minimum duration and "
-    "query count). Max QPS is the highest target judged VALID; the bracket [highest VALID, lowest INVALID] "
-    "holds the true limit. 0 means no target met the bound. Latencies are LoadGen's, at the max-QPS step (where none was VALID, at the lowest load tried).",
+    "query count). A target near the bound runs again on fresh schedules until a majority of its runs agree "
+    "(evidence: \"VALID 2/3 at 410\" = 2 of 3 runs VALID); a clear first run settles it. Max QPS is the highest "
+    "target judged VALID below every INVALID one; the bracket [highest VALID, lowest INVALID] holds the true limit. "
+    "0 means no target met the bound. Latencies are LoadGen's, at the max-QPS step (where none was VALID, at the lowest load tried). "
+    "The queue estimate is the rate a simulated queue with the SUT's batcher and its measured batch times holds under the bound "
+    "(docs/serving.md); vs Offline is max QPS over the same backend's Offline samples/s.",
     "**Offline**: every query at once; samples/s as LoadGen measured it.",
     "Short runs (the default) judge fewer queries than MLPerf's 600 s runs, and early stopping tolerates fewer "
     "late queries in a short run, so a short run's max QPS is a conservative estimate, not a compliant result "

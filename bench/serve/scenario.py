@@ -3,7 +3,9 @@
 The job's workload, trained model and prepared backend come from the shared work, as in every other
 job. The eval split becomes LoadGen's query set; a warm-up times the model (full batches, and one query
 of each size alone) to pick the first target; then, in the Server scenario, a bracketed search for the
-highest target QPS LoadGen judges VALID under the p99 bound, or, in Offline, one run with every query
+highest target QPS LoadGen judges VALID under the p99 bound (each target near the bound judged by the
+majority of up to `serve.judgments` runs, each run's late queries named by cause, and the search's
+measured batch times turned into a queue estimate to compare it with), or, in Offline, one run with every query
 at once (run again, once, with LoadGen's measured rate when the first fell short of the minimum
 duration). Scenarios listed in `serve.accuracy_scenarios` end with an AccuracyOnly run whose AUC is
 checked against the offline AUC of the same rows. LoadGen's logs stay in the job's folder, one folder
@@ -30,14 +32,12 @@ from bench.metrics import LATENCY_MS, PAIRS_PER_S, SAMPLES_PER_S
 from bench.models.random_weights import RANDOM
 from bench.pipeline.job import PERFORMANCE_ONLY, backend_scores
 from bench.pipeline.shared import SharedWork
-from bench.serve import loadgen
+from bench.serve import late, loadgen, timeline
 from bench.serve.accuracy_log import accuracy_check
-from bench.serve import timeline
 from bench.serve.early_stopping import queries_for_share, what_a_step_tells
-from bench.serve.late import batches, explain
-from bench.serve.queue import ServiceModel, max_rate
-from bench.serve.queries import QuerySet
 from bench.serve.qps_search import find_max_qps
+from bench.serve.queries import QuerySet
+from bench.serve.queue import ServiceModel, max_rate
 from bench.serve.sut import ServingSystem, predict
 
 SAMPLE = "one LoadGen sample is one user's group of candidate pairs (rows); pairs/s = samples/s x the pairs per sample served"
@@ -111,7 +111,7 @@ class Runs:
         step[PAIRS_PER_S] = step[SAMPLES_PER_S] * pairs_per_sample if step[SAMPLES_PER_S] and pairs_per_sample else None
         if step["scenario"] == "Server" and mode == "performance":
             step["draw"] = draw
-            step["late"] = explain(self.system.timeline.frame(), self.cfg.serve.bound_ms, step["overlatency_queries"])
+            step["late"] = late.explain(self.system.timeline.frame(), self.cfg.serve.bound_ms, step["overlatency_queries"])
         return step
 
 
@@ -183,11 +183,14 @@ def measured_queue(steps: list[dict[str, Any]], warm: dict[str, Any], queries: Q
         path = Path(s.get("timeline") or "")
         if not path.is_file():
             continue
-        b = batches(timeline.read(path))
+        b = late.batches(timeline.read(path))
         pairs.append(b["pairs"])
         ms.append(b["ms"])
     if not pairs:
         return None
+    anchor = warm_up_points(warm, queries)
+    pairs.append(anchor[0])
+    ms.append(anchor[1])
     model = ServiceModel.fit(np.concatenate(pairs), np.concatenate(ms))
     serve = runs.cfg.serve
     qps = max_rate(queries.sizes, model, runs.cfg.batch_size, serve.max_wait_ms / 1000, serve.bound_ms)

@@ -71,13 +71,13 @@ def test_a_descheduled_call_is_a_stall_even_below_three_times_its_typical_time()
 
 
 def test_the_queue_estimate_follows_the_service_time_and_its_spread():
-    sizes = np.array([100, 200, 200, 300, 700])
+    sizes, N = np.array([100, 200, 200, 300, 700]), 2000  # 2,000 simulated queries per rate: enough to order the cases
     fast, slow = ServiceModel(1.0, 0.01, np.ones(1)), ServiceModel(1.0, 0.02, np.ones(1))
     assert simulate_p99(10, sizes, fast, 2048, 0.002) < 15  # a light load: the largest query (8 ms) and the 2 ms wait, about
-    rate = max_rate(sizes, fast, 2048, 0.002, 60)
-    assert simulate_p99(rate, sizes, fast, 2048, 0.002) <= 60 < simulate_p99(rate * 1.1, sizes, fast, 2048, 0.002)
-    assert max_rate(sizes, slow, 2048, 0.002, 60) < rate
+    rate = max_rate(sizes, fast, 2048, 0.002, 60, N)
+    assert simulate_p99(rate, sizes, fast, 2048, 0.002, N) <= 60 < simulate_p99(rate * 1.1, sizes, fast, 2048, 0.002, N)
+    assert max_rate(sizes, slow, 2048, 0.002, 60, N) < rate
     spread = ServiceModel(1.0, 0.01, np.r_[np.ones(98), 8.0, 8.0])  # 2% of batches 8x slower
-    assert max_rate(sizes, spread, 2048, 0.002, 60) < rate
+    assert max_rate(sizes, spread, 2048, 0.002, 60, N) < rate
     fitted = ServiceModel.fit(np.array([100, 200, 400, 800] * 5), np.array([2.0, 3.0, 5.0, 9.0] * 5))
     assert fitted.slope_ms == pytest.approx(0.01) and fitted.intercept_ms == pytest.approx(1.0)

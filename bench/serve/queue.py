@@ -89,7 +89,7 @@ def max_rate(sizes: np.ndarray, model: ServiceModel, max_rows: int, max_wait_s: 
     lo, hi = 0.0, 1000 / max(model.slope_ms * mean_pairs, 1e-9)  # above what even endless batching serves
     if not ok(hi / 64):
         hi = hi / 64
-    for _ in range(12):
+    for _ in range(10):  # to 0.1% of the upper end
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
     return lo

@@ -55,6 +55,24 @@ def constant_bytes(model) -> int:
     return sum(op.get_byte_size() for op in model.get_ops() if op.get_type_name() == "Constant")
 
 
+def table_bytes(model) -> int:
+    """Bytes of the constants the model's gathers read rows from (the tables, with their scales)."""
+    found: dict[str, int] = {}
+
+    def walk(node) -> None:
+        kind = node.get_type_name()
+        if kind == "Constant":
+            found[node.get_friendly_name() + str(id(node))] = node.get_byte_size()
+        elif kind in ("Convert", "Subtract", "Multiply", "Reshape"):
+            for i in node.inputs():
+                walk(i.get_source_output().get_node())
+
+    for op in model.get_ops():
+        if op.get_type_name() == "Gather":
+            walk(op.input(0).get_source_output().get_node())
+    return sum(found.values())
+
+
 def _is_constant(node) -> bool:
     """A Constant, seen through the Convert / dequantizing ops NNCF puts between a weight and its user."""
     kind = node.get_type_name()
@@ -83,7 +101,7 @@ class OvBackend(ToolkitBackend):
         """The model after NNCF (fp32 returns it as it is)."""
         raise NotImplementedError
 
-    def build(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> tuple[Callable[[Feeds, int], np.ndarray], int]:
+    def build(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> tuple[Callable[[Feeds, int], np.ndarray], int, int]:
         import openvino as ov
 
         model = self.transform(ov.Core().read_model(str(onnx_path)), calibration)
@@ -93,7 +111,7 @@ class OvBackend(ToolkitBackend):
         self.runner = OvRunner(model)
         self.details = {"runtime": f"openvino {ov.__version__} CPU", "openvino_ops": dict(sorted(ops.items())),
                         "constant_types": _constant_types(model)}
-        return self.runner, constant_bytes(model)
+        return self.runner, constant_bytes(model), table_bytes(model)
 
     def job_metrics(self, prepared) -> dict[str, Any]:
         # the precision the compiled model reported, read back after the pin: the correctness guard's record

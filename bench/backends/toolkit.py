@@ -64,7 +64,7 @@ def export_onnx(twin: Twin, example: tuple[torch.Tensor, ...], path: Path) -> Pa
     axes = {"dense": {0: "batch"}, **{f: {0: "batch", 1: f"ids_{f}"} for f in twin.features}, "score": {0: "batch"}}
     with torch.inference_mode(False), torch.no_grad():
         torch.onnx.export(graph, example, str(path), input_names=names, output_names=["score"], dynamic_axes=axes,
-                          opset_version=21, dynamo=False)
+                          opset_version=20, dynamo=False)
     return path
 
 
@@ -76,12 +76,12 @@ class RuntimeModule(nn.Module):
     """A toolkit runtime behind the harness's signature: `module(dense, kjt)` (scoring) or `module(feeds)`
     (timing: the feeds built beforehand). `runner(feeds, threads)` runs the runtime at that thread count."""
 
-    def __init__(self, twin: Twin, runner: Callable[[Feeds, int], np.ndarray], runtime_bytes: int) -> None:
+    def __init__(self, twin: Twin, runner: Callable[[Feeds, int], np.ndarray], runtime_bytes: int, table_bytes: int) -> None:
         super().__init__()
         self.features, self.pads, self.names = twin.features, twin.pads, twin.input_names()
         self._to_twin = twin.inputs  # a bound method of a module not registered here: its weights are not counted
         self.runner = runner
-        self._runtime_bytes = runtime_bytes
+        self._runtime_bytes, self._table_bytes = runtime_bytes, table_bytes
 
     def feeds(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> Feeds:
         return feeds_of(self._to_twin(dense.cpu(), sparse), self.names)
@@ -93,6 +93,10 @@ class RuntimeModule(nn.Module):
     def runtime_bytes(self) -> int:
         """The weights as the runtime was handed them (bench.measure.memory reads this)."""
         return self._runtime_bytes
+
+    def runtime_table_bytes(self) -> int:
+        """The part of them its gathers read rows from: the tables (bench.backends.tables reads this)."""
+        return self._table_bytes
 
 
 class ToolkitBackend(Backend):
@@ -116,19 +120,21 @@ class ToolkitBackend(Backend):
         calibration = [feeds_of(twin.inputs(b.dense, b.sparse), twin.input_names()) for b in calibration_batches]
         with tempfile.TemporaryDirectory(prefix="bench-toolkit-") as tmp:
             onnx_path = export_onnx(twin, twin.inputs(calibration_batches[0].dense, calibration_batches[0].sparse), Path(tmp) / "twin.onnx")
-            runner, runtime_bytes = self.build(onnx_path, Path(tmp), calibration)
-        return RuntimeModule(twin, runner, runtime_bytes).eval()
+            runner, runtime_bytes, table_bytes = self.build(onnx_path, Path(tmp), calibration)
+        return RuntimeModule(twin, runner, runtime_bytes, table_bytes).eval()
 
     def load_toolkit(self) -> None:
         """Import the toolkit (NotApplicable naming the extra when it is missing)."""
         raise NotImplementedError
 
-    def build(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> tuple[Callable[[Feeds, int], np.ndarray], int]:
-        """The quantized model in the toolkit's runtime: `(runner(feeds, threads) -> scores, bytes the runtime holds)`."""
+    def build(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> tuple[Callable[[Feeds, int], np.ndarray], int, int]:
+        """The quantized model in the toolkit's runtime: `(runner(feeds, threads) -> scores, bytes the runtime
+        is handed, the tables' share of them)`."""
         raise NotImplementedError
 
     def timed_inputs(self, prepared: nn.Module, inputs: list[tuple]) -> list[tuple]:
         return [(prepared.feeds(dense, sparse),) for dense, sparse in inputs]
 
     def job_metrics(self, prepared: nn.Module) -> dict[str, Any]:
-        return {"toolkit": self.toolkit, "quantizes": self.quantizes, "runtime_bytes": prepared.runtime_bytes(), **self.details}
+        return {"toolkit": self.toolkit, "quantizes": self.quantizes, "runtime_bytes": prepared.runtime_bytes(),
+                "runtime_table_bytes": prepared.runtime_table_bytes(), **self.details}

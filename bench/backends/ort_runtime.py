@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from bench.backends.toolkit import Feeds, ToolkitBackend, require
+from bench.backends.toolkit import Feeds, ToolkitBackend
 
 EXTRA = "onnxruntime"
 
@@ -77,6 +77,9 @@ def table_bytes(model) -> int:
 
 
 def _nbytes(tensor) -> int:
+    """Stored bytes: raw data as held (4-bit types packed two to a byte; numpy would unpack them)."""
+    if tensor.raw_data:
+        return len(tensor.raw_data)
     from onnx import numpy_helper
 
     return numpy_helper.to_array(tensor).nbytes
@@ -101,10 +104,7 @@ def preprocessed(onnx_path: Path, workdir: Path) -> Path:
 
 class OrtBackend(ToolkitBackend):
     toolkit = EXTRA
-
-    def load_toolkit(self) -> None:
-        for module in ("onnx", "onnxruntime", "onnxruntime.quantization"):
-            require(module, EXTRA, self.cfg.name)
+    modules = ("onnx", "onnxruntime", "onnxruntime.quantization")
 
     def quantize(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> Path:
         """The quantized model's path (ONNX Runtime's quantization API); fp32 returns `onnx_path`."""

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from bench.backends.toolkit import Feeds, ToolkitBackend, require
+from bench.backends.toolkit import Feeds, ToolkitBackend
 
 EXTRA = "openvino"
 PRECISION = "f32"
@@ -89,10 +89,10 @@ def activation_products(model) -> list[str]:
 
 class OvBackend(ToolkitBackend):
     toolkit = EXTRA
+    modules = ("openvino", "nncf")
 
     def load_toolkit(self) -> None:
-        for module in ("openvino", "nncf"):
-            require(module, EXTRA, self.cfg.name)
+        super().load_toolkit()
         import nncf
 
         nncf.set_log_level(logging.ERROR)  # its statistics tables and progress bars are not the job's output

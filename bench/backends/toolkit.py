@@ -12,6 +12,7 @@ follows torch's intra-op thread count at each call: the job's timed thread count
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Sequence
@@ -28,12 +29,22 @@ from bench.batch import Batch
 Feeds = dict[str, np.ndarray]
 
 
+def install_line(extra: str) -> str:
+    return f"pip install -e '.[{extra}]'"
+
+
+def missing(modules: Sequence[str], extra: str, backend: str) -> str | None:
+    """Why the backend cannot run (a module of its extra is not installed), without importing anything; None: all there."""
+    absent = [m for m in modules if importlib.util.find_spec(m.split(".")[0]) is None]
+    return f"backend {backend!r} needs {', '.join(absent)}, not installed: {install_line(extra)}" if absent else None
+
+
 def require(module: str, extra: str, backend: str):
     """`import module`, or NotApplicable naming the pip extra that installs it (the job is `skipped`)."""
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise NotApplicable(f"backend {backend!r} needs {module} ({exc}): pip install -e '.[{extra}]'") from exc
+        raise NotApplicable(f"backend {backend!r} needs {module} ({exc}): {install_line(extra)}") from exc
 
 
 class MatMulLinear(nn.Linear):
@@ -106,6 +117,7 @@ class ToolkitBackend(Backend):
     not_shardable = "it runs in a toolkit's own runtime, in one process"
     timed_input_format = "the exported twin's dense id matrices as the runtime's feeds (numpy), built before timing"
     toolkit: ClassVar[str]  # the pip extra (and the family) of the backend
+    modules: ClassVar[tuple[str, ...]]  # what it imports from that extra, lazily
     quantizes: ClassVar[str]  # what is integer, in the record
 
     def __init__(self, cfg) -> None:
@@ -123,9 +135,14 @@ class ToolkitBackend(Backend):
             runner, runtime_bytes, table_bytes = self.build(onnx_path, Path(tmp), calibration)
         return RuntimeModule(twin, runner, runtime_bytes, table_bytes).eval()
 
+    def unsupported_reason(self, device: torch.device) -> str | None:
+        # a missing extra skips the job before the model is trained or loaded
+        return super().unsupported_reason(device) or missing(self.modules, self.toolkit, self.cfg.name)
+
     def load_toolkit(self) -> None:
-        """Import the toolkit (NotApplicable naming the extra when it is missing)."""
-        raise NotImplementedError
+        """Import the toolkit (NotApplicable naming the extra when it is missing or fails to import)."""
+        for module in self.modules:
+            require(module, self.toolkit, self.cfg.name)
 
     def build(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> tuple[Callable[[Feeds, int], np.ndarray], int, int]:
         """The quantized model in the toolkit's runtime: `(runner(feeds, threads) -> scores, bytes the runtime

@@ -87,6 +87,15 @@ def activation_products(model) -> list[str]:
             if op.get_type_name() == "MatMul" and not any(_is_constant(i.get_source_output().get_node()) for i in op.inputs())]
 
 
+def output_layers(model) -> list[str]:
+    """Friendly names of the MatMuls whose constant weight has one output feature (a model's score layer)."""
+    def one_wide(i) -> bool:
+        node = i.get_source_output().get_node()
+        return node.get_type_name() == "Constant" and 1 in list(i.get_source_output().get_shape())
+
+    return [op.get_friendly_name() for op in model.get_ops() if op.get_type_name() == "MatMul" and any(one_wide(i) for i in op.inputs())]
+
+
 class OvBackend(ToolkitBackend):
     toolkit = EXTRA
     modules = ("openvino", "nncf")

@@ -25,6 +25,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from bench.backends.backend import Backend, NotApplicable
 from bench.backends.twin import Twin, build_twin
 from bench.batch import Batch
+from bench.metrics import TOOLKIT
 
 Feeds = dict[str, np.ndarray]
 
@@ -153,5 +154,5 @@ class ToolkitBackend(Backend):
         return [(prepared.feeds(dense, sparse),) for dense, sparse in inputs]
 
     def job_metrics(self, prepared: nn.Module) -> dict[str, Any]:
-        return {"toolkit": self.toolkit, "quantizes": self.quantizes, "runtime_bytes": prepared.runtime_bytes(),
+        return {TOOLKIT: self.toolkit, "quantizes": self.quantizes, "runtime_bytes": prepared.runtime_bytes(),
                 "runtime_table_bytes": prepared.runtime_table_bytes(), **self.details}

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import pandas as pd
 
+from bench.metrics import SPEEDUP, TIMED_INPUTS, TOOLKIT
 from bench.record import RunRecord
 from bench.report import fmt
 from bench.report.table import BASELINE
 
-TOOLKIT = "toolkit"  # the metric a toolkit backend records (bench.backends.toolkit)
-TIMED_INPUTS = "timed_inputs"
 ACCEPTED = ("equivalent", "gain")  # ΔAUC verdicts inside the margin
 
 
@@ -46,7 +45,7 @@ def _ranking(b: pd.DataFrame, toolkits: dict[str, str]) -> list[str]:
     ranked = ok[(ok["backend"] == BASELINE) | ok["auc_verdict"].isin(ACCEPTED)]
     # a speedup whose interval is too wide to read ranks after every readable one
     unread = [fmt.unreadable(r.speedup, r.speedup_lo, r.speedup_hi) and r.backend != BASELINE for r in ranked.itertuples(index=False)]
-    ranked = ranked.assign(_unread=unread).sort_values(["_unread", "speedup"], ascending=[True, False], na_position="last")
+    ranked = ranked.assign(_unread=unread).sort_values(["_unread", SPEEDUP], ascending=[True, False], na_position="last")
     rows = []
     for rank, r in enumerate(ranked.itertuples(index=False), start=1):
         baseline = r.backend == BASELINE

@@ -12,7 +12,9 @@ from bench import hardware, registry
 from bench.backends.toolkit import RuntimeModule
 from bench.models.dlrm import build_dlrm
 from bench.registry import TOOLKIT_SWEEP_OWN, toolkit_sweep_backends
+from bench.config.compose import compose_dictconfig
 from bench.runner import run_one
+from bench.sweep import count_jobs
 from bench.workloads.random_batch import random_batch, tiny_model_config, tiny_tables
 
 CPU = torch.device("cpu")
@@ -91,6 +93,14 @@ def test_toolkit_backends_join_the_toolkit_sweep_only():
         assert entries[name].toolkit and not entries[name].in_sweeps
         assert isinstance(entries[name].factory(entries[name].config()).unsupported_reason(CPU), type(None))
     assert {"onnxruntime_int8_static", "openvino_int8"} <= set(names)
+
+
+def test_the_toolkit_sweep_takes_its_backends_from_the_registry():
+    hydra = compose_dictconfig(["+sweep=toolkits"], with_hydra=True)
+    listed = hydra.hydra.sweeper.params.backend.split(",")
+    assert listed == toolkit_sweep_backends() and listed[0] == "fp32"
+    assert str(hydra.hydra.sweeper.params.batch_size) == "256,1024,4096"
+    assert count_jobs(hydra) == len(listed) * 3 and compose_dictconfig(["+sweep=toolkits"]).sweep_name == "toolkits"
 
 
 def test_a_missing_extra_skips_the_job_with_the_install_command(tiny_cfg, monkeypatch):

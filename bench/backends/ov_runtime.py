@@ -8,6 +8,8 @@ and refuses to run (the job fails) when the compiled model reports anything else
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 from pathlib import Path
 from typing import Any, Callable
@@ -113,7 +115,8 @@ class OvBackend(ToolkitBackend):
     def build(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> tuple[Callable[[Feeds, int], np.ndarray], int, int]:
         import openvino as ov
 
-        model = self.transform(ov.Core().read_model(str(onnx_path)), calibration)
+        with contextlib.redirect_stdout(io.StringIO()):  # NNCF's progress bars (rich, on stdout) are not the job's output
+            model = self.transform(ov.Core().read_model(str(onnx_path)), calibration)
         ops: dict[str, int] = {}
         for op in model.get_ops():
             ops[op.get_type_name()] = ops.get(op.get_type_name(), 0) + 1

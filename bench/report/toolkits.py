@@ -1,8 +1,9 @@
 """The toolkit ranking: the report's first table when any record ran a quantization toolkit's backend
 (`+sweep=toolkits`, docs/toolkits.md).
 
-Per (workload, device) and batch size, the rows whose ΔAUC interval lies inside the gate's margin
-(verdict equivalent, or a gain), ranked by paired speedup; each with its ΔAUC and speedup intervals and
+Per (workload, device) and batch size, the rows whose ΔAUC interval lies inside the gate's default
+margin (gate.default_rules, one margin for every row, whatever rules a backend has of its own: the
+verdict equivalent, or a gain), ranked by paired speedup; each with its ΔAUC and speedup intervals and
 verdicts. The rows left out are named with the reason, so no backend drops silently.
 """
 
@@ -13,7 +14,8 @@ import pandas as pd
 from bench.metrics import SPEEDUP, TIMED_INPUTS, TOOLKIT
 from bench.record import RunRecord
 from bench.report import fmt
-from bench.report.table import BASELINE
+from bench.report.table import BASELINE, margins
+from bench.stats import practical_verdict
 
 ACCEPTED = ("equivalent", "gain")  # ΔAUC verdicts inside the margin
 
@@ -23,21 +25,32 @@ def toolkit_section(df: pd.DataFrame, latest: dict[tuple, RunRecord]) -> list[st
     toolkits = {r.backend: r.metrics.get(TOOLKIT) for r in latest.values() if (r.metrics or {}).get(TOOLKIT)}
     if not toolkits:
         return []
-    lines = ["## Ranking: backends whose ΔAUC is inside the gate's margin, fastest first", ""]
+    lines = ["## Ranking: backends whose ΔAUC is inside the gate's default margin, fastest first", ""]
     converted = sorted({r.metrics[TIMED_INPUTS] for r in latest.values() if (r.metrics or {}).get(TIMED_INPUTS)})
     lines += [
         "Every row is timed paired against eager fp32 in its own process. A toolkit backend runs the model's "
         "exported twin (each table a gather plus a sum, dense id matrices for the KJT) in its toolkit's own "
         f"runtime; its timed calls took {'; '.join(converted) or 'their batches'} (the torch backends' KJTs are "
-        "likewise built before timing). The margin is each row's gate rule (gate.default_rules for a backend without "
-        "one). `<toolkit>_fp32` rows are the toolkit's runtime without quantization: a quantized row's speedup "
+        "likewise built before timing). The margin is the gate's default rule (gate.default_rules), the same for "
+        "every row. `<toolkit>_fp32` rows are the toolkit's runtime without quantization: a quantized row's speedup "
         "over its `_fp32` row is the quantization's part, the `_fp32` row's over fp32 the runtime's.",
         "",
     ]
     for (workload, device), g in df.groupby(["workload", "device"], sort=False):
         for batch, b in g.groupby("batch_size", sort=True):
-            lines += [f"### {workload} on {device}, batch {batch}", ""] + _ranking(b, toolkits)
+            lines += [f"### {workload} on {device}, batch {batch}", ""] + _ranking(_default_verdicts(b, latest), toolkits)
     return lines
+
+
+def _default_verdicts(b: pd.DataFrame, latest: dict[tuple, RunRecord]) -> pd.DataFrame:
+    """The rows with their ΔAUC verdict and margin read against the gate's default rule."""
+    verdicts, margin_of = [], []
+    for r in b.itertuples(index=False):
+        margin = margins(latest[(r.workload, r.device, r.backend, r.sharding, r.world_size, r.batch_size)], default_rules=True)[0]
+        keep = r.status == "ok" and r.backend != BASELINE and not fmt.missing(r.auc_delta_lo)
+        verdicts.append(practical_verdict(r.auc_delta_lo, r.auc_delta_hi, margin) if keep else None)
+        margin_of.append(margin)
+    return b.assign(auc_verdict=verdicts, auc_margin=margin_of)
 
 
 def _ranking(b: pd.DataFrame, toolkits: dict[str, str]) -> list[str]:

@@ -23,7 +23,7 @@ from torch import nn
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from bench.backends.backend import Backend, NotApplicable
-from bench.backends.twin import Twin, build_twin
+from bench.backends.twin import Twin, build_twin, dense_inputs
 from bench.batch import Batch
 from bench.metrics import TOOLKIT
 
@@ -90,13 +90,12 @@ class RuntimeModule(nn.Module):
 
     def __init__(self, twin: Twin, runner: Callable[[Feeds, int], np.ndarray], runtime_bytes: int, table_bytes: int) -> None:
         super().__init__()
-        self.features, self.pads, self.names = twin.features, twin.pads, twin.input_names()
-        self._to_twin = twin.inputs  # a bound method of a module not registered here: its weights are not counted
+        self.pads, self.names = dict(twin.pads), twin.input_names()  # not the twin: its fp32 weights are freed
         self.runner = runner
         self._runtime_bytes, self._table_bytes = runtime_bytes, table_bytes
 
     def feeds(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> Feeds:
-        return feeds_of(self._to_twin(dense.cpu(), sparse), self.names)
+        return feeds_of(dense_inputs(dense.cpu(), sparse, self.pads), self.names)
 
     def forward(self, first, sparse: KeyedJaggedTensor | None = None) -> torch.Tensor:
         feeds = first if sparse is None else self.feeds(first, sparse)

@@ -20,4 +20,4 @@ class OpenvinoFp32Backend(OvBackend):
     quantizes = "nothing (fp32 runtime reference)"
 
     def transform(self, model, calibration):
-        return model
+        return model, {}

@@ -28,9 +28,6 @@ class OpenvinoInt8Backend(OvBackend):
         import nncf
 
         ignored = activation_products(model)
-        self.ignored = ignored
-        return nncf.quantize(model, nncf.Dataset(calibration), subset_size=len(calibration), preset=nncf.QuantizationPreset.MIXED,
-                             ignored_scope=nncf.IgnoredScope(names=ignored) if ignored else None)
-
-    def job_metrics(self, prepared):
-        return {**super().job_metrics(prepared), "nncf_ignored_scope": self.ignored}
+        quantized = nncf.quantize(model, nncf.Dataset(calibration), subset_size=len(calibration), preset=nncf.QuantizationPreset.MIXED,
+                                  ignored_scope=nncf.IgnoredScope(names=ignored) if ignored else None)
+        return quantized, {"nncf_ignored_scope": ignored}

@@ -35,11 +35,8 @@ class OpenvinoW4Backend(OvBackend):
         import nncf
         from nncf.quantization.advanced_parameters import AdvancedCompressionParameters, GroupSizeFallbackMode
 
-        self.ignored = output_layers(model)
+        ignored = output_layers(model)
         fallback = AdvancedCompressionParameters(group_size_fallback_mode=GroupSizeFallbackMode.ADJUST, min_adjusted_group_size=MIN_GROUP_SIZE)
-        return nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT4_SYM, group_size=GROUP_SIZE, ratio=1.0, all_layers=True,
-                                     ignored_scope=nncf.IgnoredScope(names=self.ignored) if self.ignored else None,
-                                     advanced_parameters=fallback)
-
-    def job_metrics(self, prepared):
-        return {**super().job_metrics(prepared), "nncf_ignored_scope": self.ignored}
+        compressed = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT4_SYM, group_size=GROUP_SIZE, ratio=1.0, all_layers=True,
+                                           ignored_scope=nncf.IgnoredScope(names=ignored) if ignored else None, advanced_parameters=fallback)
+        return compressed, {"nncf_ignored_scope": ignored}

@@ -22,4 +22,4 @@ class OpenvinoW8Backend(OvBackend):
     def transform(self, model, calibration):
         import nncf
 
-        return nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM)
+        return nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM), {}

@@ -43,6 +43,9 @@ class OrtRunner:
             self.threads = threads
         return self.session.run(None, feeds)[0]
 
+    def metrics(self) -> dict:
+        return {"runtime_threads": self.threads}
+
 
 def initializer_bytes(model) -> int:
     """Bytes of the graph's weights (initializers), as the session is handed them."""
@@ -110,17 +113,13 @@ class OrtBackend(ToolkitBackend):
         """The quantized model's path (ONNX Runtime's quantization API); fp32 returns `onnx_path`."""
         raise NotImplementedError
 
-    def build(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> tuple[Callable[[Feeds, int], np.ndarray], int, int]:
+    def build(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> tuple[Callable[[Feeds, int], np.ndarray], int, int, dict]:
         import onnx
 
         model = onnx.load(str(self.quantize(onnx_path, workdir, calibration)))
-        self.details = {"runtime": f"onnxruntime {_version()} CPUExecutionProvider",
-                        "onnx_ops": dict(sorted(Counter(n.op_type for n in model.graph.node).items()))}
-        self.runner = OrtRunner(model.SerializeToString())
-        return self.runner, initializer_bytes(model), table_bytes(model)
-
-    def job_metrics(self, prepared) -> dict[str, Any]:
-        return {**super().job_metrics(prepared), "runtime_threads": self.runner.threads}
+        details = {"runtime": f"onnxruntime {_version()} CPUExecutionProvider",
+                   "onnx_ops": dict(sorted(Counter(n.op_type for n in model.graph.node).items()))}
+        return OrtRunner(model.SerializeToString()), initializer_bytes(model), table_bytes(model), details
 
 
 def _version() -> str:

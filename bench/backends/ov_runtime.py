@@ -51,6 +51,10 @@ class OvRunner:
             self.compile(threads)
         return np.array(self.request.infer(feeds)[0])  # a copy: the request reuses its output buffer
 
+    def metrics(self) -> dict:
+        # the precision the compiled model reported, read back after the pin: the correctness guard's record
+        return {"runtime_threads": self.threads, "inference_precision": self.precision, "inference_precision_pinned": PRECISION}
+
 
 def constant_bytes(model) -> int:
     """Bytes of the model's constants (weights, int8/int4 where compressed), as the runtime is handed them."""
@@ -108,27 +112,20 @@ class OvBackend(ToolkitBackend):
 
         nncf.set_log_level(logging.ERROR)  # its statistics tables and progress bars are not the job's output
 
-    def transform(self, model, calibration: list[Feeds]):
-        """The model after NNCF (fp32 returns it as it is)."""
+    def transform(self, model, calibration: list[Feeds]) -> tuple[Any, dict]:
+        """The model after NNCF (fp32 returns it as it is), and what NNCF was told to leave out, for the record."""
         raise NotImplementedError
 
-    def build(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> tuple[Callable[[Feeds, int], np.ndarray], int, int]:
+    def build(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> tuple[Callable[[Feeds, int], np.ndarray], int, int, dict]:
         import openvino as ov
 
         with contextlib.redirect_stdout(io.StringIO()):  # NNCF's progress bars (rich, on stdout) are not the job's output
-            model = self.transform(ov.Core().read_model(str(onnx_path)), calibration)
+            model, details = self.transform(ov.Core().read_model(str(onnx_path)), calibration)
         ops: dict[str, int] = {}
         for op in model.get_ops():
             ops[op.get_type_name()] = ops.get(op.get_type_name(), 0) + 1
-        self.runner = OvRunner(model)
-        self.details = {"runtime": f"openvino {ov.__version__} CPU", "openvino_ops": dict(sorted(ops.items())),
-                        "constant_types": _constant_types(model)}
-        return self.runner, constant_bytes(model), table_bytes(model)
-
-    def job_metrics(self, prepared) -> dict[str, Any]:
-        # the precision the compiled model reported, read back after the pin: the correctness guard's record
-        return {**super().job_metrics(prepared), "runtime_threads": self.runner.threads,
-                "inference_precision": self.runner.precision, "inference_precision_pinned": PRECISION}
+        details.update(runtime=f"openvino {ov.__version__} CPU", openvino_ops=dict(sorted(ops.items())), constant_types=_constant_types(model))
+        return OvRunner(model), constant_bytes(model), table_bytes(model), details
 
 
 def _constant_types(model) -> dict[str, int]:

@@ -88,11 +88,15 @@ class RuntimeModule(nn.Module):
     """A toolkit runtime behind the harness's signature: `module(dense, kjt)` (scoring) or `module(feeds)`
     (timing: the feeds built beforehand). `runner(feeds, threads)` runs the runtime at that thread count."""
 
-    def __init__(self, twin: Twin, runner: Callable[[Feeds, int], np.ndarray], runtime_bytes: int, table_bytes: int) -> None:
+    def __init__(self, twin: Twin, runner: Callable[[Feeds, int], np.ndarray], runtime_bytes: int, table_bytes: int,
+                 details: dict[str, Any]) -> None:
         super().__init__()
         self.pads, self.names = dict(twin.pads), twin.input_names()  # not the twin: its fp32 weights are freed
         self.runner = runner
         self._runtime_bytes, self._table_bytes = runtime_bytes, table_bytes
+        # what the build found (the graph's operators, ...): the module is reused by the jobs of other batch sizes,
+        # each with a backend object of its own, so the record's details live here, not in the backend
+        self.details = details
 
     def feeds(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> Feeds:
         return feeds_of(dense_inputs(dense.cpu(), sparse, self.pads), self.names)
@@ -120,10 +124,6 @@ class ToolkitBackend(Backend):
     modules: ClassVar[tuple[str, ...]]  # what it imports from that extra, lazily
     quantizes: ClassVar[str]  # what is integer, in the record
 
-    def __init__(self, cfg) -> None:
-        super().__init__(cfg)
-        self.details: dict[str, Any] = {}
-
     def prepare(self, model: nn.Module, calibration_batches: Sequence[Batch], device: torch.device) -> nn.Module:
         if not calibration_batches:
             raise NotApplicable(f"backend {self.cfg.name!r} builds its exported twin from a calibration batch, and none was given")
@@ -132,8 +132,8 @@ class ToolkitBackend(Backend):
         calibration = [feeds_of(twin.inputs(b.dense, b.sparse), twin.input_names()) for b in calibration_batches]
         with tempfile.TemporaryDirectory(prefix="bench-toolkit-") as tmp:
             onnx_path = export_onnx(twin, twin.inputs(calibration_batches[0].dense, calibration_batches[0].sparse), Path(tmp) / "twin.onnx")
-            runner, runtime_bytes, table_bytes = self.build(onnx_path, Path(tmp), calibration)
-        return RuntimeModule(twin, runner, runtime_bytes, table_bytes).eval()
+            built = self.build(onnx_path, Path(tmp), calibration)
+        return RuntimeModule(twin, *built).eval()
 
     def unsupported_reason(self, device: torch.device) -> str | None:
         # a missing extra skips the job before the model is trained or loaded
@@ -144,9 +144,9 @@ class ToolkitBackend(Backend):
         for module in self.modules:
             require(module, self.toolkit, self.cfg.name)
 
-    def build(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> tuple[Callable[[Feeds, int], np.ndarray], int, int]:
+    def build(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> tuple[Callable[[Feeds, int], np.ndarray], int, int, dict]:
         """The quantized model in the toolkit's runtime: `(runner(feeds, threads) -> scores, bytes the runtime
-        is handed, the tables' share of them)`."""
+        is handed, the tables' share of them, details for the record)`; the runner's `metrics()` joins the record."""
         raise NotImplementedError
 
     def timed_inputs(self, prepared: nn.Module, inputs: list[tuple]) -> list[tuple]:
@@ -154,4 +154,4 @@ class ToolkitBackend(Backend):
 
     def job_metrics(self, prepared: nn.Module) -> dict[str, Any]:
         return {TOOLKIT: self.toolkit, "quantizes": self.quantizes, "runtime_bytes": prepared.runtime_bytes(),
-                "runtime_table_bytes": prepared.runtime_table_bytes(), **self.details}
+                "runtime_table_bytes": prepared.runtime_table_bytes(), **prepared.details, **prepared.runner.metrics()}

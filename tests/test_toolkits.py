@@ -118,3 +118,31 @@ def test_a_missing_extra_skips_the_job_with_the_install_command(tiny_cfg, monkey
     assert record.status == "skipped"
     assert record.error == ("backend 'onnxruntime_int8_static' needs onnxruntime_not_installed_here, not installed: "
                             "pip install -e '.[onnxruntime]'")
+
+
+@needs_toolkits
+def test_a_compiled_model_that_reports_another_precision_fails(setup, monkeypatch):
+    """The guard: a runtime that quietly computes in another precision than the pinned f32 (OpenVINO's bf16
+    default on AVX-512-BF16 CPUs) fails the call. Planted: a compiled model that reports bf16."""
+    import openvino as ov
+
+    tables, model, calibration = setup
+    _, module = prepared("openvino_fp32", model, calibration)
+    real_core = ov.Core
+
+    class Bf16Core:
+        def compile_model(self, *args, **kwargs):
+            compiled = real_core().compile_model(*args, **kwargs)
+
+            class Reports:
+                def get_property(self, name):
+                    return ov.Type.bf16
+
+                def create_infer_request(self):
+                    return compiled.create_infer_request()
+
+            return Reports()
+
+    monkeypatch.setattr(ov, "Core", Bf16Core)
+    with pytest.raises(RuntimeError, match="OpenVINO compiled the model at inference precision bf16, not f32 as pinned"):
+        module(calibration[0].dense, calibration[0].sparse)

@@ -41,7 +41,7 @@ class OvRunner:
         compiled = ov.Core().compile_model(self.model, "CPU", config)
         precision = compiled.get_property(hints.inference_precision)
         if precision != pinned:
-            raise RuntimeError(f"OpenVINO compiled the model at inference precision {precision}, not {PRECISION} as pinned")
+            raise RuntimeError(f"OpenVINO compiled the model at inference precision {precision.get_type_name()}, not {PRECISION} as pinned")
         self.precision = precision.get_type_name()
         self.request = compiled.create_infer_request()
         self.threads = threads

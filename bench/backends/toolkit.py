@@ -1,0 +1,157 @@
+"""What the toolkit backends (ONNX Runtime, OpenVINO with NNCF, ...) share: a lazy import that names the
+missing extra, the exported twin as ONNX, and a module that runs a toolkit's runtime behind the
+harness's forward signature.
+
+A toolkit backend quantizes the exported twin (bench.backends.twin) with the toolkit's own calls and
+calibration, and runs it in the toolkit's own runtime. Its module (`RuntimeModule`) keeps the model's
+forward signature for scoring, `module(dense, kjt)`, and also takes the runtime's own feeds, built
+once before timing (`ToolkitBackend.timed_inputs`), as a torch backend's KJTs are. The runtime
+follows torch's intra-op thread count at each call: the job's timed thread count while it is timed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from bench.backends.backend import Backend, NotApplicable
+from bench.backends.twin import Twin, build_twin, dense_inputs
+from bench.batch import Batch
+from bench.metrics import TOOLKIT
+
+Feeds = dict[str, np.ndarray]
+
+
+def install_line(extra: str) -> str:
+    return f"pip install -e '.[{extra}]'"
+
+
+def missing(modules: Sequence[str], extra: str, backend: str) -> str | None:
+    """Why the backend cannot run (a module of its extra is not installed), without importing anything; None: all there."""
+    absent = [m for m in modules if importlib.util.find_spec(m.split(".")[0]) is None]
+    return f"backend {backend!r} needs {', '.join(absent)}, not installed: {install_line(extra)}" if absent else None
+
+
+def require(module: str, extra: str, backend: str):
+    """`import module`, or NotApplicable naming the pip extra that installs it (the job is `skipped`)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise NotApplicable(f"backend {backend!r} needs {module} ({exc}): {install_line(extra)}") from exc
+
+
+class MatMulLinear(nn.Linear):
+    """A Linear that exports as MatMul + Add instead of Gemm: ONNX Runtime's dynamic int8 quantizer
+    rewrites MatMul (to MatMulInteger) and leaves Gemm in fp32. Same weights, same arithmetic."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.matmul(x, self.weight.t())
+        return out + self.bias if self.bias is not None else out
+
+
+def _linears_as_matmul(module: nn.Module) -> None:
+    for name, child in module.named_children():
+        if type(child) is nn.Linear:
+            child.__class__ = MatMulLinear  # the same parameters; only the exported node changes
+        else:
+            _linears_as_matmul(child)
+
+
+def export_onnx(twin: Twin, example: tuple[torch.Tensor, ...], path: Path) -> Path:
+    """The twin as an ONNX file (TorchScript exporter: about 0.1 s where the dynamo one takes 5 s on a
+    tiny model), batch and bag widths dynamic, Linears as MatMul + Add. The twin itself is not changed."""
+    import copy
+
+    graph = copy.deepcopy(twin)
+    _linears_as_matmul(graph)
+    names = twin.input_names()
+    axes = {"dense": {0: "batch"}, **{f: {0: "batch", 1: f"ids_{f}"} for f in twin.features}, "score": {0: "batch"}}
+    with torch.inference_mode(False), torch.no_grad():
+        torch.onnx.export(graph, example, str(path), input_names=names, output_names=["score"], dynamic_axes=axes,
+                          opset_version=20, dynamo=False)
+    return path
+
+
+def feeds_of(twin_inputs: tuple[torch.Tensor, ...], names: Sequence[str]) -> Feeds:
+    return {name: t.numpy() for name, t in zip(names, twin_inputs)}
+
+
+class RuntimeModule(nn.Module):
+    """A toolkit runtime behind the harness's signature: `module(dense, kjt)` (scoring) or `module(feeds)`
+    (timing: the feeds built beforehand). `runner(feeds, threads)` runs the runtime at that thread count."""
+
+    def __init__(self, twin: Twin, runner: Callable[[Feeds, int], np.ndarray], runtime_bytes: int, table_bytes: int,
+                 details: dict[str, Any]) -> None:
+        super().__init__()
+        self.pads, self.names = dict(twin.pads), twin.input_names()  # not the twin: its fp32 weights are freed
+        self.runner = runner
+        self._runtime_bytes, self._table_bytes = runtime_bytes, table_bytes
+        # what the build found (the graph's operators, ...): the module is reused by the jobs of other batch sizes,
+        # each with a backend object of its own, so the record's details live here, not in the backend
+        self.details = details
+
+    def feeds(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> Feeds:
+        return feeds_of(dense_inputs(dense.cpu(), sparse, self.pads), self.names)
+
+    def forward(self, first, sparse: KeyedJaggedTensor | None = None) -> torch.Tensor:
+        feeds = first if sparse is None else self.feeds(first, sparse)
+        return torch.from_numpy(np.asarray(self.runner(feeds, torch.get_num_threads())))  # the exported output's shape
+
+    def runtime_bytes(self) -> int:
+        """The weights as the runtime was handed them (bench.measure.memory reads this)."""
+        return self._runtime_bytes
+
+    def runtime_table_bytes(self) -> int:
+        """The part of them its gathers read rows from: the tables (bench.backends.tables reads this)."""
+        return self._table_bytes
+
+
+class ToolkitBackend(Backend):
+    """The shared steps: twin, export, the toolkit's own quantization (`build`), the runtime module."""
+
+    devices = ("cpu",)
+    not_shardable = "it runs in a toolkit's own runtime, in one process"
+    timed_input_format = "the exported twin's dense id matrices as the runtime's feeds (numpy), built before timing"
+    toolkit: ClassVar[str]  # the pip extra (and the family) of the backend
+    modules: ClassVar[tuple[str, ...]]  # what it imports from that extra, lazily
+    quantizes: ClassVar[str]  # what is integer, in the record
+
+    def prepare(self, model: nn.Module, calibration_batches: Sequence[Batch], device: torch.device) -> nn.Module:
+        if not calibration_batches:
+            raise NotApplicable(f"backend {self.cfg.name!r} builds its exported twin from a calibration batch, and none was given")
+        self.load_toolkit()
+        twin = build_twin(model, calibration_batches[0])
+        calibration = [feeds_of(twin.inputs(b.dense, b.sparse), twin.input_names()) for b in calibration_batches]
+        with tempfile.TemporaryDirectory(prefix="bench-toolkit-") as tmp:
+            onnx_path = export_onnx(twin, twin.inputs(calibration_batches[0].dense, calibration_batches[0].sparse), Path(tmp) / "twin.onnx")
+            built = self.build(onnx_path, Path(tmp), calibration)
+        return RuntimeModule(twin, *built).eval()
+
+    def unsupported_reason(self, device: torch.device) -> str | None:
+        # a missing extra skips the job before the model is trained or loaded
+        return super().unsupported_reason(device) or missing(self.modules, self.toolkit, self.cfg.name)
+
+    def load_toolkit(self) -> None:
+        """Import the toolkit (NotApplicable naming the extra when it is missing or fails to import)."""
+        for module in self.modules:
+            require(module, self.toolkit, self.cfg.name)
+
+    def build(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> tuple[Callable[[Feeds, int], np.ndarray], int, int, dict]:
+        """The quantized model in the toolkit's runtime: `(runner(feeds, threads) -> scores, bytes the runtime
+        is handed, the tables' share of them, details for the record)`; the runner's `metrics()` joins the record."""
+        raise NotImplementedError
+
+    def timed_inputs(self, prepared: nn.Module, inputs: list[tuple]) -> list[tuple]:
+        return [(prepared.feeds(dense, sparse),) for dense, sparse in inputs]
+
+    def job_metrics(self, prepared: nn.Module) -> dict[str, Any]:
+        return {TOOLKIT: self.toolkit, "quantizes": self.quantizes, "runtime_bytes": prepared.runtime_bytes(),
+                "runtime_table_bytes": prepared.runtime_table_bytes(), **prepared.details, **prepared.runner.metrics()}

@@ -1,6 +1,7 @@
 """Embedding storage, read from a prepared module's real buffers and parameters.
 
-Works on the eager EmbeddingBagCollection (fp32 or fp16 parameters) and on torchrec's quantized
+Works on the eager EmbeddingBagCollection (fp32 or fp16 parameters, or torch's rowwise-quantized bags swapped
+into it by `ao_embeddingbag`, bench.backends.rowwise) and on torchrec's quantized
 EmbeddingBagCollection, whose tables live in FBGEMM table-batched-embedding (TBE) buffers. For the
 quantized one, the dtype is the one the TBE kernel was built with (its embedding specs), and the row
 bytes are the width of the stored rows: weights plus, for INT8/INT4/INT2, the fp16 scale and bias of the
@@ -22,6 +23,8 @@ from torchrec.quant.embedding_modules import (
 )
 from torchrec.tensor_types import UIntXTensor
 
+from bench.backends.rowwise import RowwiseEmbeddingBag
+
 FLOAT_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
@@ -33,7 +36,11 @@ def _bytes_per_row(t: torch.Tensor) -> int:
 
 def _eager_tables(ebc: EmbeddingBagCollection) -> Iterator[tuple[str, dict]]:
     for cfg in ebc.embedding_bag_configs():
-        w = ebc.embedding_bags[cfg.name].weight
+        bag = ebc.embedding_bags[cfg.name]
+        if isinstance(bag, RowwiseEmbeddingBag):  # swapped in place by ao_embeddingbag: its packed rows
+            yield cfg.name, bag.storage()
+            continue
+        w = bag.weight
         dtype = FLOAT_DTYPES.get(w.dtype, str(w.dtype).removeprefix("torch."))
         yield cfg.name, {"dtype": dtype, "rows": int(w.shape[0]), "row_bytes": _bytes_per_row(w)}
 

@@ -26,20 +26,21 @@ class Entry:
     factory: Callable[..., Any]  # called with the group's resolved config
     config: type  # dataclass schema of `conf/<kind>/<name>.yaml`
     in_sweeps: bool = True  # joins the default sweeps (`+sweep=quant`, `+sweep=nightly`)
+    toolkit: str | None = None  # a field's quantization toolkit it runs (its pip extra): joins `+sweep=toolkits`
 
 
 _entries: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
 PACKAGES = {"backend": "bench.backends", "workload": "bench.workloads"}
 
 
-def register(kind: str, name: str, config: type, in_sweeps: bool = True) -> Callable[[Any], Any]:
+def register(kind: str, name: str, config: type, in_sweeps: bool = True, toolkit: str | None = None) -> Callable[[Any], Any]:
     if kind not in _entries:
         raise ValueError(f"unknown plug-in kind {kind!r}; expected one of {KINDS}")
 
     def decorate(factory: Any) -> Any:
         if name in _entries[kind]:
             raise ValueError(f"{kind} {name!r} is registered twice")
-        _entries[kind][name] = Entry(kind, name, factory, config, in_sweeps)
+        _entries[kind][name] = Entry(kind, name, factory, config, in_sweeps, toolkit)
         return factory
 
     return decorate
@@ -70,6 +71,17 @@ def sweep_backends() -> list[str]:
     """The backends of the default sweeps: every registered one that joins them, the baseline first."""
     joined = sorted(name for name, entry in entries("backend").items() if entry.in_sweeps)
     return sorted(joined, key=lambda name: name != BASELINE_BACKEND)
+
+
+# The harness's own backends beside the toolkits in `+sweep=toolkits`: the reference and its int8/int4 tables.
+TOOLKIT_SWEEP_OWN = ("fp32", "int8_tbe", "uint4")
+
+
+def toolkit_sweep_backends() -> list[str]:
+    """The backends of `+sweep=toolkits`: the harness's own (TOOLKIT_SWEEP_OWN, fp32 first), then every
+    registered toolkit backend by toolkit and name."""
+    toolkits = sorted((entry.toolkit, name) for name, entry in entries("backend").items() if entry.toolkit)
+    return [*TOOLKIT_SWEEP_OWN, *(name for _, name in toolkits)]
 
 
 def get(kind: str, name: str) -> Entry:

@@ -24,6 +24,11 @@ Besides `prepare`, the runner asks a backend:
 - `before_timing(prepared, warmup_calls)`: called once before the timed calls (the first
   `warmup_calls` of them are the warm-up); a module that keeps state across calls (a cache)
   resets it here, so every job times from the same state;
+- `timed_inputs(prepared, inputs)`: the timing batches (`(dense, KJT)` tuples, already on the device) in
+  the form the timed calls hand `prepared`, converted once before any clock starts, as the KJTs are
+  built beforehand for the torch backends. A runtime that takes other inputs (an exported model's
+  dense id matrices) converts them here, and `prepared` accepts both forms; the default keeps the
+  batches as they are. `timed_input_format` says what the converted form is, for the record (None: the batches as they are);
 - `job_metrics(prepared)`: extra metrics for the record, read after timing (default none);
 - `close()`: release what the backend holds outside the process (servers, files); called after
   every job whatever its outcome.
@@ -54,6 +59,8 @@ class Backend:
     # Why a call spends time off the calling thread's CPU (a server round trip), when it does: the
     # thread's CPU clock would leave that time out, so such a backend is timed on the wall clock.
     waits_off_cpu: ClassVar[str | None] = None
+    # What `timed_inputs` turns the timing batches into (recorded as `timed_inputs`); None: (dense, KJT) as they are.
+    timed_input_format: ClassVar[str | None] = None
 
     def __init__(self, cfg) -> None:
         self.cfg = cfg
@@ -83,6 +90,9 @@ class Backend:
 
     def before_timing(self, prepared: nn.Module, warmup_calls: int) -> None:
         pass
+
+    def timed_inputs(self, prepared: nn.Module, inputs: list[tuple]) -> list[tuple]:
+        return inputs
 
     def job_metrics(self, prepared: nn.Module) -> dict[str, Any]:
         return {}

@@ -32,8 +32,11 @@ def model_bytes(module: nn.Module) -> int:
     - quantized Linear weights inside packed params: int8 data, bias, and the per-channel scale and
       zero point the quantized tensor holds;
     - a tensor subclass that wraps others (torchao's quantized weights) by the tensors it holds
-      (`__tensor_flatten__`): its own storage is not real memory.
+      (`__tensor_flatten__`): its own storage is not real memory;
+    - a toolkit runtime's weights (ONNX Runtime, OpenVINO) as the runtime was handed them, which the
+      module reports itself (`runtime_bytes()`, bench.backends.toolkit): they are no torch tensors.
     """
+    runtime = getattr(module, "runtime_bytes", None)
     tensors: list[torch.Tensor] = [*module.parameters(), *module.buffers()]
     for m in module.modules():
         if isinstance(m, IntNBitTableBatchedEmbeddingBagsCodegen):
@@ -48,7 +51,7 @@ def model_bytes(module: nn.Module) -> int:
         if t.is_quantized and t.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
             for qparams in (t.q_per_channel_scales(), t.q_per_channel_zero_points()):
                 seen[("qparams", id(t), qparams.dtype)] = qparams.numel() * qparams.element_size()
-    return sum(seen.values())
+    return sum(seen.values()) + (runtime() if callable(runtime) else 0)
 
 
 def _unwrapped(tensors: list[torch.Tensor]) -> list[torch.Tensor]:

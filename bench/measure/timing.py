@@ -148,10 +148,13 @@ class _Calls:
             raise ValueError("no timing batches")
         self.inputs, self.next = inputs, 0
 
-    def take(self, n: int) -> list[tuple]:
-        out = [self.inputs[(self.next + j) % len(self.inputs)] for j in range(n)]
+    def positions(self, n: int) -> list[int]:
+        out = [(self.next + j) % len(self.inputs) for j in range(n)]
         self.next = (self.next + n) % len(self.inputs)
         return out
+
+    def take(self, n: int) -> list[tuple]:
+        return [self.inputs[i] for i in self.positions(n)]
 
 
 @contextmanager
@@ -229,6 +232,7 @@ def time_paired(
     process_df: float | None = None,
     second_clock: Clock | None = None,
     decided: Callable[[float, float], bool] | None = None,
+    candidate_inputs: Sequence[tuple] | None = None,
     **_unused,
 ) -> PairedTiming:
     """At least `trials` rounds; in each, both modules run the same next batches, in ABBA order.
@@ -243,9 +247,17 @@ def time_paired(
     share of the interval's variance is at most half: more rounds could narrow it by at most 30%),
     or `decided(lo, hi)` says the interval already decides what the job is judged on.
     `second_clock` (the timing calibration's): the same calls read on a second clock too, as `.second`.
+    `candidate_inputs`: the same batches in the candidate's own input format (`Backend.timed_inputs`),
+    position for position; by default the candidate takes `inputs` as the reference does.
     """
+    if candidate_inputs is not None and len(candidate_inputs) != len(inputs):
+        raise ValueError(f"{len(candidate_inputs)} candidate inputs for {len(inputs)} timing batches")
     calls, timed = _Calls(inputs), _clock_fn(device, clock, test_delay, second_clock)
     sides = {"candidate": candidate, "reference": reference}
+    side_inputs = {"candidate": candidate_inputs or inputs, "reference": inputs}
+
+    def of(side: str, positions: list[int]) -> list[tuple]:
+        return [side_inputs[side][i] for i in positions]
 
     def untimed(module: nn.Module, batches: list[tuple]) -> None:
         for args in batches:
@@ -269,16 +281,16 @@ def time_paired(
                             process_df=process_df)
 
     with _timed_region():
-        warm_batches = calls.take(max(1, warmup_batches))
-        warm = [time_half(side, warm_batches, keep=False) for side in sides]
+        warm_batches = calls.positions(max(1, warmup_batches))
+        warm = [time_half(side, of(side, warm_batches), keep=False) for side in sides]
         n = max(_calls_per_trial(w, batches_per_trial, min_trial_seconds) for w in warm)
         while True:
             r = len(first)
             order = ("reference", "candidate") if r % 4 in (0, 3) else ("candidate", "reference")  # ABBA
-            settle, batch_window = calls.take(1), calls.take(n)
+            settle, batch_window = calls.positions(1), calls.positions(n)
             for side in order:
-                untimed(sides[side], settle)  # the switch from the other model's caches is not the model's speed
-                lat[side].append(time_half(side, batch_window))
+                untimed(sides[side], of(side, settle))  # the switch from the other model's caches is not the model's speed
+                lat[side].append(time_half(side, of(side, batch_window)))
             first.append(order[0])
             result = paired(lat)
             if second_clock is not None:

@@ -29,7 +29,7 @@ from bench.measure.timing import (
     time_module,
     time_paired,
 )
-from bench.metrics import (AUC_DELTA, AUC_FP32, FIDELITY_GAP, ORACLE_AUC, PREPARE_SECONDS, SCORES_SATURATED, SPEEDUP, SPEEDUP_PROCESS_DF, THREADS,
+from bench.metrics import (TIMED_INPUTS, AUC_DELTA, AUC_FP32, FIDELITY_GAP, ORACLE_AUC, PREPARE_SECONDS, SCORES_SATURATED, SPEEDUP, SPEEDUP_PROCESS_DF, THREADS,
                            THROUGHPUT, hi, lo, with_interval)
 from bench.models.logits import saturated_share
 from bench.models.random_weights import RANDOM
@@ -67,6 +67,8 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
         if not performance_only:
             labels, logits = _scores(cfg, backend.cfg, model, workload, device, shared, lambda: prepared)
         inputs = shared.timing_inputs(cfg, workload, device)
+        # the candidate's own input format, converted before any clock starts (bench.backends.backend)
+        candidate_inputs = backend.timed_inputs(prepared, inputs)
         if performance_only:
             reference, why_unpaired = None, "performance only (random weights): no fp32 reference is built"
         else:
@@ -75,14 +77,14 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
         faults = hardware.minor_faults()
         with hardware.timing_threads(cfg.timing.threads) as threads, LoadWatch() as load:
             if reference is None:
-                timing, paired = time_module(prepared, inputs, cfg.batch_size, device, **loop_options(cfg.timing)), None
+                timing, paired = time_module(prepared, candidate_inputs, cfg.batch_size, device, **loop_options(cfg.timing)), None
             else:
                 paired = time_paired(prepared, reference, inputs, cfg.batch_size, device, **loop_options(cfg.timing),
                                      process_sd=setting.get("process_sd") or 0.0, process_df=setting.get("process_df"),
-                                     decided=speed_decided(cfg))
+                                     decided=speed_decided(cfg), candidate_inputs=candidate_inputs)
                 timing = paired.candidate
         faults = hardware.minor_faults() - faults
-        all_threads = _all_threads(cfg, prepared, inputs, device, threads)
+        all_threads = _all_threads(cfg, prepared, candidate_inputs, device, threads)
 
     if performance_only:
         metrics: dict[str, Any] = {"accuracy": PERFORMANCE_ONLY}
@@ -96,6 +98,8 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
         metrics.update(_layers(cfg, backend, model, workload, device, shared, labels, base_logits, metrics))
     distinct_ids = shared.timing_access(cfg, workload, device)["distinct_rows"]
     metrics.update(_timing_figures(cfg, backend, timing, paired, why_unpaired, load.figures, distinct_ids))
+    if backend.timed_input_format is not None:
+        metrics[TIMED_INPUTS] = backend.timed_input_format
     calls = timing.timed_calls + (paired.reference.timed_calls if paired else 0)
     calls += cfg.timing.warmup_batches * (2 if paired else 1)
     throughput = timing.throughput_interval(setting.get("throughput_process_sd") or 0.0,

@@ -1,0 +1,34 @@
+"""`openvino_int8`: NNCF's post-training quantization (`nncf.quantize`) of the exported twin in OpenVINO:
+int8 weights and activations, scales from NNCF's own statistics over the workload's calibration batches.
+
+The MatMuls of two activations (DLRM's interaction) are in NNCF's `ignored_scope`: quantized per tensor,
+the interaction cost ΔAUC -0.047 in issue 34's prototype."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.backends.ov_runtime import OvBackend, activation_products
+from bench.config import BackendConfig
+from bench.registry import register
+
+
+@dataclass
+class OpenvinoInt8Config(BackendConfig):
+    name: str = "openvino_int8"
+
+
+@register("backend", "openvino_int8", config=OpenvinoInt8Config, in_sweeps=False, toolkit="openvino")
+class OpenvinoInt8Backend(OvBackend):
+    quantizes = "weights and activations int8 (nncf.quantize, calibrated); activation x activation MatMuls fp32"
+
+    def transform(self, model, calibration):
+        import nncf
+
+        ignored = activation_products(model)
+        self.ignored = ignored
+        return nncf.quantize(model, nncf.Dataset(calibration), subset_size=len(calibration),
+                             ignored_scope=nncf.IgnoredScope(names=ignored) if ignored else None)
+
+    def job_metrics(self, prepared):
+        return {**super().job_metrics(prepared), "nncf_ignored_scope": self.ignored}

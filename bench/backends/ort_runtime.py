@@ -1,0 +1,98 @@
+"""What the ONNX Runtime backends share: the session (CPU provider, the job's thread count), the graph's
+bytes and operators, and which nodes are products of two activations.
+
+The four backends (`onnxruntime_fp32`, `onnxruntime_int8_dynamic`, `onnxruntime_int8_static`,
+`onnxruntime_w4`) quantize the same exported twin (bench.backends.toolkit) with ONNX Runtime's own
+quantization API and run it in `onnxruntime.InferenceSession`. A MatMul of two activations (DLRM's
+pairwise interaction) stays fp32 in every one: quantized per tensor it costs AUC (issue 34's prototype:
+ΔAUC -0.047 in OpenVINO), and it holds no weights to shrink.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from bench.backends.toolkit import Feeds, ToolkitBackend, require
+
+EXTRA = "onnxruntime"
+
+
+class OrtRunner:
+    """An InferenceSession over the model bytes, rebuilt when the thread count changes (the timed calls
+    run at the job's timing threads)."""
+
+    def __init__(self, model_bytes: bytes) -> None:
+        self.model_bytes = model_bytes
+        self.session = None
+        self.threads: int | None = None
+
+    def __call__(self, feeds: Feeds, threads: int) -> np.ndarray:
+        if threads != self.threads:
+            import onnxruntime as ort
+
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+            options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            self.session = ort.InferenceSession(self.model_bytes, options, providers=["CPUExecutionProvider"])
+            self.threads = threads
+        return self.session.run(None, feeds)[0]
+
+
+def initializer_bytes(model) -> int:
+    """Bytes of the graph's weights (initializers), as the session is handed them."""
+    from onnx import numpy_helper
+
+    return sum(numpy_helper.to_array(t).nbytes for t in model.graph.initializer)
+
+
+def activation_products(model) -> list[str]:
+    """Names of the MatMul nodes whose inputs are both activations (no initializer): left fp32."""
+    weights = {t.name for t in model.graph.initializer}
+    constants = {o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
+    return [n.name for n in model.graph.node if n.op_type == "MatMul" and not any(i in weights | constants for i in n.input)]
+
+
+def preprocessed(onnx_path: Path, workdir: Path) -> Path:
+    """ONNX Runtime's recommended step before quantizing (`quant_pre_process`: shape inference and graph
+    optimization), so the quantizer sees each tensor's shape."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    out = workdir / "preprocessed.onnx"
+    quant_pre_process(str(onnx_path), str(out), skip_symbolic_shape=True)
+    return out
+
+
+class OrtBackend(ToolkitBackend):
+    toolkit = EXTRA
+
+    def load_toolkit(self) -> None:
+        for module in ("onnx", "onnxruntime", "onnxruntime.quantization"):
+            require(module, EXTRA, self.cfg.name)
+
+    def quantize(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> Path:
+        """The quantized model's path (ONNX Runtime's quantization API); fp32 returns `onnx_path`."""
+        raise NotImplementedError
+
+    def build(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> tuple[Callable[[Feeds, int], np.ndarray], int]:
+        import onnx
+
+        model = onnx.load(str(self.quantize(onnx_path, workdir, calibration)))
+        self.details = {"runtime": f"onnxruntime {_version()} CPUExecutionProvider",
+                        "onnx_ops": dict(sorted(Counter(n.op_type for n in model.graph.node).items()))}
+        self.runner = OrtRunner(model.SerializeToString())
+        return self.runner, initializer_bytes(model)
+
+    def job_metrics(self, prepared) -> dict[str, Any]:
+        return {**super().job_metrics(prepared), "runtime_threads": self.runner.threads}
+
+
+def _version() -> str:
+    import onnxruntime
+
+    return onnxruntime.__version__

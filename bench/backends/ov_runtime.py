@@ -1,0 +1,111 @@
+"""What the OpenVINO backends share: the exported twin read by OpenVINO, compiled for the CPU at the job's
+thread count with fp32 inference precision pinned, its constants' bytes, and the activation products.
+
+OpenVINO's CPU plugin computes in bf16 by default on a CPU with AVX-512-BF16 (or AMX): an "fp32" model would
+quietly lose precision there. Every compile sets `INFERENCE_PRECISION_HINT=f32`, reads the property back,
+and refuses to run (the job fails) when the compiled model reports anything else; the record keeps it.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from bench.backends.toolkit import Feeds, ToolkitBackend, require
+
+EXTRA = "openvino"
+PRECISION = "f32"
+
+
+class OvRunner:
+    """A compiled model over an `ov.Model`, recompiled when the thread count changes."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self.request = None
+        self.threads: int | None = None
+        self.precision: str | None = None
+
+    def compile(self, threads: int) -> None:
+        import openvino as ov
+        import openvino.properties as props
+        import openvino.properties.hint as hints
+
+        pinned = getattr(ov.Type, PRECISION)
+        config = {hints.inference_precision: pinned, props.inference_num_threads: threads}
+        compiled = ov.Core().compile_model(self.model, "CPU", config)
+        precision = compiled.get_property(hints.inference_precision)
+        if precision != pinned:
+            raise RuntimeError(f"OpenVINO compiled the model at inference precision {precision}, not {PRECISION} as pinned")
+        self.precision = precision.get_type_name()
+        self.request = compiled.create_infer_request()
+        self.threads = threads
+
+    def __call__(self, feeds: Feeds, threads: int) -> np.ndarray:
+        if threads != self.threads:
+            self.compile(threads)
+        return np.array(self.request.infer(feeds)[0])  # a copy: the request reuses its output buffer
+
+
+def constant_bytes(model) -> int:
+    """Bytes of the model's constants (weights, int8/int4 where compressed), as the runtime is handed them."""
+    return sum(op.get_byte_size() for op in model.get_ops() if op.get_type_name() == "Constant")
+
+
+def _is_constant(node) -> bool:
+    """A Constant, seen through the Convert / dequantizing ops NNCF puts between a weight and its user."""
+    kind = node.get_type_name()
+    if kind == "Constant":
+        return True
+    return kind in ("Convert", "Subtract", "Multiply", "Reshape") and all(_is_constant(i.get_source_output().get_node()) for i in node.inputs())
+
+
+def activation_products(model) -> list[str]:
+    """Friendly names of the MatMuls whose inputs are both activations (DLRM's interaction)."""
+    return [op.get_friendly_name() for op in model.get_ops()
+            if op.get_type_name() == "MatMul" and not any(_is_constant(i.get_source_output().get_node()) for i in op.inputs())]
+
+
+class OvBackend(ToolkitBackend):
+    toolkit = EXTRA
+
+    def load_toolkit(self) -> None:
+        for module in ("openvino", "nncf"):
+            require(module, EXTRA, self.cfg.name)
+        import nncf
+
+        nncf.set_log_level(logging.ERROR)  # its statistics tables and progress bars are not the job's output
+
+    def transform(self, model, calibration: list[Feeds]):
+        """The model after NNCF (fp32 returns it as it is)."""
+        raise NotImplementedError
+
+    def build(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> tuple[Callable[[Feeds, int], np.ndarray], int]:
+        import openvino as ov
+
+        model = self.transform(ov.Core().read_model(str(onnx_path)), calibration)
+        ops: dict[str, int] = {}
+        for op in model.get_ops():
+            ops[op.get_type_name()] = ops.get(op.get_type_name(), 0) + 1
+        self.runner = OvRunner(model)
+        self.details = {"runtime": f"openvino {ov.__version__} CPU", "openvino_ops": dict(sorted(ops.items())),
+                        "constant_types": _constant_types(model)}
+        return self.runner, constant_bytes(model)
+
+    def job_metrics(self, prepared) -> dict[str, Any]:
+        # the precision the compiled model reported, read back after the pin: the correctness guard's record
+        return {**super().job_metrics(prepared), "runtime_threads": self.runner.threads,
+                "inference_precision": self.runner.precision, "inference_precision_pinned": PRECISION}
+
+
+def _constant_types(model) -> dict[str, int]:
+    """Element type -> bytes of the constants of that type (how much is int8, int4, fp32)."""
+    out: dict[str, int] = {}
+    for op in model.get_ops():
+        if op.get_type_name() == "Constant":
+            kind = op.get_element_type().get_type_name()
+            out[kind] = out.get(kind, 0) + op.get_byte_size()
+    return dict(sorted(out.items()))

@@ -1,0 +1,134 @@
+"""What the toolkit backends (ONNX Runtime, OpenVINO with NNCF, ...) share: a lazy import that names the
+missing extra, the exported twin as ONNX, and a module that runs a toolkit's runtime behind the
+harness's forward signature.
+
+A toolkit backend quantizes the exported twin (bench.backends.twin) with the toolkit's own calls and
+calibration, and runs it in the toolkit's own runtime. Its module (`RuntimeModule`) keeps the model's
+forward signature for scoring, `module(dense, kjt)`, and also takes the runtime's own feeds, built
+once before timing (`ToolkitBackend.timed_inputs`), as a torch backend's KJTs are. The runtime
+follows torch's intra-op thread count at each call: the job's timed thread count while it is timed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from bench.backends.backend import Backend, NotApplicable
+from bench.backends.twin import Twin, build_twin
+from bench.batch import Batch
+
+Feeds = dict[str, np.ndarray]
+
+
+def require(module: str, extra: str, backend: str):
+    """`import module`, or NotApplicable naming the pip extra that installs it (the job is `skipped`)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise NotApplicable(f"backend {backend!r} needs {module} ({exc}): pip install -e '.[{extra}]'") from exc
+
+
+class MatMulLinear(nn.Linear):
+    """A Linear that exports as MatMul + Add instead of Gemm: ONNX Runtime's dynamic int8 quantizer
+    rewrites MatMul (to MatMulInteger) and leaves Gemm in fp32. Same weights, same arithmetic."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.matmul(x, self.weight.t())
+        return out + self.bias if self.bias is not None else out
+
+
+def _linears_as_matmul(module: nn.Module) -> None:
+    for name, child in module.named_children():
+        if type(child) is nn.Linear:
+            child.__class__ = MatMulLinear  # the same parameters; only the exported node changes
+        else:
+            _linears_as_matmul(child)
+
+
+def export_onnx(twin: Twin, example: tuple[torch.Tensor, ...], path: Path) -> Path:
+    """The twin as an ONNX file (TorchScript exporter: about 0.1 s where the dynamo one takes 5 s on a
+    tiny model), batch and bag widths dynamic, Linears as MatMul + Add. The twin itself is not changed."""
+    import copy
+
+    graph = copy.deepcopy(twin)
+    _linears_as_matmul(graph)
+    names = twin.input_names()
+    axes = {"dense": {0: "batch"}, **{f: {0: "batch", 1: f"ids_{f}"} for f in twin.features}, "score": {0: "batch"}}
+    with torch.inference_mode(False), torch.no_grad():
+        torch.onnx.export(graph, example, str(path), input_names=names, output_names=["score"], dynamic_axes=axes,
+                          opset_version=21, dynamo=False)
+    return path
+
+
+def feeds_of(twin_inputs: tuple[torch.Tensor, ...], names: Sequence[str]) -> Feeds:
+    return {name: t.numpy() for name, t in zip(names, twin_inputs)}
+
+
+class RuntimeModule(nn.Module):
+    """A toolkit runtime behind the harness's signature: `module(dense, kjt)` (scoring) or `module(feeds)`
+    (timing: the feeds built beforehand). `runner(feeds, threads)` runs the runtime at that thread count."""
+
+    def __init__(self, twin: Twin, runner: Callable[[Feeds, int], np.ndarray], runtime_bytes: int) -> None:
+        super().__init__()
+        self.features, self.pads, self.names = twin.features, twin.pads, twin.input_names()
+        self._to_twin = twin.inputs  # a bound method of a module not registered here: its weights are not counted
+        self.runner = runner
+        self._runtime_bytes = runtime_bytes
+
+    def feeds(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> Feeds:
+        return feeds_of(self._to_twin(dense.cpu(), sparse), self.names)
+
+    def forward(self, first, sparse: KeyedJaggedTensor | None = None) -> torch.Tensor:
+        feeds = first if sparse is None else self.feeds(first, sparse)
+        return torch.from_numpy(np.asarray(self.runner(feeds, torch.get_num_threads())))  # the exported output's shape
+
+    def runtime_bytes(self) -> int:
+        """The weights as the runtime was handed them (bench.measure.memory reads this)."""
+        return self._runtime_bytes
+
+
+class ToolkitBackend(Backend):
+    """The shared steps: twin, export, the toolkit's own quantization (`build`), the runtime module."""
+
+    devices = ("cpu",)
+    not_shardable = "it runs in a toolkit's own runtime, in one process"
+    timed_input_format = "the exported twin's dense id matrices as the runtime's feeds (numpy), built before timing"
+    toolkit: ClassVar[str]  # the pip extra (and the family) of the backend
+    quantizes: ClassVar[str]  # what is integer, in the record
+
+    def __init__(self, cfg) -> None:
+        super().__init__(cfg)
+        self.details: dict[str, Any] = {}
+
+    def prepare(self, model: nn.Module, calibration_batches: Sequence[Batch], device: torch.device) -> nn.Module:
+        if not calibration_batches:
+            raise NotApplicable(f"backend {self.cfg.name!r} builds its exported twin from a calibration batch, and none was given")
+        self.load_toolkit()
+        twin = build_twin(model, calibration_batches[0])
+        calibration = [feeds_of(twin.inputs(b.dense, b.sparse), twin.input_names()) for b in calibration_batches]
+        with tempfile.TemporaryDirectory(prefix="bench-toolkit-") as tmp:
+            onnx_path = export_onnx(twin, twin.inputs(calibration_batches[0].dense, calibration_batches[0].sparse), Path(tmp) / "twin.onnx")
+            runner, runtime_bytes = self.build(onnx_path, Path(tmp), calibration)
+        return RuntimeModule(twin, runner, runtime_bytes).eval()
+
+    def load_toolkit(self) -> None:
+        """Import the toolkit (NotApplicable naming the extra when it is missing)."""
+        raise NotImplementedError
+
+    def build(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> tuple[Callable[[Feeds, int], np.ndarray], int]:
+        """The quantized model in the toolkit's runtime: `(runner(feeds, threads) -> scores, bytes the runtime holds)`."""
+        raise NotImplementedError
+
+    def timed_inputs(self, prepared: nn.Module, inputs: list[tuple]) -> list[tuple]:
+        return [(prepared.feeds(dense, sparse),) for dense, sparse in inputs]
+
+    def job_metrics(self, prepared: nn.Module) -> dict[str, Any]:
+        return {"toolkit": self.toolkit, "quantizes": self.quantizes, "runtime_bytes": prepared.runtime_bytes(), **self.details}

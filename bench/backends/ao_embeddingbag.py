@@ -60,7 +60,7 @@ def quantize_bags(model: nn.Module, bits: int, backend: str) -> int:
     return swapped
 
 
-@register("backend", "ao_embeddingbag", config=AoEmbeddingBagConfig, in_sweeps=False)
+@register("backend", "ao_embeddingbag", config=AoEmbeddingBagConfig, in_sweeps=False, toolkit="torch.ao")
 class AoEmbeddingBagBackend(Backend):
     devices = ("cpu",)  # torch's quantized EmbeddingBag and int8 Linear kernels are CPU kernels
     not_shardable = "its tables are torch.ao quantized EmbeddingBags, which torchrec's sharders do not take"

@@ -14,6 +14,6 @@ class AoEmbeddingBag4Config(AoEmbeddingBagConfig):
     name: str = "ao_embeddingbag4"
 
 
-@register("backend", "ao_embeddingbag4", config=AoEmbeddingBag4Config, in_sweeps=False)
+@register("backend", "ao_embeddingbag4", config=AoEmbeddingBag4Config, in_sweeps=False, toolkit="torch.ao")
 class AoEmbeddingBag4Backend(AoEmbeddingBagBackend):
     bits = 4

@@ -32,7 +32,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from bench.backends.backend import Backend, NotApplicable
 from bench.backends.toolkit import require
-from bench.backends.twin import Twin, build_twin
+from bench.backends.twin import GatherBags, Twin, build_twin
 from bench.batch import Batch
 from bench.config import BackendConfig
 from bench.registry import register
@@ -54,6 +54,15 @@ def dynamic_shapes(twin: Twin, example: Sequence[torch.Tensor]) -> tuple:
     return ({0: batch}, widths)  # the twin's signature: (dense, *ids)
 
 
+def export_example(twin: Twin, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """The twin's inputs with every id matrix at least 2 wide (a column of its zero row's id added, which adds
+    nothing to the sum): torch.export fixes a dimension its example gives as 1, and a one-hot feature's matrix
+    is 1 wide until a batch holds a longer bag."""
+    dense, *ids = inputs
+    wide = [m if m.shape[1] > 1 else torch.cat([m, torch.full_like(m, twin.pads[f])], dim=1) for f, m in zip(twin.features, ids)]
+    return (dense, *wide)
+
+
 class CompiledTwin(nn.Module):
     """The converted twin behind the harness's signature: `module(dense, kjt)` (scoring) or `module(dense, *ids)`
     (timing: the id matrices built beforehand)."""
@@ -64,6 +73,12 @@ class CompiledTwin(nn.Module):
         self._to_twin = twin.inputs  # a bound method of a module not registered here: its weights are not counted twice
         self.__dict__["_run"] = torch.compile(graph) if compile else graph  # not a submodule: the same weights
         self.compiled = compile
+        self._tables = {name: {"dtype": "fp32", "rows": int(w.shape[0]), "row_bytes": int(w.shape[1]) * w.element_size()}
+                        for m in twin.modules() if isinstance(m, GatherBags) for name, w in m.tables.items()}
+
+    def stored_tables(self) -> dict[str, dict]:
+        """The tables as the graph holds them: fp32 gather weights, each with its zero row (bench.backends.tables)."""
+        return self._tables
 
     def train(self, mode: bool = True) -> "CompiledTwin":
         # an exported graph refuses train()/eval() (torchao's PT2E guard); it is an inference graph either way
@@ -94,7 +109,8 @@ class IncInt8StaticBackend(Backend):
         twin = build_twin(model, calibration_batches[0])
         calibration = [twin.inputs(b.dense, b.sparse) for b in calibration_batches]  # contiguous: export fixes strides
         with torch.no_grad():
-            graph = export(twin, calibration[0], dynamic_shapes=dynamic_shapes(twin, calibration[0]))
+            example = export_example(twin, calibration[0])
+            graph = export(twin, example, dynamic_shapes=dynamic_shapes(twin, example))
             observed = prepare(graph, get_default_static_config())
             for inputs in calibration:
                 observed(*inputs)

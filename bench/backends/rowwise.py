@@ -8,7 +8,7 @@ with an fp16 scale and bias (D/2 + 4 bytes). The lookup is `quantized::embedding
 Written by hand around the ops rather than taking `torch.ao.nn.quantized.EmbeddingBag` itself, because that
 module keeps its rows in an opaque packed object: the packed rows here are a plain buffer, so the bytes the
 model holds are counted as they are (bench.measure.memory, bench.backends.tables). Its scores match the
-torch.ao module's (tests/test_backends_toolkits_ao.py).
+torch.ao module's (tests/test_backends_ao_embeddingbag.py).
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ quantized one, the dtype is the one the TBE kernel was built with (its embedding
 bytes are the width of the stored rows: weights plus, for INT8/INT4/INT2, the fp16 scale and bias of the
 row, plus any row-alignment padding (none at CPU row alignment 1).
 
+A module that holds its tables in another form (an exported graph's gather weights) reports them itself:
+`stored_tables()`, table name -> the same fields.
+
 `embedding_bytes` sums rows x row bytes over every table: the table payload. The TBE allocation also
 rounds each table up to a 128-byte boundary; that padding (< 128 bytes per table) is not counted.
 """
@@ -72,7 +75,9 @@ def table_storage(module: nn.Module) -> dict[str, dict]:
     """
     out: dict[str, dict] = {}
     for path, m in module.named_modules():
-        if isinstance(m, QuantEmbeddingBagCollection):
+        if callable(getattr(m, "stored_tables", None)):  # a module that keeps its tables its own way (an exported graph)
+            tables = m.stored_tables().items()
+        elif isinstance(m, QuantEmbeddingBagCollection):
             tables = _quantized_tables(m)
         elif isinstance(m, EmbeddingBagCollection):
             tables = _eager_tables(m)

@@ -69,3 +69,30 @@ def test_missing_extra_is_not_applicable_naming_it(model, monkeypatch):
     monkeypatch.setitem(sys.modules, "neural_compressor", None)  # import fails as if not installed
     with pytest.raises(NotApplicable, match=r"pip install -e '\.\[inc\]'"):
         make().prepare(model, [random_batch(TABLES, 64, seed=1)], CPU)
+
+
+def test_inc_dynamic_int8_without_a_calibration_forward_is_the_constant_output_the_guard_fails(model):
+    """The known real case behind bench.pipeline.job.output_fault: Neural Compressor's dynamic int8 converted
+    right after `prepare` scores every sample the same; one forward in between and it ranks."""
+    import numpy as np
+    from neural_compressor.torch.export import export
+    from neural_compressor.torch.quantization import convert, get_default_dynamic_config, prepare
+
+    from bench.backends.inc_int8_static import dynamic_shapes, export_example
+    from bench.backends.twin import build_twin
+    from bench.measure.accuracy import accuracy_metrics
+    from bench.pipeline.job import output_fault
+
+    twin = build_twin(model, random_batch(TABLES, 64, seed=1))
+    example = export_example(twin, twin.inputs(*random_batch(TABLES, 64, seed=1).model_inputs()))
+    batch = random_batch(TABLES, 512, seed=5)
+    labels = (model(batch.dense, batch.sparse).detach().flatten() > 0).numpy().astype(np.float64)  # fp32 ranks these perfectly
+    faults = {}
+    for forward in (False, True):
+        observed = prepare(export(twin, example, dynamic_shapes=dynamic_shapes(twin, example)), get_default_dynamic_config())
+        if forward:
+            observed(*example)
+        logits = convert(observed)(*twin.inputs(batch.dense, batch.sparse)).detach().flatten().numpy()
+        faults[forward] = output_fault({**accuracy_metrics(labels, logits), "auc_fp32": 1.0}, "inc_int8_dynamic")
+    assert faults[False] is not None and "constant" in faults[False], faults
+    assert faults[True] is None, faults

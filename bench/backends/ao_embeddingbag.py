@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -84,6 +84,10 @@ class AoEmbeddingBagBackend(Backend):
 
     def scores_depend_on_batch(self) -> bool:
         return self.cfg.mlp == "int8"  # dynamic int8: each call's activation range is its batch's
+
+    def job_metrics(self, prepared: nn.Module) -> dict[str, Any]:
+        mlp = "Linear layers dynamic int8" + (", the output layer fp32" if self.cfg.mlp_output == "fp32" else "")
+        return {"toolkit": "torch.ao", "quantizes": f"tables {DTYPES[self.bits]} per row; " + (mlp if self.cfg.mlp == "int8" else "MLP fp32")}
 
     def emulation(self) -> dict | None:
         # fake_quant rounds each row on FBGEMM's grid: the same min/max grid as torch's ops, with the scale and

@@ -77,4 +77,4 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) .cache outputs multirun site
+	rm -rf $(VENV) $(QUARK_VENV) .cache outputs multirun site

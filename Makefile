@@ -36,7 +36,7 @@ $(STAMP): pyproject.toml $(REQS)
 	$(BIN)/pip install --upgrade pip
 	$(BIN)/pip install $(TORCH_PIP_OPTS) --no-deps "$$(grep -m1 '^torch==' requirements/$(STACK).txt)$(TORCH_BUILD)"
 	$(BIN)/pip install -r requirements/$(STACK).txt
-	$(BIN)/pip install -e ".[dev,cluster]"
+	$(BIN)/pip install -e ".[dev,cluster,toolkits]"
 	$(BIN)/pip install --no-deps -r requirements/$(STACK)-torchrec.txt
 	$(BIN)/python -c "import torch, fbgemm_gpu, torchrec, torchao; print('stack $(STACK): torch', torch.__version__, '| fbgemm_gpu', fbgemm_gpu.__version__, '| torchrec', torchrec.__version__, '| torchao', torchao.__version__)"
 	touch $(STAMP)

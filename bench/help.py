@@ -70,12 +70,14 @@ def help_text() -> str:
         "Groups (GROUP=OPTION; * the default):",
     ]
     for group in config_groups():
-        options = group_options(group)
+        options, families = _families(group, group_options(group))
         width = max(len(o) for o in options) + 2
         lines.append(f"  {group_key(group)}=")
         for option in options:
             mark = "*" if defaults.get(group) == option else " "
             lines.append(f"   {mark}{option:<{width}}{describe(group, option)}")
+        if families:  # the toolkits' backends on one line: the help stays within its screens
+            lines.append(f"    {', '.join(families)}  the quantization toolkits' backends (docs/toolkits.md, +sweep=toolkits)")
     lines += ["", "Options (KEY=VALUE, with their defaults; a group's own keys: GROUP=OPTION --cfg job):"]
     for key, default, note in plain_options():
         lines.append(f"  {key}={default}" + (f"  ({note})" if note else ""))
@@ -100,6 +102,37 @@ def describe(group: str, option: str) -> str:
     if group in KINDS:
         return _plugin_line(group, option)
     return _yaml_line(CONF_DIR / group / f"{option}.yaml")
+
+
+def _families(group: str, options: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The options to list one by one, and each toolkit's backends folded into one name (`onnxruntime_{fp32,w4}`)
+    -> its toolkit, read from their `register(..., toolkit=...)` calls without importing them."""
+    if group not in KINDS:
+        return options, {}
+    by_toolkit: dict[str, list[str]] = {}
+    for option in options:
+        toolkit = _registered_toolkit(group, option)
+        if toolkit:
+            by_toolkit.setdefault(toolkit, []).append(option)
+    folded = {o for names in by_toolkit.values() for o in names}
+    families = {}
+    for toolkit, names in by_toolkit.items():
+        prefix = f"{toolkit}_" if all(n.startswith(f"{toolkit}_") for n in names) else ""
+        rest = [n.removeprefix(prefix) for n in names]
+        families[f"{prefix}{{{','.join(rest)}}}" if len(names) > 1 else names[0]] = toolkit
+    return [o for o in options if o not in folded], families
+
+
+def _registered_toolkit(kind: str, name: str) -> str | None:
+    path = ROOT / PACKAGES[kind].replace(".", "/") / f"{name}.py"
+    if not path.exists():
+        return None
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "register":
+            for keyword in node.keywords:
+                if keyword.arg == "toolkit" and isinstance(keyword.value, ast.Constant):
+                    return keyword.value.value
+    return None
 
 
 def _plugin_line(kind: str, name: str) -> str:

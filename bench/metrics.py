@@ -98,6 +98,8 @@ LATENCY_MS = metric("latency_ms", "ms", LOWER, ".2f", "per-call latency percenti
                     "distribution-free 95% interval of p99 (p99_lo, p99_hi)", TIMING)
 LATENCY_CALLS = metric("latency_calls", "calls", NEITHER, ",d", "the timed calls behind the latency percentiles", TIMING)
 LATENCY_P99_CALLS = metric("latency_p99_calls", "calls", NEITHER, ",d", "the calls at or above p99: how many make the tail", TIMING)
+TOOLKIT = metric("toolkit", "", NEITHER, "s", "the quantization toolkit whose own runtime ran the backend (its pip extra; "
+                 "docs/toolkits.md)", TIMING)
 TIMED_INPUTS = metric("timed_inputs", "", NEITHER, "s", "what the timed calls of a runtime with its own input format took: "
                       "the batches converted to it before timing, as the KJTs are for the torch backends", TIMING)
 THREADS = metric("threads", "", NEITHER, "d", "torch intra-op threads the job ran with", TIMING)

@@ -111,13 +111,14 @@ def test_help_explains_the_tool(tmp_path):
                  "batch_size=2048", "<reports_dir>/<sweep>/latest", "2 bad input", "3 the", "store check"):
         assert text in out, text
     sweeps = sorted(p.stem for p in (REPO / "conf" / "sweep").glob("*.yaml"))
-    assert f"[+sweep={'|'.join(sweeps)}]" in out and len(sweeps) == 7  # every sweep of conf/sweep/
+    assert f"[+sweep={'|'.join(sweeps)}]" in out and len(sweeps) == 8  # every sweep of conf/sweep/
+    assert "onnxruntime_{fp32,int8_dynamic,int8_static,w4}, openvino_{fp32,int8,w4,w8}  the quantization toolkits' backends" in out
     for text in ("throughput± (samples/s ↑)", "speedup± (x ↑)", "peak_rss_bytes (bytes ↓)", "latency_ms (ms ↓)", "(unit ↑) higher is better",
                  "default model (a few minutes on 2 busy cores)"):
         assert text in out, text  # each metric's unit and direction; the first run's cost
     assert "trains in seconds" not in out
     assert "base_" not in out and "_target_" not in out  # no schema names, no config dump
-    assert len(out.splitlines()) < 140  # two or three screens: every config group, its options and the metrics
+    assert len(out.splitlines()) < 145  # two or three screens: every config group, its options and the metrics
 
 
 def test_the_docs_describe_backend_bits_as_the_error_does():

@@ -73,8 +73,9 @@ def fp32_model():
 
 
 # ps_redis keeps its tables in Redis and only a cache of rows in the model: the hand count of whole
-# tables does not describe it (tests/test_ps_redis.py checks what it stores).
-IN_MEMORY_BACKENDS = [n for n in registry.names("backend") if n != "ps_redis"]
+# tables does not describe it (tests/test_ps_redis.py checks what it stores). A toolkit backend's bytes are
+# its runtime's graph, not torch modules (tests/test_toolkits.py checks them).
+IN_MEMORY_BACKENDS = [n for n, e in registry.entries("backend").items() if n != "ps_redis" and not e.toolkit]
 
 
 @pytest.mark.parametrize("name", IN_MEMORY_BACKENDS)

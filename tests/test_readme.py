@@ -40,6 +40,8 @@ DOCS_LONG = {
                           "python3.11 -m venv .venv", ".venv/bin/pip install torch==2.14.1 fbgemm-gpu==1.9.0",
                           '.venv/bin/pip install -e ".[dev]"', ".venv/bin/pip install --no-deps torchrec==1.9.2")},
     "make docs": "the documentation site: tests/test_docs.py builds it strictly",
+    "pip install -e '.[onnxruntime]'": SETUP,
+    "python -m bench +sweep=toolkits": "a sweep, minutes as written; tests/test_toolkits.py runs its backends on a tiny model",
     **{f"python benchmarks/scripts/{name}.py": SCRIPT for name in ("runner_overhead", "sweep_bench", "noise_bench", "scale_diagnose",
                                                                       "fit_criteo_access", "torchao_mlp")},
     "pytest benchmarks/suites/": "the pytest-benchmark suites: tests/test_suites.py runs them in their quick mode",
@@ -47,6 +49,7 @@ DOCS_LONG = {
     **{c: MINUTES for c in (
         "python -m bench backend=uint4 '+backend.per_table={t_cat_3: int8}'", "python -m bench backend=fake_quant backend.bits=4",
         "python -m bench model=dlrm_kaggle threads=1", "python -m bench backend=ps_redis backend.cache_fraction=0.1",
+        "python -m bench backend=openvino_int8",
         "python -m bench backend=int8_tbe backend.mlp_engine=torchao", "python -m bench backend=uint4 backend.mlp_engine=torchao backend.mlp=int4",
         "python -m bench backend=uint4 sharding=row_wise world_size=2", "python -m bench backend=fake_quant sharding=column_wise world_size=2",
         "torchrun --standalone --nproc-per-node=2 -m bench backend=fp32 sharding=row_wise world_size=2",

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.backends.ort_runtime import OrtBackend
-from bench.backends.toolkit import require
 from bench.config import BackendConfig
 from bench.registry import register
 
@@ -22,9 +21,7 @@ class OnnxruntimeW4Config(BackendConfig):
 class OnnxruntimeW4Backend(OrtBackend):
     quantizes = f"Linear weights int4 (MatMulNBits) and tables int4 (GatherBlockQuantized), blocks of {BLOCK_SIZE}, weight-only"
 
-    def load_toolkit(self) -> None:
-        super().load_toolkit()
-        require("onnxruntime.quantization.matmul_nbits_quantizer", "onnxruntime", self.cfg.name)  # needs onnx-ir
+    modules = (*OrtBackend.modules, "onnx_ir")  # MatMulNBitsQuantizer imports onnx_ir, which onnxruntime does not declare
 
     def quantize(self, onnx_path, workdir, calibration):
         import onnx

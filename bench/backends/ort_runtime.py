@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from bench.backends.toolkit import Feeds, ToolkitBackend, require
+from bench.backends.toolkit import Feeds, ToolkitBackend
 
 EXTRA = "onnxruntime"
 
@@ -46,9 +46,43 @@ class OrtRunner:
 
 def initializer_bytes(model) -> int:
     """Bytes of the graph's weights (initializers), as the session is handed them."""
+    return sum(_nbytes(t) for t in model.graph.initializer)
+
+
+# Ops between a stored table and its gather (dequantizing it or changing its type or shape).
+_THROUGH = ("DequantizeLinear", "Cast", "Reshape", "Mul", "Sub")
+
+
+def table_bytes(model) -> int:
+    """Bytes of the initializers the graph's gathers read rows from (the tables, with their scales)."""
+    sizes = {t.name: _nbytes(t) for t in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    seen: set[str] = set()
+
+    def walk(name: str) -> None:
+        if name in seen:
+            return
+        seen.add(name)
+        node = producer.get(name)
+        if node is not None and node.op_type in _THROUGH:
+            for i in node.input:
+                walk(i)
+
+    for node in model.graph.node:
+        if node.op_type in ("Gather", "GatherBlockQuantized"):
+            for position, name in enumerate(node.input):
+                if position != 1:  # input 1 holds the ids
+                    walk(name)
+    return sum(sizes[name] for name in seen if name in sizes)
+
+
+def _nbytes(tensor) -> int:
+    """Stored bytes: raw data as held (4-bit types packed two to a byte; numpy would unpack them)."""
+    if tensor.raw_data:
+        return len(tensor.raw_data)
     from onnx import numpy_helper
 
-    return sum(numpy_helper.to_array(t).nbytes for t in model.graph.initializer)
+    return numpy_helper.to_array(tensor).nbytes
 
 
 def activation_products(model) -> list[str]:
@@ -70,23 +104,20 @@ def preprocessed(onnx_path: Path, workdir: Path) -> Path:
 
 class OrtBackend(ToolkitBackend):
     toolkit = EXTRA
-
-    def load_toolkit(self) -> None:
-        for module in ("onnx", "onnxruntime", "onnxruntime.quantization"):
-            require(module, EXTRA, self.cfg.name)
+    modules = ("onnx", "onnxruntime", "onnxruntime.quantization")
 
     def quantize(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> Path:
         """The quantized model's path (ONNX Runtime's quantization API); fp32 returns `onnx_path`."""
         raise NotImplementedError
 
-    def build(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> tuple[Callable[[Feeds, int], np.ndarray], int]:
+    def build(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> tuple[Callable[[Feeds, int], np.ndarray], int, int]:
         import onnx
 
         model = onnx.load(str(self.quantize(onnx_path, workdir, calibration)))
         self.details = {"runtime": f"onnxruntime {_version()} CPUExecutionProvider",
                         "onnx_ops": dict(sorted(Counter(n.op_type for n in model.graph.node).items()))}
         self.runner = OrtRunner(model.SerializeToString())
-        return self.runner, initializer_bytes(model)
+        return self.runner, initializer_bytes(model), table_bytes(model)
 
     def job_metrics(self, prepared) -> dict[str, Any]:
         return {**super().job_metrics(prepared), "runtime_threads": self.runner.threads}

@@ -8,13 +8,15 @@ and refuses to run (the job fails) when the compiled model reports anything else
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from bench.backends.toolkit import Feeds, ToolkitBackend, require
+from bench.backends.toolkit import Feeds, ToolkitBackend
 
 EXTRA = "openvino"
 PRECISION = "f32"
@@ -55,6 +57,24 @@ def constant_bytes(model) -> int:
     return sum(op.get_byte_size() for op in model.get_ops() if op.get_type_name() == "Constant")
 
 
+def table_bytes(model) -> int:
+    """Bytes of the constants the model's gathers read rows from (the tables, with their scales)."""
+    found: dict[str, int] = {}
+
+    def walk(node) -> None:
+        kind = node.get_type_name()
+        if kind == "Constant":
+            found[node.get_friendly_name() + str(id(node))] = node.get_byte_size()
+        elif kind in ("Convert", "Subtract", "Multiply", "Reshape"):
+            for i in node.inputs():
+                walk(i.get_source_output().get_node())
+
+    for op in model.get_ops():
+        if op.get_type_name() == "Gather":
+            walk(op.input(0).get_source_output().get_node())
+    return sum(found.values())
+
+
 def _is_constant(node) -> bool:
     """A Constant, seen through the Convert / dequantizing ops NNCF puts between a weight and its user."""
     kind = node.get_type_name()
@@ -69,12 +89,21 @@ def activation_products(model) -> list[str]:
             if op.get_type_name() == "MatMul" and not any(_is_constant(i.get_source_output().get_node()) for i in op.inputs())]
 
 
+def output_layers(model) -> list[str]:
+    """Friendly names of the MatMuls whose constant weight has one output feature (a model's score layer)."""
+    def one_wide(i) -> bool:
+        node = i.get_source_output().get_node()
+        return node.get_type_name() == "Constant" and 1 in list(i.get_source_output().get_shape())
+
+    return [op.get_friendly_name() for op in model.get_ops() if op.get_type_name() == "MatMul" and any(one_wide(i) for i in op.inputs())]
+
+
 class OvBackend(ToolkitBackend):
     toolkit = EXTRA
+    modules = ("openvino", "nncf")
 
     def load_toolkit(self) -> None:
-        for module in ("openvino", "nncf"):
-            require(module, EXTRA, self.cfg.name)
+        super().load_toolkit()
         import nncf
 
         nncf.set_log_level(logging.ERROR)  # its statistics tables and progress bars are not the job's output
@@ -83,17 +112,18 @@ class OvBackend(ToolkitBackend):
         """The model after NNCF (fp32 returns it as it is)."""
         raise NotImplementedError
 
-    def build(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> tuple[Callable[[Feeds, int], np.ndarray], int]:
+    def build(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> tuple[Callable[[Feeds, int], np.ndarray], int, int]:
         import openvino as ov
 
-        model = self.transform(ov.Core().read_model(str(onnx_path)), calibration)
+        with contextlib.redirect_stdout(io.StringIO()):  # NNCF's progress bars (rich, on stdout) are not the job's output
+            model = self.transform(ov.Core().read_model(str(onnx_path)), calibration)
         ops: dict[str, int] = {}
         for op in model.get_ops():
             ops[op.get_type_name()] = ops.get(op.get_type_name(), 0) + 1
         self.runner = OvRunner(model)
         self.details = {"runtime": f"openvino {ov.__version__} CPU", "openvino_ops": dict(sorted(ops.items())),
                         "constant_types": _constant_types(model)}
-        return self.runner, constant_bytes(model)
+        return self.runner, constant_bytes(model), table_bytes(model)
 
     def job_metrics(self, prepared) -> dict[str, Any]:
         # the precision the compiled model reported, read back after the pin: the correctness guard's record

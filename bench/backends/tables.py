@@ -89,5 +89,9 @@ def table_storage(module: nn.Module) -> dict[str, dict]:
 
 
 def embedding_bytes(module: nn.Module) -> int:
-    """Bytes of every embedding table in `module` (rows x stored row bytes, summed)."""
+    """Bytes of every embedding table in `module` (rows x stored row bytes, summed); for a toolkit runtime's
+    module, the tables as the runtime holds them (`runtime_table_bytes()`, bench.backends.toolkit)."""
+    runtime = getattr(module, "runtime_table_bytes", None)
+    if callable(runtime):
+        return runtime()
     return sum(t["rows"] * t["row_bytes"] for t in table_storage(module).values())

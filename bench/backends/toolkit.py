@@ -12,6 +12,7 @@ follows torch's intra-op thread count at each call: the job's timed thread count
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Sequence
@@ -22,10 +23,21 @@ from torch import nn
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from bench.backends.backend import Backend, NotApplicable
-from bench.backends.twin import Twin, build_twin
+from bench.backends.twin import Twin, build_twin, dense_inputs
 from bench.batch import Batch
+from bench.metrics import TOOLKIT
 
 Feeds = dict[str, np.ndarray]
+
+
+def install_line(extra: str) -> str:
+    return f"pip install -e '.[{extra}]'"
+
+
+def missing(modules: Sequence[str], extra: str, backend: str) -> str | None:
+    """Why the backend cannot run (a module of its extra is not installed), without importing anything; None: all there."""
+    absent = [m for m in modules if importlib.util.find_spec(m.split(".")[0]) is None]
+    return f"backend {backend!r} needs {', '.join(absent)}, not installed: {install_line(extra)}" if absent else None
 
 
 def require(module: str, extra: str, backend: str):
@@ -33,7 +45,7 @@ def require(module: str, extra: str, backend: str):
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise NotApplicable(f"backend {backend!r} needs {module} ({exc}): pip install -e '.[{extra}]'") from exc
+        raise NotApplicable(f"backend {backend!r} needs {module} ({exc}): {install_line(extra)}") from exc
 
 
 class MatMulLinear(nn.Linear):
@@ -64,7 +76,7 @@ def export_onnx(twin: Twin, example: tuple[torch.Tensor, ...], path: Path) -> Pa
     axes = {"dense": {0: "batch"}, **{f: {0: "batch", 1: f"ids_{f}"} for f in twin.features}, "score": {0: "batch"}}
     with torch.inference_mode(False), torch.no_grad():
         torch.onnx.export(graph, example, str(path), input_names=names, output_names=["score"], dynamic_axes=axes,
-                          opset_version=21, dynamo=False)
+                          opset_version=20, dynamo=False)
     return path
 
 
@@ -76,15 +88,14 @@ class RuntimeModule(nn.Module):
     """A toolkit runtime behind the harness's signature: `module(dense, kjt)` (scoring) or `module(feeds)`
     (timing: the feeds built beforehand). `runner(feeds, threads)` runs the runtime at that thread count."""
 
-    def __init__(self, twin: Twin, runner: Callable[[Feeds, int], np.ndarray], runtime_bytes: int) -> None:
+    def __init__(self, twin: Twin, runner: Callable[[Feeds, int], np.ndarray], runtime_bytes: int, table_bytes: int) -> None:
         super().__init__()
-        self.features, self.pads, self.names = twin.features, twin.pads, twin.input_names()
-        self._to_twin = twin.inputs  # a bound method of a module not registered here: its weights are not counted
+        self.pads, self.names = dict(twin.pads), twin.input_names()  # not the twin: its fp32 weights are freed
         self.runner = runner
-        self._runtime_bytes = runtime_bytes
+        self._runtime_bytes, self._table_bytes = runtime_bytes, table_bytes
 
     def feeds(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> Feeds:
-        return feeds_of(self._to_twin(dense.cpu(), sparse), self.names)
+        return feeds_of(dense_inputs(dense.cpu(), sparse, self.pads), self.names)
 
     def forward(self, first, sparse: KeyedJaggedTensor | None = None) -> torch.Tensor:
         feeds = first if sparse is None else self.feeds(first, sparse)
@@ -94,6 +105,10 @@ class RuntimeModule(nn.Module):
         """The weights as the runtime was handed them (bench.measure.memory reads this)."""
         return self._runtime_bytes
 
+    def runtime_table_bytes(self) -> int:
+        """The part of them its gathers read rows from: the tables (bench.backends.tables reads this)."""
+        return self._table_bytes
+
 
 class ToolkitBackend(Backend):
     """The shared steps: twin, export, the toolkit's own quantization (`build`), the runtime module."""
@@ -102,6 +117,7 @@ class ToolkitBackend(Backend):
     not_shardable = "it runs in a toolkit's own runtime, in one process"
     timed_input_format = "the exported twin's dense id matrices as the runtime's feeds (numpy), built before timing"
     toolkit: ClassVar[str]  # the pip extra (and the family) of the backend
+    modules: ClassVar[tuple[str, ...]]  # what it imports from that extra, lazily
     quantizes: ClassVar[str]  # what is integer, in the record
 
     def __init__(self, cfg) -> None:
@@ -116,19 +132,26 @@ class ToolkitBackend(Backend):
         calibration = [feeds_of(twin.inputs(b.dense, b.sparse), twin.input_names()) for b in calibration_batches]
         with tempfile.TemporaryDirectory(prefix="bench-toolkit-") as tmp:
             onnx_path = export_onnx(twin, twin.inputs(calibration_batches[0].dense, calibration_batches[0].sparse), Path(tmp) / "twin.onnx")
-            runner, runtime_bytes = self.build(onnx_path, Path(tmp), calibration)
-        return RuntimeModule(twin, runner, runtime_bytes).eval()
+            runner, runtime_bytes, table_bytes = self.build(onnx_path, Path(tmp), calibration)
+        return RuntimeModule(twin, runner, runtime_bytes, table_bytes).eval()
+
+    def unsupported_reason(self, device: torch.device) -> str | None:
+        # a missing extra skips the job before the model is trained or loaded
+        return super().unsupported_reason(device) or missing(self.modules, self.toolkit, self.cfg.name)
 
     def load_toolkit(self) -> None:
-        """Import the toolkit (NotApplicable naming the extra when it is missing)."""
-        raise NotImplementedError
+        """Import the toolkit (NotApplicable naming the extra when it is missing or fails to import)."""
+        for module in self.modules:
+            require(module, self.toolkit, self.cfg.name)
 
-    def build(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> tuple[Callable[[Feeds, int], np.ndarray], int]:
-        """The quantized model in the toolkit's runtime: `(runner(feeds, threads) -> scores, bytes the runtime holds)`."""
+    def build(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> tuple[Callable[[Feeds, int], np.ndarray], int, int]:
+        """The quantized model in the toolkit's runtime: `(runner(feeds, threads) -> scores, bytes the runtime
+        is handed, the tables' share of them)`."""
         raise NotImplementedError
 
     def timed_inputs(self, prepared: nn.Module, inputs: list[tuple]) -> list[tuple]:
         return [(prepared.feeds(dense, sparse),) for dense, sparse in inputs]
 
     def job_metrics(self, prepared: nn.Module) -> dict[str, Any]:
-        return {"toolkit": self.toolkit, "quantizes": self.quantizes, "runtime_bytes": prepared.runtime_bytes(), **self.details}
+        return {TOOLKIT: self.toolkit, "quantizes": self.quantizes, "runtime_bytes": prepared.runtime_bytes(),
+                "runtime_table_bytes": prepared.runtime_table_bytes(), **self.details}

@@ -90,13 +90,19 @@ class Twin(nn.Module):
 
     def inputs(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> tuple[torch.Tensor, ...]:
         """`(dense, ids_1, ..., ids_F)` of a batch: each feature's bags padded to its longest (at least one id)."""
-        jts = sparse.to_dict()
-        ids = []
-        for feature in self.features:
-            jt = jts[feature]
-            width = max(1, int(jt.lengths().max())) if jt.lengths().numel() else 1
-            ids.append(jt.to_padded_dense(desired_length=width, padding_value=self.pads[feature]).long().contiguous())
-        return (dense.float().contiguous(), *ids)
+        return dense_inputs(dense, sparse, self.pads)
+
+
+def dense_inputs(dense: torch.Tensor, sparse: KeyedJaggedTensor, pads: dict[str, int]) -> tuple[torch.Tensor, ...]:
+    """A twin's inputs from a batch, given only its `pads` (feature -> padding id, in input order): what a
+    runtime that keeps no twin needs to convert batches."""
+    jts = sparse.to_dict()
+    ids = []
+    for feature, pad in pads.items():
+        jt = jts[feature]
+        width = max(1, int(jt.lengths().max())) if jt.lengths().numel() else 1
+        ids.append(jt.to_padded_dense(desired_length=width, padding_value=pad).long().contiguous())
+    return (dense.float().contiguous(), *ids)
 
 
 def build_twin(model: nn.Module, sample: Batch) -> Twin:

@@ -408,6 +408,8 @@ def register_configs(plugins: bool = True) -> None:
     in for them)."""
     if not OmegaConf.has_resolver("registered_backends"):
         OmegaConf.register_new_resolver("registered_backends", lambda: ",".join(registry.sweep_backends()))
+    if not OmegaConf.has_resolver("toolkit_backends"):  # +sweep=toolkits
+        OmegaConf.register_new_resolver("toolkit_backends", lambda: ",".join(registry.toolkit_sweep_backends()))
     if not OmegaConf.has_resolver("pid"):  # in the run folder's name (conf/config.yaml)
         OmegaConf.register_new_resolver("pid", os.getpid)
     cs = ConfigStore.instance()

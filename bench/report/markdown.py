@@ -25,6 +25,7 @@ from bench.report.machine import (
 from bench.report.paramserver import ps_section
 from bench.report.protocol import measured_section
 from bench.report.sharding import sharding_section
+from bench.report.toolkits import toolkit_section
 from bench.report.table import BASELINE, UNEXPLAINED, UNSHARDED, labelled, latest_records, trials
 from bench.stats import indistinguishable_from_zero, interval_contains, ratio_interval
 
@@ -384,6 +385,7 @@ def render_report(
         f"{len(records)} records, {len(df)} rows (the newest record per workload, device, backend, sharding, "
         f"ranks and batch size); rendered {now} from stored records only.",
         "",
+        *toolkit_section(df, latest),
         "How to read this:",
         "",
         *[f"- {note}" for note in READING_NOTES],

@@ -1,0 +1,113 @@
+"""The toolkit backends (ONNX Runtime, OpenVINO with NNCF) on a tiny model: the fp32 runtimes score as the
+model does, each quantized one rewrote what it declares, the runtime follows the job's thread count and
+takes its feeds built beforehand, OpenVINO's precision is pinned, and a missing extra skips the job with
+the install command."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bench import hardware, registry
+from bench.backends.toolkit import RuntimeModule
+from bench.models.dlrm import build_dlrm
+from bench.registry import TOOLKIT_SWEEP_OWN, toolkit_sweep_backends
+from bench.config.compose import compose_dictconfig
+from bench.runner import run_one
+from bench.sweep import count_jobs
+from bench.workloads.random_batch import random_batch, tiny_model_config, tiny_tables
+
+CPU = torch.device("cpu")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("openvino")
+
+
+@pytest.fixture(scope="module")
+def setup():
+    torch.manual_seed(0)
+    tables = tiny_tables(rows=200, pooling=2)
+    model_cfg = tiny_model_config(32)  # 32 wide: a whole int4 group
+    model_cfg.dense_arch_layer_sizes = [64, 32]
+    model = build_dlrm(model_cfg, tables, num_dense=13).eval()
+    calibration = [random_batch(tables, 128, seed=s) for s in (1, 2)]
+    return tables, model, calibration
+
+
+def prepared(name, model, calibration):
+    entry = registry.get("backend", name)
+    backend = entry.factory(entry.config())
+    return backend, backend.prepare(model, calibration, CPU)
+
+
+@pytest.mark.parametrize("name", ["onnxruntime_fp32", "openvino_fp32"])
+def test_fp32_runtimes_score_as_the_model(name, setup):
+    tables, model, calibration = setup
+    backend, module = prepared(name, model, calibration)
+    batch = random_batch(tables, 53, seed=7)
+    with torch.inference_mode():
+        want = model(batch.dense, batch.sparse)
+        torch.testing.assert_close(module(batch.dense, batch.sparse), want, rtol=1e-5, atol=1e-5)
+        (feeds,), = backend.timed_inputs(module, [(batch.dense, batch.sparse)])
+        torch.testing.assert_close(module(feeds), want, rtol=1e-5, atol=1e-5)
+    assert module.runtime_table_bytes() == sum((t.num_embeddings + 1) * 32 * 4 for t in tables)  # + each zero row
+
+
+# What each backend says it quantizes, seen in the graph the runtime was handed.
+REWRITTEN = {
+    "onnxruntime_int8_dynamic": lambda m: m["onnx_ops"].get("MatMulInteger", 0) == 4,
+    "onnxruntime_int8_static": lambda m: m["onnx_ops"].get("QuantizeLinear", 0) > 0 and m["onnx_ops"].get("DequantizeLinear", 0) >= 9,
+    "onnxruntime_w4": lambda m: m["onnx_ops"].get("MatMulNBits", 0) >= 4 and m["onnx_ops"].get("GatherBlockQuantized", 0) == 4,
+    "openvino_int8": lambda m: m["openvino_ops"].get("FakeQuantize", 0) > 0 and m["nncf_ignored_scope"] == ["/model/inter_arch/MatMul"],
+    "openvino_w8": lambda m: m["constant_types"].get("u8", 0) > m["constant_types"].get("f32", 0),
+    "openvino_w4": lambda m: m["constant_types"].get("i4", 0) > 0,
+}
+
+
+@pytest.mark.parametrize("name", sorted(REWRITTEN))
+def test_quantized_backends_rewrite_what_they_declare(name, setup):
+    tables, model, calibration = setup
+    backend, module = prepared(name, model, calibration)
+    batch = random_batch(tables, 256, seed=3)
+    with torch.inference_mode(), hardware.timing_threads(1):
+        got, want = module(batch.dense, batch.sparse), model(batch.dense, batch.sparse)
+    metrics = backend.job_metrics(module)
+    assert REWRITTEN[name](metrics), metrics
+    assert metrics["runtime_threads"] == 1  # the runtime follows the job's timing threads
+    assert metrics["runtime_bytes"] < 0.5 * sum(p.numel() * 4 for p in model.parameters())
+    assert torch.corrcoef(torch.stack([got.flatten(), want.flatten()]))[0, 1] > 0.95
+
+
+def test_openvino_precision_is_pinned_and_recorded(setup):
+    tables, model, calibration = setup
+    backend, module = prepared("openvino_fp32", model, calibration)
+    module(calibration[0].dense, calibration[0].sparse)
+    metrics = backend.job_metrics(module)
+    assert metrics["inference_precision"] == metrics["inference_precision_pinned"] == "f32"
+
+
+def test_toolkit_backends_join_the_toolkit_sweep_only():
+    names = toolkit_sweep_backends()
+    assert names[: len(TOOLKIT_SWEEP_OWN)] == list(TOOLKIT_SWEEP_OWN)
+    entries = registry.entries("backend")
+    for name in names[len(TOOLKIT_SWEEP_OWN):]:
+        assert entries[name].toolkit and not entries[name].in_sweeps
+        assert isinstance(entries[name].factory(entries[name].config()).unsupported_reason(CPU), type(None))
+    assert {"onnxruntime_int8_static", "openvino_int8"} <= set(names)
+
+
+def test_the_toolkit_sweep_takes_its_backends_from_the_registry():
+    hydra = compose_dictconfig(["+sweep=toolkits"], with_hydra=True)
+    listed = hydra.hydra.sweeper.params.backend.split(",")
+    assert listed == toolkit_sweep_backends() and listed[0] == "fp32"
+    assert str(hydra.hydra.sweeper.params.batch_size) == "256,1024,4096"
+    assert count_jobs(hydra) == len(listed) * 3 and compose_dictconfig(["+sweep=toolkits"]).sweep_name == "toolkits"
+
+
+def test_a_missing_extra_skips_the_job_with_the_install_command(tiny_cfg, monkeypatch):
+    backend_class = registry.get("backend", "onnxruntime_int8_static").factory
+    # the package as if it were not installed: a module name no environment has
+    monkeypatch.setattr(backend_class, "modules", ("onnxruntime_not_installed_here",))
+    record = run_one(tiny_cfg("backend=onnxruntime_int8_static"))
+    assert record.status == "skipped"
+    assert record.error == ("backend 'onnxruntime_int8_static' needs onnxruntime_not_installed_here, not installed: "
+                            "pip install -e '.[onnxruntime]'")

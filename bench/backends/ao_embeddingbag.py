@@ -26,6 +26,7 @@ from bench.backends.modules import materialize_random_tables, require_embedding_
 from bench.backends.rowwise import DTYPES, RowwiseEmbeddingBag
 from bench.batch import Batch
 from bench.config import BackendConfig
+from bench.metrics import TOOLKIT
 from bench.registry import register
 
 
@@ -87,7 +88,7 @@ class AoEmbeddingBagBackend(Backend):
 
     def job_metrics(self, prepared: nn.Module) -> dict[str, Any]:
         mlp = "Linear layers dynamic int8" + (", the output layer fp32" if self.cfg.mlp_output == "fp32" else "")
-        return {"toolkit": "torch.ao", "quantizes": f"tables {DTYPES[self.bits]} per row; " + (mlp if self.cfg.mlp == "int8" else "MLP fp32")}
+        return {TOOLKIT: "torch.ao", "quantizes": f"tables {DTYPES[self.bits]} per row; " + (mlp if self.cfg.mlp == "int8" else "MLP fp32")}
 
     def emulation(self) -> dict | None:
         # fake_quant rounds each row on FBGEMM's grid: the same min/max grid as torch's ops, with the scale and

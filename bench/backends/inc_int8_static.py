@@ -31,10 +31,11 @@ from torch import nn
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from bench.backends.backend import Backend, NotApplicable
-from bench.backends.toolkit import require
-from bench.backends.twin import GatherBags, Twin, build_twin
+from bench.backends.toolkit import missing, require
+from bench.backends.twin import GatherBags, Twin, build_twin, dense_inputs
 from bench.batch import Batch
 from bench.config import BackendConfig
+from bench.metrics import TOOLKIT
 from bench.registry import register
 
 QUANTIZES = ("Linear layers int8 (weights per output channel, inputs uint8 per tensor, static: calibrated); "
@@ -70,11 +71,14 @@ class CompiledTwin(nn.Module):
     def __init__(self, graph: nn.Module, twin: Twin, compile: bool) -> None:
         super().__init__()
         self.graph = graph  # holds the weights (counted as the model's bytes)
-        self._to_twin = twin.inputs  # a bound method of a module not registered here: its weights are not counted twice
+        self.pads = dict(twin.pads)  # not the twin: its own copy of the weights is freed once exported
         self.__dict__["_run"] = torch.compile(graph) if compile else graph  # not a submodule: the same weights
         self.compiled = compile
         self._tables = {name: {"dtype": "fp32", "rows": int(w.shape[0]), "row_bytes": int(w.shape[1]) * w.element_size()}
                         for m in twin.modules() if isinstance(m, GatherBags) for name, w in m.tables.items()}
+
+    def dense_inputs(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> tuple[torch.Tensor, ...]:
+        return dense_inputs(dense, sparse, self.pads)
 
     def stored_tables(self) -> dict[str, dict]:
         """The tables as the graph holds them: fp32 gather weights, each with its zero row (bench.backends.tables)."""
@@ -86,7 +90,7 @@ class CompiledTwin(nn.Module):
         return self
 
     def forward(self, dense: torch.Tensor, *rest) -> torch.Tensor:
-        ids = self._to_twin(dense, rest[0]) if len(rest) == 1 and isinstance(rest[0], KeyedJaggedTensor) else (dense, *rest)
+        ids = self.dense_inputs(dense, rest[0]) if len(rest) == 1 and isinstance(rest[0], KeyedJaggedTensor) else (dense, *rest)
         if not self.compiled:
             return self._run(*ids)
         with torch._inductor.config.patch(freezing=True):
@@ -98,6 +102,10 @@ class IncInt8StaticBackend(Backend):
     devices = ("cpu",)  # the oneDNN int8 kernels inductor lowers to
     not_shardable = "it runs an exported graph in one process"
     timed_input_format = "the exported twin's dense id matrices (torch tensors), built before timing"
+
+    def unsupported_reason(self, device: torch.device) -> str | None:
+        # a missing extra skips the job before the model is trained or loaded
+        return super().unsupported_reason(device) or missing(("neural_compressor",), "inc", self.cfg.name)
 
     def prepare(self, model: nn.Module, calibration_batches: Sequence[Batch], device: torch.device) -> nn.Module:
         if not calibration_batches:
@@ -122,7 +130,7 @@ class IncInt8StaticBackend(Backend):
         return True  # compiled kernels pick their blocking by batch shape: last-bit differences between batch sizes
 
     def timed_inputs(self, prepared: nn.Module, inputs: list[tuple]) -> list[tuple]:
-        return [prepared._to_twin(dense, sparse) for dense, sparse in inputs]
+        return [prepared.dense_inputs(dense, sparse) for dense, sparse in inputs]
 
     def job_metrics(self, prepared: nn.Module) -> dict[str, Any]:
-        return {"toolkit": "inc", "quantizes": QUANTIZES, "compiled": prepared.compiled}
+        return {TOOLKIT: "inc", "quantizes": QUANTIZES, "compiled": prepared.compiled}

@@ -21,6 +21,7 @@ default environment the job is `skipped` naming that. Its records join the other
 from __future__ import annotations
 
 import copy
+import importlib.util
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -32,6 +33,7 @@ from bench.backends.linear import check_choice
 from bench.backends.modules import materialize_random_tables, require_embedding_bag_collections
 from bench.batch import Batch
 from bench.config import BackendConfig
+from bench.metrics import TOOLKIT
 from bench.registry import register
 
 TABLES = ("uint4", "int8")
@@ -80,6 +82,12 @@ class QuarkW8A8Backend(Backend):
     def check(self) -> None:
         check_choice(self.cfg.tables, TABLES, "backend.tables")
 
+    def unsupported_reason(self, device: torch.device) -> str | None:
+        # a missing Quark skips the job before the model is trained or loaded
+        if importlib.util.find_spec("quark") is None:
+            return f"backend {self.cfg.name!r} needs AMD Quark, not installed here: it lives in {INSTALL}"
+        return super().unsupported_reason(device)
+
     def prepare(self, model: nn.Module, calibration_batches: Sequence[Batch], device: torch.device) -> nn.Module:
         self.check()
         if not calibration_batches:
@@ -99,5 +107,5 @@ class QuarkW8A8Backend(Backend):
         return False  # static activations: a sample's score does not depend on its batch
 
     def job_metrics(self, prepared: nn.Module) -> dict[str, Any]:
-        return {"toolkit": "quark", "quantizes": f"Linear W8A8 (static), tables {self.cfg.tables} per row; "
+        return {TOOLKIT: "quark", "quantizes": f"Linear W8A8 (static), tables {self.cfg.tables} per row; "
                 "fake-quantized in eager PyTorch (fp32 kernels and bytes)"}

@@ -41,12 +41,13 @@ $(STAMP): pyproject.toml $(REQS)
 	$(BIN)/python -c "import torch, fbgemm_gpu, torchrec, torchao; print('stack $(STACK): torch', torch.__version__, '| fbgemm_gpu', fbgemm_gpu.__version__, '| torchrec', torchrec.__version__, '| torchao', torchao.__version__)"
 	touch $(STAMP)
 
-# AMD Quark (backend=quark_w8a8) in an environment of its own, layered over $(VENV): a venv whose site-packages
-# come first and $(VENV)'s after them (a .pth line: site.addsitedir, so its own .pth files, the editable harness among them, count too), so it reuses the stack (torch, fbgemm, torchrec, the harness)
-# and holds only Quark and what Quark changes. Quark brings about 25 packages on top of the stack and pins onnx
-# to 1.22.0, under the onnx of ONNX Runtime's extra: that older onnx shadows the newer one here only (pip does not
-# touch packages outside the environment it installs into). Its records join the others through the same
-# reports and cache folders.
+# AMD Quark (backend=quark_w8a8) in an environment of its own, layered over $(VENV): a venv whose own
+# site-packages come first and $(VENV)'s after them (a .pth line calling site.addsitedir, so $(VENV)'s own .pth
+# files, the editable harness among them, count too). It reuses the stack (torch, fbgemm, torchrec, the harness)
+# and holds only Quark and what Quark changes: about 30 packages, 360 MB, transformers included (quark.torch
+# imports it without declaring it), and onnx pinned to 1.22.0, under the onnx of the onnxruntime extra; that
+# older onnx shadows the newer one here only (pip does not touch packages outside the environment it installs
+# into). Quark's records join the others' through the same reports_dir and cache_dir (docs/toolkits.md).
 QUARK_VENV ?= .venv-quark
 SITE = lib/$(notdir $(PYTHON))/site-packages
 setup-quark: $(STAMP)

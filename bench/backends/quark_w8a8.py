@@ -12,7 +12,7 @@ Quark runs eagerly in PyTorch as fake quantization: the frozen weights are their
 each Linear's input is quantized and dequantized on every call. So this backend measures Quark's accuracy on
 equal terms, and its eager speed (slower than fp32: issue 34 measured 0.66x); its bytes are fp32 bytes.
 
-Quark lives in its own environment (`make setup-quark`: about 25 packages over the stack, onnx pinned to 1.22.0,
+Quark lives in its own environment (`make setup-quark`: about 30 packages over the stack, onnx pinned to 1.22.0,
 `transformers`, which `quark.torch` imports without declaring it; its first import compiles C++ kernels). In the
 default environment the job is `skipped` naming that. Its records join the others' through the same
 `reports_dir` and `cache_dir`: the same workload and the same cached trained weights.

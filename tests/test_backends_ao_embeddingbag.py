@@ -84,3 +84,26 @@ def test_mean_pooling_is_not_applicable():
     ebc._embedding_bag_configs[0].pooling = PoolingType.MEAN  # what the ops would silently sum
     with pytest.raises(NotApplicable, match="pool by sum only"):
         make("ao_embeddingbag").prepare(model, [], CPU)
+
+
+@pytest.mark.parametrize("name", ["ao_embeddingbag", "ao_embeddingbag4", "inc_int8_static"])
+def test_a_users_model_runs_as_it_is(name):
+    """examples/two_tower.py, not a DLRM: the backends find its tables and Linears themselves."""
+    from examples.two_tower import build as two_tower
+
+    from bench.models.dlrm import embedding_bag_collection
+
+    if name.startswith("inc"):
+        pytest.importorskip("neural_compressor", reason="the inc extra is not installed")
+    torch.manual_seed(0)
+    model = two_tower(embedding_bag_collection(TABLES, 8), 13, item_features=["cat_0", "cat_1"]).eval()
+    calibration = [random_batch(TABLES, 128, seed=s) for s in (1, 2)]
+    entry = registry.get("backend", name)
+    cfg = entry.config()
+    if name.startswith("inc"):
+        cfg.compile = False  # the graph is what is checked here; compiling is tests/test_backends_inc.py's
+    prepared = entry.factory(cfg).prepare(model, calibration, CPU)
+    batch = random_batch(TABLES, 64, seed=4)
+    got, want = prepared(batch.dense, batch.sparse), model(batch.dense, batch.sparse)
+    assert got.shape == want.shape and not torch.equal(got, want)  # quantized, and still ranking as the model does:
+    assert torch.corrcoef(torch.stack([got.flatten(), want.flatten()]).detach())[0, 1] > 0.95

@@ -22,7 +22,7 @@ TORCH_PIP_OPTS = $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 TORCH_BUILD = $(if $(TORCH_INDEX),+cpu)
 REQS = requirements/$(STACK).txt requirements/$(STACK)-torchrec.txt
 
-.PHONY: setup run test test-fast lint docs clean
+.PHONY: setup setup-quark run test test-fast lint docs clean
 
 setup: $(STAMP)
 
@@ -40,6 +40,22 @@ $(STAMP): pyproject.toml $(REQS)
 	$(BIN)/pip install --no-deps -r requirements/$(STACK)-torchrec.txt
 	$(BIN)/python -c "import torch, fbgemm_gpu, torchrec, torchao; print('stack $(STACK): torch', torch.__version__, '| fbgemm_gpu', fbgemm_gpu.__version__, '| torchrec', torchrec.__version__, '| torchao', torchao.__version__)"
 	touch $(STAMP)
+
+# AMD Quark (backend=quark_w8a8) in an environment of its own, layered over $(VENV): a venv whose own
+# site-packages come first and $(VENV)'s after them (a .pth line calling site.addsitedir, so $(VENV)'s own .pth
+# files, the editable harness among them, count too). It reuses the stack (torch, fbgemm, torchrec, the harness)
+# and holds only Quark and what Quark changes: about 30 packages, 360 MB, transformers included (quark.torch
+# imports it without declaring it), and onnx pinned to 1.22.0, under the onnx of the onnxruntime extra; that
+# older onnx shadows the newer one here only (pip does not touch packages outside the environment it installs
+# into). Quark's records join the others' through the same reports_dir and cache_dir (docs/toolkits.md).
+QUARK_VENV ?= .venv-quark
+SITE = lib/$(notdir $(PYTHON))/site-packages
+setup-quark: $(STAMP)
+	$(PYTHON) -m venv $(QUARK_VENV)
+	echo "import site; site.addsitedir('$(abspath $(VENV))/$(SITE)')" > $(QUARK_VENV)/$(SITE)/_bench_stack.pth
+	$(QUARK_VENV)/bin/pip install --upgrade pip
+	$(QUARK_VENV)/bin/pip install "$$(grep -o 'amd-quark==[0-9.]*' pyproject.toml)" transformers
+	$(QUARK_VENV)/bin/python -c "import torch, torchrec, bench, quark, quark.torch; print('quark', quark.__version__, '| torch', torch.__version__)"
 
 run: $(STAMP)
 	$(BIN)/python -m bench +sweep=quant
@@ -62,4 +78,4 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) .cache outputs multirun site
+	rm -rf $(VENV) $(QUARK_VENV) .cache outputs multirun site

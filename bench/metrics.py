@@ -79,6 +79,8 @@ SCORES_SATURATED = metric("scores_saturated", "", LOWER, ".1%", "the share of ev
                           "bound (its sigmoid saturated, read without a trailing nn.Sigmoid in sight): ranking lost there", ACCURACY)
 LOGLOSS = metric("logloss", "", LOWER, ".4f", "log loss over the eval samples", ACCURACY)
 NE = metric("ne", "", LOWER, ".4f", "normalized entropy: log loss over the entropy of the base rate", ACCURACY)
+DISTINCT_SCORES = metric("distinct_scores", "", NEITHER, ",d", "distinct score values over the eval samples: 1 is a constant output, "
+                         "which fails the job (bench.pipeline.job.output_fault)", ACCURACY)
 N_EVAL = metric("n_eval", "samples", NEITHER, ",d", "eval samples scored, each exactly once (a count check)", ACCURACY)
 
 # -------------------------------------------------------------------------------------- timing

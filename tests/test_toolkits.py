@@ -98,7 +98,11 @@ def test_toolkit_backends_join_the_toolkit_sweep_only():
     entries = registry.entries("backend")
     for name in names[len(TOOLKIT_SWEEP_OWN):]:
         assert entries[name].toolkit and not entries[name].in_sweeps
-        assert isinstance(entries[name].factory(entries[name].config()).unsupported_reason(CPU), type(None))
+        reason = entries[name].factory(entries[name].config()).unsupported_reason(CPU)
+        if entries[name].toolkit == "quark":  # Quark lives in its own environment (make setup-quark), not in .venv
+            assert reason is None or "make setup-quark" in reason
+        else:
+            assert reason is None, reason
     assert {"onnxruntime_int8_static", "openvino_int8"} <= set(names)
 
 

@@ -1,10 +1,14 @@
 """Embedding storage, read from a prepared module's real buffers and parameters.
 
-Works on the eager EmbeddingBagCollection (fp32 or fp16 parameters) and on torchrec's quantized
+Works on the eager EmbeddingBagCollection (fp32 or fp16 parameters, or torch's rowwise-quantized bags swapped
+into it by `ao_embeddingbag`, bench.backends.rowwise) and on torchrec's quantized
 EmbeddingBagCollection, whose tables live in FBGEMM table-batched-embedding (TBE) buffers. For the
 quantized one, the dtype is the one the TBE kernel was built with (its embedding specs), and the row
 bytes are the width of the stored rows: weights plus, for INT8/INT4/INT2, the fp16 scale and bias of the
 row, plus any row-alignment padding (none at CPU row alignment 1).
+
+A module that holds its tables in another form (an exported graph's gather weights) reports them itself:
+`stored_tables()`, table name -> the same fields.
 
 `embedding_bytes` sums rows x row bytes over every table: the table payload. The TBE allocation also
 rounds each table up to a 128-byte boundary; that padding (< 128 bytes per table) is not counted.
@@ -22,6 +26,8 @@ from torchrec.quant.embedding_modules import (
 )
 from torchrec.tensor_types import UIntXTensor
 
+from bench.backends.rowwise import RowwiseEmbeddingBag
+
 FLOAT_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
@@ -33,7 +39,11 @@ def _bytes_per_row(t: torch.Tensor) -> int:
 
 def _eager_tables(ebc: EmbeddingBagCollection) -> Iterator[tuple[str, dict]]:
     for cfg in ebc.embedding_bag_configs():
-        w = ebc.embedding_bags[cfg.name].weight
+        bag = ebc.embedding_bags[cfg.name]
+        if isinstance(bag, RowwiseEmbeddingBag):  # swapped in place by ao_embeddingbag: its packed rows
+            yield cfg.name, bag.storage()
+            continue
+        w = bag.weight
         dtype = FLOAT_DTYPES.get(w.dtype, str(w.dtype).removeprefix("torch."))
         yield cfg.name, {"dtype": dtype, "rows": int(w.shape[0]), "row_bytes": _bytes_per_row(w)}
 
@@ -65,7 +75,9 @@ def table_storage(module: nn.Module) -> dict[str, dict]:
     """
     out: dict[str, dict] = {}
     for path, m in module.named_modules():
-        if isinstance(m, QuantEmbeddingBagCollection):
+        if callable(getattr(m, "stored_tables", None)):  # a module that keeps its tables its own way (an exported graph)
+            tables = m.stored_tables().items()
+        elif isinstance(m, QuantEmbeddingBagCollection):
             tables = _quantized_tables(m)
         elif isinstance(m, EmbeddingBagCollection):
             tables = _eager_tables(m)

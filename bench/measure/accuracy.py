@@ -12,7 +12,7 @@ from torch import nn
 
 from bench.batch import Batch
 from bench.errors import UserError
-from bench.metrics import AUC, LOGLOSS, NE, N_EVAL
+from bench.metrics import AUC, DISTINCT_SCORES, LOGLOSS, NE, N_EVAL
 from bench.progress import progress
 
 
@@ -60,4 +60,5 @@ def accuracy_metrics(labels: np.ndarray, logits: np.ndarray) -> dict[str, float]
         NE: logloss / base_entropy,
         N_EVAL: int(len(labels)),
         "positive_rate": positives,
+        DISTINCT_SCORES: int(np.unique(logits).size),
     }

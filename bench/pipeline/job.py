@@ -15,6 +15,7 @@ from bench.backends.backend import Backend
 from bench.backends.tables import embedding_bytes
 from bench.config import BackendConfig, Config
 from bench.errors import UserError
+from bench.metrics import AUC, DISTINCT_SCORES, N_EVAL
 from bench.hashing import plain
 from bench.measure.accuracy import accuracy_metrics, score
 from bench.measure.figures import Held, JobFigures, Timed
@@ -157,6 +158,23 @@ def reference_fault(metrics: dict[str, Any], backend_name: str) -> str | None:
         return (f"the trained fp32 model stayed at chance: eval AUC {base:.4f}, within {CHANCE_MARGIN} of 0.5{why}; it ranks "
                 "nothing, so no backend can be compared with it (train it longer: model.train.samples, or see docs/custom-model.md)")
     return f"no valid reference: the fp32 model stayed at chance (eval AUC {base:.4f}), so this backend's ΔAUC means nothing"
+
+
+def output_fault(metrics: dict[str, Any], backend_name: str) -> str | None:
+    """Why a backend's output fails its job though the fp32 reference ranks (None: it does not): every eval
+    sample scored the same, or an AUC at chance. Either way the ΔAUC would only say "much worse", where the
+    cause is a broken quantization (Neural Compressor's dynamic int8 converted without a calibration forward
+    scores every sample the same) that no tolerance should pass as a figure."""
+    auc, base = metrics.get(AUC), metrics.get(AUC_FP32)
+    if backend_name == BASELINE_BACKEND or auc is None or base is None or abs(base - 0.5) < CHANCE_MARGIN:
+        return None  # the reference itself: reference_fault judges it
+    if metrics.get(DISTINCT_SCORES) == 1:
+        return (f"the quantized output is constant: every one of the {metrics.get(N_EVAL)} eval samples got the same score "
+                f"(AUC {auc:.4f}, fp32 {base:.4f}); the backend's quantization is broken, not merely inaccurate")
+    if abs(auc - 0.5) < CHANCE_MARGIN:
+        return (f"the quantized output is at chance: eval AUC {auc:.4f}, within {CHANCE_MARGIN} of 0.5, where fp32 ranks at "
+                f"{base:.4f}; the backend's quantization is broken, not merely inaccurate")
+    return None
 
 
 def speed_decided(cfg: Config):

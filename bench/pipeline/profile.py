@@ -18,9 +18,10 @@ from torch import nn
 from bench import hardware
 from bench.backends.tables import table_storage
 from bench.config import Config
+from bench.errors import one_line
 from bench.measure.working_set import working_set_bytes
 from bench.measure.environment import environment
-from bench.measure.kernels import families, operators
+from bench.measure.kernels import OperatorLog, families, operators
 from bench.measure.roofline import Limits, roofline_metrics
 from bench.measure.timing import Timing
 from bench.pipeline.shared import SharedWork
@@ -33,8 +34,13 @@ def job_profile(cfg: Config, prepared: nn.Module, inputs: list[tuple], workload:
     storage = table_storage(prepared)
     row_bytes = {name: int(info["row_bytes"]) for name, info in storage.items()}
     calls = sum(len(trial) for trial in timing.latency_ms)
-    ops = operators(prepared, inputs[0])
+    try:
+        ops, why_not = operators(prepared, inputs[0]), {}
+    except Exception as exc:  # noqa: BLE001 - the operator log is extra: a module that cannot run under a
+        # dispatch mode (AMD Quark's fake-quant kernel is a torch.compile(fullgraph=True) function) keeps its job
+        ops, why_not = OperatorLog(), {"kernels_error": f"the operators of one call could not be recorded: {one_line(exc)}"}
     metrics: dict[str, Any] = {
+        **why_not,
         "timing_pool": {
             "batches": access["pool_batches"],
             "samples": access["pool_samples"],

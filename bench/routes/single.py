@@ -9,7 +9,7 @@ import torch
 from bench.backends.backend import Backend
 from bench.config import Config
 from bench.distributed import unsharded_skip_reason
-from bench.pipeline.job import measure, reference_fault
+from bench.pipeline.job import measure, output_fault, reference_fault
 from bench.pipeline.shared import SharedWork
 from bench.routes.route import Route
 
@@ -30,4 +30,6 @@ class SingleRoute(Route):
         return measure(cfg, backend, device, work, setting)
 
     def fault(self, metrics: dict[str, Any]) -> str | None:
-        return reference_fault(metrics, getattr(self, "backend_name", ""))  # an fp32 reference at chance
+        name = getattr(self, "backend_name", "")
+        # an fp32 reference at chance, or a backend whose output is constant or at chance beside a valid one
+        return reference_fault(metrics, name) or output_fault(metrics, name)

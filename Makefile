@@ -54,19 +54,22 @@ setup-quark: $(STAMP)
 	$(PYTHON) -m venv $(QUARK_VENV)
 	echo "import site; site.addsitedir('$(abspath $(VENV))/$(SITE)')" > $(QUARK_VENV)/$(SITE)/_bench_stack.pth
 	$(QUARK_VENV)/bin/pip install --upgrade pip
-	$(QUARK_VENV)/bin/pip install "$$(grep -o 'amd-quark==[0-9.]*' pyproject.toml)" transformers
+	$(QUARK_VENV)/bin/pip install "$$(grep -o 'amd-quark==[0-9.]*' pyproject.toml)" "$$(grep -o 'transformers==[0-9.]*' pyproject.toml)"
 	$(QUARK_VENV)/bin/python -c "import torch, torchrec, bench, quark, quark.torch; print('quark', quark.__version__, '| torch', torch.__version__)"
 
 run: $(STAMP)
 	$(BIN)/python -m bench +sweep=quant
 
+# Two pytest-xdist workers: most tests wait on a subprocess or run one thread, so one process leaves a
+# 2-core machine half idle. TEST_WORKERS=0 runs every test in the one pytest process.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 # The fast subset for day-to-day work: the tests not marked slow (end-to-end runs that train models,
 # subprocess sweeps, real LoadGen and browser runs stay in `make test`).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not slow"
 
 # The import layers and circles (import-linter's contracts in pyproject.toml), and the docs site.
 lint: $(STAMP) docs

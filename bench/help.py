@@ -117,9 +117,11 @@ def _families(group: str, options: list[str]) -> tuple[list[str], dict[str, str]
     folded = {o for names in by_toolkit.values() for o in names}
     families = {}
     for toolkit, names in by_toolkit.items():
-        prefix = f"{toolkit}_" if all(n.startswith(f"{toolkit}_") for n in names) else ""
-        rest = [n.removeprefix(prefix) for n in names]
-        families[f"{prefix}{{{','.join(rest)}}}" if len(names) > 1 else names[0]] = toolkit
+        prefix = f"{toolkit}_"
+        if len(names) > 1 and all(n.startswith(prefix) for n in names):
+            families[f"{prefix}{{{','.join(n.removeprefix(prefix) for n in names)}}}"] = toolkit
+        else:  # one name, or names that share no `<toolkit>_` prefix (torch.ao's ao_embeddingbag): as they are
+            families.update((n, toolkit) for n in names)
     return [o for o in options if o not in folded], families
 
 

@@ -16,6 +16,7 @@ from bench.backends.tables import table_storage
 from bench.measure.memory import model_bytes
 from bench.models.dlrm import build_dlrm
 from bench.workloads.random_batch import random_batch, tiny_model_config, tiny_tables
+from tests.support.backends import make_backend as make
 
 CPU = torch.device("cpu")
 TABLES = tiny_tables(num_tables=4, rows=60, pooling=3)
@@ -26,14 +27,6 @@ QCONFIGS = {8: tq.float_qparams_weight_only_qconfig, 4: tq.float_qparams_weight_
 def model():
     torch.manual_seed(0)
     return build_dlrm(tiny_model_config(16), TABLES, num_dense=13).eval()
-
-
-def make(name: str, **overrides):
-    entry = registry.get("backend", name)
-    cfg = entry.config()
-    for key, value in overrides.items():
-        setattr(cfg, key, value)
-    return entry.factory(cfg)
 
 
 @pytest.mark.parametrize("bits", [8, 4])

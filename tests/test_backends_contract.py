@@ -12,6 +12,7 @@ from bench.backends.backend import NotApplicable
 from bench.config.compose import compose
 from bench.models.dlrm import build_dlrm
 from bench.workloads.random_batch import random_batch, tiny_model_config, tiny_tables
+from tests.support.backends import make_backend as make
 
 BACKENDS = registry.names("backend")
 CPU = torch.device("cpu")
@@ -25,14 +26,6 @@ def setup():
     model = build_dlrm(tiny_model_config(8), tables, num_dense=13).eval()
     calibration = [random_batch(tables, 64, seed=s) for s in (1, 2)]
     return tables, model, calibration
-
-
-def make(name: str, **overrides):
-    entry = registry.get("backend", name)
-    cfg = entry.config()
-    for key, value in overrides.items():
-        setattr(cfg, key, value)
-    return entry.factory(cfg)
 
 
 def snapshot(model: torch.nn.Module):

@@ -22,13 +22,13 @@ import pytest
 import torch
 from torch import nn
 
-from bench import registry
 from bench.backends import ao_notice, linear
 from bench.backends.fake_quant import qdq_rows
 from bench.backends.tables import table_storage
 from bench.errors import UserError
 from bench.models.dlrm import build_dlrm
 from bench.workloads.random_batch import random_batch, tiny_model_config, tiny_tables
+from tests.support.backends import make_backend as make
 
 CPU = torch.device("cpu")
 TABLES = tiny_tables(num_tables=4, rows=60, pooling=3)
@@ -44,14 +44,6 @@ def model():
 def data():
     calibration = [random_batch(TABLES, 128, seed=s) for s in (1, 2, 3)]
     return calibration, random_batch(TABLES, 256, seed=9)
-
-
-def make(name: str, **overrides):
-    entry = registry.get("backend", name)
-    cfg = entry.config()
-    for key, value in overrides.items():
-        setattr(cfg, key, value)
-    return entry.factory(cfg)
 
 
 def twin_logits(name, model, data, **overrides):

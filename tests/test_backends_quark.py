@@ -9,10 +9,10 @@ import importlib.util
 import pytest
 import torch
 
-from bench import registry
 from bench.backends.backend import NotApplicable
 from bench.models.dlrm import build_dlrm
 from bench.workloads.random_batch import random_batch, tiny_model_config, tiny_tables
+from tests.support.backends import make_backend
 
 CPU = torch.device("cpu")
 TABLES = tiny_tables(num_tables=4, rows=60, pooling=3)
@@ -26,11 +26,7 @@ def model():
 
 
 def make(**overrides):
-    entry = registry.get("backend", "quark_w8a8")
-    cfg = entry.config()
-    for key, value in overrides.items():
-        setattr(cfg, key, value)
-    return entry.factory(cfg)
+    return make_backend("quark_w8a8", **overrides)
 
 
 @pytest.mark.skipif(HAVE_QUARK, reason="Quark is installed in this environment")

@@ -23,7 +23,7 @@ import torch
 from bench import registry
 from bench.errors import UserError
 from bench.report.__main__ import main as report_main
-from tests.test_backends_contract import make
+from tests.support.backends import make_backend as make
 from bench.report.benchmark_json import (
     benchmark_rows,
     load_benchmark_json,

@@ -6,6 +6,7 @@ the install command."""
 from __future__ import annotations
 
 import importlib.util
+import logging
 
 import pytest
 import torch
@@ -150,3 +151,21 @@ def test_a_compiled_model_that_reports_another_precision_fails(setup, monkeypatc
     monkeypatch.setattr(ov, "Core", Bf16Core)
     with pytest.raises(RuntimeError, match="OpenVINO compiled the model at inference precision bf16, not f32 as pinned"):
         module(calibration[0].dense, calibration[0].sparse)
+
+
+@needs_toolkits
+def test_openvino_quiets_nncf_by_its_logger_level_only():
+    """NNCF's tables stay off the job's output by the `nncf` logger's level; a handler someone else hung on
+    that logger (pytest's capture handlers are) keeps its own level, so its WARNINGs from elsewhere still show."""
+    entry = registry.get("backend", "openvino_int8")
+    backend = entry.factory(entry.config())
+    watcher = logging.Handler(logging.DEBUG)
+    nncf_logger = logging.getLogger("nncf")
+    level = nncf_logger.level
+    nncf_logger.addHandler(watcher)
+    try:
+        backend.load_toolkit()
+        assert nncf_logger.level == logging.ERROR and watcher.level == logging.DEBUG
+    finally:
+        nncf_logger.removeHandler(watcher)
+        nncf_logger.setLevel(level)

@@ -108,9 +108,10 @@ class OvBackend(ToolkitBackend):
 
     def load_toolkit(self) -> None:
         super().load_toolkit()
-        import nncf
-
-        nncf.set_log_level(logging.ERROR)  # its statistics tables and progress bars are not the job's output
+        # NNCF's statistics tables and progress bars are not the job's output. The logger's level alone:
+        # nncf.set_log_level also sets the level of every handler on its logger, which are not all NNCF's
+        # (pytest attaches its capture handlers to non-propagating loggers, and kept WARNING out of them).
+        logging.getLogger("nncf").setLevel(logging.ERROR)
 
     def transform(self, model, calibration: list[Feeds]) -> tuple[Any, dict]:
         """The model after NNCF (fp32 returns it as it is), and what NNCF was told to leave out, for the record."""

@@ -64,12 +64,12 @@ run: $(STAMP)
 # 2-core machine half idle. TEST_WORKERS=0 runs every test in the one pytest process.
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope
 
 # The fast subset for day-to-day work: the tests not marked slow (end-to-end runs that train models,
 # subprocess sweeps, real LoadGen and browser runs stay in `make test`).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not slow"
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope -m "not slow"
 
 # The import layers and circles (import-linter's contracts in pyproject.toml), and the docs site.
 lint: $(STAMP) docs

@@ -60,6 +60,12 @@ def test_a_server_search_and_an_accuracy_run(serve_cfg):
     assert sorted({e["qsl_idx"] for e in entries}) == list(range(32))
     assert m["pairs"] == 32 * 64 and not m["batch_dependent"] and m["auc_tolerance"] == 1e-9
     assert abs(m["auc_shift"]) <= 1e-9 and m["auc_check"] == "pass"
+    # the machine's own speed at both ends of the job (fixed kernels) and its load over it
+    machine = m["machine"]
+    for end in ("reference_start", "reference_end"):
+        assert set(machine[end]) == {"gemm_wall_us", "gemm_cpu_us", "gather_wall_us", "gather_cpu_us"}
+        assert all(v > 0 for v in machine[end].values())
+    assert machine["cpus"] >= 1 and machine["load_start"] >= 0
 
 
 @pytest.mark.slow
@@ -112,6 +118,7 @@ def test_python_m_bench_sweep_serve_end_to_end(tmp_path, fast_models):  # noqa: 
     text = (report / "serve.md").read_text()
     assert "## Server: max QPS under the p99 bound" in text and "## Offline: every query at once" in text
     assert "| fp32 | offline |" in text and "| uint4 | offline |" in text  # the accuracy table
+    assert "## The machine during the jobs" in text and "| uint4 | server |" in text
     assert "see [serve.md](serve.md)" in (report / "report.md").read_text()
     # LoadGen's own logs stay in each job's folder, beside its record
     for job in sorted((tmp_path / "multirun").glob("[0-9]*")):

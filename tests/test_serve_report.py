@@ -151,3 +151,31 @@ def test_the_evidence_the_queue_estimate_and_why_a_run_was_late_reach_serve_md(r
     assert "| fp32 | 3 | 450 | 2 | INVALID |" in text and "| 70 over the bound: 70 queueing |" in text  # the run, and why it was late
     assert "Threads (Server): 1 worker(s) x 1 torch thread(s) + 1 LoadGen issue thread(s) on 2 cores: one core each at most." in text
     assert "What one Server run can tell: a step of 1,157 queries" in text
+
+
+def with_machine(rec, load, gemm, gather, steal=0.0, cpus=2):
+    machine = {"load_start": load[0], "load_end": load[1], "steal_share": steal, "cpus": cpus,
+               "reference_start": {"gemm_wall_us": gemm[0], "gather_wall_us": gather[0]},
+               "reference_end": {"gemm_wall_us": gemm[1], "gather_wall_us": gather[1]}}
+    return dataclasses.replace(rec, metrics={**rec.metrics, "machine": machine})
+
+
+def test_the_machine_section_gives_each_job_s_reference_kernels_and_flags_a_machine_that_moved(records, tmp_path):
+    steady = [with_machine(r, (1.0, 1.2), (1200, 1210), (700, 705)) for r in records]
+    write_report(steady, tmp_path / "steady", title="serve fixture")
+    text = (tmp_path / "steady" / "serve.md").read_text()
+    assert "## The machine during the jobs" in text and "| fp32 | server | 1.00 → 1.20 | 0.0% | 1,200 → 1,210 | 700 → 705 |" in text
+    assert "speed moved" not in text and "A busy machine" not in text
+    assert pd.read_csv(tmp_path / "steady" / "serve.csv")["ref_gemm_us_start"].tolist() == [1200] * 4
+
+    moved = [*steady[:3], with_machine(records[3], (3.5, 2.5), (1250, 1260), (700, 950))]  # int8_tbe offline: slower memory, busy
+    write_report(moved, tmp_path / "moved", title="serve fixture")
+    text = (tmp_path / "moved" / "serve.md").read_text()
+    assert "- **The machine's speed moved during the sweep**: the reference gather took 700 to 950 µs (36% apart)" in text
+    assert "GEMM took" not in text  # 1200-1260: within 15%
+    assert "- **A busy machine**: int8_tbe (offline) ran with more runnable work than cores" in text
+
+
+def test_records_without_machine_figures_leave_the_section_out(records, tmp_path):
+    write_report(records, tmp_path, title="serve fixture")
+    assert "## The machine during the jobs" not in (tmp_path / "serve.md").read_text()

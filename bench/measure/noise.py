@@ -7,17 +7,29 @@ reason in words) belongs to the samples/s figure only. A paired speedup is judge
 interval: variation common to both sides of a round cancels in the ratio, so a busy machine with
 steady paired ratios still supports its speedup, and the trials' variation is reported beside it
 (`noise.trial_cv`), not a veto on it. The paired ratios' spread is recorded too (`ratio_spread`).
+
+`reference_speed` times one fixed fp32 GEMM and one fixed gather of random rows from a table larger
+than the caches, each on one thread: the machine's own speed at that moment (its cores, its memory),
+independent of any backend. A job that takes it at its start and end (the serving jobs do) lets a
+reader tell a backend that got slower from a machine that did, between the jobs of one sweep and
+between runs.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
+
+import torch
 
 from bench import hardware
 from bench.measure.timing import PairedTiming, Timing
 
 MAX_STEAL = 0.05
+REFERENCE_GEMM = (256, 512, 512)  # M, K, N: about 0.13 GFLOP, a few ms on one core
+REFERENCE_GATHER = (262_144, 64, 16_384)  # table rows, row width (fp32: a 64 MiB table, past the caches), rows gathered
+REFERENCE_CALLS = 9
 
 
 @dataclass
@@ -52,3 +64,29 @@ def stability(timing: Timing, paired: PairedTiming | None, load: dict[str, Any],
     if steal is not None and steal > MAX_STEAL:
         reasons.append(f"the hypervisor stole {steal:.0%} of CPU time while timing")
     return {"stable": not reasons, "unstable_reason": "; ".join(reasons) or None, "noise": figures}
+
+
+def reference_speed(calls: int = REFERENCE_CALLS) -> dict[str, float]:
+    """Median wall and thread-CPU times (µs) of a fixed fp32 GEMM and a fixed gather, one thread, after one untimed call each.
+
+    Wall time also counts the time the thread waited for a core; CPU time counts only its own work (a
+    slower clock, a busy sibling hyperthread or a neighbour's memory traffic still show in it). Fixed
+    inputs, so only the machine moves.
+    """
+    g = torch.Generator().manual_seed(0)
+    m, k, n = REFERENCE_GEMM
+    a, b = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
+    rows, width, gathered = REFERENCE_GATHER
+    table, ids = torch.rand(rows, width, generator=g), torch.randint(0, rows, (gathered,), generator=g)
+    out: dict[str, float] = {}
+    with hardware.timing_threads(1), torch.inference_mode():
+        for name, call in (("gemm", lambda: torch.mm(a, b)), ("gather", lambda: table.index_select(0, ids))):
+            call()
+            wall, cpu = [], []
+            for _ in range(calls):
+                w, c = time.perf_counter_ns(), time.thread_time_ns()
+                call()
+                cpu.append(time.thread_time_ns() - c)
+                wall.append(time.perf_counter_ns() - w)
+            out[f"{name}_wall_us"], out[f"{name}_cpu_us"] = sorted(wall)[calls // 2] / 1000, sorted(cpu)[calls // 2] / 1000
+    return out

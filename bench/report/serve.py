@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from bench.io import write_text_atomic
+from bench.measure.noise import MAX_STEAL
 from bench.metrics import LATENCY_MS, MAX_QPS, PAIRS_PER_S, SAMPLES_PER_S, hi, lo
 from bench.record import RunRecord, is_serving
 from bench.report import fmt
@@ -31,7 +32,8 @@ COLUMNS = [
     "latency_p50_ms", "latency_p90_ms", "latency_p99_ms", SAMPLES_PER_S, PAIRS_PER_S, "qps_ratio",
     "service_p99_ms", "pairs_mean", "auc_loadgen", "auc_offline", "auc_shift", "auc_tolerance", "auc_check",
     "batch_dependent", "min_duration_s", "min_query_count", "threads", "loadgen_version", "evidence", "queue_qps",
-    "queue_ratio", "offline_ratio", "step_queries", "step_tells", "threads_used", "error", "config_hash",
+    "queue_ratio", "offline_ratio", "step_queries", "step_tells", "threads_used", "load_start", "load_end", "steal_share", "cpus",
+    "ref_gemm_us_start", "ref_gemm_us_end", "ref_gather_us_start", "ref_gather_us_end", "error", "config_hash",
     "fingerprint", "created_at", "record_id",
 ]
 NOTES = [
@@ -116,6 +118,12 @@ def _row(key: tuple, r: RunRecord) -> dict[str, Any]:
         step_queries=_num(m.get("step_queries")), step_tells=m.get("step_tells"), threads_used=_threads(m.get("threads_used")),
     )
     row["queue_ratio"] = row["max_qps"] / row["queue_qps"] if server and row["queue_qps"] and row["queue_qps"] > 0 else math.nan
+    machine = m.get("machine") or {}
+    row.update(load_start=_num(machine.get("load_start")), load_end=_num(machine.get("load_end")), steal_share=_num(machine.get("steal_share")),
+               cpus=_num(machine.get("cpus")))
+    for end in ("start", "end"):  # the reference kernels' wall times (bench.measure.noise.reference_speed)
+        ref = machine.get(f"reference_{end}") or {}
+        row[f"ref_gemm_us_{end}"], row[f"ref_gather_us_{end}"] = _num(ref.get("gemm_wall_us")), _num(ref.get("gather_wall_us"))
     return row
 
 
@@ -243,6 +251,7 @@ def render_serve(df: pd.DataFrame, latest: dict[tuple, RunRecord], plots: list[P
                                       "batch-dependent", "check"], table, "llrrrrll"), ""]
     for p in plots:
         lines += [f"![{p.stem}]({Path(p).relative_to(out_dir).as_posix()})", ""]
+    lines += _machine_lines(ok)
     lines += _run_lines(ok)
     bad = df[df["status"] != "ok"]
     lines += ["## Errors and skips", ""]
@@ -273,6 +282,35 @@ def _why_below(rec: RunRecord) -> str:
     at = [s for s in m.get("steps") or [] if s.get("target_qps") == m.get(hi(MAX_QPS)) and s.get("validity") != "VALID"]
     said = [f"at {s['target_qps']:g} QPS, {s['late']['explanation']}" for s in at if (s.get("late") or {}).get("explanation")]
     return "; ".join(said) or m.get("search_stop") or "no run says why"
+
+
+MACHINE_MOVED = 0.15  # a reference kernel's time spread over the jobs beyond this share is flagged
+
+
+def _machine_lines(ok: pd.DataFrame) -> list[str]:
+    """The machine's load, steal and reference-kernel times per job; flags when its speed moved between jobs or it was busy."""
+    have = ok[ok["ref_gemm_us_start"].notna()]
+    if have.empty:
+        return []
+    table = [[r.backend, r.scenario, f"{r.load_start:.2f} → {r.load_end:.2f}", fmt.DASH if fmt.missing(r.steal_share) else f"{r.steal_share:.1%}",
+              f"{r.ref_gemm_us_start:,.0f} → {r.ref_gemm_us_end:,.0f}", f"{r.ref_gather_us_start:,.0f} → {r.ref_gather_us_end:,.0f}"]
+             for r in have.itertuples(index=False)]
+    lines = ["## The machine during the jobs", "",
+             "The same two kernels timed at each job's start and end, on one thread (a fixed fp32 GEMM, and a gather of "
+             "random rows from a table larger than the caches): they move only when the machine does. Load is the "
+             "1-minute load average at the job's start and end; steal, the share of CPU time the hypervisor took over the job.", "",
+             fmt.markdown_table(["backend", "scenario", "load", "steal", "reference GEMM µs", "reference gather µs"], table, "llrrrr"), ""]
+    for name, cols in (("GEMM", ("ref_gemm_us_start", "ref_gemm_us_end")), ("gather", ("ref_gather_us_start", "ref_gather_us_end"))):
+        times = pd.concat([have[c] for c in cols]).dropna()
+        low, high = times.min(), times.max()
+        if low > 0 and high / low - 1 > MACHINE_MOVED:
+            lines.append(f"- **The machine's speed moved during the sweep**: the reference {name} took {low:,.0f} to {high:,.0f} µs "
+                         f"({high / low - 1:.0%} apart): figures of different jobs, and of other runs, differ by the machine as well as the backend.")
+    busy = have[(have[["load_start", "load_end"]].max(axis=1) > have["cpus"]) | (have["steal_share"] > MAX_STEAL)]
+    if not busy.empty:
+        lines.append(f"- **A busy machine**: {', '.join(f'{r.backend} ({r.scenario})' for r in busy.itertuples(index=False))} ran with "
+                     f"more runnable work than cores or over {MAX_STEAL:.0%} steal; their figures follow the neighbours' load.")
+    return lines + ([""] if lines[-1] else [])
 
 
 def _run_lines(ok: pd.DataFrame) -> list[str]:

@@ -28,6 +28,7 @@ from bench.backends.tables import embedding_bytes
 from bench.config import Config, check_serve_config
 from bench.measure.figures import Held, JobFigures
 from bench.measure.memory import model_bytes
+from bench.measure.noise import LoadWatch, reference_speed
 from bench.metrics import LATENCY_MS, PAIRS_PER_S, SAMPLES_PER_S
 from bench.models.random_weights import RANDOM
 from bench.pipeline.job import PERFORMANCE_ONLY, backend_scores
@@ -62,7 +63,27 @@ def measure_serving(cfg: Config, backend: Backend, device: torch.device, work: S
     stall_s = serve.test_stall_ms / 1000 if serve.test_stall_ms is not None else None
     runs = Runs(cfg, ServingSystem(prepared, queries, device, cfg.batch_size, serve.max_wait_ms / 1000, serve.workers, stall_s),
                 queries, job_dir(cfg) / "loadgen")
-    warm = warm_up(prepared, queries, device, cfg.batch_size)
+    reference_start = reference_speed()
+    with LoadWatch() as load:
+        warm = warm_up(prepared, queries, device, cfg.batch_size)
+        metrics = _measure(cfg, backend, model, workload, device, work, runs, warm)
+    # The machine's own speed at both ends of the job and its load over it: a figure that moved between
+    # runs with these moves with the machine, not the backend (serve.md's machine section).
+    metrics["machine"] = {**load.figures, "reference_start": reference_start, "reference_end": reference_speed()}
+    metrics.update(JobFigures(
+        held=Held(embedding_bytes(prepared), model_bytes(prepared)),
+        threads=torch.get_num_threads(),
+        model_source=model.info.get("source"),
+        workload_info=workload.describe(),
+        extra={"log_root": str(runs.logs)},
+    ).metrics())
+    return metrics
+
+
+def _measure(cfg: Config, backend: Backend, model: nn.Module, workload: Any, device: torch.device, work: SharedWork, runs: "Runs",
+             warm: dict[str, Any]) -> dict[str, Any]:
+    """The scenario's runs after the warm-up: the Server search or the Offline run, then the accuracy run."""
+    serve, queries = cfg.serve, runs.queries
     metrics: dict[str, Any] = {
         "scenario": serve.scenario,
         "bound_ms": serve.bound_ms if serve.scenario == "server" else None,
@@ -83,13 +104,6 @@ def measure_serving(cfg: Config, backend: Backend, device: torch.device, work: S
         check = accuracy_check(Path(step["log_dir"]) / loadgen.ACCURACY, queries, logits, backend.scores_depend_on_batch(),
                                serve.batch_dependent_auc_tolerance)
         metrics.update(check, accuracy_step=step)
-    metrics.update(JobFigures(
-        held=Held(embedding_bytes(prepared), model_bytes(prepared)),
-        threads=torch.get_num_threads(),
-        model_source=model.info.get("source"),
-        workload_info=workload.describe(),
-        extra={"log_root": str(runs.logs)},
-    ).metrics())
     return metrics
 
 

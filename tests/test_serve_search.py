@@ -68,6 +68,9 @@ def test_only_a_run_near_the_bound_is_judged_again():
     assert clear(run_of("VALID", 0, p99=25.0))  # no late query, p99 under half the bound
     assert not clear(run_of("VALID", 0, p99=45.0)) and not clear(run_of("VALID", 2, p99=25.0))
     assert clear(run_of("INVALID", 120)) and not clear(run_of("INVALID", 5))  # 10% late: far beyond; 5 of 1,200: near
+    # 130 late, 100 of them behind one stall: the 30 others are near the bound, so the run is judged again
+    assert not clear({**run_of("INVALID", 130), "late": {"causes": {"stall": 100, "queueing": 30, "service": 0}}})
+    assert clear({**run_of("INVALID", 130), "late": {"causes": {"stall": 10, "queueing": 120, "service": 0}}})
 
 
 def test_a_target_near_the_bound_is_run_until_a_majority_agrees():

@@ -3,7 +3,8 @@
 Each run is a whole LoadGen run at one target QPS, judged VALID or INVALID by LoadGen itself (its p99
 bound with early stopping, its minimum duration and query count). A target's verdict is a judgment:
 its first run settles it when the run is clear (VALID with no query over the bound and p99 within
-CLEAR_P99 of the bound; INVALID with at least CLEAR_LATE times the late share the percentile allows);
+CLEAR_P99 of the bound; INVALID with at least CLEAR_LATE times the late share the percentile allows,
+not counting the queries that sat behind a stall);
 otherwise, near the boundary, the target runs again, up to `judgments` runs, until a majority agrees.
 Every target is judged by that one rule, the bracket's ends included. Each rerun draws a fresh
 LoadGen schedule (its seeds derived from the run's number at that target), so a verdict holds for the
@@ -76,7 +77,10 @@ def clear(step: Step, percentile: float = 0.99) -> bool:
         return True  # nothing to judge again on (a stand-in or a hopeless step)
     if step["validity"] == "VALID":
         return late == 0 and p99 is not None and bound is not None and p99 <= CLEAR_P99 * bound
-    return late >= round(CLEAR_LATE * (1 - percentile) * queries, 6)
+    # Late queries behind a stall (bench.serve.late) say nothing of the load: one long pause can put more
+    # queries over the bound than this threshold, so they do not make a run clear; it is judged again.
+    behind_stalls = ((step.get("late") or {}).get("causes") or {}).get("stall", 0)
+    return late - behind_stalls >= round(CLEAR_LATE * (1 - percentile) * queries, 6)
 
 
 @dataclass

@@ -129,3 +129,35 @@ def test_the_new_serve_keys_keep_the_identity_of_jobs_that_leave_them_at_their_l
     default = job_hash(resolved())
     assert default != job_hash(stored_before)  # re-judged, longer steps: a new measurement
     assert job_hash(resolved("serve.test_stall_ms=80")) != default
+
+
+def stolen(step, share):
+    return {**step, "machine": {"steal_share": share}}
+
+
+def test_a_run_disturbed_by_steal_is_set_aside_and_its_target_run_again():
+    asked = []
+
+    def step(qps, draw):  # the first run at 100 ran while the hypervisor took 20% of the CPU: INVALID, far beyond
+        asked.append((qps, draw))
+        run = run_of("INVALID", 600, p99=900.0) if draw == 0 else run_of("VALID", 0, p99=10.0)
+        return {**stolen(run, 0.2 if draw == 0 else 0.01), "target_qps": qps}
+
+    s = find_max_qps(step, 100, 1.5, 0.1, 1, 1, judgments=1)
+    assert asked == [(100, 0), (100, 1)]  # a clear INVALID, but disturbed: not clear, run again
+    [j] = s.judged
+    assert j.verdict == "VALID" and j.set_aside == 1 and j.evidence() == "VALID 1/1 at 100 (1 set aside: steal)"
+    assert s.as_metrics()["judgments"][0]["set_aside"] == 1 and len(s.as_metrics()["steps"]) == 2
+
+
+def test_when_every_run_at_a_target_is_disturbed_they_all_count_up_to_twice_the_judgments():
+    asked = []
+
+    def step(qps, draw):
+        asked.append((qps, draw))
+        return {**stolen(run_of("INVALID", 600, p99=900.0), 0.3), "target_qps": qps}
+
+    s = find_max_qps(step, 100, 1.5, 0.1, 1, 1, judgments=2)
+    assert asked == [(100, 0), (100, 1), (100, 2), (100, 3)]
+    [j] = s.judged
+    assert j.verdict == "INVALID" and j.set_aside == 0 and j.evidence() == "INVALID 4/4 at 100"

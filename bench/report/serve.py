@@ -23,6 +23,7 @@ from bench.io import write_text_atomic
 from bench.measure.noise import MAX_STEAL
 from bench.metrics import LATENCY_MS, MAX_QPS, PAIRS_PER_S, SAMPLES_PER_S, hi, lo
 from bench.record import RunRecord, is_serving
+from bench.serve.qps_search import disturbed
 from bench.report import fmt
 from bench.report.table import BASELINE, as_records, backend_rank
 
@@ -43,7 +44,8 @@ NOTES = [
     "**Server**: queries of one sample arrive at random (Poisson) at the target QPS; LoadGen judges each run "
     "VALID or INVALID (p99 latency within the bound, with early stopping, and the run's minimum duration and "
     "query count). A target near the bound runs again on fresh schedules until a majority of its runs agree "
-    "(evidence: \"VALID 2/3 at 410\" = 2 of 3 runs VALID); a clear first run settles it. Max QPS is the highest "
+    "(evidence: \"VALID 2/3 at 410\" = 2 of 3 runs VALID); a clear first run settles it. A run during which the "
+    "hypervisor took over 5% of the CPU time (steal) is set aside and its target run again. Max QPS is the highest "
     "target judged VALID below every INVALID one; the bracket [highest VALID, lowest INVALID] holds the true limit. "
     "0 means no target met the bound. Latencies are LoadGen's, at the max-QPS step (where none was VALID, at the lowest load tried). "
     "The queue estimate is the rate a simulated queue with the SUT's batcher and its measured batch times holds under the bound "
@@ -232,11 +234,13 @@ def render_serve(df: pd.DataFrame, latest: dict[tuple, RunRecord], plots: list[P
         for r in server.itertuples(index=False):
             for i, s in enumerate(by_id[r.record_id].metrics.get("steps") or [], 1):
                 lat = s.get(LATENCY_MS) or {}
+                steal = (s.get("machine") or {}).get("steal_share")
                 steps.append([r.backend, i, f"{s.get('target_qps'):g}", (s.get("draw") or 0) + 1, s.get("validity"),
                               fmt.number(s.get(SAMPLES_PER_S), 1), fmt.ms(lat.get("p50")), fmt.ms(lat.get("p99")),
-                              s.get("queries"), s.get("overlatency_queries"), _why_late(s)])
+                              s.get("queries"), s.get("overlatency_queries"),
+                              fmt.DASH if steal is None else f"{steal:.1%}" + (" (set aside)" if disturbed(s) else ""), _why_late(s)])
         lines += [fmt.markdown_table(["backend", "step", "target QPS", "run", "LoadGen", "samples/s", "p50 ms", "p99 ms",
-                                      "queries", "over bound", "why late (the SUT's clock)"], steps, "lrrrlrrrrrl"), ""]
+                                      "queries", "over bound", "steal", "why late (the SUT's clock)"], steps, "lrrrlrrrrrrl"), ""]
     if not offline.empty:
         lines += ["## Offline: every query at once", ""]
         table = [[r.backend, fmt.number(r.samples_per_s, 1), fmt.count(r.pairs_per_s), _ratio(r.qps_ratio),

@@ -20,6 +20,7 @@ import mlperf_loadgen as lg
 import numpy as np
 
 from bench.config import ServeConfig
+from bench.measure.noise import LoadWatch
 from bench.metrics import LATENCY_MS, SAMPLES_PER_S
 from bench.serve import timeline
 from bench.serve.queries import QuerySet
@@ -75,7 +76,8 @@ def run(system: ServingSystem, queries: QuerySet, test: lg.TestSettings, log_dir
     system.start()
     wall, cpu = time.perf_counter(), time.process_time()
     try:
-        lg.StartTestWithLogSettings(sut, qsl, test, log)
+        with LoadWatch() as machine:  # steal over the run: a disturbed run does not count (bench.serve.qps_search)
+            lg.StartTestWithLogSettings(sut, qsl, test, log)
     finally:
         batching = system.stop()
         lg.DestroyQSL(qsl)
@@ -84,7 +86,7 @@ def run(system: ServingSystem, queries: QuerySet, test: lg.TestSettings, log_dir
     process_cpu = (time.process_time() - cpu) / max(time.perf_counter() - wall, 1e-9)
     system.timeline.write(log_dir / timeline.FILE)  # the SUT's own times per query, beside LoadGen's logs
     return {**read_step(log_dir), "batching": batching, "threads": {**system.threads_used(), "process_cpu_per_s": round(process_cpu, 3)},
-            "timeline": str(log_dir / timeline.FILE)}
+            "timeline": str(log_dir / timeline.FILE), "machine": machine.figures}
 
 
 def read_detail(path: Path) -> dict[str, Any]:

@@ -20,6 +20,12 @@ Budget: `max_steps` counts targets, however many runs each took; the time budget
 judgment once begun runs to its majority, so a search can pass the budget by at most `judgments - 1`
 runs; a new target starts only when its first run fits.
 
+A run during which the hypervisor took more than `MAX_STEAL` of the CPU time (steal, measured over the
+run) is *disturbed*: a neighbour on the host, not the backend, set its latencies. A disturbed run is
+kept and shown but does not count toward its target's majority, and its target runs again, up to
+twice `judgments` runs in all; when every run at a target was disturbed, they all count (the search
+says so in the evidence: "1 set aside: steal").
+
 LoadGen's own FindPeakPerformance mode is not used: it judges its probes on the p99 bound without
 early stopping and reports only the peak, where this search keeps every run's verdict and percentiles.
 """
@@ -30,6 +36,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from bench.measure.noise import MAX_STEAL
 from bench.metrics import LATENCY_MS, MAX_QPS, SAMPLES_PER_S, hi, lo
 
 Step = dict[str, Any]  # one LoadGen run (bench.serve.loadgen.read_step), with `target_qps` and `validity`
@@ -46,27 +53,46 @@ class Judgment:
     runs: list[Step] = field(default_factory=list)
 
     @property
+    def counted(self) -> list[Step]:
+        """The runs the verdict stands on: the undisturbed ones, or every run when all were disturbed."""
+        return [s for s in self.runs if not disturbed(s)] or self.runs
+
+    @property
+    def set_aside(self) -> int:
+        return len(self.runs) - len(self.counted)
+
+    @property
     def valid_runs(self) -> int:
-        return sum(1 for s in self.runs if s["validity"] == "VALID")
+        return sum(1 for s in self.counted if s["validity"] == "VALID")
 
     @property
     def verdict(self) -> str:
-        return "VALID" if 2 * self.valid_runs > len(self.runs) else "INVALID"
+        return "VALID" if 2 * self.valid_runs > len(self.counted) else "INVALID"
 
     def agreeing(self) -> int:
-        return self.valid_runs if self.verdict == "VALID" else len(self.runs) - self.valid_runs
+        return self.valid_runs if self.verdict == "VALID" else len(self.counted) - self.valid_runs
 
     def evidence(self) -> str:
-        return f"{self.verdict} {self.agreeing()}/{len(self.runs)} at {self.target_qps:g}"
+        aside = f" ({self.set_aside} set aside: steal)" if self.set_aside else ""
+        return f"{self.verdict} {self.agreeing()}/{len(self.counted)} at {self.target_qps:g}{aside}"
 
     def settled(self, judgments: int, percentile: float) -> bool:
-        if len(self.runs) == 1 and clear(self.runs[0], percentile):
+        if len(self.runs) == 1 and not disturbed(self.runs[0]) and clear(self.runs[0], percentile):
             return True
-        return self.agreeing() * 2 > judgments or len(self.runs) >= judgments
+        if len(self.runs) >= 2 * judgments:  # the cap, disturbed runs included
+            return True
+        undisturbed = sum(1 for s in self.runs if not disturbed(s))
+        return undisturbed > 0 and (self.agreeing() * 2 > judgments or undisturbed >= judgments)
 
     def as_metrics(self) -> dict[str, Any]:
         return {"target_qps": self.target_qps, "verdict": self.verdict, "runs": len(self.runs),
-                "valid_runs": self.valid_runs, "evidence": self.evidence()}
+                "valid_runs": self.valid_runs, "set_aside": self.set_aside, "evidence": self.evidence()}
+
+
+def disturbed(step: Step) -> bool:
+    """A run during which the hypervisor took more than MAX_STEAL of the CPU time (its `machine.steal_share`)."""
+    steal = (step.get("machine") or {}).get("steal_share")
+    return steal is not None and steal > MAX_STEAL
 
 
 def clear(step: Step, percentile: float = 0.99) -> bool:

@@ -18,7 +18,7 @@ target above an INVALID one (the machine's load changed) is reported (`monotonic
 
 Budget: `max_steps` counts targets, however many runs each took; the time budget counts every run. A
 judgment once begun runs to its majority, so a search can pass the budget by at most `judgments - 1`
-runs; a new target starts only when its first run fits.
+runs (`2 * judgments - 1` when runs were set aside, below); a new target starts only when its first run fits.
 
 A run during which the hypervisor took more than `MAX_STEAL` of the CPU time (steal, measured over the
 run) is *disturbed*: a neighbour on the host, not the backend, set its latencies. A disturbed run is

@@ -3,7 +3,6 @@ results (its log files, what was read from them, the record, the accuracy check)
 was VALID, which follows the machine's load."""
 
 import json
-import math
 import re
 import shutil
 import subprocess
@@ -13,22 +12,22 @@ from pathlib import Path
 import pytest
 
 from bench.runner import run_job
-from bench.serve import loadgen, qps_search
+from bench.serve import loadgen
 from bench.store import read_records, save_record
 from tests.test_faults import FAST, fast_cfg, fast_models  # noqa: F401 (fixtures)
 
 REPO = Path(__file__).resolve().parents[1]
 # Short LoadGen runs over 32 samples of 64 pairs, each target run once: a two-step search takes about a second.
+# No run is set aside for the host's steal (serve.max_steal=null): how many runs a search makes must not
+# depend on the hypervisor's neighbours (the steal rule has its own tests in tests/test_serve_search.py).
 TINY_SERVE = ["+sweep=serve", "serve.fixed_pairs=64", "serve.min_duration_s=0.3", "serve.min_query_count=10",
-              "serve.max_steps=2", "serve.qps_start=150", "serve.max_wait_ms=1", "serve.judgments=1", "serve.step_late_share=null"]
+              "serve.max_steps=2", "serve.qps_start=150", "serve.max_wait_ms=1", "serve.judgments=1", "serve.step_late_share=null",
+              "serve.max_steal=null"]
 VERDICTS = ("VALID", "INVALID")
 
 
 @pytest.fixture
-def serve_cfg(fast_cfg, monkeypatch):  # noqa: F811
-    # No run is set aside for the host's steal here: how many runs a search makes must not depend on the
-    # hypervisor's neighbours (the steal rule has its own tests in tests/test_serve_search.py).
-    monkeypatch.setattr(qps_search, "MAX_STEAL", math.inf)
+def serve_cfg(fast_cfg):  # noqa: F811
     return lambda *more: fast_cfg(*TINY_SERVE, *more)
 
 
@@ -89,7 +88,7 @@ def test_an_offline_run_the_host_disturbed_is_run_again_and_the_sound_run_report
     from bench.serve import scenario
 
     # the first Offline run reads as disturbed (as if the hypervisor took over 5% of the CPU during it)
-    monkeypatch.setattr(scenario, "disturbed", lambda step: Path(step["log_dir"]).name == "offline")
+    monkeypatch.setattr(scenario, "disturbed", lambda step, max_steal: Path(step["log_dir"]).name == "offline")
     record, exc = run_job(serve_cfg("backend=fp32", "serve.scenario=offline", "serve.accuracy_scenarios=[]"))
     assert exc is None and record.status == "ok", record.error
     first, retry = record.metrics["steps"]

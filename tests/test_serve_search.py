@@ -1,5 +1,7 @@
 """The bracketed search over target QPS, driven by a stand-in step that judges a fixed limit (no LoadGen)."""
 
+import pytest
+
 from bench.serve.qps_search import clear, find_max_qps
 from bench.serve.scenario import round_qps
 
@@ -122,13 +124,15 @@ def test_the_new_serve_keys_keep_the_identity_of_jobs_that_leave_them_at_their_l
     def resolved(*overrides):
         return dataclasses.asdict(compose(["+preset=tiny", "+sweep=serve", *overrides]))
 
-    legacy = resolved("serve.judgments=1", "serve.step_late_share=null")
-    added = ("judgments", "step_late_share", "test_stall_ms")
+    legacy = resolved("serve.judgments=1", "serve.step_late_share=null", "serve.max_steal=null")
+    added = ("judgments", "step_late_share", "test_stall_ms", "max_steal")
     stored_before = {**legacy, "serve": {k: v for k, v in legacy["serve"].items() if k not in added}}  # a record from before them
     assert job_hash(legacy) == job_hash(stored_before)
     default = job_hash(resolved())
     assert default != job_hash(stored_before)  # re-judged, longer steps: a new measurement
     assert job_hash(resolved("serve.test_stall_ms=80")) != default
+    # runs set aside for steal: a new measurement, so resume does not return a record made before the key
+    assert job_hash(resolved("serve.max_steal=0.05")) == default != job_hash(resolved("serve.max_steal=null"))
 
 
 def stolen(step, share):
@@ -150,6 +154,18 @@ def test_a_run_disturbed_by_steal_is_set_aside_and_its_target_run_again():
     assert s.as_metrics()["judgments"][0]["set_aside"] == 1 and len(s.as_metrics()["steps"]) == 2
 
 
+def test_with_max_steal_null_no_run_is_set_aside_and_a_threshold_sets_aside_runs_above_it():
+    def step(qps, draw):  # every run at 100 took 8% steal: INVALID far beyond the bound
+        return {**stolen(run_of("INVALID", 600, p99=900.0), 0.08), "target_qps": qps}
+
+    off = find_max_qps(step, 100, 1.5, 0.1, 1, 1, judgments=2, max_steal=None)
+    assert [j.evidence() for j in off.judged] == ["INVALID 1/1 at 100"]  # clear at once: nothing set aside
+    loose = find_max_qps(step, 100, 1.5, 0.1, 1, 1, judgments=2, max_steal=0.1)
+    assert [j.evidence() for j in loose.judged] == ["INVALID 1/1 at 100"]  # 8% is under a 10% threshold
+    strict = find_max_qps(step, 100, 1.5, 0.1, 1, 1, judgments=2)
+    assert len(strict.steps) == 4  # over the default 5%: disturbed, run again up to twice the judgments
+
+
 def test_when_every_run_at_a_target_is_disturbed_they_all_count_up_to_twice_the_judgments():
     asked = []
 
@@ -161,3 +177,13 @@ def test_when_every_run_at_a_target_is_disturbed_they_all_count_up_to_twice_the_
     assert asked == [(100, 0), (100, 1), (100, 2), (100, 3)]
     [j] = s.judged
     assert j.verdict == "INVALID" and j.set_aside == 0 and j.evidence() == "INVALID 4/4 at 100"
+
+
+@pytest.mark.parametrize("bad", [1.0, -0.1])
+def test_a_steal_threshold_outside_a_share_is_refused(bad):
+    from bench.config.schema import ServeConfig, check_serve_config
+    from bench.errors import UserError
+
+    check_serve_config(ServeConfig(max_steal=None))
+    with pytest.raises(UserError, match=r"serve.max_steal must be in \[0, 1\)"):
+        check_serve_config(ServeConfig(max_steal=bad))

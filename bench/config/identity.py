@@ -16,6 +16,10 @@ what a record without them measured, or where they do not apply:
   the longer `serve.max_search_s` (90 s, was 60), do change what a Server job measures: such a job has a
   new identity, so resume does not hand back a search whose every target was judged once as if it were
   the new, re-judged one.
+- `serve.max_steal` (runs over that steal set aside): null is what records before the steal rule measured
+  (no run set aside). Its default, 0.05, changes what a Server or Offline job measures on a host that
+  steals, so such a job has a new identity; records made while the rule was a constant (before the key)
+  have no key and read as null: resume measures them again rather than pass them off as judged by it.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import copy
 from typing import Any
 
 LEGACY = {("model", "output_key"): None, ("backend", "mlp_output"): "int8", ("serve", "judgments"): 1,
-          ("serve", "step_late_share"): None, ("serve", "test_stall_ms"): None}
+          ("serve", "step_late_share"): None, ("serve", "test_stall_ms"): None, ("serve", "max_steal"): None}
 
 
 def job_identity(resolved: dict[str, Any]) -> dict[str, Any]:

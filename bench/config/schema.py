@@ -321,6 +321,9 @@ class ServeConfig:
     judgments: int = 3
     step_late_share: Optional[float] = 0.3
     min_qps: float = 0.5  # the search gives up below this: no load meets the bound
+    # A run during which the hypervisor took more than this share of the CPU time (steal) is disturbed: it
+    # is kept but set aside from its target's verdict, which runs again; an Offline run is retried. null: none is.
+    max_steal: Optional[float] = 0.05
     # Scenarios whose job also makes a LoadGen AccuracyOnly run (every sample once) and checks its AUC.
     accuracy_scenarios: list[str] = field(default_factory=lambda: ["offline"])
     # Backends that quantize activations per batch give scores that depend on which samples share a
@@ -353,6 +356,8 @@ def check_serve_config(cfg) -> None:
         raise UserError(f"serve.max_wait_ms must not be negative, got {cfg.max_wait_ms}")
     if cfg.qps_factor <= 1:
         raise UserError(f"serve.qps_factor must be above 1, got {cfg.qps_factor}")
+    if cfg.max_steal is not None and not 0 <= cfg.max_steal < 1:
+        raise UserError(f"serve.max_steal must be in [0, 1) (a share of the CPU time), or null to set no run aside, got {cfg.max_steal}")
     if cfg.step_late_share is not None and not 0 <= cfg.step_late_share < 1:
         raise UserError(f"serve.step_late_share must be in [0, 1) (a share of the late queries the percentile allows), got {cfg.step_late_share}")
     counts = {"workers": cfg.workers, "max_steps": cfg.max_steps, "fixed_pairs": cfg.fixed_pairs, "judgments": cfg.judgments,

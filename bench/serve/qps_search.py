@@ -20,8 +20,8 @@ Budget: `max_steps` counts targets, however many runs each took; the time budget
 judgment once begun runs to its majority, so a search can pass the budget by at most `judgments - 1`
 runs (`2 * judgments - 1` when runs were set aside, below); a new target starts only when its first run fits.
 
-A run during which the hypervisor took more than `MAX_STEAL` of the CPU time (steal, measured over the
-run) is *disturbed*: a neighbour on the host, not the backend, set its latencies. A disturbed run is
+A run during which the hypervisor took more than `max_steal` of the CPU time (`serve.max_steal`, default
+5%; steal, measured over the run) is *disturbed*: a neighbour on the host, not the backend, set its latencies. A disturbed run is
 kept and shown but does not count toward its target's majority, and its target runs again, up to
 twice `judgments` runs in all; when every run at a target was disturbed, they all count (the search
 says so in the evidence: "1 set aside: steal").
@@ -51,11 +51,15 @@ class Judgment:
 
     target_qps: float
     runs: list[Step] = field(default_factory=list)
+    max_steal: Optional[float] = MAX_STEAL  # None: no run is set aside for steal
+
+    def disturbed(self, step: Step) -> bool:
+        return disturbed(step, self.max_steal)
 
     @property
     def counted(self) -> list[Step]:
         """The runs the verdict stands on: the undisturbed ones, or every run when all were disturbed."""
-        return [s for s in self.runs if not disturbed(s)] or self.runs
+        return [s for s in self.runs if not self.disturbed(s)] or self.runs
 
     @property
     def set_aside(self) -> int:
@@ -77,11 +81,11 @@ class Judgment:
         return f"{self.verdict} {self.agreeing()}/{len(self.counted)} at {self.target_qps:g}{aside}"
 
     def settled(self, judgments: int, percentile: float) -> bool:
-        if len(self.runs) == 1 and not disturbed(self.runs[0]) and clear(self.runs[0], percentile):
+        if len(self.runs) == 1 and not self.disturbed(self.runs[0]) and clear(self.runs[0], percentile):
             return True
         if len(self.runs) >= 2 * judgments:  # the cap, disturbed runs included
             return True
-        undisturbed = sum(1 for s in self.runs if not disturbed(s))
+        undisturbed = sum(1 for s in self.runs if not self.disturbed(s))
         return undisturbed > 0 and (self.agreeing() * 2 > judgments or undisturbed >= judgments)
 
     def as_metrics(self) -> dict[str, Any]:
@@ -89,10 +93,10 @@ class Judgment:
                 "valid_runs": self.valid_runs, "set_aside": self.set_aside, "evidence": self.evidence()}
 
 
-def disturbed(step: Step) -> bool:
-    """A run during which the hypervisor took more than MAX_STEAL of the CPU time (its `machine.steal_share`)."""
+def disturbed(step: Step, max_steal: Optional[float] = MAX_STEAL) -> bool:
+    """A run during which the hypervisor took more than `max_steal` of the CPU time (its `machine.steal_share`)."""
     steal = (step.get("machine") or {}).get("steal_share")
-    return steal is not None and steal > MAX_STEAL
+    return max_steal is not None and steal is not None and steal > max_steal
 
 
 def clear(step: Step, percentile: float = 0.99) -> bool:
@@ -176,15 +180,16 @@ class Search:
 def find_max_qps(run_step: Callable[[float, int], Step], start: float, factor: float, resolution: float, max_steps: int,
                  min_qps: float, snap: Callable[[float], float] = float, hopeless: Optional[str] = None,
                  budget: Optional[tuple[float, Callable[[float], float]]] = None, judgments: int = 1,
-                 percentile: float = 0.99) -> Search:
+                 percentile: float = 0.99, max_steal: Optional[float] = MAX_STEAL) -> Search:
     """`run_step(qps, n)` runs LoadGen at qps for the n-th time at that target (0 first); `snap` rounds each
     next target; `hopeless` (a reason) ends the search at its first INVALID target instead of stepping down,
     when no lower load can meet the bound; `budget` (seconds, and a run's expected length at a target) ends
-    it before a target whose first run would go past the seconds; `judgments` is the most runs per target."""
+    it before a target whose first run would go past the seconds; `judgments` is the most runs per target;
+    a run over `max_steal` steal is set aside (None: none is)."""
     search = Search()
     qps, spent = start, 0.0
     while True:
-        judgment = Judgment(qps)
+        judgment = Judgment(qps, max_steal=max_steal)
         search.judged.append(judgment)
         while True:
             judgment.runs.append(run_step(qps, len(judgment.runs)))

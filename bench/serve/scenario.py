@@ -160,7 +160,7 @@ def server(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any]) -> float:
         return runs.run("performance", qps, name, draw, step_queries or None)
 
     search = find_max_qps(run, start, serve.qps_factor, serve.qps_resolution, serve.max_steps, serve.min_qps, round_qps, hopeless,
-                          (serve.max_search_s, seconds), serve.judgments)
+                          (serve.max_search_s, seconds), serve.judgments, max_steal=serve.max_steal)
     metrics.update(search.as_metrics())
     at = search.at_max() or search.steps[0]
     metrics["threads_used"] = at["threads"]  # at the max (or the lowest load tried)
@@ -213,13 +213,14 @@ def measured_queue(steps: list[dict[str, Any]], warm: dict[str, Any], queries: Q
 
 
 def offline(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any]) -> float:
-    """The Offline run (and its retry, when it fell short of the minimum duration or the host stole over 5% of
-    the CPU during it: `disturbed`) into `metrics`; its samples/s, from the last run that was neither."""
+    """The Offline run (and its retry, when it fell short of the minimum duration or the host stole over
+    `serve.max_steal` of the CPU during it: `disturbed`) into `metrics`; its samples/s, from the last run that was neither."""
+    max_steal = runs.cfg.serve.max_steal
     steps = [runs.run("performance", round_qps(warm["capacity_samples_per_s"]), "offline")]
     first = steps[0]
-    if (first["min_duration_met"] is False or disturbed(first)) and first[SAMPLES_PER_S]:
+    if (first["min_duration_met"] is False or disturbed(first, max_steal)) and first[SAMPLES_PER_S]:
         steps.append(runs.run("performance", round_qps(first[SAMPLES_PER_S] * OFFLINE_RETRY_MARGIN), "offline_retry"))
-    sound = [s for s in steps if not disturbed(s) and s["min_duration_met"] is not False]
+    sound = [s for s in steps if not disturbed(s, max_steal) and s["min_duration_met"] is not False]
     step = sound[-1] if sound else steps[-1]
     metrics.update({"offline_samples_per_s": step[SAMPLES_PER_S], "offline_pairs_per_s": step[PAIRS_PER_S],
                     LATENCY_MS: step[LATENCY_MS], "steps": steps})

@@ -179,3 +179,14 @@ def test_the_machine_section_gives_each_job_s_reference_kernels_and_flags_a_mach
 def test_records_without_machine_figures_leave_the_section_out(records, tmp_path):
     write_report(records, tmp_path, title="serve fixture")
     assert "## The machine during the jobs" not in (tmp_path / "serve.md").read_text()
+
+
+def test_the_steps_table_marks_a_run_set_aside_by_the_job_s_own_steal_threshold(records, tmp_path):
+    fp32 = records[0]
+    steps = [{**s, "machine": {"steal_share": 0.08}} for s in fp32.metrics["steps"]]
+    for name, serve, marked in (("default", {}, True), ("loose", {"max_steal": 0.1}, False), ("off", {"max_steal": None}, False)):
+        config = {**fp32.config, "serve": {**fp32.config["serve"], **serve}}
+        rec = dataclasses.replace(fp32, metrics={**fp32.metrics, "steps": steps}, config=config)
+        write_report([rec, *records[1:]], tmp_path / name, title="serve fixture")
+        text = (tmp_path / name / "serve.md").read_text()
+        assert ("| 8.0% (set aside) |" in text) is marked and "| 8.0%" in text

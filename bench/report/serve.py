@@ -45,7 +45,7 @@ NOTES = [
     "VALID or INVALID (p99 latency within the bound, with early stopping, and the run's minimum duration and "
     "query count). A target near the bound runs again on fresh schedules until a majority of its runs agree "
     "(evidence: \"VALID 2/3 at 410\" = 2 of 3 runs VALID); a clear first run settles it. A run during which the "
-    "hypervisor took over 5% of the CPU time (steal) is set aside and its target run again. Max QPS is the highest "
+    "hypervisor took over `serve.max_steal` of the CPU time (steal, default 5%) is set aside and its target run again. Max QPS is the highest "
     "target judged VALID below every INVALID one; the bracket [highest VALID, lowest INVALID] holds the true limit. "
     "0 means no target met the bound. Latencies are LoadGen's, at the max-QPS step (where none was VALID, at the lowest load tried). "
     "The queue estimate is the rate a simulated queue with the SUT's batcher and its measured batch times holds under the bound "
@@ -59,6 +59,12 @@ NOTES = [
     "not depend on its batch, within the stated tolerance where activations are quantized per batch "
     "(batch-dependent); the shift is what dynamic batching moved the AUC by.",
 ]
+
+
+def max_steal(rec) -> float | None:
+    """The steal share over which the job set a run aside: its `serve.max_steal`; a record from before the
+    key was judged with the module constant."""
+    return ((rec.config or {}).get("serve") or {}).get("max_steal", MAX_STEAL)
 
 
 def serving_records(records: Iterable[RunRecord | dict[str, Any]]) -> list[RunRecord]:
@@ -232,13 +238,15 @@ def render_serve(df: pd.DataFrame, latest: dict[tuple, RunRecord], plots: list[P
         lines += ["### Every step", ""]
         steps, by_id = [], {rec.record_id: rec for rec in latest.values()}
         for r in server.itertuples(index=False):
-            for i, s in enumerate(by_id[r.record_id].metrics.get("steps") or [], 1):
+            rec = by_id[r.record_id]
+            for i, s in enumerate(rec.metrics.get("steps") or [], 1):
                 lat = s.get(LATENCY_MS) or {}
                 steal = (s.get("machine") or {}).get("steal_share")
                 steps.append([r.backend, i, f"{s.get('target_qps'):g}", (s.get("draw") or 0) + 1, s.get("validity"),
                               fmt.number(s.get(SAMPLES_PER_S), 1), fmt.ms(lat.get("p50")), fmt.ms(lat.get("p99")),
                               s.get("queries"), s.get("overlatency_queries"),
-                              fmt.DASH if steal is None else f"{steal:.1%}" + (" (set aside)" if disturbed(s) else ""), _why_late(s)])
+                              fmt.DASH if steal is None else f"{steal:.1%}" + (" (set aside)" if disturbed(s, max_steal(rec)) else ""),
+                              _why_late(s)])
         lines += [fmt.markdown_table(["backend", "step", "target QPS", "run", "LoadGen", "samples/s", "p50 ms", "p99 ms",
                                       "queries", "over bound", "steal", "why late (the SUT's clock)"], steps, "lrrrlrrrrrrl"), ""]
     if not offline.empty:

@@ -281,6 +281,9 @@ class TuneConfig:
 # from these 20 quantiles, so the mean is 270.
 MLPERF_PAIRS = [100, 100, *[200] * 12, 300, 300, 400, 500, 600, 700]
 SCENARIOS = ("server", "offline")
+# The share of CPU time the hypervisor may take (steal) before a measurement counts as disturbed: the
+# timing's stability flag (bench.measure.noise) and the serving runs' default `serve.max_steal`.
+MAX_STEAL = 0.05
 
 
 @dataclass
@@ -323,7 +326,7 @@ class ServeConfig:
     min_qps: float = 0.5  # the search gives up below this: no load meets the bound
     # A run during which the hypervisor took more than this share of the CPU time (steal) is disturbed: it
     # is kept but set aside from its target's verdict, which runs again; an Offline run is retried. null: none is.
-    max_steal: Optional[float] = 0.05
+    max_steal: Optional[float] = MAX_STEAL
     # Scenarios whose job also makes a LoadGen AccuracyOnly run (every sample once) and checks its AUC.
     accuracy_scenarios: list[str] = field(default_factory=lambda: ["offline"])
     # Backends that quantize activations per batch give scores that depend on which samples share a

@@ -24,9 +24,9 @@ from typing import Any
 import torch
 
 from bench import hardware
+from bench.config.schema import MAX_STEAL
 from bench.measure.timing import PairedTiming, Timing
 
-MAX_STEAL = 0.05
 REFERENCE_GEMM = (256, 512, 512)  # M, K, N: about 0.13 GFLOP, a few ms on one core
 REFERENCE_GATHER = (262_144, 64, 16_384)  # table rows, row width (fp32: a 64 MiB table, past the caches), rows gathered
 REFERENCE_CALLS = 9

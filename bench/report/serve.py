@@ -19,13 +19,13 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+from bench.config.schema import MAX_STEAL
 from bench.io import write_text_atomic
-from bench.measure.noise import MAX_STEAL
 from bench.metrics import LATENCY_MS, MAX_QPS, PAIRS_PER_S, SAMPLES_PER_S, hi, lo
 from bench.record import RunRecord, is_serving
-from bench.serve.qps_search import disturbed
 from bench.report import fmt
 from bench.report.table import BASELINE, as_records, backend_rank
+from bench.serve.qps_search import disturbed
 
 SERVE_KEY = ["workload", "device", "backend", "scenario", "bound_ms", "batch_size", "max_wait_ms", "workers"]
 COLUMNS = [

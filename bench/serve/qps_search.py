@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from bench.measure.noise import MAX_STEAL
+from bench.config.schema import MAX_STEAL
 from bench.metrics import LATENCY_MS, MAX_QPS, SAMPLES_PER_S, hi, lo
 
 Step = dict[str, Any]  # one LoadGen run (bench.serve.loadgen.read_step), with `target_qps` and `validity`

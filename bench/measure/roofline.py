@@ -160,15 +160,17 @@ class Limits:
 
 
 def roofline_metrics(throughput: float, lookups: Mapping[str, float], row_bytes: Mapping[str, int], dense_flops: float,
-                     int8_fraction: float, limits: Limits) -> dict:
+                     int8_fraction: float, limits: Limits, dense_kind: str = "fp32") -> dict:
     """Shares of the limits a job reached at `throughput` samples/s.
 
     `lookups`: table -> rows looked up per sample; `row_bytes`: table -> stored row bytes;
-    `dense_flops`: matrix-product FLOPs per sample, `int8_fraction` of them in int8 kernels.
+    `dense_flops`: matrix-product FLOPs per sample, `int8_fraction` of them in int8 kernels, the rest in
+    `dense_kind` (fp32; fp16 for a half-precision dense path on a GPU, against the GPU's fp16 GEMM limit).
+    `limits` is this machine's (Limits) or its GPU's (bench.measure.cuda_health.GpuLimits).
     """
     per_sample = sum(lookups[t] * row_bytes[t] for t in lookups)
     at_limit = sum(lookups[t] * row_bytes[t] / limits.gather(row_bytes[t]) for t in lookups)  # seconds per sample
-    dense_at_limit = dense_flops * ((1 - int8_fraction) / limits.gemm("fp32") + int8_fraction / limits.gemm("int8"))
+    dense_at_limit = dense_flops * ((1 - int8_fraction) / limits.gemm(dense_kind) + (int8_fraction / limits.gemm("int8") if int8_fraction else 0.0))
     return {
         "embedding_bytes_per_sample": per_sample,
         "embedding_bytes_per_s": throughput * per_sample,
@@ -176,6 +178,7 @@ def roofline_metrics(throughput: float, lookups: Mapping[str, float], row_bytes:
         "gather_limit_bytes_per_s": per_sample / at_limit if at_limit else None,  # traffic-weighted over the row widths
         "dense_share": throughput * dense_at_limit,
         "row_widths": sorted({int(w) for w in row_bytes.values()}),
+        "dense_kind": dense_kind,
         "limits": {"fingerprint": limits.fingerprint, "gather_bytes_per_s": {str(w): limits.gather(w) for w in sorted(set(row_bytes.values()))},
                    "gemm_flops": limits.data["gemm_flops"]},
     }

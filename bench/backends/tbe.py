@@ -3,7 +3,8 @@
 Every eager EmbeddingBagCollection becomes torchrec's quantized EmbeddingBagCollection, whose tables
 run on FBGEMM's `IntNBitTableBatchedEmbeddingBagsCodegen` kernels, through torchrec's own inference
 path (`quantize_inference_model`: register the TBEs, cache the feature order, `quantize_dynamic` with a
-`QuantConfig` per table). Rows are aligned to 1 byte on CPU (FBGEMM's CPU default; torchrec's own
+`QuantConfig` per table) on CPU; on a GPU the same module is built with its rows quantized on the CPU
+(`bench.backends.direct.build_tables_from_weights`: the same bytes as the CPU job's). Rows are aligned to 1 byte on CPU (FBGEMM's CPU default; torchrec's own
 default is 16) and 16 on CUDA. The MLP then runs in fp32, fp16/bf16 (`bench.backends.half_mlp`: torchrec's
 dense lowering, the default on CUDA) or int8 (the default on CPU; `bench.config.dense_path` picks the default
 per device), int8 quantized by `backend.mlp_engine`: torch.ao's int8 modules on FBGEMM kernels (`torch_ao`,
@@ -39,7 +40,7 @@ from torchrec.quant.embedding_modules import quant_prep_customize_row_alignment
 
 from bench.backends.ao_notice import torch_ao_calls
 from bench.backends.backend import Backend, NotApplicable
-from bench.backends.direct import build_tables_directly
+from bench.backends.direct import build_tables_directly, build_tables_from_weights
 from bench.backends.half_mlp import HALF_SCHEMES, to_half
 from bench.backends.linear import MLP_CHOICES, MODES, OUTPUT_CHOICES, check_choice, quantize_int8
 from bench.backends.torchao_mlp import SCHEMES as TORCHAO_SCHEMES
@@ -170,9 +171,10 @@ def row_alignment(device: torch.device) -> int:
     return 1 if device.type == "cpu" else 16
 
 
-def quantize_tables(model: nn.Module, dtypes: dict[str, str], device: torch.device) -> None:
-    """Swap every EmbeddingBagCollection of `model` (already on `device`) for TBE tables, in place."""
-    quant_prep_customize_row_alignment(model, [EmbeddingBagCollection], row_alignment(device))
+def quantize_tables(model: nn.Module, dtypes: dict[str, str], device: torch.device, alignment: Optional[int] = None) -> None:
+    """Swap every EmbeddingBagCollection of `model` (already on `device`) for TBE tables, in place, their rows
+    aligned as `device` takes them (`alignment` overrides it: a test lays CUDA's rows out on the CPU)."""
+    quant_prep_customize_row_alignment(model, [EmbeddingBagCollection], alignment or row_alignment(device))
     with torch_ao_calls():
         quantize_inference_model(
             model,
@@ -232,6 +234,10 @@ class TbeBackend(Backend):
         dtypes = self.table_dtypes(model)
         if any(unmaterialized(m) for m in model.modules()):  # random weights: built straight into their stored form
             build_tables_directly(model, dtypes, device, row_alignment(device))
+            check_tables(model, dtypes)
+            model.to(device)
+        elif device.type != "cpu":  # a GPU: rows quantized on the CPU, as the CPU jobs' (bench.backends.direct)
+            build_tables_from_weights(model, dtypes, device, row_alignment(device))
             check_tables(model, dtypes)
             model.to(device)
         else:

@@ -166,3 +166,19 @@ def test_a_verdict_made_inconclusive_by_kernel_health_says_so_and_not_that_it_st
     assert "alone would read gain" in degraded
     plain = next(n for n in notes if n.startswith("**uint4**"))
     assert "[0.93, 1.12] straddles the ±5% margin" in plain
+
+
+def test_a_gpu_job_whose_batch_time_is_flat_is_said_to_be_launch_bound():
+    from bench.report.regime import regime_sentences
+
+    def row(backend, device, batch, p50):
+        return dict(status="ok", backend=backend, device=device, batch_size=batch, latency_p50_ms=p50)
+
+    # eager fp32 on the H100 before this change: 2.55 ms at 256 rows, about 2.25 ms at 4096
+    g = pd.DataFrame([row("fp32", "cuda", 256, 2.55), row("fp32", "cuda", 1024, 1.50), row("fp32", "cuda", 4096, 2.25),
+                      row("uint4", "cuda", 256, 0.5), row("uint4", "cuda", 4096, 6.0),  # grows with the rows: memory, not launches
+                      row("int8_tbe", "cpu", 256, 1.0), row("int8_tbe", "cpu", 4096, 1.2)])  # a CPU job: not said
+    notes = regime_sentences(g)
+    assert len(notes) == 1 and notes[0].startswith("**fp32** on cuda is launch-bound")
+    assert "2.55 ms at 256, 2.25 ms at 4,096: 0.9x the time for 16x the rows" in notes[0] and "CUDA graph" in notes[0]
+    assert regime_sentences(pd.DataFrame([row("fp32", "cuda", 256, 2.0), row("fp32", "cuda", 1024, 2.1)])) == []  # 4x apart: too close to say

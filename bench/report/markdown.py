@@ -14,6 +14,7 @@ from bench.metrics import AUC, AUC_DELTA, AUC_DELTA_EMBEDDINGS, FIDELITY_GAP, N_
 from bench.record import USER, RunRecord, is_serving
 from bench.report import fmt
 from bench.report.kernels import banner_lines, inconclusive_note, isa_line
+from bench.report.regime import regime_sentences
 from bench.report.machine import (
     PERFORMANCE_ONLY_NOTE,
     SCALE_PLOTS,
@@ -285,7 +286,7 @@ def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Seque
         lines += [f"**{PERFORMANCE_ONLY_NOTE[0].upper()}{PERFORMANCE_ONLY_NOTE[1:]}.**", ""]
     lines += [_group_table(g), ""]
     lines += access_table(g)
-    sentences = delta_sentences(g) + speedup_sentences(g)
+    sentences = delta_sentences(g) + speedup_sentences(g) + regime_sentences(g)
     if sentences:
         lines += ["Reading the deltas:", ""] + [f"- {s}" for s in sentences] + [""]
     parts = attribution_rows(g)

@@ -389,9 +389,10 @@ def check_swept_backend_keys(overrides: list[Override], lines: list[str]) -> Non
         swept = [f"backend={','.join(having)}" if ln.split("=", 1)[0].lstrip("+~") == "backend" else ln for ln in lines]
         if not any(ln.split("=", 1)[0].lstrip("+~") == "backend" for ln in lines):
             swept.append(f"backend={','.join(having)}")
-        raise UserError(f"{o.input_line} sets an option that {_names(lacking)} of this sweep lack{'s' if len(lacking) == 1 else ''} "
-                        f"({_names(having)} {'has' if len(having) == 1 else 'have'} it): sweep those alone, "
-                        f"python -m bench -m {' '.join(swept)}, and the others in a run without it")
+        others = f"nor {_names(lacking[1:])}; " if len(lacking) > 1 else ""
+        raise UserError(f"{o.input_line}: backend {lacking[0]} has no option {option!r} ({others}{_names(having)} "
+                        f"{'has' if len(having) == 1 else 'have'} it): sweep those that have it alone, python -m bench -m {' '.join(swept)}, "
+                        "and the others in a run without it")
 
 
 def _names(backends: list[str]) -> str:

@@ -182,3 +182,15 @@ def test_a_gpu_job_whose_batch_time_is_flat_is_said_to_be_launch_bound():
     assert len(notes) == 1 and notes[0].startswith("**fp32** on cuda is launch-bound")
     assert "2.55 ms at 256, 2.25 ms at 4,096: 0.9x the time for 16x the rows" in notes[0] and "CUDA graph" in notes[0]
     assert regime_sentences(pd.DataFrame([row("fp32", "cuda", 256, 2.0), row("fp32", "cuda", 1024, 2.1)])) == []  # 4x apart: too close to say
+
+
+def test_timing_show_names_a_gpu_probe_by_its_gpu(tmp_path):
+    import json
+
+    from bench.pipeline.timing_cache import show
+
+    (tmp_path / "abc-cuda-kernels.json").write_text(json.dumps({"version": 1, "device": "cuda", "gpu": "NVIDIA H100 80GB HBM3", "verdicts": [
+        {"family": "tbe_int2", "healthy": True, "measured_ns": 0.5, "expected_ns": 1.2, "unit": "ns/row"}]}))
+    lines = show(tmp_path)
+    assert lines[0] == "kernel probe abc-cuda-kernels.json: GPU NVIDIA H100 80GB HBM3, 1 kernel families healthy"
+    assert lines[1] == "  tbe_int2: 0.5 ns/row (at most 1.2)"

@@ -111,19 +111,27 @@ def test_the_gpu_verdicts_read_the_gpu_s_own_limits():
     assert verdicts["gemm_fp16"].healthy and not verdicts["gemm_fp32"].healthy  # 1e3 ns/kFLOP is 1 GFLOP/s: 0.1% of 1 TFLOP/s
 
 
-def test_the_roofline_reads_a_gpu_job_against_the_fp16_gemm_limit():
-    roof = roofline_metrics(1e6, {"t": 1.0}, {"t": 32}, dense_flops=1e4, int8_fraction=0.0, limits=_Limits(), dense_kind="fp16")
-    assert roof["embedding_share"] == pytest.approx(1e6 * 32 / 1e9) and roof["dense_share"] == pytest.approx(1e6 * 1e4 / 1e12)
-    assert roof["dense_kind"] == "fp16"
+def test_the_roofline_reads_half_precision_flops_against_the_gpu_s_fp16_gemm_limit():
+    class Mixed(_Limits):
+        data = {**_Limits.data, "gemm_flops": {"fp32": 1e12, "fp16": 4e12}}
+
+        def gemm(self, kind):
+            return self.data["gemm_flops"][kind]
+
+    roof = roofline_metrics(1e6, {"t": 1.0}, {"t": 32}, dense_flops=1e4, int8_fraction=0.0, limits=Mixed(), half_fraction=0.75)
+    assert roof["embedding_share"] == pytest.approx(1e6 * 32 / 1e9)
+    assert roof["dense_share"] == pytest.approx(1e6 * 1e4 * (0.25 / 1e12 + 0.75 / 4e12)) and roof["dense_half_fraction"] == 0.75
 
 
-def test_the_dense_kind_of_a_gpu_job_follows_its_linear_weights():
-    from bench.pipeline.profile import dense_kind
+def test_the_operator_log_tells_half_precision_gemms_apart():
+    from bench.measure.kernels import families, operators
 
-    half = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1)).half()
-    assert dense_kind(half, torch.device("cuda")) == "fp16"
-    assert dense_kind(half.float(), torch.device("cuda")) == "fp32"
-    assert dense_kind(half, CPU) == "fp32"  # CPU jobs: fp32 and int8 limits, as before
+    mlp = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+    x = torch.randn(4, 8)
+    fp32 = operators(mlp, (x,))
+    assert families(fp32, []) == ["gemm_fp32"] and fp32.as_metrics(4)["dense_half_fraction"] == 0.0
+    half = operators(mlp.to(torch.bfloat16), (x.to(torch.bfloat16),))  # bf16 matmuls run on any CPU
+    assert families(half, []) == ["gemm_fp16"] and half.as_metrics(4)["dense_half_fraction"] == 1.0
 
 
 def _record(device, degraded, gpu=None, backend="int8_tbe"):

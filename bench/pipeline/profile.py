@@ -22,7 +22,7 @@ from bench.errors import one_line
 from bench.measure.working_set import working_set_bytes
 from bench.measure.environment import environment
 from bench.measure.kernels import OperatorLog, families, operators
-from bench.measure.cuda_health import GEMM_DTYPES, GpuLimits
+from bench.measure.cuda_health import GpuLimits
 from bench.measure.roofline import Limits, roofline_metrics
 from bench.measure.timing import Timing
 from bench.pipeline.shared import SharedWork
@@ -62,18 +62,9 @@ def job_profile(cfg: Config, prepared: nn.Module, inputs: list[tuple], workload:
         limits = (Limits(cfg.cache_dir, fingerprint) if device.type == "cpu" else GpuLimits(cfg.cache_dir, fingerprint, device)).ensure(row_bytes.values())
         lookups = {name: p["lookups_per_sample"] for name, p in access["tables"].items() if name in row_bytes}
         args = (timing.throughput, lookups, row_bytes, metrics["dense_flops_per_sample"], metrics["dense_int8_fraction"])
-        kind = dense_kind(prepared, device)
-        metrics["roofline"] = roofline_metrics(*args, limits, kind)
+        half = metrics.get("dense_half_fraction", 0.0)
+        metrics["roofline"] = roofline_metrics(*args, limits, half)
         if metrics["roofline"]["dense_share"] > 1:  # the cached GEMM limit was measured on a busy machine
-            metrics["roofline"] = roofline_metrics(*args, limits.raise_gemm(), kind)
+            metrics["roofline"] = roofline_metrics(*args, limits.raise_gemm(), half)
     return metrics
 
-
-def dense_kind(prepared: nn.Module, device: torch.device) -> str:
-    """The GEMM limit a job's dense layers are read against: fp32 on CPU (its int8 share apart); on a GPU the
-    dtype most of its nn.Linear weights hold (fp16 on the quantized backends' default dense path)."""
-    if device.type != "cuda":
-        return "fp32"
-    names = {dtype: name for name, dtype in GEMM_DTYPES.items()}
-    kinds = [names[m.weight.dtype] for m in prepared.modules() if isinstance(m, nn.Linear) and m.weight.dtype in names]
-    return max(set(kinds), key=kinds.count) if kinds else "fp32"

@@ -22,7 +22,7 @@ TORCH_PIP_OPTS = $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 TORCH_BUILD = $(if $(TORCH_INDEX),+cpu)
 REQS = requirements/$(STACK).txt requirements/$(STACK)-torchrec.txt
 
-.PHONY: setup setup-quark run test test-fast lint docs clean
+.PHONY: setup setup-quark run test test-fast lint docs clean gpu-check
 
 setup: $(STAMP)
 
@@ -65,6 +65,11 @@ run: $(STAMP)
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope
+
+# A check on a GPU machine without network (docs/gpu.md): builds .gpu/ (../shared/gpu/make_carry.sh, about
+# 36 MB, git-ignored) unless it is there, and prints the one command to run there with the project and .gpu/.
+gpu-check:
+	bash benchmarks/scripts/gpu_check.sh
 
 # The fast subset for day-to-day work: the tests not marked slow (end-to-end runs that train models,
 # subprocess sweeps, real LoadGen and browser runs stay in `make test`).

@@ -162,6 +162,9 @@ def run(argv: list[str]) -> int:
     try:
         check_overrides(argv)
         preflight.check(argv)  # bad keys, values, combinations, inputs and output places: refused before any work
+        ready = preflight.sweep_ready(argv)  # a backend.KEY beside a swept backend group: applied in each job
+        if ready != argv:
+            argv = sys.argv[1:] = ready  # what hydra.main parses
         register_configs()
         from bench.distributed import enter_rank  # torch: imported after the pre-flight checks
 

@@ -102,6 +102,8 @@ TOOLKIT = metric("toolkit", "", NEITHER, "s", "the quantization toolkit whose ow
                  "docs/toolkits.md)", TIMING)
 TIMED_INPUTS = metric("timed_inputs", "", NEITHER, "s", "what the timed calls of a runtime with its own input format took: "
                       "the batches converted to it before timing, as the KJTs are for the torch backends", TIMING)
+DENSE_PATH = metric("dense_path", "", NEITHER, "s", "the path the dense layers (MLP) ran: fp32, fp16/bf16 (torchrec's dense lowering, "
+                    "the quantized backends' default on CUDA) or int8 (torch.ao's, their default on CPU, or torchao's)", TIMING)
 THREADS = metric("threads", "", NEITHER, "d", "torch intra-op threads the job ran with", TIMING)
 
 # -------------------------------------------------------------------------------------- memory

@@ -70,6 +70,8 @@ def check(argv: list[str]) -> None:
     read_inputs = not any(getattr(args, flag, None) for flag in SHOW_ONLY_FLAGS)
     _composed.clear()
     with _open_plugin_schemas():
+        if _backend_key_lines(overrides):  # before the first compose, which takes the sweep's first backend
+            check_swept_backend_keys(overrides, lines)
         # every swept axis but the backend's, whose choices only the plug-in schemas tell apart
         for variant in variants(overrides, expand=lambda key: key.split(".")[0] != "backend"):
             cfg = _checked_compose(variant)
@@ -340,3 +342,75 @@ def _value(node: DictConfig, key: str) -> Any:
         return node[key]
     except OmegaConfBaseException:
         return None  # an interpolation that does not resolve: the job reports it
+
+
+# ------------------------------------------------------------------------ keys of a swept backend
+
+
+def swept_backends(overrides: list[Override]) -> list[str]:
+    """The backends a sweep runs (the command line's `backend=a,b` or the sweep config's); [] when the
+    backend group is not swept."""
+    if not any(o.key_or_group == "backend" and o.is_sweep_override() for o in overrides) and not any(
+            o.key_or_group == "sweep" for o in overrides):
+        return []
+    names: list[str] = []
+    for variant in variants(overrides):
+        for line in variant:
+            key, _, value = line.partition("=")
+            if key.lstrip("+~") == "backend" and value not in names:
+                names.append(value)
+    return names if len(names) > 1 else []
+
+
+def _backend_key_lines(overrides: list[Override]) -> list[Override]:
+    """The command line's `backend.KEY=VALUE` (or `+backend.KEY=...`) settings that are not sweeps themselves."""
+    return [o for o in overrides if o.key_or_group.startswith("backend.") and not o.is_sweep_override() and not o.is_delete()]
+
+
+def check_swept_backend_keys(overrides: list[Override], lines: list[str]) -> None:
+    """A `backend.KEY=VALUE` beside a swept backend group names an option every swept backend must have:
+    refused in one line, naming the backends that have it and the command that sweeps them, where some lack it."""
+    backends = swept_backends(overrides)
+    if not backends:
+        return
+    schemas = registry.entries("backend")
+    for o in _backend_key_lines(overrides):
+        option = o.key_or_group.split(".")[1]
+        having = [b for b in backends if b in schemas and option in {f.name for f in dataclasses.fields(schemas[b].config)}]
+        lacking = [b for b in backends if b not in having]
+        if not lacking:
+            continue
+        if not having:
+            options = sorted({f.name for b in backends if b in schemas for f in dataclasses.fields(schemas[b].config)} - {"name"})
+            close = difflib.get_close_matches(option, options, n=1, cutoff=0.6)
+            hint = f"did you mean backend.{close[0]}? " if close else ""
+            raise UserError(f"{o.input_line}: no backend of this sweep has the option {option!r} "
+                            f"({_names(backends)}); {hint}python -m bench --help lists each backend's options")
+        swept = [f"backend={','.join(having)}" if ln.split("=", 1)[0].lstrip("+~") == "backend" else ln for ln in lines]
+        if not any(ln.split("=", 1)[0].lstrip("+~") == "backend" for ln in lines):
+            swept.append(f"backend={','.join(having)}")
+        others = f"nor {_names(lacking[1:])}; " if len(lacking) > 1 else ""
+        raise UserError(f"{o.input_line}: backend {lacking[0]} has no option {option!r} ({others}{_names(having)} "
+                        f"{'has' if len(having) == 1 else 'have'} it): sweep those that have it alone, python -m bench -m {' '.join(swept)}, "
+                        "and the others in a run without it")
+
+
+def _names(backends: list[str]) -> str:
+    return ", ".join(backends[:6]) + (f" and {len(backends) - 6} more" if len(backends) > 6 else "")
+
+
+def sweep_ready(argv: list[str]) -> list[str]:
+    """`argv` as Hydra runs it: beside a swept backend group, each `backend.KEY=VALUE` becomes the one-value
+    sweep `backend.KEY=choice(VALUE)`. Hydra composes a sweep's primary config with its sweeps left out, so
+    with the default backend (fp32), where the key may not exist; as a sweep the key is applied in each job's
+    own config, with its own backend. `check` has already made sure every swept backend has the key."""
+    args, extra = get_args_parser().parse_known_args(argv)
+    lines = [*args.overrides, *(a for a in extra if not a.startswith("-"))]
+    try:
+        overrides = parse(lines)
+        if not swept_backends(overrides):
+            return argv
+    except Exception:  # noqa: BLE001 - whatever `check` let through, Hydra reports as it is
+        return argv
+    rewrite = {o.input_line: f"{o.input_line.split('=', 1)[0]}=choice({o.get_value_element_as_str()})" for o in _backend_key_lines(overrides)}
+    return [rewrite.get(a, a) for a in argv]

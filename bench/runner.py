@@ -31,7 +31,7 @@ from bench.config import NOT_THE_JOB, Config, workload_label
 from bench.errors import UserError, one_line
 from bench.hardware import prepare_process, resolve
 from bench.hashing import config_hash
-from bench.measure import kernel_health
+from bench.measure import cuda_health, kernel_health
 from bench.measure.environment import code_state, environment, kernel_path
 from bench.measure.memory import memory_skip_reason
 from bench.measure.roofline import Limits
@@ -90,8 +90,8 @@ class Session:
     claims: Claims = dataclasses.field(default_factory=Claims)
     # cache_dir -> this machine's timing calibration, or why there is none (kept across clear())
     calibrations: dict[str, Calibration | str] = dataclasses.field(default_factory=dict)
-    # (cache_dir, probe or not) -> this machine's and stack's kernel health (bench.measure.kernel_health)
-    kernel_checks: dict[tuple[str, bool], dict] = dataclasses.field(default_factory=dict)
+    # (cache_dir, probe or not, the probed device) -> this machine's and stack's kernel health (bench.measure.kernel_health)
+    kernel_checks: dict[tuple[str, bool, str | None], dict] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # What exists now (the imported libraries: about half a million objects) lives as long as the
@@ -118,23 +118,40 @@ class Session:
 
 
     def kernel_health(self, cfg: Config) -> dict:
-        """What a record keeps of the kernel health check: the probe's verdicts (`kernel_health=true`, once per
-        machine and stack, cached) or FBGEMM's instruction set alone. A failed probe leaves the check to the
-        instruction set and says why; the job goes on."""
-        key = (cfg.cache_dir, bool(cfg.kernel_health))
+        """What a record keeps of the kernel health check of the job's device: the probe's verdicts (`kernel_health=true`,
+        once per machine and stack, cached) or, on CPU, FBGEMM's instruction set alone. A CUDA job is judged by the GPU's
+        probe (bench.measure.cuda_health), never by the host CPU's. A failed probe leaves the check to the instruction
+        set (CPU) or to nothing (GPU) and says why; the job goes on."""
+        probe = kernel_health.probe_device(cfg.device.type, torch.cuda.is_available())
+        key = (cfg.cache_dir, bool(cfg.kernel_health), probe)
         if key not in self.kernel_checks:
-            isa = cpuinfo_fix.summary()
-            if not cfg.kernel_health:
-                found = {**kernel_health.isa_only(isa).as_env(), "why_not_probed": "kernel_health=false"}
-            else:
-                try:
-                    limits = Limits(cfg.cache_dir, environment()["fingerprint"]).ensure(kernel_health.row_widths())
-                    found = kernel_health.health(kernel_health.cache_path(cfg.cache_dir), limits).as_env()
-                except Exception as exc:  # noqa: BLE001 - the check is extra: the jobs go on with the ISA check alone
-                    log.warning("kernel health probe failed, the instruction-set check stands alone: %s", one_line(exc))
-                    found = {**kernel_health.isa_only(isa).as_env(), "why_not_probed": f"the probe failed ({one_line(exc)})"}
-            self.kernel_checks[key] = found
+            self.kernel_checks[key] = self._probe(cfg, probe)
         return self.kernel_checks[key]
+
+    @staticmethod
+    def _probe(cfg: Config, probe: str | None) -> dict:
+        if probe is None:
+            return {"device": cfg.device.type, "probed": False, "degraded": [], "verdicts": {},
+                    "why_not_probed": f"no {cfg.device.type} device here"}
+        if probe == "cuda":
+            device = torch.device("cuda", cfg.device.index)
+            if not cfg.kernel_health:
+                return {"device": "cuda", "probed": False, "degraded": [], "verdicts": {}, "why_not_probed": "kernel_health=false"}
+            try:
+                limits = cuda_health.GpuLimits(cfg.cache_dir, environment(device)["fingerprint"], device).ensure(cuda_health.row_widths())
+                return cuda_health.health(cuda_health.cache_path(cfg.cache_dir, device), limits, device).as_env()
+            except Exception as exc:  # noqa: BLE001 - the check is extra: the jobs go on, unjudged
+                log.warning("GPU kernel health probe failed, CUDA jobs are not judged by it: %s", one_line(exc))
+                return {"device": "cuda", "probed": False, "degraded": [], "verdicts": {}, "why_not_probed": f"the probe failed ({one_line(exc)})"}
+        isa = cpuinfo_fix.summary()
+        if not cfg.kernel_health:
+            return {**kernel_health.isa_only(isa).as_env(), "why_not_probed": "kernel_health=false"}
+        try:
+            limits = Limits(cfg.cache_dir, environment()["fingerprint"]).ensure(kernel_health.row_widths())
+            return kernel_health.health(kernel_health.cache_path(cfg.cache_dir), limits).as_env()
+        except Exception as exc:  # noqa: BLE001 - the check is extra: the jobs go on with the ISA check alone
+            log.warning("kernel health probe failed, the instruction-set check stands alone: %s", one_line(exc))
+            return {**kernel_health.isa_only(isa).as_env(), "why_not_probed": f"the probe failed ({one_line(exc)})"}
 
 
 def run_one(cfg: Config, session: Session | None = None) -> RunRecord:

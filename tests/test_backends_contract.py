@@ -99,5 +99,7 @@ def test_devices(name):
         torch.device("cuda")
     )
     if name != "fake_quant":
-        assert "CPU only" in backend.unsupported_reason(torch.device("cuda"))  # int8 MLP by default
+        assert "CPU only" in backend.unsupported_reason(torch.device("cuda"))  # the schema's int8 MLP: torch.ao's Linear, CPU only
         assert make(name, mlp="fp32").unsupported_reason(torch.device("cuda")) is None  # TBE kernels run on CUDA
+        # the composed config's default on CUDA (bench.config.dense_path, tests/test_dense_path.py): fp16 dense layers
+        assert make(name, mlp="fp16").unsupported_reason(torch.device("cuda")) is None

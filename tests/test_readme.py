@@ -40,6 +40,8 @@ DOCS_LONG = {
                           "python3.11 -m venv .venv", ".venv/bin/pip install torch==2.14.1 fbgemm-gpu==1.9.0",
                           '.venv/bin/pip install -e ".[dev]"', ".venv/bin/pip install --no-deps torchrec==1.9.2")},
     "make docs": "the documentation site: tests/test_docs.py builds it strictly",
+    "OUT=<a folder to copy back> bash benchmarks/scripts/gpu_check_run.sh": "on a GPU machine only: tests/test_gpu_check.py runs it with "
+                                                                           "stand-ins for .gpu/run.sh",
     "pip install -e '.[onnxruntime]'": SETUP,
     "python -m bench +sweep=toolkits": "a sweep, minutes as written; tests/test_toolkits.py runs its backends on a tiny model",
     **{f"python benchmarks/scripts/{name}.py": SCRIPT for name in ("runner_overhead", "sweep_bench", "noise_bench", "scale_diagnose",

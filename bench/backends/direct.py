@@ -1,4 +1,5 @@
-"""Quantized tables built directly, for models with random weights (`model.weights=random`).
+"""Quantized tables built directly: for models with random weights (`model.weights=random`), and for any
+model's tables on a GPU.
 
 torchrec's quantized EmbeddingBagCollection is built from the table configs with each table's
 `data_type`; its FBGEMM kernel allocates one zeroed uint8 buffer (pages untouched until written),
@@ -10,11 +11,20 @@ then the packed codes; FBGEMM's quantize op (`FloatOrHalfToFusedNBitRowwiseQuant
 one torchrec's own quantize path uses) returns the codes first and scale/bias last, so each chunk is
 rotated by 4 bytes. fp32 and fp16 rows are their raw bytes. tests/test_direct_build.py checks the
 result is bit-identical to torchrec's quantize path on the same weights.
+
+On a GPU the trained tables are built this way too (`build_tables_from_weights`): their rows are quantized
+on the CPU, chunk by chunk, with the same FBGEMM op the CPU jobs use, and written into the GPU kernel's
+16-byte rows. torchrec's own path would quantize them on the GPU instead, after copying every fp32 table to
+it: the CUDA quantize kernel (`_float_to_fusednbitrowwise_cuda_kernel`) is a second implementation, whose
+row pointer arithmetic is 32-bit (rows x columns past 2^31 values, as DLRM-v2's 40M-row tables at dim 128,
+overflow it), and the fp32 copy alone of the full DLRM-v2 is larger than an 80 GB GPU. Built here, a CUDA
+job's tables hold the same bytes as the CPU job's, row for row (tests/test_row_layout.py).
 """
 
 from __future__ import annotations
 
 import copy
+from typing import Callable, Iterable, Optional
 
 import fbgemm_gpu  # noqa: F401  (registers torch.ops.fbgemm)
 import torch
@@ -26,10 +36,13 @@ from torchrec.quant.embedding_modules import (
 from torchrec.tensor_types import UIntXTensor
 
 from bench.models.random_weights import (
+    CHUNK_ROWS,
     random_weights_seed,
     table_chunks,
     unmaterialized,
 )
+
+Chunks = Callable[[object], Iterable[tuple[int, torch.Tensor]]]  # table config -> (first row, fp32 rows on the CPU)
 
 DATA_TYPES = {"fp32": DataType.FP32, "fp16": DataType.FP16, "int8": DataType.INT8, "int4": DataType.INT4, "int2": DataType.INT2}
 BITS = {"int8": 8, "int4": 4, "int2": 2}
@@ -51,9 +64,13 @@ def _stored(weight: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def build_quantized_ebc(ebc: nn.Module, dtypes: dict[str, str], device: torch.device, row_alignment: int, seed: int) -> QuantEmbeddingBagCollection:
-    """A quantized EmbeddingBagCollection with the tables of meta-device `ebc`, stored as `dtypes`, filled
-    with the random-weights rows of `seed`; configured as torchrec's inference path configures it."""
+def build_quantized_ebc(ebc: nn.Module, dtypes: dict[str, str], device: torch.device, row_alignment: int, seed: Optional[int] = None,
+                        chunks: Optional[Chunks] = None) -> QuantEmbeddingBagCollection:
+    """A quantized EmbeddingBagCollection with the tables of `ebc`, stored as `dtypes`, filled with the rows
+    `chunks` gives (default: the random-weights rows of `seed`, `ebc` on the meta device); configured as
+    torchrec's inference path configures it."""
+    if chunks is None:
+        chunks = lambda cfg: table_chunks(seed, cfg.name, cfg.num_embeddings, cfg.embedding_dim)  # noqa: E731
     configs = []
     for cfg in ebc.embedding_bag_configs():
         cfg = copy.deepcopy(cfg)
@@ -65,7 +82,7 @@ def build_quantized_ebc(ebc: nn.Module, dtypes: dict[str, str], device: torch.de
     )
     for cfg in configs:
         target = _stored(qebc.embedding_bags[cfg.name].weight)  # a view into the kernel's buffer
-        for start, rows in table_chunks(seed, cfg.name, cfg.num_embeddings, cfg.embedding_dim):
+        for start, rows in chunks(cfg):
             chunk = stored_rows(rows, dtypes[cfg.name])
             target[start:start + len(chunk), : chunk.shape[1]].copy_(chunk)
     return qebc
@@ -80,3 +97,26 @@ def build_tables_directly(model: nn.Module, dtypes: dict[str, str], device: torc
             parent = model.get_submodule(parent_name) if parent_name else model
             tables = {cfg.name: dtypes[cfg.name] for cfg in module.embedding_bag_configs()}
             setattr(parent, attr, build_quantized_ebc(module, tables, device, row_alignment, seed))
+
+
+def weight_chunks(ebc: nn.Module, chunk_rows: int = CHUNK_ROWS) -> Chunks:
+    """The rows of each of `ebc`'s own (trained) tables, chunk by chunk, as fp32 on the CPU."""
+    def chunks(cfg) -> Iterable[tuple[int, torch.Tensor]]:
+        weight = ebc.embedding_bags[cfg.name].weight.detach()
+        for start in range(0, weight.shape[0], chunk_rows):
+            yield start, weight[start:start + chunk_rows].float().cpu()
+
+    return chunks
+
+
+def build_tables_from_weights(model: nn.Module, dtypes: dict[str, str], device: torch.device, row_alignment: int) -> None:
+    """Replace every eager EmbeddingBagCollection of `model` by a quantized one on `device` whose rows are its own
+    weights quantized on the CPU (FBGEMM's CPU op), in place."""
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
+    for name, module in list(model.named_modules()):
+        if type(module) is EmbeddingBagCollection:
+            parent_name, _, attr = name.rpartition(".")
+            parent = model.get_submodule(parent_name) if parent_name else model
+            tables = {cfg.name: dtypes[cfg.name] for cfg in module.embedding_bag_configs()}
+            setattr(parent, attr, build_quantized_ebc(module, tables, device, row_alignment, chunks=weight_chunks(module)))

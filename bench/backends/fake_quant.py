@@ -7,8 +7,10 @@ fp16 round trip, 32 leaves a table alone) with `backend.per_table` overrides in 
 each Linear (fused with the ReLU that follows it) is wrapped in torch.ao's fused observer/fake-quant
 modules: int8 per-channel symmetric weights, per-tensor activations, either calibrated on the
 calibration batches (`activations=static`) or taken per batch (`activations=dynamic`), the schemes of
-the int8 backends' `mlp_mode` (see `bench.backends.linear`). An integer backend's `emulation()` names the
-overrides that make this its twin.
+the int8 backends' `mlp_mode` (see `bench.backends.linear`). With `backend.mlp=fp16|bf16` (the default on
+CUDA, as for the integer backends it emulates) each dense Linear's weights, inputs and outputs are rounded to
+that type (`bench.backends.half_mlp.emulate_half`). An integer backend's `emulation()` names the overrides
+that make this its twin.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import fbgemm_gpu  # noqa: F401  (registers torch.ops.fbgemm)
 import torch
 
 from bench.backends.backend import Backend, NotApplicable
+from bench.backends.half_mlp import HALF_SCHEMES, emulate_half
 from bench.backends.linear import MLP_CHOICES, MODES, OUTPUT_CHOICES, check_choice, fake_quantize
 from bench.backends.modules import (
     embedding_bag_collections,
@@ -32,6 +35,7 @@ from bench.backends.modules import (
 from bench.backends.tbe import BITS, resolve_table_bits
 from bench.config import BackendConfig
 from bench.errors import UserError
+from bench.metrics import DENSE_PATH
 from bench.registry import register
 
 ROW_BITS = sorted(BITS.values())  # 2, 4, 8, 16, 32
@@ -47,7 +51,7 @@ class FakeQuantConfig(BackendConfig):
     per_table: dict[str, int] = field(default_factory=dict)  # table name -> bits; CLI: +backend.per_table={t: 8}
     small_table_rows: Optional[int] = None  # tables with fewer rows get small_table_bits (per_table still wins)
     small_table_bits: int = 8
-    mlp: str = "int8"  # fp32 | int8 (fake-quantized)
+    mlp: str = "int8"  # fp32 | int8 (fake-quantized) | fp16 | bf16 (rounded); its YAML: int8 on CPU, fp16 on CUDA
     activations: str = "static"  # static (calibrated) | dynamic (per batch)
     mlp_output: str = "fp32"  # the output layers (one output feature): fp32 | int8, as the int8 backends' mlp_output
 
@@ -57,7 +61,7 @@ class FakeQuantConfig(BackendConfig):
 
 def check_config(cfg) -> None:
     """The choices of a fake_quant config (the schema, or its composed DictConfig), before anything is built."""
-    check_choice(cfg.mlp, MLP_CHOICES, "backend.mlp")
+    check_choice(cfg.mlp, MLP_CHOICES + HALF_SCHEMES, "backend.mlp")
     check_choice(cfg.activations, MODES, "backend.activations")
     check_choice(cfg.mlp_output, OUTPUT_CHOICES, "backend.mlp_output")
     for key, b in [("backend.bits", cfg.bits), ("backend.small_table_bits", cfg.small_table_bits),
@@ -97,7 +101,14 @@ class FakeQuantBackend(Backend):
                     w = ebc.embedding_bags[table.name].weight
                     w.copy_(qdq_rows(w, bits[table.name]))
         model.to(device)
+        if cfg.mlp in HALF_SCHEMES and emulate_half(model, cfg.mlp) == 0:
+            raise NotApplicable(f"backend 'fake_quant' emulates {cfg.mlp} nn.Linear layers, and the model has none outside its "
+                                "embedding modules: set backend.mlp=fp32")
         if cfg.mlp == "int8" and fake_quantize(model, cfg.activations, calibration_batches, device, cfg.mlp_output) == 0:
             raise NotApplicable("backend 'fake_quant' emulates int8 nn.Linear layers, and the model has none"
                                 f"{' besides its output layers (backend.mlp_output=fp32)' if cfg.mlp_output == 'fp32' else ''}: set backend.mlp=fp32")
         return model
+
+    def job_metrics(self, prepared) -> dict:
+        mlp = self.cfg.mlp
+        return {DENSE_PATH: "fp32" if mlp == "fp32" else f"{mlp} emulated ({self.cfg.activations})" if mlp == "int8" else f"{mlp} emulated"}

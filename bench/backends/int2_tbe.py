@@ -1,4 +1,4 @@
-"""`int2_tbe`: INT2 (quint2x4) embedding rows on FBGEMM's TBE kernels with an int8 MLP: the smallest point
+"""`int2_tbe`: INT2 (quint2x4) embedding rows on FBGEMM's TBE kernels with an int8 MLP (fp16 on CUDA): the smallest point
 of the size/accuracy curve.
 """
 

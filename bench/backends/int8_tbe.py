@@ -1,6 +1,6 @@
 """`int8_tbe`: torchrec's quantized EmbeddingBagCollection with INT8 rows (fp16 scale and bias per row) on
-FBGEMM's IntNBit table-batched kernels; the MLP in int8 (`backend.mlp_mode`: dynamic, or static with
-calibration) or fp32 (`backend.mlp=fp32`).
+FBGEMM's IntNBit table-batched kernels; the MLP in int8 on CPU (`backend.mlp_mode`: dynamic, or static with
+calibration), fp16 on CUDA (bench.config.dense_path), or fp32 (`backend.mlp=fp32`).
 """
 
 from __future__ import annotations

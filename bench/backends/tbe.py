@@ -3,10 +3,13 @@
 Every eager EmbeddingBagCollection becomes torchrec's quantized EmbeddingBagCollection, whose tables
 run on FBGEMM's `IntNBitTableBatchedEmbeddingBagsCodegen` kernels, through torchrec's own inference
 path (`quantize_inference_model`: register the TBEs, cache the feature order, `quantize_dynamic` with a
-`QuantConfig` per table). Rows are aligned to 1 byte on CPU (FBGEMM's CPU default; torchrec's own
-default is 16) and 16 on CUDA. The MLP then runs in fp32 or int8, quantized by `backend.mlp_engine`:
-torch.ao's int8 modules on FBGEMM kernels (`torch_ao`, `bench.backends.linear`), or torchao's `quantize_`
-(`torchao`, `bench.backends.torchao_mlp`, which also offers `mlp=int4`, int4 weight-only).
+`QuantConfig` per table) on CPU; on a GPU the same module is built with its rows quantized on the CPU
+(`bench.backends.direct.build_tables_from_weights`: the same bytes as the CPU job's). Rows are aligned to 1 byte on CPU (FBGEMM's CPU default; torchrec's own
+default is 16) and 16 on CUDA. The MLP then runs in fp32, fp16/bf16 (`bench.backends.half_mlp`: torchrec's
+dense lowering, the default on CUDA) or int8 (the default on CPU; `bench.config.dense_path` picks the default
+per device), int8 quantized by `backend.mlp_engine`: torch.ao's int8 modules on FBGEMM kernels (`torch_ao`,
+`bench.backends.linear`, CPU only), or torchao's `quantize_` (`torchao`, `bench.backends.torchao_mlp`, which
+also offers `mlp=int4`, int4 weight-only).
 
 After quantizing, every table's dtype is read back from the module (`bench.backends.tables`) and
 compared with the one asked for: a table left in fp32 (e.g. `quantize_dynamic` without a qconfig spec
@@ -37,7 +40,8 @@ from torchrec.quant.embedding_modules import quant_prep_customize_row_alignment
 
 from bench.backends.ao_notice import torch_ao_calls
 from bench.backends.backend import Backend, NotApplicable
-from bench.backends.direct import build_tables_directly
+from bench.backends.direct import build_tables_directly, build_tables_from_weights
+from bench.backends.half_mlp import HALF_SCHEMES, to_half
 from bench.backends.linear import MLP_CHOICES, MODES, OUTPUT_CHOICES, check_choice, quantize_int8
 from bench.backends.torchao_mlp import SCHEMES as TORCHAO_SCHEMES
 from bench.backends.torchao_mlp import quantize_torchao
@@ -49,8 +53,9 @@ from bench.backends.modules import (
 )
 from bench.backends.tables import table_storage
 from bench.batch import Batch
-from bench.config import BackendConfig
+from bench.config import BackendConfig, dense_path
 from bench.errors import UserError
+from bench.metrics import DENSE_PATH
 from bench.models.random_weights import unmaterialized
 
 # Table weight types: the names used in configs, FBGEMM's SparseType values (as `table_storage` reports them).
@@ -66,7 +71,9 @@ BITS = {name: SparseType(name).bit_rate() for name in WEIGHT_DTYPES}
 
 @dataclass
 class TbeConfig(BackendConfig):
-    mlp: str = "int8"  # fp32 | int8 (| int4 weight-only, with mlp_engine=torchao): the MLP's Linear layers
+    # fp32 | fp16 | bf16 | int8 (| int4 weight-only, with mlp_engine=torchao): the MLP's Linear layers. The
+    # quantized backends' YAML sets it per device (bench.config.dense_path): int8 on CPU, fp16 on CUDA.
+    mlp: str = "int8"
     mlp_mode: str = "dynamic"  # dynamic | static (calibrated on the calibration batches; torch_ao only); used when mlp=int8
     # The output layers (a Linear with one output: the score) with a quantized MLP: fp32 (kept in float, the
     # default) | int8 (quantized like the rest, as before this key existed); bench.backends.linear says why
@@ -109,17 +116,28 @@ def check_config(cfg) -> None:
     """The choices of a TBE backend config (the schema, or its composed DictConfig), before anything is built."""
     check_choice(cfg.mlp_engine, ENGINES, "backend.mlp_engine")
     if cfg.mlp_engine == "torchao":
-        check_choice(cfg.mlp, ("fp32", *TORCHAO_SCHEMES), "backend.mlp")
-        if cfg.mlp != "fp32" and cfg.mlp_mode != "dynamic":
+        check_choice(cfg.mlp, ("fp32", *HALF_SCHEMES, *TORCHAO_SCHEMES), "backend.mlp")
+        if cfg.mlp in TORCHAO_SCHEMES and cfg.mlp_mode != "dynamic":
             raise UserError(f"backend.mlp_mode={cfg.mlp_mode!r}: the torchao engine quantizes activations per call only; "
                             "set backend.mlp_mode=dynamic or backend.mlp_engine=torch_ao")
     elif cfg.mlp not in MLP_CHOICES and cfg.mlp in TORCHAO_SCHEMES:
         raise UserError(f"backend.mlp={cfg.mlp!r} needs backend.mlp_engine=torchao")
-    check_choice(cfg.mlp, MLP_CHOICES + TORCHAO_SCHEMES, "backend.mlp")
+    check_choice(cfg.mlp, MLP_CHOICES + HALF_SCHEMES + TORCHAO_SCHEMES, "backend.mlp")
     check_choice(cfg.mlp_mode, MODES, "backend.mlp_mode")
     check_choice(cfg.mlp_output, OUTPUT_CHOICES, "backend.mlp_output")
     for name, dtype in cfg.per_table.items():
         check_dtype(dtype, f"backend.per_table.{name}")
+
+
+def dense_path_text(cfg) -> str:
+    """The dense layers' path of a TBE backend config, as the record and the report name it."""
+    if cfg.mlp == "fp32":
+        return "fp32"
+    if cfg.mlp in HALF_SCHEMES:
+        return f"{cfg.mlp} (torchrec's dense lowering)"
+    if cfg.mlp_engine == "torchao":
+        return f"{cfg.mlp} (torchao)"
+    return f"int8 {cfg.mlp_mode} (torch.ao)"
 
 
 def check_dtype(dtype: str, key: str) -> None:
@@ -153,9 +171,10 @@ def row_alignment(device: torch.device) -> int:
     return 1 if device.type == "cpu" else 16
 
 
-def quantize_tables(model: nn.Module, dtypes: dict[str, str], device: torch.device) -> None:
-    """Swap every EmbeddingBagCollection of `model` (already on `device`) for TBE tables, in place."""
-    quant_prep_customize_row_alignment(model, [EmbeddingBagCollection], row_alignment(device))
+def quantize_tables(model: nn.Module, dtypes: dict[str, str], device: torch.device, alignment: Optional[int] = None) -> None:
+    """Swap every EmbeddingBagCollection of `model` (already on `device`) for TBE tables, in place, their rows
+    aligned as `device` takes them (`alignment` overrides it: a test lays CUDA's rows out on the CPU)."""
+    quant_prep_customize_row_alignment(model, [EmbeddingBagCollection], alignment or row_alignment(device))
     with torch_ao_calls():
         quantize_inference_model(
             model,
@@ -185,7 +204,8 @@ class TbeBackend(Backend):
     def unsupported_reason(self, device: torch.device) -> str | None:
         reason = super().unsupported_reason(device)
         if reason is None and self.cfg.mlp == "int8" and self.cfg.mlp_engine == "torch_ao" and device.type != "cpu":
-            return f"backend {self.cfg.name!r}: the int8 MLP (torch.ao int8 Linear) runs on CPU only; set backend.mlp=fp32 or backend.mlp_engine=torchao"
+            return (f"backend {self.cfg.name!r}: the int8 MLP (torch.ao int8 Linear) runs on CPU only; leave backend.mlp at its "
+                    f"{device.type} default ({dense_path(device.type)}), or set backend.mlp=fp32 or backend.mlp_engine=torchao")
         return reason
 
     def _overrides(self, rows: Mapping[str, int]) -> dict[str, str]:
@@ -216,10 +236,18 @@ class TbeBackend(Backend):
             build_tables_directly(model, dtypes, device, row_alignment(device))
             check_tables(model, dtypes)
             model.to(device)
+        elif device.type != "cpu":  # a GPU: rows quantized on the CPU, as the CPU jobs' (bench.backends.direct)
+            build_tables_from_weights(model, dtypes, device, row_alignment(device))
+            check_tables(model, dtypes)
+            model.to(device)
         else:
             model.to(device)
             quantize_tables(model, dtypes, device)
-        if self.cfg.mlp != "fp32" and self.cfg.mlp_engine == "torchao":
+        if self.cfg.mlp in HALF_SCHEMES:
+            if to_half(model, self.cfg.mlp) == 0:
+                raise NotApplicable(f"backend {self.cfg.name!r} runs the model's nn.Linear layers in {self.cfg.mlp}, and the model "
+                                    "has none outside its embedding modules: set backend.mlp=fp32")
+        elif self.cfg.mlp != "fp32" and self.cfg.mlp_engine == "torchao":
             quantize_torchao(model, self.cfg.mlp, self.cfg.mlp_output)
         elif self.cfg.mlp == "int8" and quantize_int8(model, self.cfg.mlp_mode, calibration_batches, device, self.cfg.mlp_output) == 0:
             raise NotApplicable(f"backend {self.cfg.name!r} runs the model's nn.Linear layers in int8, and the model has none"
@@ -234,13 +262,16 @@ class TbeBackend(Backend):
     def scores_depend_on_batch(self) -> bool:
         return self.cfg.mlp == "int8" and self.cfg.mlp_mode == "dynamic"
 
+    def job_metrics(self, prepared: nn.Module) -> dict:
+        return {DENSE_PATH: dense_path_text(self.cfg)}
+
     def emulation(self) -> dict | None:
         """The `fake_quant` config that emulates this backend with fp32 kernels (None: nothing quantized)."""
         per_table = {name: BITS[d] for name, d in self.cfg.per_table.items()}
         small = self.cfg.small_table_rows is not None and BITS[self.cfg.small_table_dtype] != 32
         if BITS[self.weight_dtype] == 32 and all(b == 32 for b in per_table.values()) and not small and self.cfg.mlp == "fp32":
             return None
-        if self.cfg.mlp != "fp32" and self.cfg.mlp_engine == "torchao":
+        if self.cfg.mlp in TORCHAO_SCHEMES and self.cfg.mlp_engine == "torchao":
             return None  # fake_quant emulates torch.ao's int8 schemes, not torchao's per-row activations
         twin = {
             "name": "fake_quant",
@@ -250,6 +281,8 @@ class TbeBackend(Backend):
             "activations": self.cfg.mlp_mode,
             "mlp_output": self.cfg.mlp_output,
         }
+        if self.cfg.mlp in HALF_SCHEMES:
+            twin["activations"] = "static"  # not used by a half-precision MLP: fake_quant's default, one twin for every mlp_mode
         if self.cfg.small_table_rows is not None:
             twin.update(small_table_rows=self.cfg.small_table_rows, small_table_bits=BITS[self.cfg.small_table_dtype])
         return twin

@@ -1,4 +1,4 @@
-"""`uint4`: INT4 (quint4x2) embedding rows on FBGEMM's TBE kernels with an int8 MLP, the AMD Quark DLRM-v2 recipe.
+"""`uint4`: INT4 (quint4x2) embedding rows on FBGEMM's TBE kernels with an int8 MLP (fp16 on CUDA), the AMD Quark DLRM-v2 recipe.
 
 `backend.per_table={table_name: int8}` keeps a sensitive table at a wider type.
 """

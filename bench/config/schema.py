@@ -130,6 +130,19 @@ class DeviceConfig:
     pin_malloc: bool = True
 
 
+# The dense layers' (MLP's) default path per device type, for the backends whose dense layers are quantized
+# (`mlp: ${dense_path:${device.type}}` in their conf/backend/*.yaml). On CPU: int8, torch.ao's int8 Linear on
+# FBGEMM's kernels. On CUDA that Linear has no kernel; fp16 is what torchrec's inference lowering of the dense
+# part gives (`torchrec.inference.modules.quantize_dense`: fp16 only), and what runs there
+# (bench.backends.half_mlp). A device type not listed keeps fp32.
+DENSE_PATHS = {"cpu": "int8", "cuda": "fp16"}
+
+
+def dense_path(device_type: str) -> str:
+    """The default dense path (`backend.mlp`) of a quantized backend on a device type."""
+    return DENSE_PATHS.get(str(device_type), "fp32")
+
+
 @dataclass
 class ShardingConfig:
     """How the embedding tables are split over ranks by torchrec's planner (`bench.distributed`)."""
@@ -428,6 +441,8 @@ def register_configs(plugins: bool = True) -> None:
         OmegaConf.register_new_resolver("registered_backends", lambda: ",".join(registry.sweep_backends()))
     if not OmegaConf.has_resolver("toolkit_backends"):  # +sweep=toolkits
         OmegaConf.register_new_resolver("toolkit_backends", lambda: ",".join(registry.toolkit_sweep_backends()))
+    if not OmegaConf.has_resolver("dense_path"):  # a quantized backend's default backend.mlp per device
+        OmegaConf.register_new_resolver("dense_path", dense_path)
     if not OmegaConf.has_resolver("pid"):  # in the run folder's name (conf/config.yaml)
         OmegaConf.register_new_resolver("pid", os.getpid)
     cs = ConfigStore.instance()
@@ -454,6 +469,8 @@ __all__ = [
     "check_model_config",
     "BackendConfig",
     "DeviceConfig",
+    "DENSE_PATHS",
+    "dense_path",
     "ShardingConfig",
     "TimingConfig",
     "RuleSet",

@@ -211,13 +211,15 @@ class Health:
     isa: dict[str, Any]
     probed: bool
     path: Optional[str] = None
+    device: str = "cpu"  # the device whose kernels were judged (cuda: bench.measure.cuda_health)
 
     def degraded(self) -> list[Verdict]:
         return [v for v in self.verdicts if not v.healthy]
 
     def as_env(self) -> dict[str, Any]:
         """What a record's environment keeps."""
-        return {"probed": self.probed, "path": self.path, "degraded": [v.family for v in self.degraded()],
+        return {"device": self.device, **({"gpu": self.isa["gpu"]} if self.isa.get("gpu") else {}),
+                "probed": self.probed, "path": self.path, "degraded": [v.family for v in self.degraded()],
                 "verdicts": {v.family: {k: val for k, val in asdict(v).items() if k != "family"} for v in self.verdicts}}
 
 
@@ -248,6 +250,14 @@ def health(cache_path: Path, limits: Optional[Limits]) -> Health:
     write_json_atomic(cache_path, {"version": VERSION, "isa": isa, "env": cpuinfo_fix.kernel_env(), "timed": timed,
                                    "verdicts": [asdict(v) for v in verdicts]})
     return Health(verdicts, isa, probed=True, path=str(cache_path))
+
+
+def probe_device(device_type: str, cuda_available: bool) -> str | None:
+    """Whose kernels judge a job on `device_type`: the CPU's for a CPU job, the GPU's for a CUDA job (never the
+    host CPU's: a CUDA job runs none of its kernels); None where the job's device is not here (nothing to probe)."""
+    if device_type == "cuda":
+        return "cuda" if cuda_available else None
+    return "cpu" if device_type == "cpu" else None
 
 
 def cache_path(cache_dir: str | Path) -> Path:

@@ -33,12 +33,15 @@ class OperatorLog:
     gemm: set[str] = field(default_factory=set)  # matrix products
     gemm_flops: int = 0  # 2*M*K*N summed over the matrix products of the call
     int8_gemm_flops: int = 0  # of which in int8 kernels
+    half_gemm_flops: int = 0  # of which in fp16/bf16 (a half-precision dense path, bench.backends.half_mlp)
+    fp32_gemm: bool = False  # whether a float matrix product ran in fp32 (DLRM's interaction does beside a half MLP)
 
     def as_metrics(self, batch_size: int) -> dict:
         return {
             "kernels": {"embedding": sorted(self.embedding), "gemm": sorted(self.gemm)},
             "dense_flops_per_sample": self.gemm_flops / batch_size,
             "dense_int8_fraction": self.int8_gemm_flops / self.gemm_flops if self.gemm_flops else 0.0,
+            "dense_half_fraction": self.half_gemm_flops / self.gemm_flops if self.gemm_flops else 0.0,
         }
 
 
@@ -73,15 +76,20 @@ class _Recorder(TorchDispatchMode):
             self.log.gemm_flops += flops
             if name in INT8_GEMM_OPS:
                 self.log.int8_gemm_flops += flops
+            elif isinstance(out, torch.Tensor) and out.dtype in HALF_DTYPES:
+                self.log.half_gemm_flops += flops
+            elif name in FP32_GEMM_OPS:
+                self.log.fp32_gemm = True
         return out
 
 
 FP32_GEMM_OPS = GEMM_OPS - INT8_GEMM_OPS - {"aten::_weight_int4pack_mm_for_cpu"}
+HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 
 def families(log: OperatorLog, table_dtypes: Iterable[str]) -> list[str]:
     """The kernel families (bench.measure.kernel_health) a call ran: FBGEMM's TBE lookup at each stored
-    row type, ATen's fp32 EmbeddingBag, the fp32 and int8 GEMMs."""
+    row type, ATen's fp32 EmbeddingBag, the fp32, fp16/bf16 and int8 GEMMs."""
     out = set()
     if any("split_embedding" in name for name in log.embedding):  # FBGEMM's table-batched lookup
         out |= {f"tbe_{dtype}" for dtype in table_dtypes}
@@ -89,8 +97,10 @@ def families(log: OperatorLog, table_dtypes: Iterable[str]) -> list[str]:
         out.add("embedding_bag_fp32")
     if log.gemm & INT8_GEMM_OPS:
         out.add("gemm_int8")
-    if log.gemm & FP32_GEMM_OPS:
+    if log.gemm & FP32_GEMM_OPS and (log.fp32_gemm or not log.half_gemm_flops):
         out.add("gemm_fp32")
+    if log.half_gemm_flops:
+        out.add("gemm_fp16")
     return sorted(out)
 
 

@@ -160,15 +160,20 @@ class Limits:
 
 
 def roofline_metrics(throughput: float, lookups: Mapping[str, float], row_bytes: Mapping[str, int], dense_flops: float,
-                     int8_fraction: float, limits: Limits) -> dict:
+                     int8_fraction: float, limits: Limits, half_fraction: float = 0.0) -> dict:
     """Shares of the limits a job reached at `throughput` samples/s.
 
     `lookups`: table -> rows looked up per sample; `row_bytes`: table -> stored row bytes;
-    `dense_flops`: matrix-product FLOPs per sample, `int8_fraction` of them in int8 kernels.
+    `dense_flops`: matrix-product FLOPs per sample, `int8_fraction` of them in int8 kernels, `half_fraction`
+    in fp16/bf16 ones (read against the fp16 GEMM limit where one was measured: a GPU's; the fp32 one on CPU),
+    the rest in fp32. `limits` is this machine's (Limits) or its GPU's (bench.measure.cuda_health.GpuLimits).
     """
     per_sample = sum(lookups[t] * row_bytes[t] for t in lookups)
     at_limit = sum(lookups[t] * row_bytes[t] / limits.gather(row_bytes[t]) for t in lookups)  # seconds per sample
-    dense_at_limit = dense_flops * ((1 - int8_fraction) / limits.gemm("fp32") + int8_fraction / limits.gemm("int8"))
+    half_kind = "fp16" if "fp16" in (limits.data.get("gemm_flops") or {}) else "fp32"
+    dense_at_limit = dense_flops * ((1 - int8_fraction - half_fraction) / limits.gemm("fp32")
+                                    + (int8_fraction / limits.gemm("int8") if int8_fraction else 0.0)
+                                    + (half_fraction / limits.gemm(half_kind) if half_fraction else 0.0))
     return {
         "embedding_bytes_per_sample": per_sample,
         "embedding_bytes_per_s": throughput * per_sample,
@@ -176,6 +181,7 @@ def roofline_metrics(throughput: float, lookups: Mapping[str, float], row_bytes:
         "gather_limit_bytes_per_s": per_sample / at_limit if at_limit else None,  # traffic-weighted over the row widths
         "dense_share": throughput * dense_at_limit,
         "row_widths": sorted({int(w) for w in row_bytes.values()}),
+        "dense_half_fraction": half_fraction,
         "limits": {"fingerprint": limits.fingerprint, "gather_bytes_per_s": {str(w): limits.gather(w) for w in sorted(set(row_bytes.values()))},
                    "gemm_flops": limits.data["gemm_flops"]},
     }

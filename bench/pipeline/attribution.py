@@ -1,6 +1,6 @@
 """Where a backend's ΔAUC comes from: its embeddings or its dense layers.
 
-For a backend whose dense layers run in int8 (`mlp: int8` in its config), the same backend with
+For a backend whose dense layers run in int8 or fp16/bf16 (`mlp: int8` in its config), the same backend with
 `mlp=fp32` isolates the embeddings: its ΔAUC against fp32 is the embeddings' share, and the paired
 delta between the two is the dense layers' share on top of those embeddings. With 26 tables of 300k
 rows at dim 64, int8 and int4 embeddings (both with the int8 MLP) lost the same -0.0011: this split
@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from bench.backends.half_mlp import HALF_SCHEMES
 from bench.config import BackendConfig
 from bench.metrics import AUC_DELTA_EMBEDDINGS, AUC_DELTA_MLP, hi, lo
 from bench.stats import paired_auc_delta
@@ -30,7 +31,7 @@ def attribute_delta(backend_cfg: BackendConfig, labels: np.ndarray, base_logits:
     if mlp == "fp32":
         total = paired_auc_delta(labels, base_logits, logits)
         return {**_named(total, AUC_DELTA_EMBEDDINGS), AUC_DELTA_MLP: 0.0, lo(AUC_DELTA_MLP): 0.0, hi(AUC_DELTA_MLP): 0.0}
-    if mlp != "int8":
+    if mlp not in ("int8", *HALF_SCHEMES):
         return {}
     try:
         _, emb_logits = scores_of(dataclasses.replace(backend_cfg, mlp="fp32"))

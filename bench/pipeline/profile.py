@@ -5,7 +5,7 @@ Every figure is recorded so a reader can tell a fast backend from a cache-reside
 the timing pool (distinct batches and samples, calls timed, passes over the pool), the access
 profile (ids per sample, unique ids per batch, rows touched per table, the working set at this
 backend's row width against the last-level cache), the embedding and GEMM operators of one call,
-and the roofline shares (CPU only: the limits are measured on the host).
+and the roofline shares, against the host's limits on CPU and the GPU's own on CUDA (bench.measure.cuda_health).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from bench.errors import one_line
 from bench.measure.working_set import working_set_bytes
 from bench.measure.environment import environment
 from bench.measure.kernels import OperatorLog, families, operators
+from bench.measure.cuda_health import GpuLimits
 from bench.measure.roofline import Limits, roofline_metrics
 from bench.measure.timing import Timing
 from bench.pipeline.shared import SharedWork
@@ -56,11 +57,14 @@ def job_profile(cfg: Config, prepared: nn.Module, inputs: list[tuple], workload:
         # which kernel families the call ran, so a degraded one (env.kernel_health) is tied to this job
         "kernel_families": families(ops, {info["dtype"] for info in storage.values()}),
     }
-    if device.type == "cpu" and row_bytes:
-        limits = Limits(cfg.cache_dir, environment(device)["fingerprint"]).ensure(row_bytes.values())
+    if device.type in ("cpu", "cuda") and row_bytes:
+        fingerprint = environment(device)["fingerprint"]
+        limits = (Limits(cfg.cache_dir, fingerprint) if device.type == "cpu" else GpuLimits(cfg.cache_dir, fingerprint, device)).ensure(row_bytes.values())
         lookups = {name: p["lookups_per_sample"] for name, p in access["tables"].items() if name in row_bytes}
         args = (timing.throughput, lookups, row_bytes, metrics["dense_flops_per_sample"], metrics["dense_int8_fraction"])
-        metrics["roofline"] = roofline_metrics(*args, limits)
+        half = metrics.get("dense_half_fraction", 0.0)
+        metrics["roofline"] = roofline_metrics(*args, limits, half)
         if metrics["roofline"]["dense_share"] > 1:  # the cached GEMM limit was measured on a busy machine
-            metrics["roofline"] = roofline_metrics(*args, limits.raise_gemm())
+            metrics["roofline"] = roofline_metrics(*args, limits.raise_gemm(), half)
     return metrics
+

@@ -2,7 +2,7 @@
 
 `<cache_dir>/timing/` keeps, per machine and stack key: the timing calibration (`KEY.json`,
 bench.pipeline.calibrate), the re-run log (`KEY-reruns.jsonl`, bench.pipeline.reruns) and the kernel
-health probe (`KEY-kernels.json`, bench.measure.kernel_health). `show` reads them without loading
+health probe (`KEY-kernels.json`, bench.measure.kernel_health; a GPU's: `KEY-cuda-kernels.json`, bench.measure.cuda_health). `show` reads them without loading
 torch; `reset` deletes the re-run logs (the spread learned from re-runs starts again from the
 calibration), `reset --all` every file (the next job calibrates and probes again).
 """
@@ -57,7 +57,8 @@ def _kernels(path: Path) -> list[str]:
     data = _read(path)
     verdicts = data.get("verdicts", [])
     bad = [v["family"] for v in verdicts if not v.get("healthy")]
-    head = f"kernel probe {path.name}: FBGEMM {(data.get('isa') or {}).get('fbgemm_isa')}, " + (
+    where = f"GPU {data.get('gpu')}" if data.get("device") == "cuda" else f"FBGEMM {(data.get('isa') or {}).get('fbgemm_isa')}"
+    head = f"kernel probe {path.name}: {where}, " + (
         f"degraded: {', '.join(bad)}" if bad else f"{len(verdicts)} kernel families healthy")
     return [head] + [f"  {v['family']}: {v['measured_ns']:.1f} {v['unit']}" + (f" (at most {v['expected_ns']:.1f})" if v.get("expected_ns") else "")
                      for v in verdicts]

@@ -13,7 +13,8 @@ import pandas as pd
 from bench.metrics import AUC, AUC_DELTA, AUC_DELTA_EMBEDDINGS, FIDELITY_GAP, N_EVAL, ORACLE_AUC, SCORES_SATURATED, SPEEDUP, lo
 from bench.record import USER, RunRecord, is_serving
 from bench.report import fmt
-from bench.report.kernels import banner_lines, isa_line
+from bench.report.kernels import banner_lines, inconclusive_note, isa_line
+from bench.report.regime import regime_sentences
 from bench.report.machine import (
     PERFORMANCE_ONLY_NOTE,
     SCALE_PLOTS,
@@ -64,11 +65,11 @@ READING_NOTES = [
     "Compression is fp32 embedding bytes / embedding bytes. MB = 10^6 bytes. Model MB counts every "
     "storage the prepared model holds once, at its real size (packed INT4/INT2 rows by their bytes).",
     "Emb GB/s is the embedding traffic (rows looked up per sample × stored row bytes × samples/s); in "
-    "brackets, its share of this machine's random-row-gather bandwidth at the same row width, measured "
-    "once per machine (the roofline). Above 100% means rows came from cache, as a skewed (Zipf) access "
+    "brackets, its share of this machine's random-row-gather bandwidth at the same row width (a GPU job: "
+    "its GPU's, from device memory), measured once per machine (the roofline). Above 100% means rows came from cache, as a skewed (Zipf) access "
     "pattern allows; far below means the time went elsewhere (the MLP, the interaction, overheads). "
     "GEMM roofline is the same for the matrix products: their FLOPs per sample × samples/s against the "
-    "measured fp32 or int8 GEMM throughput of the kernels that ran them.",
+    "measured fp32, int8 (CPU) or fp16 (GPU) GEMM throughput of the kernels that ran them.",
     "`fp32_tbe` (fp32 tables through FBGEMM's table-batched kernel) splits a speedup in two: "
     "fp32_tbe vs fp32 is the table-batching part, int8_tbe vs fp32_tbe the quantization part. "
     "Both ratios are computed below wherever the three rows exist.",
@@ -192,8 +193,7 @@ def speedup_sentences(g: pd.DataFrame) -> list[str]:
         if fmt.unreadable(r.speedup, r.speedup_lo, r.speedup_hi):
             out.append(f"**{r.backend}** (batch {r.batch_size}): speedup {fmt.too_short(r.latency_calls)}: its interval spans more than {fmt.UNREADABLE_SPAN:g}x.")
         elif r.speed_verdict == "inconclusive":
-            out.append(f"**{r.backend}** (batch {r.batch_size}): speedup {ci}: inconclusive: "
-                       f"[{r.speedup_lo:.2f}, {r.speedup_hi:.2f}] straddles the ±{r.speed_margin:.0%} margin.")
+            out.append(inconclusive_note(r.backend, r.batch_size, ci, r.speedup_lo, r.speedup_hi, r.speed_margin, getattr(r, "kernel_degraded", None)))
         elif interval_contains(r.speedup_lo, r.speedup_hi, 1.0):
             out.append(f"**{r.backend}** (batch {r.batch_size}): speedup {ci} cannot be told from no change: the interval "
                        f"contains 1 and lies within the ±{r.speed_margin:.0%} margin.")
@@ -286,7 +286,7 @@ def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Seque
         lines += [f"**{PERFORMANCE_ONLY_NOTE[0].upper()}{PERFORMANCE_ONLY_NOTE[1:]}.**", ""]
     lines += [_group_table(g), ""]
     lines += access_table(g)
-    sentences = delta_sentences(g) + speedup_sentences(g)
+    sentences = delta_sentences(g) + speedup_sentences(g) + regime_sentences(g)
     if sentences:
         lines += ["Reading the deltas:", ""] + [f"- {s}" for s in sentences] + [""]
     parts = attribution_rows(g)

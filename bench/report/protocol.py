@@ -8,14 +8,14 @@ import re
 from collections import Counter
 from typing import Any, Sequence
 
-from bench.metrics import THROUGHPUT_TRIALS
+from bench.metrics import DENSE_PATH, THROUGHPUT_TRIALS
 from bench.record import RunRecord
 from bench.report import fmt
 
 FIDELITY_NOTE = (
     "**fidelity gap** = AUC(backend) − AUC(its fake_quant twin), on the same eval samples. The twin "
     "is `fake_quant` (fp32 kernels, quantize-dequantize of the weights) configured like the backend: "
-    "the same table bits and per-table overrides, and the same int8 MLP scheme. A gap near 0 means the "
+    "the same table bits and per-table overrides, and the same dense-layer scheme (int8, or fp16/bf16 rounding). A gap near 0 means the "
     "emulation predicts the deployed model's accuracy; a clear gap means it does not."
 )
 
@@ -181,6 +181,19 @@ def _twin_text(cfg: dict) -> str:
     return " ".join(parts)
 
 
+def dense_lines(records: Sequence[RunRecord]) -> list[str]:
+    """The dense layers' path each backend ran, per device (a record before the metric names none)."""
+    paths: dict[tuple[str, str], list[str]] = {}
+    for r in _ok(records):
+        path = (r.metrics or {}).get(DENSE_PATH)
+        if path and r.backend not in paths.setdefault((str(path), r.device), []):
+            paths[(str(path), r.device)].append(r.backend)
+    if not paths:
+        return []
+    parts = [f"{', '.join(f'`{b}`' for b in backends)} {path} on {device}" for (path, device), backends in sorted(paths.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
+    return [f"- Dense layers (MLP): {'; '.join(parts)}."]
+
+
 def measured_section(records: Sequence[RunRecord]) -> list[str]:
-    lines = model_lines(records) + timing_lines(records) + fidelity_lines(records)
+    lines = model_lines(records) + timing_lines(records) + dense_lines(records) + fidelity_lines(records)
     return ["## What was measured", "", *lines, ""] if lines else []

@@ -1,0 +1,291 @@
+"""Kernel health and the roofline on a CUDA device: a GPU job judged by the GPU, never by the host CPU.
+
+The CPU probe (bench.measure.kernel_health) times the host's kernels against the host's limits; a CUDA job
+runs none of them. So a CUDA job gets its own probe, the same design on the GPU:
+
+- FBGEMM's inference TBE (`IntNBitTableBatchedEmbeddingBagsCodegen` in device memory, rows aligned to 16
+  bytes as FBGEMM's CUDA kernels take them) at each row type, FP32 to INT2, and torch's fp32 EmbeddingBag
+  (torchrec's eager EBC), each in ns per looked-up row;
+- a dense GEMM (`torch.mm`) in fp32 and in fp16, the dense paths of the CUDA jobs (bench.config.dense_path);
+
+judged against the GPU's own measured limits (`gpu_limits`, cached per machine fingerprint in
+`<cache_dir>/roofline/<fingerprint>-cuda.json`): the bandwidth of a random-row gather from device memory
+at each stored row width (`index_select` of uint8 rows from a buffer far larger than the L2 cache), and
+the dense GEMM throughput per dtype. Every timing is the median (probe) or best (limit) of several calls
+between CUDA events. The verdicts are cached once per GPU and stack in
+`<cache_dir>/timing/<key>-cuda-kernels.json`, the key naming the GPU, torch, its CUDA and FBGEMM.
+
+The functions take the device, so the same code runs on the CPU where there is no GPU (the tests); only
+the clock differs (`device_clock`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+import torch
+import torch.nn.functional as F
+
+from bench import hardware
+from bench.hashing import config_hash
+from bench.io import write_json_atomic
+from bench.measure.kernel_health import EAGER, MIN_GATHER_SHARE, MIN_GEMM_SHARE, SLOWER_THAN_EAGER, Health, Verdict, tbe_family
+
+log = logging.getLogger(__name__)
+
+VERSION = 1
+TABLES, ROWS, DIM, BATCH, CALLS = 26, 40_000, 64, 1024, 15  # as the CPU probe: one pooled lookup per table and sample
+GEMM = (1024, 512, 512)  # M, K, N of the probe's GEMM
+LIMIT_GEMM = (4096, 4096, 4096)  # the limit's GEMM: large enough to reach the tensor cores' throughput
+LOOKUPS = 1 << 20  # rows gathered per timed call of the limit
+REPEATS = 5
+MIN_BUFFER = 1 << 30  # at least 1 GiB, and 32x the L2 cache
+ROW_ALIGNMENT = 16  # FBGEMM's CUDA TBE rows (its default off the CPU; bench.backends.tbe.row_alignment)
+SPARSE_TYPES = {"fp32": "FP32", "fp16": "FP16", "int8": "INT8", "int4": "INT4", "int2": "INT2"}
+GEMM_DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
+
+
+def row_bytes(dtype: str, dim: int = DIM, alignment: int = ROW_ALIGNMENT) -> int:
+    """Stored bytes of one row of `dtype` at `dim`, as FBGEMM lays it out (`rounded_row_size_in_bytes`)."""
+    from fbgemm_gpu.split_embedding_configs import SparseType
+    from fbgemm_gpu.split_table_batched_embeddings_ops_inference import rounded_row_size_in_bytes
+
+    return int(rounded_row_size_in_bytes(dim, SparseType[SPARSE_TYPES[dtype]], alignment))
+
+
+def row_widths() -> list[int]:
+    """The stored row widths the CUDA probe judges against the gather roofline."""
+    return sorted({row_bytes(d) for d in SPARSE_TYPES})
+
+
+def device_clock(device: torch.device) -> Callable[[Callable[[], Any]], float]:
+    """A function that times one call in seconds: between CUDA events on a GPU, the wall clock elsewhere."""
+    if device.type == "cuda":
+        def timed(call: Callable[[], Any]) -> float:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            call()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3
+
+        return timed
+
+    def wall(call: Callable[[], Any]) -> float:
+        start = time.perf_counter()
+        call()
+        return time.perf_counter() - start
+
+    return wall
+
+
+def _times(call: Callable[[], Any], clock: Callable[[Callable[[], Any]], float], n: int) -> list[float]:
+    call()  # warm: the first call pays for kernel selection and allocation
+    return [clock(call) for _ in range(n)]
+
+
+def median_ns(call: Callable[[], Any], per: float, clock: Callable[[Callable[[], Any]], float], n: int = CALLS) -> float:
+    return sorted(_times(call, clock, n))[n // 2] * 1e9 / per
+
+
+# ------------------------------------------------------------------------------------------ limits
+
+
+def gather_bandwidth(row_width: int, total_bytes: int, device: torch.device, lookups: int = LOOKUPS,
+                     clock: Optional[Callable] = None) -> float:
+    """Bytes per second of `row_width`-byte rows gathered at uniformly random positions of a `total_bytes`
+    buffer in the device's memory (`index_select` of uint8 rows), the best of REPEATS calls."""
+    clock = clock or device_clock(device)
+    rows = max(1, total_bytes // row_width)
+    table = torch.ones(rows, row_width, dtype=torch.uint8, device=device)
+    out = torch.empty(lookups, row_width, dtype=torch.uint8, device=device)
+    ids = [torch.randint(rows, (lookups,), device=device) for _ in range(REPEATS + 1)]
+    turn = itertools.count()
+    best = min(_times(lambda: torch.index_select(table, 0, ids[next(turn) % len(ids)], out=out), clock, REPEATS))
+    del table
+    return lookups * row_width / best
+
+
+def gemm_flops(device: torch.device, shape: tuple[int, int, int] = LIMIT_GEMM, clock: Optional[Callable] = None) -> dict[str, float]:
+    """FLOP/s of `torch.mm` at `shape` per dtype of GEMM_DTYPES, the best of REPEATS calls."""
+    clock = clock or device_clock(device)
+    m, k, n = shape
+    out = {}
+    with torch.inference_mode():
+        for name, dtype in GEMM_DTYPES.items():
+            a, b = torch.randn(m, k, device=device).to(dtype), torch.randn(k, n, device=device).to(dtype)
+            out[name] = 2 * m * k * n / min(_times(lambda: torch.mm(a, b), clock, REPEATS))
+    return out
+
+
+def buffer_bytes(device: torch.device) -> int:
+    """The gather buffer: 32x the L2 cache and at least 1 GiB, at most a quarter of the free device memory."""
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) if device.type == "cuda" else hardware.llc_bytes()
+    want = max(MIN_BUFFER, 32 * int(l2 or 0))
+    free = hardware.gpu_free_bytes(device) if device.type == "cuda" else hardware.mem_available_bytes()
+    return min(want, free // 4) if free else want
+
+
+class GpuLimits:
+    """The cached limits of one GPU fingerprint; missing row widths are measured on demand. Same interface as
+    bench.measure.roofline.Limits (`gather`, `gemm`, `data`, `fingerprint`), so `roofline_metrics` reads either."""
+
+    def __init__(self, cache_dir: Path | str, fingerprint: str, device: torch.device, gemm_shape: tuple[int, int, int] = LIMIT_GEMM) -> None:
+        self.gemm_shape = gemm_shape
+        self.path = Path(cache_dir) / "roofline" / f"{fingerprint}-cuda.json"
+        self.fingerprint = fingerprint
+        self.device = device
+        try:
+            data = json.loads(self.path.read_text())
+            self.data = data if data.get("version") == VERSION else None
+        except (OSError, ValueError):
+            self.data = None
+        if self.data is None:
+            self.data = {"version": VERSION, "fingerprint": fingerprint, "device": "cuda", "gather_bytes_per_s": {}, "gemm_flops": None}
+
+    def ensure(self, widths: Iterable[int], total_bytes: int | None = None) -> "GpuLimits":
+        missing = sorted({int(w) for w in widths} - {int(w) for w in self.data["gather_bytes_per_s"]})
+        if not missing and self.data["gemm_flops"]:
+            return self
+        total = total_bytes or buffer_bytes(self.device)
+        log.info("roofline (GPU): measuring gather bandwidth at row widths %s over %.1f GiB of device memory, and GEMM throughput",
+                 missing, total / 2**30)
+        with torch.inference_mode():
+            for width in missing:
+                self.data["gather_bytes_per_s"][str(width)] = gather_bandwidth(width, total, self.device)
+        self.data["gather_buffer_bytes"] = total
+        if not self.data["gemm_flops"]:
+            self.data["gemm_flops"] = gemm_flops(self.device, self.gemm_shape)
+        self.data["clock"] = "cuda_events" if self.device.type == "cuda" else "wall"
+        write_json_atomic(self.path, self.data)
+        return self
+
+    def raise_gemm(self) -> "GpuLimits":
+        again = gemm_flops(self.device, self.gemm_shape)
+        self.data["gemm_flops"] = {k: max(float(v), again.get(k, 0.0)) for k, v in self.data["gemm_flops"].items()}
+        write_json_atomic(self.path, self.data)
+        return self
+
+    def gather(self, width: int) -> float:
+        return float(self.data["gather_bytes_per_s"][str(int(width))])
+
+    def gemm(self, kind: str) -> float:
+        return float(self.data["gemm_flops"][kind])
+
+
+# ------------------------------------------------------------------------------------------- probe
+
+
+def time_lookups(device: torch.device, tables: int = TABLES, rows: int = ROWS, batch: int = BATCH, calls: int = CALLS,
+                 clock: Optional[Callable] = None) -> dict[str, float]:
+    """ns per looked-up row on `device`: torch's fp32 EmbeddingBag and FBGEMM's inference TBE at each row type,
+    on the same ids (the TBE's rows in device memory, aligned as FBGEMM's CUDA kernels take them)."""
+    from fbgemm_gpu.split_embedding_configs import SparseType
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
+    from fbgemm_gpu.split_table_batched_embeddings_ops_inference import IntNBitTableBatchedEmbeddingBagsCodegen
+
+    clock = clock or device_clock(device)
+    g = torch.Generator().manual_seed(0)
+    ids = [torch.randint(0, rows, (tables * batch,), generator=g, dtype=torch.int32).to(device) for _ in range(calls + 1)]
+    turn = itertools.count()
+    offsets = torch.arange(0, tables * batch + 1, dtype=torch.int32, device=device)
+    looked_up = tables * batch
+    out: dict[str, float] = {}
+    weights = torch.randn(tables, rows, DIM, device=device)
+    bag_offsets = torch.arange(0, batch, device=device)
+
+    def eager() -> None:
+        batch_ids = ids[next(turn) % len(ids)].view(tables, batch).long()
+        for t in range(tables):
+            F.embedding_bag(batch_ids[t], weights[t], bag_offsets, mode="sum")
+
+    location = EmbeddingLocation.DEVICE if device.type == "cuda" else EmbeddingLocation.HOST
+    with torch.inference_mode():
+        out[EAGER] = median_ns(eager, looked_up, clock, calls)
+        del weights
+        for dtype, sparse_type in SPARSE_TYPES.items():
+            tbe = IntNBitTableBatchedEmbeddingBagsCodegen([("", rows, DIM, SparseType[sparse_type], location)] * tables,
+                                                         device=device, pooling_mode=PoolingMode.SUM, row_alignment=ROW_ALIGNMENT)
+            tbe.fill_random_weights()
+            out[tbe_family(dtype)] = median_ns(lambda: tbe(ids[next(turn) % len(ids)], offsets), looked_up, clock, calls)
+            del tbe
+    return out
+
+
+def time_gemms(device: torch.device, shape: tuple[int, int, int] = GEMM, calls: int = CALLS,
+               clock: Optional[Callable] = None) -> dict[str, float]:
+    """ns per 1000 FLOPs of `torch.mm` at `shape` in fp32 and fp16 on `device`."""
+    clock = clock or device_clock(device)
+    m, k, n = shape
+    out = {}
+    with torch.inference_mode():
+        for name, dtype in GEMM_DTYPES.items():
+            a, b = torch.randn(m, k, device=device).to(dtype), torch.randn(k, n, device=device).to(dtype)
+            out[f"gemm_{name}"] = median_ns(lambda: torch.mm(a, b), 2 * m * k * n / 1000, clock, calls)
+    return out
+
+
+def judge(timed: dict[str, float], limits: Any) -> list[Verdict]:
+    """Each family's verdict against the GPU's own limits (and the eager lookup, as on CPU)."""
+    verdicts = []
+    eager = timed.get(EAGER)
+    for family, ns in timed.items():
+        if family.startswith("gemm_"):
+            kind = family.removeprefix("gemm_")
+            bound = 1e12 / limits.gemm(kind) / MIN_GEMM_SHARE if limits is not None and (limits.data.get("gemm_flops") or {}).get(kind) else None
+            slow = bound is not None and ns > bound
+            verdicts.append(Verdict(family, not slow, ns, bound, "ns/kFLOP",
+                                    why=f"slower than {MIN_GEMM_SHARE:.0%} of the GPU's {kind} GEMM roofline" if slow else "",
+                                    cause="the GEMM ran off the GPU's fast path (cuBLAS fell back, or the device is throttled or shared)" if slow else "",
+                                    fix="check nvidia-smi for clocks and other processes on the GPU" if slow else ""))
+            continue
+        dtype = family.removeprefix("tbe_") if family.startswith("tbe_") else "fp32"
+        width = row_bytes(dtype, alignment=ROW_ALIGNMENT if family != EAGER else 1)
+        bounds = []
+        if limits is not None and str(width) in limits.data["gather_bytes_per_s"]:
+            roofline_ns = width / limits.gather(width) * 1e9
+            bounds.append((roofline_ns / MIN_GATHER_SHARE, f"{MIN_GATHER_SHARE:.0%} of the GPU's gather roofline ({roofline_ns:.2f} ns "
+                                                           f"a {width}-byte row)"))
+        if family != EAGER and dtype != "fp32" and eager:
+            bounds.append((eager * SLOWER_THAN_EAGER, f"{SLOWER_THAN_EAGER}x torch's fp32 EmbeddingBag on this GPU ({eager:.2f} ns a row)"))
+        expected = min((b for b, _ in bounds), default=None)
+        failed = [what for bound, what in bounds if ns > bound]
+        verdicts.append(Verdict(family, not failed, ns, expected, "ns/row", why="slower than " + " and ".join(failed) if failed else "",
+                                cause="FBGEMM's CUDA TBE kernel runs a slow path here" if failed and family != EAGER else "",
+                                fix="profile the lookup with torch.profiler on this GPU" if failed and family != EAGER else ""))
+    return verdicts
+
+
+def stack(device: torch.device) -> dict[str, Any]:
+    """What a GPU probe's cache holds for: the GPU, torch and its CUDA, FBGEMM."""
+    from bench.measure.environment import environment
+
+    env = environment(device)
+    return {"gpu": env["gpu"], "torch": env["torch"], "cuda": torch.version.cuda, "fbgemm": env["fbgemm_gpu"], "version": VERSION}
+
+
+def cache_path(cache_dir: str | Path, device: torch.device) -> Path:
+    """`<cache_dir>/timing/<GPU stack key>-cuda-kernels.json`, beside the CPU probe's."""
+    return Path(cache_dir) / "timing" / f"{config_hash(stack(device), length=12)}-cuda-kernels.json"
+
+
+def health(path: Path, limits: Any, device: torch.device) -> Health:
+    """This GPU's and stack's kernel health from the cache, or probed now (seconds) and cached."""
+    about = {"device": device.type, "gpu": hardware.gpu_name(device)}
+    try:
+        data = json.loads(path.read_text())
+        if data.get("version") == VERSION:
+            return Health([Verdict(**v) for v in data["verdicts"]], about, probed=True, path=str(path), device=device.type)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    log.info("kernel health (GPU): timing each kernel family once on this GPU and stack (cached in %s)", path)
+    timed = {**time_lookups(device), **time_gemms(device)}
+    verdicts = judge(timed, limits)
+    write_json_atomic(path, {"version": VERSION, **about, "stack": stack(device), "timed": timed, "verdicts": [asdict(v) for v in verdicts]})
+    return Health(verdicts, about, probed=True, path=str(path), device=device.type)

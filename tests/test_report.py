@@ -387,7 +387,7 @@ def test_p99_says_how_many_calls_make_its_tail():
         return SimpleNamespace(latency_p99_ms=78.4, latency_p99_lo_ms=2.1, latency_p99_hi_ms=80.2,
                                latency_calls=calls, latency_p99_calls=tail)
 
-    assert p99_cell(row(300, 3)) == "78.40 (slowest 3 of 300 calls)"  # a few preemptions, named as such
+    assert p99_cell(row(300, 3)) == "78.40 [2.10, 80.20] (slowest 3 of 300 calls)"  # a few preemptions, named as such
     assert p99_cell(row(3000, 30)) == "78.40 [2.10, 80.20]"
     assert TAIL_CALLS == 10
     assert p99_cell(SimpleNamespace(latency_p99_ms=float("nan"))) == fmt.DASH

@@ -4,6 +4,7 @@ model code, per_table files, the ΔAUC attribution of every sweep, and a tiny tu
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from types import SimpleNamespace
 
@@ -235,10 +236,17 @@ def tune_cfg(tmp_path):
 
 
 @pytest.mark.slow
-def test_tiny_tune_end_to_end(tune_cfg, tmp_path, capsys):
+def test_tiny_tune_end_to_end(tune_cfg, tmp_path, capsys, caplog):
     cfg = tune_cfg("tune.max_auc_drop=0.002")
-    code = tune_main(cfg, SharedWork())
+    with caplog.at_level(logging.INFO, logger="bench.tune"):
+        code = tune_main(cfg, SharedWork())
     out = capsys.readouterr().out
+    # a line per measurement as it goes: each table's sensitivity, each search probe, each held-out map
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("bench.tune")]
+    assert sum(m.startswith("tune: sensitivity ") and "/6: " in m for m in said) == 6
+    probes = [m for m in said if m.startswith("tune: search probe ")]
+    assert probes and all(m.endswith(("passes", "does not pass")) for m in probes)
+    assert any(m.startswith("tune: held-out check: uniform int8 (int8_tbe, int8 dynamic MLP)") for m in said)
     folder = tmp_path / "reports" / "tune" / "latest"
     assert {p.name for p in folder.iterdir()} == {"tune.md", "tune.csv", "per_table.yaml", "frontier.png"}
     csv = pd.read_csv(folder / "tune.csv")

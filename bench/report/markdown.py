@@ -64,7 +64,8 @@ READING_NOTES = [
     "variation common to both sides of a round cancels in the ratio, so that flag does not touch "
     "the speedup.",
     "Latency p99 is over every timed call of the backend, with a distribution-free "
-    f"{CONFIDENCE} interval; a p99 that rests on fewer than {TAIL_CALLS} calls says how many.",
+    f"{CONFIDENCE} interval; a p99 that rests on fewer than {TAIL_CALLS} calls also says how many (its "
+    "interval then reaches the slowest calls, so its upper bound is the slowest call timed).",
     "Compression is fp32 embedding bytes / embedding bytes. MB = 10^6 bytes. Model MB counts every "
     "storage the prepared model holds once, at its real size (packed INT4/INT2 rows by their bytes).",
     "Emb GB/s is the embedding traffic (rows looked up per sample × stored row bytes × samples/s); in "
@@ -87,7 +88,8 @@ def _group_table(g: pd.DataFrame) -> str:
     headers = ["backend", "batch"] + (["status"] if with_status else [])
     headers += ["AUC", f"ΔAUC [{CONFIDENCE} CI]", "p"] if with_accuracy else []
     headers += ["fidelity gap"] if with_fidelity else []
-    headers += ["ΔAUC verdict (budget)"] if with_accuracy else []
+    budgets = g["auc_budget"].dropna() if "auc_budget" in g.columns else pd.Series(dtype=float)
+    headers += [f"ΔAUC vs {float(budgets.iloc[0]):g} budget" if not budgets.empty else "ΔAUC vs budget"] if with_accuracy else []
     headers += ["samples/s", f"speedup [{CONFIDENCE} CI]", "speed verdict", "p50 ms", f"p99 ms [{CONFIDENCE} CI]", "emb GB/s (roofline)",
                 "GEMM roofline", "emb MB", "compression", "model MB", "peak RSS MB"]  # fmt: skip
     rows = []
@@ -199,14 +201,15 @@ def attribution_rows(g: pd.DataFrame) -> list[list[str]]:
 
 
 def p99_cell(r) -> str:
-    """p99 ms with its interval; when fewer than TAIL_CALLS calls make it, how many instead."""
+    """p99 ms with its interval; when fewer than TAIL_CALLS calls make it, how many too."""
     if fmt.missing(r.latency_p99_ms):
         return fmt.DASH
     if fmt.missing(r.latency_p99_calls) or fmt.missing(r.latency_p99_lo_ms):
         return fmt.ms(r.latency_p99_ms)
+    cell = f"{fmt.ms(r.latency_p99_ms)} [{fmt.ms(r.latency_p99_lo_ms)}, {fmt.ms(r.latency_p99_hi_ms)}]"
     if r.latency_p99_calls < TAIL_CALLS:
-        return f"{fmt.ms(r.latency_p99_ms)} (slowest {r.latency_p99_calls:.0f} of {fmt.count(r.latency_calls)} calls)"
-    return f"{fmt.ms(r.latency_p99_ms)} [{fmt.ms(r.latency_p99_lo_ms)}, {fmt.ms(r.latency_p99_hi_ms)}]"
+        return f"{cell} (slowest {r.latency_p99_calls:.0f} of {fmt.count(r.latency_calls)} calls)"
+    return cell
 
 
 def speedup_sentences(g: pd.DataFrame) -> list[str]:

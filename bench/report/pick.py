@@ -182,6 +182,24 @@ def gain_source(g: pd.DataFrame) -> Optional[str]:
     return f"{text}: {'; '.join(parts)}."
 
 
+def _collapsed(found: list[Pick]) -> list[str]:
+    """One line per pick; the batch sizes of one workload and device that name nothing for one reason share a line."""
+    lines: list[str] = []
+    runs: list[list[Pick]] = []
+    for p in found:
+        last = runs[-1][-1] if runs else None
+        same = last is not None and last.choice is None and p.choice is None and last.runner_up is None and p.runner_up is None \
+            and (last.workload, last.device, last.reason) == (p.workload, p.device, p.reason)
+        runs[-1].append(p) if same else runs.append([p])
+    for run in runs:
+        if len(run) == 1:
+            lines.append(run[0].line())
+        else:
+            sizes = ", ".join(str(p.batch_size) for p in run)
+            lines.append(f"{run[0].workload} on {run[0].device}, batch sizes {sizes}: no pick: {run[0].reason}.")
+    return lines
+
+
 def bottom_line(df: pd.DataFrame, budget: float) -> list[str]:
     """The bottom line as lines of text (markdown list items after the first): the budget it used, one
     line per workload, device and batch size (`picks`), then where the gain comes from per workload and
@@ -193,7 +211,7 @@ def bottom_line(df: pd.DataFrame, budget: float) -> list[str]:
         return []
     lines = [f"Bottom line (accuracy budget: an AUC drop of at most {budget:g} against fp32, compare.max_auc_drop; "
              "the smallest model within it, its speedup and its embedding bytes against fp32, and the runner-up):"]
-    lines += [f"- {p.line()}" for p in found]
+    lines += [f"- {line}" for line in _collapsed(found)]
     for (workload, device), g in df.groupby(["workload", "device"], sort=False):
         source = gain_source(g)
         if source:

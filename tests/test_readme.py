@@ -167,3 +167,16 @@ def test_the_quick_commands_run_as_written(tmp_path):
         args = [sys.executable, *shlex.split(command)[1:], *SHORT.get(command, [])]
         result = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, f"{command}: exit {result.returncode}\n{result.stderr[-3000:]}"
+
+
+def test_every_exit_code_is_in_the_readme_table_and_the_help():
+    from bench import errors
+    from bench.help import help_text
+
+    codes = sorted({v for k, v in vars(errors).items() if k.startswith("EXIT_")})
+    readme = (REPO / "README.md").read_text()
+    help_words = " ".join(help_text().split())
+    for code in codes:
+        assert f"\n| {code} | " in readme, code
+        assert f"{code} " in help_words, code
+    assert 130 in codes and "130 interrupted (Ctrl-C)" in help_words

@@ -441,3 +441,11 @@ def test_a_paired_speedup_and_an_unpaired_ratio_of_one_pair_are_labelled_apart(s
     assert "read the paired one" in note
     assert not any(x.startswith("- Made another way: int8_tbe") and "batch 2048" in x for x in md.splitlines()) or \
         abs(ratio_interval(trials(int8), trials(fp32))[0] / 1.5 - 1) > 0.05  # a note only where the two differ
+
+
+def test_one_thread_is_singular_in_the_summary(sweep_a):
+    from bench.report.summary import summary
+
+    rec = _paired(sweep_a, backend="int8_tbe", threads=1, timing_setting={"threads": 1, "clock": "wall", "how": "default"})
+    text = summary(rec)
+    assert "1 threads" not in text and "thread(s)" not in text and "timed with 1 thread on the wall clock" in text

@@ -128,3 +128,11 @@ def test_calls_per_trial_count_the_calls_of_a_trial():
     recs = [record("int8_tbe", 1024, latency_samples_ms=[[1.0] * 10] * 4, throughput_trials=[1.0] * 4)]
     [line, *_] = timing_lines(recs)
     assert "(10 calls per trial here)" in line
+
+
+def test_distinct_batch_counts_read_as_a_list_not_a_range():
+    from bench.report.protocol import distinct_words
+
+    assert distinct_words([48, 195, 781]) == "48, 195 and 781 distinct eval batches (one count per batch size)"
+    assert distinct_words([781]) == "781 distinct eval batches" and distinct_words([]) == "distinct eval batches"
+

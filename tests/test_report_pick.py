@@ -57,3 +57,12 @@ def test_the_bottom_line_states_its_budget_and_where_the_gain_comes_from(sweep_a
     assert any("synthetic on cpu, batch 2048: **uint4**" in x for x in lines)
     [source] = [x for x in lines if x.startswith("- Where the gain comes from (synthetic on cpu)")]
     assert "table batching (fp32_tbe vs fp32)" in source and "int8_tbe / fp32_tbe" in source
+
+
+def test_where_the_gain_comes_from_reads_each_batching_speedup_off_its_interval(sweep_a):
+    records = copy.deepcopy(sweep_a)
+    tbe = next(r for r in records if (r.workload, r.backend, r.batch_size) == ("synthetic", "fp32_tbe", 256))
+    tbe.metrics.update(speedup=1.02, speedup_lo=0.95, speedup_hi=1.1)  # undecided at 256
+    lines = bottom_line(results_table(records, budget=0.001), 0.001)
+    [source] = [x for x in lines if x.startswith("- Where the gain comes from (synthetic on cpu)")]
+    assert "table batching is a gain beyond noise at batch 2048 only" in source

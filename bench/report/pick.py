@@ -151,6 +151,7 @@ def gain_source(g: pd.DataFrame) -> Optional[str]:
     both; the quantization part is the ratio of those two paired speedups. None without those rows."""
     ok = g[(g["status"] == "ok") & (g["sharding"] == UNSHARDED[0]) & (g["world_size"] == UNSHARDED[1])]
     speed = {(r.backend, r.batch_size): r.speedup for r in ok.itertuples(index=False) if not fmt.missing(r.speedup)}
+    verdict = {(r.backend, r.batch_size): r.speed_verdict for r in ok.itertuples(index=False)}
     sizes = sorted(bs for (b, bs) in speed if b == BATCHED and (QUANTIZED, bs) in speed)
     if not sizes:
         return None
@@ -164,8 +165,11 @@ def gain_source(g: pd.DataFrame) -> Optional[str]:
             f"the ratio of their {how}) {_span(quant)} at {where}")
     up, down = 1 + margin, 1 / (1 + margin)
     parts = []
-    if min(batching) > up:
+    gained = [bs for bs in sizes if verdict.get((BATCHED, bs)) == "gain"]  # read off each speedup's own interval
+    if len(gained) == len(sizes):
         parts.append("the speed comes from table batching")
+    elif gained:
+        parts.append(f"table batching is a gain beyond noise at batch {', '.join(map(str, gained))} only")
     elif max(batching) < down:
         parts.append("table batching costs speed here")
     if all(down <= q <= up for q in quant):

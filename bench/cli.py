@@ -31,7 +31,7 @@ from bench.config import CONF_DIR, config_groups, group_options
 from bench.config.compose import to_config
 from bench.config import register_configs
 from bench.console import quiet_library_noise
-from bench.errors import EXIT_GATE_FAILED, EXIT_HARNESS_ERROR, EXIT_OK, EXIT_USER_ERROR, UserError, internal_error
+from bench.errors import EXIT_GATE_FAILED, EXIT_HARNESS_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USER_ERROR, UserError, internal_error
 from bench.store import RECORDS, save_record
 
 POSITIVE_INT_KEYS = ("batch_size", "eval_batch_size", "calibration_batch_size", "threads", "world_size")
@@ -178,7 +178,7 @@ def run(argv: list[str]) -> int:
         hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(task)()
     except KeyboardInterrupt:
         print("interrupted: the running job left no record; re-run the same command with resume=true to finish", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     ended = ended_sweep()
     if ended is not None:
         return finish(ended)  # a sweep config's report, gate and history; 1 when a job errored

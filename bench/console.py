@@ -1,10 +1,11 @@
-"""Keep library noise off the console: it goes to the job's log file, and is shown at most once.
+"""Keep library noise off the console: it goes to the job's log file.
 
 Hydra gives every job a console handler and a log file. On the console this keeps the harness's
-own lines (`bench.*`) and, from libraries, only warnings and errors, each distinct one once per
-process; library INFO lines (FBGEMM's per-TBE "Feature Gates" line, torchrec's 26-table
-`per_table_weight_dtype` line) go to the log file only. Python warnings (deprecation notices) are
-routed through logging, so they follow the same rule and land in the log file too.
+own lines (`bench.*`) and, from libraries, only errors, each distinct one once per process; library
+INFO lines and warnings (FBGEMM's per-TBE "Feature Gates" line, torchrec's 26-table
+`per_table_weight_dtype` line, torch's "No CUDA runtime is found") go to the log file only. Python
+warnings (torch's quantize deprecation, Adagrad's sparse-invariant check) are routed through logging,
+so they follow the same rule and land in the log file too.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ OWN_LOGGERS = ("bench", "__main__")
 
 
 class LibraryNoiseFilter(logging.Filter):
-    """Console filter: the harness's lines, plus each distinct library warning once."""
+    """Console filter: the harness's lines, plus each distinct library error once (library warnings and
+    Python warnings stay in the job's log file)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -24,7 +26,7 @@ class LibraryNoiseFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.name.split(".")[0] in OWN_LOGGERS:
             return True
-        if record.levelno < logging.WARNING:
+        if record.levelno < logging.ERROR:
             return False
         key = (record.name, str(record.getMessage()).strip().splitlines()[0][:200] if record.getMessage().strip() else "")
         if key in self.seen:

@@ -12,6 +12,7 @@ import traceback
 from pathlib import Path
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_USER_ERROR, EXIT_HARNESS_ERROR = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # Ctrl-C: the shell's 128 + SIGINT; the running job leaves no record
 
 
 class UserError(Exception):

@@ -92,7 +92,8 @@ def help_text() -> str:
         "",
         "Exit codes: 0 ok; 1 a gate rule failed or a job errored (skipped jobs are not errors); 2 bad input (an unknown",
         "key or option, a value out of range, a missing data file, a folder that cannot be written), one line before any",
-        "work; 3 the harness itself failed, one line naming the stage. Hydra's own flags: python -m bench --hydra-help.",
+        "work; 3 the harness itself failed, one line naming the stage; 130 interrupted (Ctrl-C): the running job left no",
+        "record, re-run the same command with resume=true to finish. Hydra's own flags: python -m bench --hydra-help.",
     ]
     return "\n".join(lines)
 

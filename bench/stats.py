@@ -410,3 +410,19 @@ def practical_verdict(lo: float, hi: float, margin: float, null: float = 0.0, ra
     if hi < null:
         return LOSS
     return INCONCLUSIVE
+
+
+WITHIN_BUDGET, OVER_BUDGET = "within budget", "over budget"
+
+
+def budget_verdict(lo: float, hi: float, max_drop: float) -> str:
+    """A ΔAUC interval read against an accuracy budget (the largest drop accepted): `within budget`
+    when the whole interval lies at or above -max_drop (a gain is within), `over budget` when it lies
+    wholly below, `inconclusive` when it straddles -max_drop (or a bound is missing)."""
+    if any(math.isnan(float(x)) for x in (lo, hi, max_drop)):
+        return INCONCLUSIVE
+    if lo >= -max_drop:
+        return WITHIN_BUDGET
+    if hi < -max_drop:
+        return OVER_BUDGET
+    return INCONCLUSIVE

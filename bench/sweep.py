@@ -24,7 +24,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from bench.config import NOT_THE_JOB
+from bench.config import MAX_AUC_DROP, NOT_THE_JOB
 from bench.config.files import as_compare_config as compare_settings
 from bench.distributed import overlapping
 from bench.errors import EXIT_GATE_FAILED, EXIT_HARNESS_ERROR, EXIT_OK, internal_error
@@ -117,6 +117,14 @@ class Stages:
             return None
 
 
+def console_bottom_line(records: list[RunRecord], budget: float) -> list[str]:
+    """report.md's bottom line as the console prints it after a sweep (markdown bold left out)."""
+    from bench.report.pick import bottom_line
+    from bench.report.table import results_table
+
+    return [line.replace("**", "") for line in bottom_line(results_table(records, budget=budget), budget)]
+
+
 def finish(config: DictConfig) -> int:
     """The post-sweep phase: the sweep's report folder, its gate verdict, the rendered report, the
     history. The verdict (gate.md, gate.xml, the exit code) is decided and written before anything
@@ -156,7 +164,10 @@ def finish(config: DictConfig) -> int:
         if gate_code is not None:
             print(f"gate: {'FAILED' if gate_code else 'passed'} ({report_dir / 'gate.md'})")
     title = f"Sweep {name}" + (f" with {variant}" if variant else "")
-    if stages.run("report", lambda: finish_report(records, report_dir, title, variant)) is not None:
+    budget = float((config.get("compare") or {}).get("max_auc_drop", MAX_AUC_DROP))
+    if stages.run("report", lambda: finish_report(records, report_dir, title, variant, budget)) is not None:
+        for line in stages.run("report", lambda: console_bottom_line(records, budget)) or []:
+            print(line)
         print(f"report: {report_dir / 'report.md'}")
     if any(is_serving(r) for r in records):
         from bench.report.serve import console_lines

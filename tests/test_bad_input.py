@@ -105,3 +105,54 @@ def test_a_mistyped_config_key_exits_non_zero_naming_it(monkeypatch, capsys, tmp
     err = capsys.readouterr().err
     assert code not in (0, None) and key.split("=")[0] in err
     assert not (tmp_path / "records.jsonl").exists()  # nothing ran
+
+
+def _tree(folder: Path) -> dict[str, bytes | None]:
+    """Every path under `folder` with its bytes (None for a folder): what "unchanged" compares."""
+    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else None) for p in sorted(folder.rglob("*"))}
+
+
+# Each documented class of bad input (docs/usage.md, "Bad input"): refused with one line and exit 2 before any work.
+BAD_INPUT = {
+    "unknown backend": (["backend=nope"], "unknown backend 'nope'"),
+    "batch size not positive": (["batch_size=0"], "batch_size must be a positive integer"),
+    "unknown key": (["timing.trails=3"], "did you mean timing.trials?"),
+    "added key nowhere": (["+foo=1"], "unknown key 'foo'"),
+    "key the backend lacks": (["backend=int8_tbe", "backend.bits=4"], "backend int8_tbe has no option 'bits'"),
+    "choice the backend lacks": (["backend=fake_quant", "backend.bits=3"], "backend.bits=3: choose"),
+    "missing data file": (["workload=criteo_kaggle", "workload.path={tmp}/nope.tsv"], "no such file or folder"),
+    "empty data file": (["workload=criteo_kaggle", "workload.path={tmp}/empty.tsv"], "is an empty file"),
+    "data file of another kind": (["workload=criteo_kaggle", "workload.path={tmp}/junk.tsv"], "first line has 2 fields"),
+    "the same in a sweep": (["+sweep=quant", "workload=criteo_kaggle", "workload.path={tmp}/junk.tsv"], "first line has 2 fields"),
+    "missing checkpoint": (["model.checkpoint={tmp}/nope.pt"], "checkpoint not found"),
+    "checkpoint of another kind": (["model.checkpoint={tmp}/model.pt"], "is not a torch checkpoint"),
+    "value out of range": (["timing.trials=0"], "timing.trials"),
+    "combination that cannot run": (["backend=ps_redis", "sharding=row_wise"], "ps_redis"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(BAD_INPUT))
+def test_bad_input_stores_nothing_and_caches_nothing(monkeypatch, capsys, tmp_path, case):
+    """One line and exit 2 before any work, and the store and the cache byte-for-byte as they were: no record
+    appended, no cache folder made (a data file's first line is read before calibration, probes or training)."""
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    (inputs / "empty.tsv").write_bytes(b"")
+    (inputs / "junk.tsv").write_bytes(b"a\tb\nc\td\n")  # two fields: not a Criteo file
+    (inputs / "model.pt").write_bytes(b"\x13\x37" * 500)
+    reports, cache = tmp_path / "reports", tmp_path / "cache"
+    reports.mkdir()
+    (cache / "criteo").mkdir(parents=True)
+    fixture = Path(__file__).parent / "fixtures" / "records" / "sweep_a" / "records.jsonl"
+    (reports / "records.jsonl").write_bytes(fixture.read_bytes())  # a store with records in it
+    before = (reports / "records.jsonl").read_bytes(), _tree(cache)
+    args, says = BAD_INPUT[case]
+    args = [a.replace("{tmp}", str(inputs)) for a in args]
+    code = cli(monkeypatch, *args, f"reports_dir={reports}", f"cache_dir={cache}", f"hydra.run.dir={tmp_path / 'run'}",
+               f"hydra.sweep.dir={tmp_path / 'multirun'}")
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and says in err and err.count("\n") == 0, err
+    assert ((reports / "records.jsonl").read_bytes(), _tree(cache)) == before
+    assert sorted(p.name for p in reports.iterdir()) == ["records.jsonl"]
+    assert not (tmp_path / "run").exists() and not (tmp_path / "multirun").exists()

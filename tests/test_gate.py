@@ -276,10 +276,10 @@ def test_only_skipped_rows_pass():
 
 def test_backend_without_rules_gets_the_default_rules_and_says_so():
     cfg = load_gate_config()
-    assert "my_backend" not in cfg.rules and cfg.default_rules == RuleSet(min_auc_ratio=0.99)  # MLPerf's 99% target
+    assert "my_backend" not in cfg.rules and cfg.default_rules == RuleSet(max_auc_drop=0.001)  # the reader's budget, compare.max_auc_drop
     [v] = evaluate_gate(frame(row("my_backend")), cfg).verdicts
-    assert (v.rule, v.verdict) == ("min_auc_ratio", PASS) and "[gate.default_rules: no gate.rules.my_backend]" in v.reason
-    [v] = evaluate_gate(frame(row("my_backend", delta=-0.02)), cfg).verdicts  # 0.7831 / 0.8031 < 0.99
+    assert (v.rule, v.verdict) == ("max_auc_drop", PASS) and "[gate.default_rules: no gate.rules.my_backend]" in v.reason
+    [v] = evaluate_gate(frame(row("my_backend", delta=-0.02)), cfg).verdicts  # a drop of 0.02 > 0.001
     assert v.verdict == FAIL and "default_rules" in v.reason
 
 

@@ -157,9 +157,11 @@ def test_the_quick_commands_run_as_written(tmp_path):
     first = run_bench("+sweep=nightly", "backend=fp32,int8_tbe", "+preset=tiny", "gate.history_name=history.jsonl", cwd=tmp_path,
                       timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
-    # every sweep moves `latest`, which the README's commands read, whatever its overrides
+    # a run with overrides moves only its own latest-<overrides>; the README's commands read `latest`, the sweep
+    # as configured, which this tiny run stands in for
     [variant] = (tmp_path / "reports" / "nightly").glob("latest-*")
-    assert os.readlink(variant) == os.readlink(tmp_path / "reports" / "nightly" / "latest")
+    assert not (tmp_path / "reports" / "nightly" / "latest").exists()
+    os.symlink(os.readlink(variant), tmp_path / "reports" / "nightly" / "latest")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     quick = [c for c in readme_commands() if c not in LONG and c.startswith("python -m ")]
     quick += [c for c in quick_docs_commands() if c not in quick]
@@ -167,3 +169,16 @@ def test_the_quick_commands_run_as_written(tmp_path):
         args = [sys.executable, *shlex.split(command)[1:], *SHORT.get(command, [])]
         result = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, f"{command}: exit {result.returncode}\n{result.stderr[-3000:]}"
+
+
+def test_every_exit_code_is_in_the_readme_table_and_the_help():
+    from bench import errors
+    from bench.help import help_text
+
+    codes = sorted({v for k, v in vars(errors).items() if k.startswith("EXIT_")})
+    readme = (REPO / "README.md").read_text()
+    help_words = " ".join(help_text().split())
+    for code in codes:
+        assert f"\n| {code} | " in readme, code
+        assert f"{code} " in help_words, code
+    assert 130 in codes and "130 interrupted (Ctrl-C)" in help_words

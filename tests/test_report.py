@@ -146,10 +146,12 @@ def test_report_md_contents(report_dir):
     assert "−0.0019 [−0.0027, −0.0011]" in md
     assert "1.79× [" in md
     # sentences in words
-    # (the fixture's records carry no gate rules: the margin is compare's 0.0005)
-    assert ("**int8_tbe** (batch sizes 256, 2048): ΔAUC −0.0002 [−0.0006, +0.0002]: inconclusive: the interval reaches "
-            "both inside and past the margin (margin ±0.0005); it cannot be told from zero") in md
-    assert "**uint4** (batch sizes 256, 2048): ΔAUC −0.0019 [−0.0027, −0.0011]: a loss beyond noise (margin ±0.0005); it differs from zero" in md
+    # read against the one budget (compare.max_auc_drop, 0.001); the fixture's records carry no gate rules, so the
+    # gate's margin is compare's 0.0005, and differing from the budget, its reading follows
+    assert ("**int8_tbe** (batch sizes 256, 2048): ΔAUC −0.0002 [−0.0006, +0.0002]: within the 0.001 budget (its whole "
+            "interval lies at or above −0.001); inconclusive against int8_tbe's ±0.0005 gate rule; it cannot be told from zero") in md
+    assert ("**uint4** (batch sizes 256, 2048): ΔAUC −0.0019 [−0.0027, −0.0011]: outside the 0.001 budget (its whole interval "
+            "lies below −0.001); a loss past uint4's ±0.0005 gate rule; it differs from zero") in md
     # oracle AUC only for the synthetic workload
     assert md.count("Oracle AUC") == 1 and "0.7712" in md
     assert "AUC over 200,000 eval samples, each scored once." in md
@@ -356,8 +358,24 @@ def test_auc_verdicts_are_practical_and_never_print_zero(sweep_a, tmp_path):
     assert r.auc_verdict == "equivalent" and r.auc_margin == 0.001
     md = Path(write_report([*sweep_a, rec], tmp_path)).read_text()
     line = next(x for x in md.splitlines() if x.startswith("- **int8_tbe**") and "e−07" in x)
-    assert "0.0000" not in line and "e−07" in line and "equivalent to fp32 within the margin" in line
-    assert "a loss" not in line
+    assert "0.0000" not in line and "e−07" in line and "within the 0.001 budget" in line
+    assert "a loss" not in line and "gate rule" not in line  # the gate's margin is the budget: one reading
+
+
+@pytest.mark.slow
+def test_int2s_verdict_names_the_budget_and_its_gate_rule_apart(sweep_a, tmp_path):
+    """A ΔAUC equivalent within a loose gate rule (int2_tbe's ±0.008) but past the reader's budget reads as over
+    budget, with the gate rule's reading beside it; a looser budget reads it within."""
+    rec = _paired(sweep_a, backend="int8_tbe", auc_delta=-0.0042, auc_delta_lo=-0.0047, auc_delta_hi=-0.0037, auc_delta_p=0.0001)
+    rec.backend, rec.config = "int2_tbe", {**rec.config, "backend": {"name": "int2_tbe"}}
+    rec.config.setdefault("gate", {}).setdefault("rules", {})["int2_tbe"] = {"max_auc_drop": 0.008}
+    r = row(results_table([*sweep_a, rec]), backend="int2_tbe")
+    assert (r.auc_verdict, r.budget_verdict, r.auc_budget) == ("equivalent", "over budget", 0.001)
+    md = Path(write_report([*sweep_a, rec], tmp_path)).read_text()
+    assert "| over budget (gate rule ±0.008: equivalent) |" in md
+    assert ("**int2_tbe** (batch 2048): ΔAUC −0.0042 [−0.0047, −0.0037]: outside the 0.001 budget (its whole interval lies "
+            "below −0.001); equivalent within int2_tbe's ±0.008 gate rule;") in md
+    assert row(results_table([*sweep_a, rec], budget=0.01), backend="int2_tbe").budget_verdict == "within budget"
 
 
 def test_p99_says_how_many_calls_make_its_tail():
@@ -369,7 +387,7 @@ def test_p99_says_how_many_calls_make_its_tail():
         return SimpleNamespace(latency_p99_ms=78.4, latency_p99_lo_ms=2.1, latency_p99_hi_ms=80.2,
                                latency_calls=calls, latency_p99_calls=tail)
 
-    assert p99_cell(row(300, 3)) == "78.40 (slowest 3 of 300 calls)"  # a few preemptions, named as such
+    assert p99_cell(row(300, 3)) == "78.40 [2.10, 80.20] (slowest 3 of 300 calls)"  # a few preemptions, named as such
     assert p99_cell(row(3000, 30)) == "78.40 [2.10, 80.20]"
     assert TAIL_CALLS == 10
     assert p99_cell(SimpleNamespace(latency_p99_ms=float("nan"))) == fmt.DASH
@@ -398,3 +416,36 @@ def test_samples_per_s_and_a_paired_speedup_pointing_opposite_ways_get_one_line(
     agree = _paired(sweep_a, speedup=ratio, speedup_lo=ratio * 0.95, speedup_hi=ratio * 1.05, speedup_rounds=[ratio] * 2)
     assert pd.isna(row(results_table([*sweep_a, agree]), workload, backend="int8_tbe").speed_disagreement)
     assert "its samples/s are" not in (write_report([*sweep_a, agree], tmp_path / "agree")).read_text()
+
+
+@pytest.mark.slow
+def test_a_paired_speedup_and_an_unpaired_ratio_of_one_pair_are_labelled_apart(sweep_a, tmp_path):
+    """The batching-vs-quantization table takes the main table's paired speedups; where the unpaired ratio of
+    the two jobs' trials differs from one, both are printed, labelled with how each was made."""
+    from bench.report.table import trials
+    from bench.stats import ratio_interval
+
+    fp32 = next(r for r in sweep_a if (r.workload, r.backend, r.batch_size) == ("synthetic", "fp32", 2048) and r.status == "ok")
+    tbe = _paired(sweep_a, backend="fp32_tbe")
+    unpaired, _, _ = ratio_interval(trials(tbe), trials(fp32))
+    paired = round(unpaired * 0.7, 2)  # 30% apart: past the 5% speed margin
+    tbe.metrics.update(speedup=paired, speedup_lo=paired - 0.04, speedup_hi=paired + 0.04, speedup_rounds=[paired] * 12)
+    int8 = _paired(sweep_a, backend="int8_tbe", speedup=1.5, speedup_lo=1.45, speedup_hi=1.55, speedup_rounds=[1.5] * 12)
+    md = Path(write_report([*sweep_a, tbe, int8], tmp_path)).read_text()
+    cell = f"{paired:.2f}× [{paired - 0.04:.2f}, {paired + 0.04:.2f}]"
+    split = md.split("Table batching vs quantization")[1].split("\n\n")[1]
+    assert f"| 2048 | {cell} | {1.5 / paired:.2f}× | 1.50× [1.45, 1.55] |" in split  # the main table's paired figures
+    assert f"| {cell} |" in md.split("Table batching vs quantization")[0]  # the same cell in the main table
+    [note] = [x for x in md.splitlines() if x.startswith("- Made another way: fp32_tbe / fp32 at batch 2048")]
+    assert f"the paired speedup is {cell}" in note and f"the unpaired ratio of the two jobs' median samples/s is {unpaired:.2f}×" in note
+    assert "read the paired one" in note
+    assert not any(x.startswith("- Made another way: int8_tbe") and "batch 2048" in x for x in md.splitlines()) or \
+        abs(ratio_interval(trials(int8), trials(fp32))[0] / 1.5 - 1) > 0.05  # a note only where the two differ
+
+
+def test_one_thread_is_singular_in_the_summary(sweep_a):
+    from bench.report.summary import summary
+
+    rec = _paired(sweep_a, backend="int8_tbe", threads=1, timing_setting={"threads": 1, "clock": "wall", "how": "default"})
+    text = summary(rec)
+    assert "1 threads" not in text and "thread(s)" not in text and "timed with 1 thread on the wall clock" in text

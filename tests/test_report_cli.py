@@ -104,6 +104,19 @@ def test_cli_report_and_compare(tmp_path, capsys):
     assert "| synthetic | cpu | fp32 | 8192 | **new** | absent -> ok |" in md
 
 
+def test_a_compare_that_compares_nothing_exits_1_and_says_why(tmp_path, capsys):
+    base = [r for r in read_records(SWEEP_A / "records.jsonl") if r.batch_size != 2048]
+    new = [r for r in read_records(SWEEP_B / "records.jsonl") if r.batch_size == 2048]  # no key on both sides
+    for name, records in (("base", base), ("new", new)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "records.jsonl").write_text("".join(json.dumps(r.to_dict()) + "\n" for r in records))
+    assert main([str(tmp_path / "new"), "--baseline", str(tmp_path / "base"), "--out", str(tmp_path / "out")]) == 1
+    out, err = capsys.readouterr()
+    assert ", 0 compared:" in out
+    [line] = err.strip().splitlines()
+    assert line.startswith("python -m bench.report: error: 0 of ") and "no workload, device, backend and batch size is on both sides" in line
+
+
 @pytest.mark.slow
 def test_cli_tolerance_flags_override_the_compare_config(tmp_path, capsys):
     args = [str(SWEEP_B), "--baseline", str(SWEEP_A), "--out", str(tmp_path)]

@@ -73,13 +73,13 @@ def test_a_mixed_group_keeps_its_rows(tmp_path):
 
 
 @pytest.mark.slow
-def test_latest_follows_every_sweep_and_variants_keep_their_own(tmp_path):
+def test_latest_follows_the_sweep_as_configured_and_variants_keep_their_own(tmp_path):
     full = publish_report(sweep(), tmp_path, "quant", variant=sweep_variant(["+sweep=quant", "reports_dir=/x", "resume=true"]))
     partial_variant = sweep_variant(["+sweep=quant", "batch_size=2048", "device=cpu", "hydra.launcher.n_jobs=2"])
     assert partial_variant == "batch_size=2048 device=cpu"
     partial = publish_report(copy.deepcopy(sweep()[:2]), tmp_path, "quant", variant=partial_variant)
     folder = tmp_path / "quant"
-    assert os.readlink(folder / "latest") == partial.name != full.name  # every sweep moves latest, whatever its overrides
+    assert os.readlink(folder / "latest") == full.name != partial.name  # a variant leaves `latest` to the sweep as configured
     assert os.readlink(folder / "latest-batch_size=2048,device=cpu") == partial.name
     assert sorted(p.name for p in folder.glob("latest*")) == ["latest", "latest-batch_size=2048,device=cpu"]  # output-only overrides make no variant
     assert (partial / "report.md").read_text().startswith("# Sweep quant with batch_size=2048 device=cpu")
@@ -128,3 +128,11 @@ def test_calls_per_trial_count_the_calls_of_a_trial():
     recs = [record("int8_tbe", 1024, latency_samples_ms=[[1.0] * 10] * 4, throughput_trials=[1.0] * 4)]
     [line, *_] = timing_lines(recs)
     assert "(10 calls per trial here)" in line
+
+
+def test_distinct_batch_counts_read_as_a_list_not_a_range():
+    from bench.report.protocol import distinct_words
+
+    assert distinct_words([48, 195, 781]) == "48, 195 and 781 distinct eval batches (one count per batch size)"
+    assert distinct_words([781]) == "781 distinct eval batches" and distinct_words([]) == "distinct eval batches"
+

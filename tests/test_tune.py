@@ -4,6 +4,7 @@ model code, per_table files, the ΔAUC attribution of every sweep, and a tiny tu
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from types import SimpleNamespace
 
@@ -136,14 +137,26 @@ def halves_base(swap, split):
 # ------------------------------------------------------------------------------------ the budget
 
 
+def test_one_budget_by_default_for_tune_the_report_and_the_gate():
+    """tune's default budget, compare.max_auc_drop (report.md's verdicts and bottom line) and the gate's
+    default_rules are one number."""
+    from bench.config import MAX_AUC_DROP
+    from bench.config.files import load_compare_config
+    from bench.gate.thresholds import load_gate_config
+
+    assert Budget.of(TuneConfig()).absolute == MAX_AUC_DROP == load_compare_config().max_auc_drop
+    assert load_gate_config().default_rules.max_auc_drop == MAX_AUC_DROP
+
+
 def test_budget_is_given_once_and_relative_scales_with_the_fp32_auc():
     with pytest.raises(UserError, match="give the AUC budget once"):
-        Budget.of(TuneConfig())
+        Budget.of(TuneConfig(), default=None)
     with pytest.raises(UserError, match="give the AUC budget once"):
         Budget.of(TuneConfig(max_auc_drop=0.001, max_auc_drop_relative=0.01))
     with pytest.raises(UserError, match="between 0 and 1"):
         Budget.of(TuneConfig(max_auc_drop=2.0))
     assert Budget.of(TuneConfig(max_auc_drop_relative=0.01)).drop(0.8) == pytest.approx(0.008)
+    assert Budget.of(TuneConfig(), default=0.01).absolute == 0.01  # given neither: compare.max_auc_drop
     row = Row("c", "chosen", "holdout", 1, "fp32", "uint4", auc_delta=-0.0005, auc_delta_lo=-0.0009, auc_delta_hi=-0.0001, auc_fp32=0.8)
     budget = Budget(absolute=0.001)
     assert budget.verdict(row) == "within budget"
@@ -223,10 +236,17 @@ def tune_cfg(tmp_path):
 
 
 @pytest.mark.slow
-def test_tiny_tune_end_to_end(tune_cfg, tmp_path, capsys):
+def test_tiny_tune_end_to_end(tune_cfg, tmp_path, capsys, caplog):
     cfg = tune_cfg("tune.max_auc_drop=0.002")
-    code = tune_main(cfg, SharedWork())
+    with caplog.at_level(logging.INFO, logger="bench.tune"):
+        code = tune_main(cfg, SharedWork())
     out = capsys.readouterr().out
+    # a line per measurement as it goes: each table's sensitivity, each search probe, each held-out map
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("bench.tune")]
+    assert sum(m.startswith("tune: sensitivity ") and "/6: " in m for m in said) == 6
+    probes = [m for m in said if m.startswith("tune: search probe ")]
+    assert probes and all(m.endswith(("passes", "does not pass")) for m in probes)
+    assert any(m.startswith("tune: held-out check: uniform int8 (int8_tbe, int8 dynamic MLP)") for m in said)
     folder = tmp_path / "reports" / "tune" / "latest"
     assert {p.name for p in folder.iterdir()} == {"tune.md", "tune.csv", "per_table.yaml", "frontier.png"}
     csv = pd.read_csv(folder / "tune.csv")
@@ -266,7 +286,7 @@ def test_sizes_only_when_the_fp32_model_cannot_be_built(tune_cfg, tmp_path, caps
 
 
 def test_bad_budget_is_one_line_and_exit_2(tune_cfg, capsys):
-    assert tune_main(tune_cfg(), SharedWork()) == 2
+    assert tune_main(tune_cfg("tune.max_auc_drop=0.001", "tune.max_auc_drop_relative=0.01"), SharedWork()) == 2  # two budgets
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "tune.max_auc_drop=0.001" in err[0]
 

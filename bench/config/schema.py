@@ -220,19 +220,28 @@ class RuleSet:
     max_p99_ms: Optional[float] = None  # Server: p99 latency at that QPS
 
 
+# The reader's accuracy budget: the largest AUC drop against fp32 (absolute) that report.md's verdicts,
+# its bottom line, tune's default budget and the gate's default rule accept (compare.max_auc_drop).
+MAX_AUC_DROP = 0.001
+
+
 @dataclass
 class CompareConfig:
     """The comparison engine's noise rules (`bench.comparison`), shared by the gate, the baseline
     comparison and the nightly history. A change is flagged only when its (1 - alpha) interval
-    excludes "no change" and it moved by more than the tolerance."""
+    excludes "no change" and it moved by more than the tolerance. `max_auc_drop` is the one accuracy
+    budget report.md's verdicts and bottom line are read against."""
 
     auc_tolerance: float = 0.0005  # absolute AUC
     throughput_tolerance: float = 0.05  # relative
     alpha: float = 0.05
+    max_auc_drop: float = MAX_AUC_DROP  # absolute AUC drop vs fp32 a reader accepts
 
     def validate(self) -> None:
         if self.auc_tolerance < 0 or self.throughput_tolerance < 0:
             raise UserError("compare.auc_tolerance and compare.throughput_tolerance must not be negative")
+        if not 0 <= self.max_auc_drop < 1:
+            raise UserError(f"compare.max_auc_drop must be an AUC drop between 0 and 1 (compare.max_auc_drop=0.001), got {self.max_auc_drop}")
         if not 0 < self.alpha < 1:
             raise UserError(f"compare.alpha must be between 0 and 1 (0.05 for 95% intervals), got {self.alpha}")
 
@@ -459,6 +468,7 @@ def register_configs(plugins: bool = True) -> None:
 
 __all__ = [
     "NOT_THE_JOB",
+    "MAX_AUC_DROP",
     "RECORDS_FILE",
     "WorkloadConfig",
     "workload_label",

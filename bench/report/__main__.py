@@ -8,8 +8,10 @@ single DIR is re-rendered in place (its records.jsonl left as it is). With --bas
 sweep is compared row by row with the baseline sweep by the comparison engine: compare.md in the
 output folder and a summary on stdout. Tolerances and alpha come from `conf/compare/default.yaml`
 (or `--compare NAME|PATH`); `--auc-tolerance`, `--throughput-tolerance` and `--alpha` override
-them. Bad input is one line on stderr and exit code 2. Flagged changes do not change the exit
-code: gates decide pass or fail.
+them; `--max-auc-drop` overrides compare.max_auc_drop, the accuracy budget report.md's verdicts and
+bottom line are read against. Bad input is one line on stderr and exit code 2. Flagged changes do not
+change the exit code: gates decide pass or fail. A comparison that compares no row (the two runs
+share no workload, device, backend and batch size) says why and exits 1.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ import sys
 from pathlib import Path
 
 from bench.config.files import load_compare_config
-from bench.errors import EXIT_HARNESS_ERROR, UserError, internal_error
+from bench.errors import EXIT_GATE_FAILED, EXIT_HARNESS_ERROR, UserError, internal_error
 from bench.report import benchmark_json
-from bench.report.baseline import summary, write_compare
+from bench.report.baseline import nothing_compared, summary, write_compare
 from bench.report.load import load_many, load_records, records_file
 from bench.report.publish import write_report
 
@@ -41,12 +43,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--throughput-tolerance", type=float, default=None,
                    help="override compare.throughput_tolerance: flag throughput only when it moved by more than this fraction too")  # fmt: skip
     p.add_argument("--alpha", type=float, default=None, help="override compare.alpha (0.05: 95%% intervals)")
+    p.add_argument("--max-auc-drop", type=float, default=None,
+                   help="override compare.max_auc_drop: the accuracy budget report.md's verdicts and bottom line are read against (default 0.001)")  # fmt: skip
     return p.parse_args(argv)
 
 
 def compare_overrides(args: argparse.Namespace) -> list[str]:
     """The command line's tolerance flags as `compare` overrides (only those given)."""
-    given = {k: getattr(args, k) for k in ("auc_tolerance", "throughput_tolerance", "alpha")}
+    given = {k: getattr(args, k) for k in ("auc_tolerance", "throughput_tolerance", "alpha", "max_auc_drop")}
     return [f"{k}={v!r}" for k, v in given.items() if v is not None]
 
 
@@ -64,12 +68,12 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         records = load_many(args.dirs)
         baseline = load_records(args.baseline) if args.baseline is not None else None
-        compare_cfg = load_compare_config(args.compare, compare_overrides(args)) if baseline is not None else None
+        compare_cfg = load_compare_config(args.compare, compare_overrides(args))
         out = args.out if args.out is not None else _default_out(args.dirs)
         inputs = {records_file(d).resolve() for d in args.dirs}
         in_place = (Path(out) / "records.jsonl").resolve() in inputs
         title = args.title or f"Benchmark report: {', '.join(str(d) for d in args.dirs)}"
-        report = write_report(records, out, title=title, write_records_file=not in_place)
+        report = write_report(records, out, title=title, write_records_file=not in_place, budget=compare_cfg.max_auc_drop)
         print(f"report: {report}")
         if baseline is not None:
             df, path = write_compare(
@@ -78,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
             )  # fmt: skip
             print(f"compare: {summary(df)}")
             print(f"compare: {path}")
+            nothing = nothing_compared(df)
+            if nothing:
+                print(f"{PROG}: error: {nothing}", file=sys.stderr)
+                return EXIT_GATE_FAILED
     except UserError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return exc.exit_code

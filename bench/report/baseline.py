@@ -146,6 +146,20 @@ def flagged(df: pd.DataFrame, verdict: str) -> pd.DataFrame:
     return df[df["verdict"].str.split(", ").map(lambda vs: verdict in vs)]
 
 
+def nothing_compared(df: pd.DataFrame) -> str | None:
+    """Why a comparison compared no row (each side's rows had no partner, or none was comparable), or
+    None when at least one row was compared."""
+    if int(df["comparable"].sum()):
+        return None
+    counts = df["verdict"].value_counts()
+    missing, new = int(counts.get("missing", 0)), int(counts.get("new", 0))
+    if len(df) and missing + new == len(df):
+        return (f"0 of {len(df)} rows compared: no workload, device, backend and batch size is on both sides ({missing} only "
+                f"in the baseline, {new} only in the new run): compare runs of the same sweep configuration "
+                "(a variant run has its own latest-<overrides> pointer)")
+    return f"0 of {len(df)} rows compared: " + (", ".join(f"{n} {v}" for v, n in counts.items()) or "no rows on either side")
+
+
 def summary(df: pd.DataFrame) -> str:
     counts = [f"{len(flagged(df, v))} {v}" for v in FLAGS if len(flagged(df, v))]
     compared = int(df["comparable"].sum())

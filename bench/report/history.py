@@ -388,10 +388,11 @@ def history_md_path(path: Path) -> Path:
 
 def reports_dir_of(report_dir: Path) -> Path:
     """The reports folder a sweep's report folder lies in, `<reports_dir>/<sweep>/<timestamp>/` (its sweep
-    folder holds the `latest` pointer every sweep moves): where that sweep's history lives. A report
-    folder outside that layout is its own."""
+    folder holds the sweep's `latest` or `latest-<overrides>` pointers): where that sweep's history lives.
+    A report folder outside that layout is its own."""
     folder = Path(report_dir).resolve()
-    return folder.parent.parent if (folder.parent / "latest").is_symlink() else folder
+    pointed = any(p.is_symlink() for p in folder.parent.glob("latest*"))
+    return folder.parent.parent if pointed else folder
 
 
 def update_history(records: Iterable[RunRecord | dict[str, Any]], path: Path, cfg: Tolerances, *, runs: int = 14,

@@ -22,7 +22,7 @@ def records_file(path: Path) -> Path:
         pointers = _pointers_beside(path)
         if pointers:
             raise UserError(f"{path}: no such file or directory; beside it: {', '.join(pointers)} (give one of them, "
-                            "or run the sweep again: every sweep now updates latest)")
+                            "`latest` is the sweep as configured; a run with overrides has only its latest-<overrides>)")
         raise UserError(f"{path}: no such file or directory (give a folder holding {RECORDS}, or the file)")
     for candidate in (path / RECORDS, path / "latest" / RECORDS):
         if candidate.is_file():

@@ -10,6 +10,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from bench.config import MAX_AUC_DROP
 from bench.metrics import AUC, AUC_DELTA, AUC_DELTA_EMBEDDINGS, FIDELITY_GAP, N_EVAL, ORACLE_AUC, SCORES_SATURATED, SPEEDUP, lo
 from bench.record import USER, RunRecord, is_serving
 from bench.report import fmt
@@ -24,6 +25,7 @@ from bench.report.machine import (
     scale_section,
 )
 from bench.report.paramserver import ps_section
+from bench.report.pick import bottom_line
 from bench.report.protocol import measured_section
 from bench.report.sharding import sharding_section
 from bench.report.toolkits import toolkit_section
@@ -44,11 +46,13 @@ READING_NOTES = [
     SAMPLE_NOTE,
     f"ΔAUC is AUC(backend) − AUC(fp32) on the same eval samples, with a paired {CONFIDENCE} "
     "confidence interval (DeLong's test for correlated ROC curves) and its p-value. Its verdict "
-    "reads the interval against a margin (the backend's gate rule): *equivalent* when the whole "
-    "interval lies inside ±margin (a delta can be detectable and still practically nothing), a "
-    "*gain* or a *loss* when it lies wholly on one side of 0 and reaches past the margin, "
-    "*inconclusive* otherwise (two one-sided tests). Deltas too small for four decimals are "
-    "printed in scientific notation: a printed 0.0000 is exactly zero.",
+    "reads the interval against one accuracy budget for every backend, the largest AUC drop accepted "
+    "(compare.max_auc_drop, stated at the top): *within budget* when the whole interval lies at or "
+    "above −budget (a gain is within), *over budget* when it lies wholly below, *inconclusive* when "
+    "it straddles −budget. The gate judges each backend by its own rule (conf/gate/default.yaml); "
+    "where that rule's margin differs from the budget, the verdict also gives the gate rule's reading "
+    "(*equivalent* inside ±margin, a *gain* or a *loss* past it, *inconclusive* otherwise). Deltas too "
+    "small for four decimals are printed in scientific notation: a printed 0.0000 is exactly zero.",
     f"Speedup is throughput / fp32 throughput at the same workload, device and batch size, timed "
     "*paired*: in the job's own process, rounds alternate fp32 and the backend over the same fresh "
     "batches (ABBA order), and the speedup is the median of the per-round ratios. Its "
@@ -61,7 +65,8 @@ READING_NOTES = [
     "variation common to both sides of a round cancels in the ratio, so that flag does not touch "
     "the speedup.",
     "Latency p99 is over every timed call of the backend, with a distribution-free "
-    f"{CONFIDENCE} interval; a p99 that rests on fewer than {TAIL_CALLS} calls says how many.",
+    f"{CONFIDENCE} interval; a p99 that rests on fewer than {TAIL_CALLS} calls also says how many (its "
+    "interval then reaches the slowest calls, so its upper bound is the slowest call timed).",
     "Compression is fp32 embedding bytes / embedding bytes. MB = 10^6 bytes. Model MB counts every "
     "storage the prepared model holds once, at its real size (packed INT4/INT2 rows by their bytes).",
     "Emb GB/s is the embedding traffic (rows looked up per sample × stored row bytes × samples/s); in "
@@ -72,7 +77,7 @@ READING_NOTES = [
     "measured fp32, int8 (CPU) or fp16 (GPU) GEMM throughput of the kernels that ran them.",
     "`fp32_tbe` (fp32 tables through FBGEMM's table-batched kernel) splits a speedup in two: "
     "fp32_tbe vs fp32 is the table-batching part, int8_tbe vs fp32_tbe the quantization part. "
-    "Both ratios are computed below wherever the three rows exist.",
+    "Both parts are given below wherever the three rows exist, from the same paired speedups as the main table.",
 ]
 
 
@@ -84,7 +89,8 @@ def _group_table(g: pd.DataFrame) -> str:
     headers = ["backend", "batch"] + (["status"] if with_status else [])
     headers += ["AUC", f"ΔAUC [{CONFIDENCE} CI]", "p"] if with_accuracy else []
     headers += ["fidelity gap"] if with_fidelity else []
-    headers += ["ΔAUC verdict"] if with_accuracy else []
+    budgets = g["auc_budget"].dropna() if "auc_budget" in g.columns else pd.Series(dtype=float)
+    headers += [f"ΔAUC vs {float(budgets.iloc[0]):g} budget" if not budgets.empty else "ΔAUC vs budget"] if with_accuracy else []
     headers += ["samples/s", f"speedup [{CONFIDENCE} CI]", "speed verdict", "p50 ms", f"p99 ms [{CONFIDENCE} CI]", "emb GB/s (roofline)",
                 "GEMM roofline", "emb MB", "compression", "model MB", "peak RSS MB"]  # fmt: skip
     rows = []
@@ -98,7 +104,8 @@ def _group_table(g: pd.DataFrame) -> str:
         ] if with_accuracy else []
         row += [fmt.number(r.fidelity_gap)] if with_fidelity else []
         speed = fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi, r.latency_calls)
-        row += [fmt.word(r.auc_verdict)] if with_accuracy else []
+        speed += " (unpaired)" if r.speedup_method == "unpaired" and speed != fmt.DASH else ""  # two jobs' trials, timed apart
+        row += [verdict_cell(r)] if with_accuracy else []
         row += [
             fmt.count(r.throughput) + (" ⚠" if r.stable is False else ""),
             "1.00× (reference)" if baseline else speed,
@@ -125,11 +132,29 @@ def _batches(sizes: Sequence[int]) -> str:
     return f"batch {sizes[0]}" if len(sizes) == 1 else "batch sizes " + ", ".join(str(s) for s in sizes)
 
 
-VERDICT_WORDS = {
-    "equivalent": "equivalent to fp32 within the margin",
-    "gain": "a gain beyond noise",
-    "loss": "a loss beyond noise",
-    "inconclusive": "inconclusive: the interval reaches both inside and past the margin",
+def differs_from_budget(r) -> bool:
+    """Whether the row's gate rule reads its ΔAUC against another margin than the reader's budget."""
+    return not (fmt.missing(r.auc_margin) or fmt.missing(r.auc_budget)) and not math.isclose(r.auc_margin, r.auc_budget)
+
+
+def verdict_cell(r) -> str:
+    """The ΔAUC against the one budget; the gate rule's reading beside it where its margin differs."""
+    if r.budget_verdict is None or fmt.missing(r.budget_verdict):
+        return fmt.DASH
+    gate = f" (gate rule ±{r.auc_margin:g}: {r.auc_verdict})" if differs_from_budget(r) and isinstance(r.auc_verdict, str) else ""
+    return f"{r.budget_verdict}{gate}"
+
+
+BUDGET_WORDS = {
+    "within budget": "within the {b} budget (its whole interval lies at or above −{b})",
+    "over budget": "outside the {b} budget (its whole interval lies below −{b})",
+    "inconclusive": "inconclusive against the {b} budget (its interval straddles −{b})",
+}
+GATE_WORDS = {
+    "equivalent": "equivalent within {name}'s ±{m} gate rule",
+    "gain": "a gain past {name}'s ±{m} gate rule",
+    "loss": "a loss past {name}'s ±{m} gate rule",
+    "inconclusive": "inconclusive against {name}'s ±{m} gate rule",
 }
 
 
@@ -142,12 +167,13 @@ def delta_sentences(g: pd.DataFrame) -> list[str]:
     for r in ok.itertuples(index=False):
         k = (r.backend, r.auc_delta, r.auc_delta_lo, r.auc_delta_hi)
         groups[k].append(r.batch_size)
-        extra[k] = (r.auc_delta_p, r.auc_verdict, r.auc_margin)
+        extra[k] = r
     n_eval = g[N_EVAL].dropna()
     n_text = f", {fmt.count(n_eval.iloc[0])} eval samples" if not n_eval.empty else ""
     out = []
     for (backend, d, lo, hi), sizes in groups.items():
-        p_value, verdict, margin = extra[(backend, d, lo, hi)]
+        r = extra[(backend, d, lo, hi)]
+        p_value = r.auc_delta_p
         text = f"**{backend}** ({_batches(sizes)}): ΔAUC {fmt.delta_ci(d, lo, hi)}"
         p_text = fmt.p_value(p_value)
         p = f"p {p_text if p_text.startswith('<') else '= ' + p_text}{n_text}"
@@ -155,8 +181,11 @@ def delta_sentences(g: pd.DataFrame) -> list[str]:
             out.append(f"{text} has no confidence interval in its record, so it cannot be judged against noise.")
             continue
         detect = "cannot be told from zero" if indistinguishable_from_zero(lo, hi) else "differs from zero"
-        words = VERDICT_WORDS.get(str(verdict), str(verdict))
-        out.append(f"{text}: {words} (margin ±{fmt.number(margin)}); it {detect} ({p}).")
+        b = f"{r.auc_budget:g}"
+        words = BUDGET_WORDS.get(str(r.budget_verdict), str(r.budget_verdict)).format(b=b)
+        if differs_from_budget(r) and isinstance(r.auc_verdict, str):
+            words += "; " + GATE_WORDS.get(r.auc_verdict, r.auc_verdict).format(name=backend, m=f"{r.auc_margin:g}")
+        out.append(f"{text}: {words}; it {detect} ({p}).")
     return out
 
 
@@ -173,14 +202,15 @@ def attribution_rows(g: pd.DataFrame) -> list[list[str]]:
 
 
 def p99_cell(r) -> str:
-    """p99 ms with its interval; when fewer than TAIL_CALLS calls make it, how many instead."""
+    """p99 ms with its interval; when fewer than TAIL_CALLS calls make it, how many too."""
     if fmt.missing(r.latency_p99_ms):
         return fmt.DASH
     if fmt.missing(r.latency_p99_calls) or fmt.missing(r.latency_p99_lo_ms):
         return fmt.ms(r.latency_p99_ms)
+    cell = f"{fmt.ms(r.latency_p99_ms)} [{fmt.ms(r.latency_p99_lo_ms)}, {fmt.ms(r.latency_p99_hi_ms)}]"
     if r.latency_p99_calls < TAIL_CALLS:
-        return f"{fmt.ms(r.latency_p99_ms)} (slowest {r.latency_p99_calls:.0f} of {fmt.count(r.latency_calls)} calls)"
-    return f"{fmt.ms(r.latency_p99_ms)} [{fmt.ms(r.latency_p99_lo_ms)}, {fmt.ms(r.latency_p99_hi_ms)}]"
+        return f"{cell} (slowest {r.latency_p99_calls:.0f} of {fmt.count(r.latency_calls)} calls)"
+    return cell
 
 
 def speedup_sentences(g: pd.DataFrame) -> list[str]:
@@ -224,17 +254,49 @@ def disagreement_sentences(g: pd.DataFrame) -> list[str]:
     return out
 
 
-def tbe_split(latest: dict[tuple, RunRecord], workload: str, device: str) -> list[list[str]]:
-    """Rows (batch, batching part, quantization part, total) where fp32, fp32_tbe and int8_tbe exist."""
-    sizes = sorted({k[-1] for k in latest if k[0] == workload and k[1] == device})
-    rows = []
-    for bs in sizes:
-        recs = [latest.get((workload, device, b, *UNSHARDED, bs)) for b in (BASELINE, "fp32_tbe", "int8_tbe")]
-        if not all(r is not None and r.status == "ok" and trials(r) for r in recs):
+def _speed_rows(g: pd.DataFrame, bs: int) -> list | None:
+    """The ok unsharded fp32, fp32_tbe and int8_tbe rows of one batch size, each with a speedup; else None."""
+    one = g[(g["status"] == "ok") & (g["batch_size"] == bs) & (g["sharding"] == UNSHARDED[0]) & (g["world_size"] == UNSHARDED[1])]
+    rows = [one[one["backend"] == b] for b in (BASELINE, "fp32_tbe", "int8_tbe")]
+    if any(r.empty for r in rows) or any(fmt.missing(r["speedup"].iloc[0]) for r in rows[1:]):
+        return None
+    return [next(r.itertuples(index=False)) for r in rows]
+
+
+def _speed_cell(r) -> str:
+    return fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi) + ("" if r.speedup_method == "paired" else f" ({r.speedup_method})")
+
+
+def tbe_split(g: pd.DataFrame, latest: dict[tuple, RunRecord]) -> tuple[list[list[str]], list[str]]:
+    """Rows (batch, batching part, quantization part, total) where fp32, fp32_tbe and int8_tbe exist, from the
+    main table's speedups (paired where the records are), the quantization part being total / batching; and a
+    labelled line per pair whose unpaired ratio (the two jobs' trials, timed apart) differs from that speedup by
+    more than the speed margin."""
+    workload, device = g["workload"].iloc[0], g["device"].iloc[0]
+    rows, notes = [], []
+    for bs in sorted(set(int(b) for b in g["batch_size"])):
+        found = _speed_rows(g, bs)
+        if found is None:
             continue
-        fp32, tbe, int8 = (trials(r) for r in recs)
-        rows.append([str(bs)] + [fmt.ratio_ci(*ratio_interval(a, b)) for a, b in ((tbe, fp32), (int8, tbe), (int8, fp32))])
-    return rows
+        _, tbe, int8 = found
+        rows.append([str(bs), _speed_cell(tbe), f"{int8.speedup / tbe.speedup:.2f}×", _speed_cell(int8)])
+        recs = {b: latest.get((workload, device, b, *UNSHARDED, bs)) for b in (BASELINE, "fp32_tbe", "int8_tbe")}
+        for r in (tbe, int8):
+            if r.speedup_method != "paired" or not (trials(recs[r.backend]) and trials(recs[BASELINE])):
+                continue
+            un, un_lo, un_hi = ratio_interval(trials(recs[r.backend]), trials(recs[BASELINE]))
+            if abs(math.log(un / r.speedup)) > math.log1p(r.speed_margin):
+                notes.append(unpaired_note(r, un, un_lo, un_hi))
+    return rows, notes
+
+
+def unpaired_note(r, un: float, un_lo: float, un_hi: float) -> str:
+    """A ratio of one pair made two ways, labelled: the paired speedup and the unpaired ratio, and why they differ."""
+    return (f"{r.backend} / fp32 at batch {r.batch_size}: the paired speedup is {fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi)} "
+            f"(the figure above and in the main table); the unpaired ratio of the two jobs' median samples/s is "
+            f"{fmt.ratio_ci(un, un_lo, un_hi)}. They differ because the unpaired ratio sets two jobs timed minutes apart side "
+            "by side, so it carries whatever changed between them (load, clock, placement; a ⚠ row's trials varied), while "
+            "the paired one alternates both in one process over the same batches: read the paired one.")
 
 
 def _oracle_line(g: pd.DataFrame) -> str | None:
@@ -298,14 +360,17 @@ def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Seque
             fmt.markdown_table(["backend", "ΔAUC", "embeddings", "dense layers (MLP)"], parts, "llll"),
             "",
         ]
-    split = tbe_split(latest, workload, device)
+    split, unpaired = tbe_split(g, latest)
     if split:
         lines += [
-            "Table batching vs quantization (ratios of median throughput, 95% CI):",
+            "Table batching vs quantization: the batching part and the total are the main table's speedups (paired, "
+            "95% CI); the quantization part is total / batching, the ratio of those two speedups (no interval):",
             "",
             fmt.markdown_table(["batch", "fp32_tbe / fp32 (batching)", "int8_tbe / fp32_tbe (quantization)",
                                 "int8_tbe / fp32 (total)"], split, "rlll"),  # fmt: skip
             "",
+            *[f"- Made another way: {n}" for n in unpaired],
+            *([""] if unpaired else []),
         ]
     lines += ps_section(latest, workload, device)
     for p in plots:
@@ -368,13 +433,21 @@ def _problems(df: pd.DataFrame) -> list[str]:
     return lines + [""]
 
 
+def _bottom_line_block(df: pd.DataFrame, budget: float) -> list[str]:
+    lines = bottom_line(df, budget)
+    return [lines[0], "", *lines[1:], ""] if lines else []
+
+
 def render_report(
     df: pd.DataFrame,
     records: Sequence[RunRecord],
     title: str,
     plots: dict[tuple[str, str], list[Path]],
     out_dir: Path,
+    budget: float = MAX_AUC_DROP,
 ) -> str:
+    """report.md: the bottom line against `budget` (compare.max_auc_drop) first, then how to read the
+    tables, the tables per workload and device, errors and the environment."""
     latest = latest_records(records)
     df = labelled(df)  # a sharded row is named `backend@sharding×ranks` in the report's tables
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -385,6 +458,7 @@ def render_report(
         f"{len(records)} records, {len(df)} rows (the newest record per workload, device, backend, sharding, "
         f"ranks and batch size); rendered {now} from stored records only.",
         "",
+        *_bottom_line_block(df, budget),
         *toolkit_section(df, latest),
         "How to read this:",
         "",

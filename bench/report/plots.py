@@ -13,6 +13,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.transforms import offset_copy
 
 from bench.metrics import AUC_DELTA, EMBEDDING_BYTES, SPEEDUP, THROUGHPUT, hi, lo
 from bench.report import fmt
@@ -80,7 +81,7 @@ def throughput_plot(df: pd.DataFrame, workload: str, device: str, path: Path, tr
     ax.set_ylabel("throughput (samples/s; bars: trial range)")
     ax.set_title(f"{workload} on {device}: throughput")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize="small", ncols=2)
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # beside the axes: no point hidden
     return _save(fig, path)
 
 
@@ -100,17 +101,25 @@ def frontier_plot(df: pd.DataFrame, workload: str, device: str, path: Path) -> P
     points = points.sort_values("backend", key=lambda s: s.map(backend_rank))
     fig = Figure(figsize=(7.2, 4.6))
     ax = fig.add_subplot()
-    seen: dict[float, int] = {}
+    groups: dict[float, list] = {}  # backends that store the same bytes share one column of labels
     for i, r in enumerate(points.itertuples(index=False)):
         mb = r.embedding_bytes / fmt.MB
-        k = seen.get(round(mb, 6), 0)
-        seen[round(mb, 6)] = k + 1
-        x = mb * (1.06 ** k)  # side by side where sizes coincide
+        group = groups.setdefault(round(mb, 6), [])
+        x = mb * (1.06 ** len(group))  # side by side where sizes coincide
+        group.append((r.backend, x, r.auc_delta))
         err = None
         if not (np.isnan(r.auc_delta_lo) or np.isnan(r.auc_delta_hi)):
             err = [[max(r.auc_delta - r.auc_delta_lo, 0.0)], [max(r.auc_delta_hi - r.auc_delta, 0.0)]]
         ax.errorbar([x], [r.auc_delta], yerr=err, fmt=MARKERS[i % len(MARKERS)], capsize=4, label=r.backend)
-        ax.annotate(r.backend, (x, r.auc_delta), textcoords="offset points", xytext=(5, 4), fontsize="x-small")
+    for group in groups.values():
+        # one label per line above the group's highest point, each tied to its own point by a thin line when shared
+        top = max(y for _, _, y in group)
+        for j, (name, x, y) in enumerate(group):
+            place = offset_copy(ax.transData, fig=fig, x=-8 if len(group) > 1 else 6, y=6 + 11 * j, units="points")
+            ax.annotate(name, (x, y), xytext=(group[0][1], top), textcoords=place, fontsize="x-small", va="bottom",
+                        ha="right" if len(group) > 1 else "left",
+                        annotation_clip=False, arrowprops=dict(arrowstyle="-", lw=0.5, color="grey") if len(group) > 1 else None)
+    ax.margins(y=0.22)
     ax.axhline(0.0, color="grey", linewidth=0.8)
     ax.set_xscale("log")
     sizes = sorted(set(round(v, 6) for v in points[EMBEDDING_BYTES] / fmt.MB))
@@ -123,7 +132,7 @@ def frontier_plot(df: pd.DataFrame, workload: str, device: str, path: Path) -> P
     ax.set_xlabel("embedding bytes (MB, log)")
     ax.set_ylabel("ΔAUC vs fp32 (95% CI)")
     ax.set_title(f"{workload} on {device}: accuracy against size")
-    ax.legend(fontsize="small", ncols=2)
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     ax.grid(True, which="both", alpha=0.3)
     return _save(fig, path)
 

@@ -90,7 +90,7 @@ def timing_lines(records: Sequence[RunRecord]) -> list[str]:
         if calls:
             text += f" ({calls[0]}-{calls[-1]} calls per trial here)" if len(calls) > 1 else f" ({calls[0]} calls per trial here)"
         text += ", walking on through "
-        text += f"{'-'.join(str(d) for d in distinct)} distinct eval batches" if distinct else "distinct eval batches"
+        text += distinct_words(distinct)
         text += " of the job's batch size (never restarting at the first), built and moved to the device beforehand: only the model call is timed."
         out.append(text)
         if paired:
@@ -197,3 +197,13 @@ def dense_lines(records: Sequence[RunRecord]) -> list[str]:
 def measured_section(records: Sequence[RunRecord]) -> list[str]:
     lines = model_lines(records) + timing_lines(records) + dense_lines(records) + fidelity_lines(records)
     return ["## What was measured", "", *lines, ""] if lines else []
+
+
+def distinct_words(distinct: list) -> str:
+    """`48, 195 and 781 distinct eval batches (one count per batch size)`: counts that are not a range read as a list."""
+    if not distinct:
+        return "distinct eval batches"
+    if len(distinct) == 1:
+        return f"{distinct[0]} distinct eval batches"
+    listed = ", ".join(str(d) for d in distinct[:-1]) + f" and {distinct[-1]}"
+    return f"{listed} distinct eval batches (one count per batch size)"

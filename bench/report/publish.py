@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
+from bench.config import MAX_AUC_DROP
 from bench.io import write_text_atomic
 from bench.record import RunRecord
 from bench.store import write_records
@@ -23,17 +24,19 @@ def write_report(
     out_dir: Path,
     title: str = "Quantized DLRM benchmark",
     write_records_file: bool = True,
+    budget: float = MAX_AUC_DROP,
 ) -> Path:
     """Write report.md, results.csv, records.jsonl (every input record) and PNG plots into out_dir; with
     serving records, serve.md, serve.csv and their plots too.
 
     Returns the path of report.md. `write_records_file=False` leaves an existing records.jsonl
-    alone (re-rendering in place, where that file is the input).
+    alone (re-rendering in place, where that file is the input). `budget` is the reader's accuracy
+    budget (compare.max_auc_drop) the verdicts and the bottom line are read against.
     """
     records = as_records(records)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    df = results_table(records)
+    df = results_table(records, budget=budget)
     latest = latest_records(records)
     # the plots name a sharded row by its label (`backend@sharding×ranks`); its trials are found by its columns
     plots = write_plots(labelled(df), out_dir, trials_of=lambda row: trials(latest.get(tuple(
@@ -43,7 +46,7 @@ def write_report(
         write_records(records, out_dir / "records.jsonl")
     write_serve_report(records, out_dir, title)
     report = out_dir / "report.md"
-    write_text_atomic(report, render_report(df, records, title, plots, out_dir))
+    write_text_atomic(report, render_report(df, records, title, plots, out_dir, budget))
     return report
 
 
@@ -58,7 +61,7 @@ def point_latest(sweep_dir: Path, target: str, link: str = "latest") -> None:
 
 def latest_name(variant: str | None) -> str:
     """The pointer of one variant of a sweep: `latest` for the sweep as configured, `latest-<overrides>`
-    for a run with command-line overrides (which also moves `latest`)."""
+    for a run with command-line overrides (which leaves `latest` alone)."""
     if not variant:
         return "latest"
     slug = re.sub(r"[^A-Za-z0-9=.,_-]+", "_", variant.replace(" ", ","))
@@ -92,12 +95,13 @@ def start_report(records: Iterable[RunRecord | dict[str, Any]], reports_dir: Pat
     return out_dir
 
 
-def finish_report(records: Iterable[RunRecord | dict[str, Any]], out_dir: Path, title: str, variant: str | None = None) -> Path:
+def finish_report(records: Iterable[RunRecord | dict[str, Any]], out_dir: Path, title: str, variant: str | None = None,
+                  budget: float = MAX_AUC_DROP) -> Path:
     """Render a started report folder (results.csv, plots, report.md) and point the sweep's
-    `latest` at it, and for a `variant` also its own `latest-<overrides>`; returns report.md."""
-    report = write_report(records, out_dir, title=title, write_records_file=False)
-    for link in dict.fromkeys(("latest", latest_name(variant))):
-        point_latest(Path(out_dir).parent, Path(out_dir).name, link)
+    pointer at it: `latest` for the sweep as configured, only `latest-<overrides>` for a `variant`
+    (so `latest` stays the newest run of the default sweep); returns report.md."""
+    report = write_report(records, out_dir, title=title, write_records_file=False, budget=budget)
+    point_latest(Path(out_dir).parent, Path(out_dir).name, latest_name(variant))
     return report
 
 
@@ -111,9 +115,9 @@ def publish_report(
     """Write the report into `<reports_dir>/<sweep_name>/<UTC timestamp>/`, point `latest` at it.
 
     `variant` names the command-line overrides that changed the sweep's jobs (`batch_size=2048
-    device=cpu`): such a run is titled with them and gets its own pointer too, `latest-<overrides>`,
-    the newest run of that variant; `latest` is always the sweep's newest run, whatever its
-    overrides. Returns the timestamped folder. The pointer is a relative symlink, swapped atomically, so a reader never
+    device=cpu`): such a run is titled with them and gets its own pointer, `latest-<overrides>`,
+    the newest run of that variant; `latest` is the newest run of the sweep as configured, which a
+    variant run does not move. Returns the timestamped folder. The pointer is a relative symlink, swapped atomically, so a reader never
     sees it missing or half-written.
     """
     records = as_records(records)

@@ -58,10 +58,11 @@ def summary(record: RunRecord) -> str:
         tput += f" [{m[lo(THROUGHPUT)]:,.0f}, {m[hi(THROUGHPUT)]:,.0f}]"
     tail = f" (slowest {m[LATENCY_P99_CALLS]} of {m[LATENCY_CALLS]} calls)" if m.get(LATENCY_P99_CALLS) is not None else ""
     lines.append(f"  throughput {tput}; latency p50 {lat['p50']:.2f} ms, p90 {lat['p90']:.2f} ms, p99 {lat['p99']:.2f} ms{tail}; "
-                 f"{m['threads']} threads")
+                 f"{m['threads']} thread{'' if m['threads'] == 1 else 's'}")
     setting = m.get("timing_setting") or {}
     if setting.get("threads") is not None:
-        lines.append(f"  timed with {setting['threads']} thread(s) on the {setting['clock']} clock: {setting.get('how', '')}")
+        n = setting["threads"]
+        lines.append(f"  timed with {n} thread{'' if n == 1 else 's'} on the {setting['clock']} clock: {setting.get('how', '')}")
     if m.get(SPEEDUP) is not None and unreadable(m[SPEEDUP], m.get(lo(SPEEDUP)), m.get(hi(SPEEDUP))):
         lines.append(f"  speedup vs fp32 {too_short(calls)} ({m['speedup_method']}; its interval spans more than {UNREADABLE_SPAN:g}x)")
     elif m.get(SPEEDUP) is not None:
@@ -75,7 +76,7 @@ def summary(record: RunRecord) -> str:
         lines.append(f"  absolute throughput unsteady: {m['unstable_reason']} (the paired speedup is judged on its own interval)")
     if m.get("throughput_all_threads"):
         alone = m["throughput_all_threads"]
-        lines.append(f"  alone at {alone[THREADS]} threads: {alone[THROUGHPUT]:,.0f} samples/s")
+        lines.append(f"  alone at {alone[THREADS]} thread{'' if alone[THREADS] == 1 else 's'}: {alone[THROUGHPUT]:,.0f} samples/s")
     lines.append(
         f"  embeddings {m[EMBEDDING_BYTES] / 1e6:.2f} MB; model {m[MODEL_BYTES] / 1e6:.2f} MB; peak RSS {m[PEAK_RSS_BYTES] / 1e6:.0f} MB"
         + (f"; built in {m[PREPARE_SECONDS]:.1f} s" if m.get(PREPARE_SECONDS) is not None else "")

@@ -58,7 +58,8 @@ from bench.registry import BASELINE_BACKEND
 from bench.record import RunRecord, degraded_kernels, is_serving
 from bench.report.fmt import too_short, unreadable
 from bench.report.machine import EXTRA_COLUMNS, row_extras
-from bench.stats import practical_verdict
+from bench.config import MAX_AUC_DROP
+from bench.stats import budget_verdict, practical_verdict
 
 KEY = ["workload", "device", "backend", "sharding", "world_size", "batch_size"]
 UNSHARDED = ("none", 1)  # (sharding, world_size) of a run in one process, its tables whole
@@ -97,9 +98,11 @@ COLUMNS = [
     SPEEDUP_PROCESS_SD,
     "timing_setting",
     "auc_verdict",
+    "budget_verdict",  # ΔAUC read against the reader's one budget (compare.max_auc_drop): within budget | over budget | inconclusive
     "speed_verdict",
     "speed_disagreement",  # the samples/s and the paired speedup point opposite ways: why, or "unexplained"
     "auc_margin",
+    "auc_budget",  # the budget budget_verdict was read against
     "speed_margin",
     "stable",
     "unstable_reason",
@@ -353,28 +356,32 @@ def margins(rec: RunRecord, default_rules: bool = False) -> tuple[float, float]:
     return auc_margin, speed_margin
 
 
-def _verdict_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord]) -> pd.DataFrame:
-    """Which of equivalent / gain / loss / inconclusive each row's ΔAUC and speedup support.
+def _verdict_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord], budget: float) -> pd.DataFrame:
+    """Which of equivalent / gain / loss / inconclusive each row's ΔAUC and speedup support, and where
+    its ΔAUC stands against the reader's budget.
 
-    Sign-aware TOST readings of each figure's own 95% interval against its margin: a speedup is
-    judged on its paired interval, whatever the absolute throughput's flag says. The reference row
-    has no verdicts.
+    Sign-aware TOST readings of each figure's own 95% interval against its margin (the gate rule's for
+    ΔAUC): a speedup is judged on its paired interval, whatever the absolute throughput's flag says.
+    `budget_verdict` reads the same ΔAUC interval against the one budget (`budget`, the largest drop
+    accepted): the verdict report.md shows. The reference row has no verdicts.
     """
-    cols: dict[str, list] = {"auc_verdict": [], "speed_verdict": [], "auc_margin": [], "speed_margin": []}
+    cols: dict[str, list] = {"auc_verdict": [], "speed_verdict": [], "auc_margin": [], "speed_margin": [],
+                             "budget_verdict": [], "auc_budget": []}
     for row in df.itertuples(index=False):
         rec = latest[(row.workload, row.device, row.backend, row.sharding, row.world_size, row.batch_size)]
-        auc_v = speed_v = None
+        auc_v = speed_v = budget_v = None
         auc_m, speed_m = margins(rec)
         if rec.status == "ok" and (row.backend, row.sharding, row.world_size) != (BASELINE, *UNSHARDED):
             if not row.performance_only:  # untrained weights: no AUC was measured, nothing to judge
                 auc_v = practical_verdict(row.auc_delta_lo, row.auc_delta_hi, auc_m)
+                budget_v = budget_verdict(row.auc_delta_lo, row.auc_delta_hi, budget)
             if unreadable(row.speedup, row.speedup_lo, row.speedup_hi):  # an interval too wide to read supports no verdict
                 speed_v = too_short(row.latency_calls)
             elif not (row.performance_only and math.isnan(row.speedup)):  # an unpaired performance-only job has no reference
                 speed_v = practical_verdict(row.speedup_lo, row.speedup_hi, speed_m, null=1.0, ratio=True)
             if isinstance(row.kernel_degraded, str):  # measured on a fallback kernel: says nothing of the backend
                 speed_v = "inconclusive"
-        for name, value in zip(cols, (auc_v, speed_v, auc_m, speed_m)):
+        for name, value in zip(cols, (auc_v, speed_v, auc_m, speed_m, budget_v, budget)):
             cols[name].append(value)
     return df.assign(**cols)
 
@@ -409,19 +416,21 @@ def _disagreement_column(df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(speed_disagreement=[disagreement(r, base.get((r.workload, r.device, r.batch_size))) for r in rows])
 
 
-def results_table(records: Iterable[RunRecord | dict[str, Any]], alpha: float = 0.05) -> pd.DataFrame:
+def results_table(records: Iterable[RunRecord | dict[str, Any]], alpha: float = 0.05,
+                  budget: float = MAX_AUC_DROP) -> pd.DataFrame:
     """One row per KEY (workload, device, backend, sharding, world_size, batch_size), the newest record winning.
 
     Rows are sorted by workload, device, backend (fp32 first, then fp32_tbe, then by name) and
     batch size. Missing metrics are NaN; `error` holds the reason of error and skipped rows.
-    `alpha` sets the speedup interval's level (`compare.alpha`).
+    `alpha` sets the speedup interval's level (`compare.alpha`); `budget` is the reader's accuracy
+    budget (`compare.max_auc_drop`) that `budget_verdict` reads each ΔAUC against.
     """
     latest = latest_records(records)
     if not latest:
         return pd.DataFrame(columns=COLUMNS)
     df = pd.DataFrame([_row(r) for r in latest.values()])
     df = _relative_columns(df, latest, alpha)
-    df = _verdict_columns(df, latest)
+    df = _verdict_columns(df, latest, budget)
     df = _disagreement_column(df)
     df["_rank"] = [backend_rank(row_label(r)) for r in df.to_dict("records")]
     df = df.sort_values(["workload", "device", "_rank", "batch_size"], kind="mergesort").drop(columns="_rank")

@@ -9,8 +9,9 @@ from typing import Optional
 
 import numpy as np
 
+from bench.config import MAX_AUC_DROP
 from bench.errors import UserError
-from bench.stats import AucDelta, paired_auc_delta
+from bench.stats import AucDelta, budget_verdict, paired_auc_delta
 
 # What a row's candidate is: one table lowered alone, a dense-layer variant, a search probe, the chosen
 # map (real backend), the chosen map's emulation on the held-out half, or a uniform precision.
@@ -70,8 +71,12 @@ class Budget:
     holdout_confidence: float = 0.9
 
     @classmethod
-    def of(cls, tune) -> "Budget":
+    def of(cls, tune, default: Optional[float] = MAX_AUC_DROP) -> "Budget":
+        """The tune's budget: tune.max_auc_drop or tune.max_auc_drop_relative; with neither, `default`
+        (the reader's budget, compare.max_auc_drop), so tune and report.md read one budget."""
         given = [(k, v) for k, v in (("tune.max_auc_drop", tune.max_auc_drop), ("tune.max_auc_drop_relative", tune.max_auc_drop_relative)) if v is not None]
+        if not given and default is not None:
+            given = [("compare.max_auc_drop", default)]
         if len(given) != 1:
             raise UserError("give the AUC budget once: tune.max_auc_drop=0.001 (absolute) or tune.max_auc_drop_relative=0.01 (of the fp32 AUC)")
         key, value = given[0]
@@ -80,7 +85,7 @@ class Budget:
                 raise UserError(f"{k} must be a number between 0 and 1, got {v!r}")
         if tune.holdout_confidence < 0.5:
             raise UserError(f"tune.holdout_confidence must be at least 0.5, got {tune.holdout_confidence!r}")
-        drop = {"absolute": float(value)} if key == "tune.max_auc_drop" else {"relative": float(value)}
+        drop = {"relative": float(value)} if key == "tune.max_auc_drop_relative" else {"absolute": float(value)}
         return cls(**drop, holdout_confidence=float(tune.holdout_confidence))
 
     def drop(self, auc_fp32: float) -> float:
@@ -104,9 +109,4 @@ class Budget:
         return row.auc_delta_lo - self.guard(row, ratio) >= -self.drop(row.auc_fp32)
 
     def verdict(self, row: Row) -> str:
-        limit = -self.drop(row.auc_fp32)
-        if row.auc_delta_lo >= limit:
-            return "within budget"
-        if row.auc_delta_hi < limit:
-            return "over budget"
-        return "inconclusive"
+        return budget_verdict(row.auc_delta_lo, row.auc_delta_hi, self.drop(row.auc_fp32))

@@ -115,7 +115,7 @@ def sizes_rows(tables: list[Table], precisions) -> list[Row]:
 def run_tune(cfg: Config, work: SharedWork, clock: Callable[[], float] = time.perf_counter) -> TuneResult:
     tune = cfg.tune
     check_tune(tune)
-    budget = None if tune.sizes_only else Budget.of(tune)  # bad input fails before anything is built
+    budget = None if tune.sizes_only else Budget.of(tune, cfg.compare.max_auc_drop)  # bad input fails before anything is built
     started = clock()
     prepare_process(cfg.device, cfg.threads)
     device, skip = resolve(cfg.device)

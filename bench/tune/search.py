@@ -12,6 +12,7 @@ held-out check likely to pass too (`Budget.guard`, with the check's and the held
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -25,6 +26,8 @@ from bench.tune.policy import (
     predicted_index,
 )
 from bench.tune.sizes import Table, map_bytes
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -66,7 +69,11 @@ def search(model: SwappableModel, tables: Sequence[Table], precisions: Sequence[
         _, logits = model.logits(dense, batches, len(labels))
         row = Row(f"candidate {k}/{len(candidates) - 1}", "probe", "search", map_bytes(tables, per_table), dense, "emulation", per_table)
         probes[k] = row.with_delta(delta(labels, base_logits, logits))
-        return budget.passes(probes[k], ratio)
+        ok = budget.passes(probes[k], ratio)
+        r = probes[k]
+        log.info("tune: search probe %d (%s): %.3f MB, ΔAUC %+.5f [%+.5f, %+.5f]: %s", len(probes), row.candidate,
+                 r.embedding_bytes / 1e6, r.auc_delta, r.auc_delta_lo, r.auc_delta_hi, "passes" if ok else "does not pass")
+        return ok
 
     first = predicted_index(candidates, allowance)
     passed, _ = largest_passing(len(candidates), passes, first)

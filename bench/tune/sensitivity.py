@@ -30,18 +30,23 @@ def sensitivity(model: SwappableModel, tables: Sequence[Table], precisions: Sequ
     n = len(labels)
     fp32_map = uniform(tables, "fp32")
     rows = []
-    for table in tables:
+    for i, table in enumerate(tables, 1):
+        mine = []
         for precision in (p for p in precisions if table.packs(p)):
             model.set_tables({table.name: precision})
             _, logits = model.logits("fp32", search, n)
             row = Row(f"{table.name}={precision}", "sensitivity", "search", map_bytes(tables, {table.name: precision}),
                       "fp32", "emulation", {table.name: precision})
-            rows.append(row.with_delta(delta(labels, base_logits, logits)))
+            mine.append(row.with_delta(delta(labels, base_logits, logits)))
+        rows += mine
+        log.info("tune: sensitivity %d/%d: %s: %s", i, len(tables), table.name,
+                 ", ".join(f"{r.per_table[table.name]} ΔAUC {r.auc_delta:+.5f}" for r in mine) or "no lower precision packs")
     model.set_tables({})
     for name in (d for d in DENSE if d != "fp32" and d in model.dense):
         _, logits = model.logits(name, search, n)
         row = Row(f"dense {name}", "dense", "search", map_bytes(tables, fp32_map), name, "emulation")
         rows.append(row.with_delta(delta(labels, base_logits, logits)))
+        log.info("tune: sensitivity: dense layers %s, tables fp32: ΔAUC %+.5f", name, rows[-1].auc_delta)
     return rows
 
 

@@ -13,6 +13,7 @@ emulated ΔAUC next to the real one, and their largest logit difference.
 from __future__ import annotations
 
 import gc
+import logging
 from typing import Optional, Sequence
 
 import numpy as np
@@ -26,6 +27,8 @@ from bench.measure.accuracy import score
 from bench.pipeline.job import backend_config
 from bench.tune.measured import Row, delta
 from bench.tune.sizes import Table, map_bytes, uniform
+
+log = logging.getLogger(__name__)
 
 CHOSEN_BACKEND = "uint4"
 UNIFORM_BACKENDS = {"fp16": "fp16_tbe", "int8": "int8_tbe", "int4": "uint4", "int2": "int2_tbe"}
@@ -49,8 +52,16 @@ def real_row(name: str, kind: str, backend: str, per_table: dict[str, str], tune
     finally:
         instance.close()
         gc.collect()
-    dense = "fp32" if tune.mlp == "fp32" else f"int8 {tune.mlp_mode}"
-    return Row(name, kind, "holdout", stored, dense, backend, dict(per_table)).with_delta(delta(labels, base_logits, logits)), logits
+    dense = dense_label(tune)
+    row = Row(name, kind, "holdout", stored, dense, backend, dict(per_table)).with_delta(delta(labels, base_logits, logits))
+    log.info("tune: held-out check: %s: %.3f MB, ΔAUC %+.5f [%+.5f, %+.5f]", name, stored / 1e6, row.auc_delta,
+             row.auc_delta_lo, row.auc_delta_hi)
+    return row, logits
+
+
+def dense_label(tune) -> str:
+    """The tune's deployed dense layers as its labels name them: fp32, or `int8 dynamic` / `int8 static`."""
+    return "fp32" if tune.mlp == "fp32" else f"int8 {tune.mlp_mode}"
 
 
 def holdout_rows(chosen: dict[str, str], tables: Sequence[Table], tune, model: nn.Module, calibration, device,
@@ -69,6 +80,6 @@ def holdout_rows(chosen: dict[str, str], tables: Sequence[Table], tune, model: n
     for precision in tune.precisions:
         if precision in UNIFORM_BACKENDS and all(t.packs(precision) for t in tables):
             backend = UNIFORM_BACKENDS[precision]
-            rows.append(real_row(f"uniform {precision} ({backend})", "uniform", backend, uniform(tables, precision),
+            rows.append(real_row(f"uniform {precision} ({backend}, {dense_label(tune)} MLP)", "uniform", backend, uniform(tables, precision),
                                  tune, model, calibration, device, batches, base)[0])
     return rows, gap

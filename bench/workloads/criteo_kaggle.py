@@ -35,5 +35,8 @@ class CriteoKaggle(CriteoWorkload):
         parts, meta = read_preprocessed(folder)
         return parts, meta["num_embeddings"], "preprocessed" if path.is_dir() else f"text -> {folder}"
 
+    def _text_sources(self, path):
+        return [] if path.is_dir() else [path]
+
     def _split(self, parts):
         return row_order_split(parts, self.cfg.eval_split)

@@ -51,6 +51,11 @@ class CriteoTerabyte(CriteoWorkload):
         parts, meta = read_preprocessed(folder)
         return parts, meta["num_embeddings"], f"text -> {folder}"
 
+    def _text_sources(self, path):
+        if path.is_dir():
+            return [] if layout.read_meta(path) is not None else day_files(path)
+        return [path]
+
     def _split(self, parts):
         if len(parts) == 1 and parts[0].day is None:
             parts = [dataclasses.replace(parts[0], day=0)]

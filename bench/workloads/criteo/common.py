@@ -20,6 +20,7 @@ from bench.config import WorkloadConfig
 from bench.errors import UserError
 from bench.workloads.workload import SPLITS, TableSpec, Workload
 from bench.workloads.criteo import layout
+from bench.workloads.criteo.text import sniff_file
 from bench.workloads.criteo.convert import (
     PreprocessOptions,
     cache_key,
@@ -87,6 +88,19 @@ class CriteoWorkload(Workload):
     def _split(self, parts: list[Part]) -> tuple[Split, Split, Split, str]:
         """(train, eval, other held-out half, note)."""
         raise NotImplementedError
+
+    def _text_sources(self, path: Path) -> list[Path]:
+        """The raw text files `_open` would preprocess from `path` ([] when it reads no text)."""
+        return []
+
+    def check_data(self) -> None:
+        """Before any work: the path exists, and each raw text source's first line is a Criteo line (its
+        field count and format, `sniff_file`): a file of another kind is one line, with nothing cached."""
+        path = Path(self.cfg.path).expanduser()
+        if not path.exists():
+            raise UserError(f"workload.path={self.cfg.path!r}: no such file or folder")
+        for source in self._text_sources(path):
+            sniff_file(source)
 
     # --- helpers for subclasses -----------------------------------------------------------
     def preprocess_options(self) -> PreprocessOptions:

@@ -107,6 +107,7 @@ def preprocessed(onnx_path: Path, workdir: Path) -> Path:
 
 class OrtBackend(ToolkitBackend):
     toolkit = EXTRA
+    best_triangle = "fold"  # the deploy form's triangle: a Gather on axis 1 is ONNX Runtime's slow spot (docs/toolkits.md)
     modules = ("onnx", "onnxruntime", "onnxruntime.quantization")
 
     def quantize(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> Path:

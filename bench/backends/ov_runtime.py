@@ -70,7 +70,7 @@ def table_bytes(model) -> int:
         if kind == "Constant":
             found[node.get_friendly_name() + str(id(node))] = node.get_byte_size()
         elif kind in ("Convert", "Subtract", "Multiply", "Reshape"):
-            for i in node.inputs():
+            for i in node.inputs()[:1] if kind == "Reshape" else node.inputs():  # a Reshape's shape is no table
                 walk(i.get_source_output().get_node())
 
     for op in model.get_ops():
@@ -104,6 +104,7 @@ def output_layers(model) -> list[str]:
 
 class OvBackend(ToolkitBackend):
     toolkit = EXTRA
+    best_triangle = "gather"  # the deploy form's triangle: OpenVINO runs the Gather on axis 1 with a JIT kernel (docs/toolkits.md)
     modules = ("openvino", "nncf")
 
     def load_toolkit(self) -> None:

@@ -30,6 +30,7 @@ class OvRunner:
         self.request = None
         self.threads: int | None = None
         self.precision: str | None = None
+        self.settings: dict = {}
 
     def compile(self, threads: int) -> None:
         import openvino as ov
@@ -37,12 +38,19 @@ class OvRunner:
         import openvino.properties.hint as hints
 
         pinned = getattr(ov.Type, PRECISION)
-        config = {hints.inference_precision: pinned, props.inference_num_threads: threads}
+        # OpenVINO's CPU guidance for one synchronous request at a fixed thread count: the LATENCY hint, one
+        # stream holding every thread the job times with
+        config = {hints.inference_precision: pinned, props.inference_num_threads: threads,
+                  hints.performance_mode: hints.PerformanceMode.LATENCY, props.num_streams: 1}
         compiled = ov.Core().compile_model(self.model, "CPU", config)
         precision = compiled.get_property(hints.inference_precision)
         if precision != pinned:
             raise RuntimeError(f"OpenVINO compiled the model at inference precision {precision.get_type_name()}, not {PRECISION} as pinned")
         self.precision = precision.get_type_name()
+        # read back from the compiled model: what it runs with, for the record
+        self.settings = {name: str(compiled.get_property(name)) for name in
+                         ("PERFORMANCE_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS", "ENABLE_CPU_PINNING", "ENABLE_HYPER_THREADING",
+                          "SCHEDULING_CORE_TYPE") if name in compiled.get_property("SUPPORTED_PROPERTIES")}
         self.request = compiled.create_infer_request()
         self.threads = threads
 
@@ -53,7 +61,8 @@ class OvRunner:
 
     def metrics(self) -> dict:
         # the precision the compiled model reported, read back after the pin: the correctness guard's record
-        return {"runtime_threads": self.threads, "inference_precision": self.precision, "inference_precision_pinned": PRECISION}
+        return {"runtime_threads": self.threads, "inference_precision": self.precision, "inference_precision_pinned": PRECISION,
+                "runtime_settings": self.settings}
 
 
 def constant_bytes(model) -> int:

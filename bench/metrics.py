@@ -102,6 +102,9 @@ TOOLKIT = metric("toolkit", "", NEITHER, "s", "the quantization toolkit whose ow
                  "docs/toolkits.md)", TIMING)
 TIMED_INPUTS = metric("timed_inputs", "", NEITHER, "s", "what the timed calls of a runtime with its own input format took: "
                       "the batches converted to it before timing, as the KJTs are for the torch backends", TIMING)
+RUNTIME_REFERENCE = metric("runtime_reference", "", NEITHER, "s", "the unquantized backend on the same runtime and export (a "
+                           "toolkit's `_fp32` row, `compiled_fp32` for Neural Compressor): the quantization's part of the speedup "
+                           "is over it", TIMING)
 THREADS = metric("threads", "", NEITHER, "d", "torch intra-op threads the job ran with", TIMING)
 
 # -------------------------------------------------------------------------------------- memory

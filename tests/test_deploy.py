@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from bench.backends.twin import build_twin
+from bench.backends.deploy import export_twin
 from bench.models.dlrm import build_dlrm, embedding_bag_collection
 from bench.workloads.random_batch import random_batch, tiny_model_config
 from bench.workloads.workload import TableSpec
@@ -54,7 +54,7 @@ def test_one_hot_export_is_one_gather_without_bag_sums_or_transposes(triangle, t
     specs = tables([1] * 6)
     model = build_dlrm(tiny_model_config(8), specs, num_dense=13).eval()
     calibration = [random_batch(specs, 128, seed=s) for s in (1, 2)]
-    twin = build_twin(model, calibration[0], form="deploy", triangle=triangle, calibration=calibration)
+    twin = export_twin(model, calibration[0], form="deploy", triangle=triangle, calibration=calibration)
     assert twin.input_names() == ["dense", "ids_0"] and twin.details["triangle"] == triangle
     assert twin.details["stacked_tables"] == [6] and twin.details["keyed_tensor"].startswith("bypassed")
     path, graph = onnx_graph(twin, calibration[0], tmp_path)
@@ -80,7 +80,7 @@ def test_multi_hot_features_keep_their_sum(tmp_path):
     specs = tables([1, 3, 1, 2, 1])  # workload.pooling above 1 for two features
     model = build_dlrm(tiny_model_config(8), specs, num_dense=13).eval()
     calibration = [random_batch(specs, 128, seed=s) for s in (1, 2)]
-    twin = build_twin(model, calibration[0], form="deploy", calibration=calibration)
+    twin = export_twin(model, calibration[0], form="deploy", calibration=calibration)
     assert twin.input_names() == ["dense", "ids_0", "cat_1", "cat_3"]
     assert (twin.details["one_hot_features"], twin.details["multi_hot_features"]) == (3, 2)
     path, graph = onnx_graph(twin, calibration[0], tmp_path)
@@ -103,7 +103,7 @@ def test_other_models_export_in_the_deploy_form(kind):
     model = {"dlrm_dcn": lambda: dlrm_dcn.build(ebc, 13), "dlrm_projection": lambda: dlrm_projection.build(ebc, 13),
              "two_tower": lambda: two_tower(ebc, 13, item_features=["cat_0", "cat_2"])}[kind]().eval()
     calibration = [random_batch(specs, 64, seed=s) for s in (1, 2)]
-    twin = build_twin(model, calibration[0], form="deploy", triangle="fold", calibration=calibration)  # checks its scores itself
+    twin = export_twin(model, calibration[0], form="deploy", triangle="fold", calibration=calibration)  # checks its scores itself
     assert twin.details["triangle"].startswith("none")  # none of them has torchrec's pairwise triangle
     assert twin.input_names() == ["dense", "ids_0", "cat_2"]
     batch = random_batch(specs, 100, seed=4)
@@ -125,7 +125,7 @@ def test_fold_falls_back_to_gather_with_its_reason_outside_torchrec_dlrm():
             return self.inner(dense, sparse) * 2
 
     batch = random_batch(specs, 32, seed=1)
-    twin = build_twin(model, batch, form="deploy", triangle="fold")
+    twin = export_twin(model, batch, form="deploy", triangle="fold")
     assert twin.details["triangle"] == "fold"
-    wrapped = build_twin(Wrapped().eval(), batch, form="deploy", triangle="fold")
+    wrapped = export_twin(Wrapped().eval(), batch, form="deploy", triangle="fold")
     assert wrapped.details["triangle"] == "gather" and "DLRM forward" in wrapped.details["triangle_fallback"]

@@ -34,10 +34,24 @@ from torchrec.models.dlrm import DLRM, InteractionArch, OverArch, SparseArch
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedTensor
 
-from bench.backends.twin import DenseFeatures, InputLayout, Twin
+from bench.backends.twin import DenseFeatures, InputLayout, Twin, build_twin, check_scores, expressible
 from bench.batch import Batch
 
 TRIANGLES = ("gather", "fold")
+FORMS = ("deploy", "plain")
+
+
+def export_twin(model: nn.Module, sample: Batch, form: str = "deploy", triangle: str = "gather", calibration: Sequence[Batch] = ()) -> Twin:
+    """The exported twin of `model` in `form` (`plain`: bench.backends.twin.build_twin), checked on `sample`
+    against the model's scores; the deploy form judges one-hot features on `sample` and `calibration`."""
+    if form == "plain":
+        return build_twin(model, sample)
+    if form not in FORMS:
+        raise ValueError(f"export form {form!r}: choose one of {', '.join(FORMS)}")
+    model, found = expressible(model)
+    twin = deploy_twin(model, found, [sample, *calibration], triangle)
+    check_scores(twin, model, sample)
+    return twin
 
 
 def one_hot_features(batches: Sequence[Batch]) -> set[str]:

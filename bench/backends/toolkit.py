@@ -24,14 +24,13 @@ from torch import nn
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from bench.backends.backend import Backend, NotApplicable
-from bench.backends.deploy import TRIANGLES
-from bench.backends.twin import Twin, build_twin
+from bench.backends.deploy import FORMS as EXPORT_FORMS
+from bench.backends.deploy import TRIANGLES, export_twin
+from bench.backends.twin import Twin
 from bench.batch import Batch
 from bench.config import BackendConfig
 from bench.errors import UserError
-from bench.metrics import TOOLKIT
-
-EXPORT_FORMS = ("deploy", "plain")
+from bench.metrics import RUNTIME_REFERENCE, TOOLKIT
 
 
 @dataclass
@@ -56,7 +55,7 @@ def check_export_options(cfg) -> None:
 def twin_of(model: nn.Module, calibration_batches: Sequence[Batch], cfg, best_triangle: str) -> Twin:
     """The exported twin in the form the backend config asks for (`backend.export`, `backend.triangle`)."""
     triangle = best_triangle if cfg.triangle == "auto" else cfg.triangle
-    return build_twin(model, calibration_batches[0], form=cfg.export, triangle=triangle, calibration=calibration_batches)
+    return export_twin(model, calibration_batches[0], form=cfg.export, triangle=triangle, calibration=calibration_batches)
 
 Feeds = dict[str, np.ndarray]
 
@@ -190,5 +189,7 @@ class ToolkitBackend(Backend):
         return [(prepared.feeds(dense, sparse),) for dense, sparse in inputs]
 
     def job_metrics(self, prepared: nn.Module) -> dict[str, Any]:
+        reference = f"{self.toolkit}_fp32"  # the same runtime unquantized: the quantization's part of the speedup is over it
         return {TOOLKIT: self.toolkit, "quantizes": self.quantizes, "runtime_bytes": prepared.runtime_bytes(),
+                **({RUNTIME_REFERENCE: reference} if reference != self.cfg.name else {}),
                 "runtime_table_bytes": prepared.runtime_table_bytes(), **prepared.details, **prepared.runner.metrics()}

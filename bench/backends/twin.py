@@ -19,7 +19,7 @@ modules other than EmbeddingBagCollections, per-id weights, pooling other than S
 that reads the KJT anywhere but in its EmbeddingBagCollections. `build_twin` checks the twin's scores
 against the model's on a sample batch before returning it.
 
-Two forms (`form=`): `plain`, as above, and `deploy`, the graph a deployer would ship (bench.backends.deploy):
+Two forms: `plain`, as above (`build_twin`), and `deploy`, the graph a deployer would ship (bench.backends.deploy):
 one-hot features as one plain gather into a stacked table, the interaction's upper triangle without
 transposes, and no KeyedTensor round trip where the model is torchrec's DLRM.
 """
@@ -151,12 +151,27 @@ def dense_inputs(dense: torch.Tensor, sparse: KeyedJaggedTensor, pads: dict[str,
     return (dense.float().contiguous(), *ids)
 
 
-def build_twin(model: nn.Module, sample: Batch, form: str = "plain", triangle: str = "gather",
-               calibration: Sequence[Batch] = ()) -> Twin:
+def build_twin(model: nn.Module, sample: Batch) -> Twin:
     """The exported twin of `model` (its weights copied, the model left alone), checked on `sample`
-    against the model's own scores; NotApplicable when it cannot express the model. `form="deploy"`: the
-    deployer's graph (bench.backends.deploy), one-hot features found on `calibration` (default: `sample`),
-    the interaction's triangle taken by `triangle` ("gather" or "fold")."""
+    against the model's own scores; NotApplicable when it cannot express the model. The deploy form:
+    bench.backends.deploy.export_twin."""
+    model, found = expressible(model)
+    pads: dict[str, int] = {}
+    stand_ins = {}
+    with torch.inference_mode():
+        for _, ebc in found:
+            pooled = ebc(sample.sparse)  # the keys and widths the model's code expects back
+            stand_ins[id(ebc)] = GatherBags(ebc, pooled.keys(), pooled.length_per_key())
+            for cfg in ebc.embedding_bag_configs():
+                pads.update({feature: cfg.num_embeddings for feature in cfg.feature_names})
+    twin = Twin(copy.deepcopy(model, memo=dict(stand_ins)), pads).eval()
+    check_scores(twin, model, sample)
+    return twin
+
+
+def expressible(model: nn.Module) -> tuple[nn.Module, list[tuple[str, EmbeddingBagCollection]]]:
+    """The model (with its tables' rows, where it has random weights: a copy) and its EmbeddingBagCollections;
+    NotApplicable when a twin cannot express it."""
     found = embedding_bag_collections(model)
     if not found:
         raise NotApplicable(f"the exported twin needs torchrec EmbeddingBagCollections; {type(model).__name__} has none")
@@ -172,27 +187,10 @@ def build_twin(model: nn.Module, sample: Batch, form: str = "plain", triangle: s
     if any(unmaterialized(ebc) for _, ebc in found):  # random weights: give the tables their rows first
         model = materialize_random_tables(copy.deepcopy(model))
         found = embedding_bag_collections(model)
-
-    if form == "deploy":
-        from bench.backends.deploy import deploy_twin
-
-        twin = deploy_twin(model, found, [sample, *calibration], triangle)
-        _check(twin, model, sample)
-        return twin
-    pads: dict[str, int] = {}
-    stand_ins = {}
-    with torch.inference_mode():
-        for _, ebc in found:
-            pooled = ebc(sample.sparse)  # the keys and widths the model's code expects back
-            stand_ins[id(ebc)] = GatherBags(ebc, pooled.keys(), pooled.length_per_key())
-            for cfg in ebc.embedding_bag_configs():
-                pads.update({feature: cfg.num_embeddings for feature in cfg.feature_names})
-    twin = Twin(copy.deepcopy(model, memo=dict(stand_ins)), pads).eval()
-    _check(twin, model, sample)
-    return twin
+    return model, found
 
 
-def _check(twin: Twin, model: nn.Module, sample: Batch) -> None:
+def check_scores(twin: Twin, model: nn.Module, sample: Batch) -> None:
     try:
         with torch.inference_mode():
             want = model(sample.dense, sample.sparse)

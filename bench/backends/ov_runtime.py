@@ -96,10 +96,16 @@ def _is_constant(node) -> bool:
     return kind in ("Convert", "Subtract", "Multiply", "Reshape") and all(_is_constant(i.get_source_output().get_node()) for i in node.inputs())
 
 
+# Products whose two inputs can both be activations: a matrix product (DLRM's pairwise interaction) or an
+# elementwise one (a DCN cross layer's x0 * (W x + b), a two-tower score's user * item).
+PRODUCTS = ("MatMul", "Multiply")
+
+
 def activation_products(model) -> list[str]:
-    """Friendly names of the MatMuls whose inputs are both activations (DLRM's interaction)."""
+    """Friendly names of the MatMuls and elementwise Multiplies whose inputs are both activations: left fp32
+    by the quantizing backends (NNCF's ignored scope), found by the rule, not by a model's layer names."""
     return [op.get_friendly_name() for op in model.get_ops()
-            if op.get_type_name() == "MatMul" and not any(_is_constant(i.get_source_output().get_node()) for i in op.inputs())]
+            if op.get_type_name() in PRODUCTS and not any(_is_constant(i.get_source_output().get_node()) for i in op.inputs())]
 
 
 def output_layers(model) -> list[str]:

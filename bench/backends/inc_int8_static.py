@@ -1,5 +1,7 @@
 """`inc_int8_static`: Intel Neural Compressor's static int8 through torch.export (PT2E), run under `torch.compile`
-with inductor's freezing: the exported twin (bench.backends.twin) with its Linear layers int8.
+with inductor's freezing: the exported twin (bench.backends.twin; the deploy form of bench.backends.deploy by
+default, `backend.export` and `backend.triangle` as for the other toolkit backends) with its Linear layers int8.
+`compiled_fp32` compiles the same twin unquantized: its speedup is the compilation's part of this one's.
 
 The calls, all Neural Compressor's own (`neural_compressor.torch`): `export` (torch.export of the twin, batch and
 bag widths dynamic), `prepare(graph, get_default_static_config())` (observers placed by PyTorch's

@@ -129,3 +129,14 @@ def test_fold_falls_back_to_gather_with_its_reason_outside_torchrec_dlrm():
     assert twin.details["triangle"] == "fold"
     wrapped = export_twin(Wrapped().eval(), batch, form="deploy", triangle="fold")
     assert wrapped.details["triangle"] == "gather" and "DLRM forward" in wrapped.details["triangle_fallback"]
+
+
+def test_a_bad_export_option_is_one_line_naming_the_choices():
+    from bench.backends.toolkit import ToolkitConfig, check_export_options
+    from bench.errors import UserError
+
+    with pytest.raises(UserError, match=r"backend.export='stacked': choose one of deploy, plain"):
+        check_export_options(ToolkitConfig(name="openvino_fp32", export="stacked"))
+    with pytest.raises(UserError, match=r"backend.triangle='slice': choose one of auto, gather, fold"):
+        check_export_options(ToolkitConfig(name="openvino_fp32", triangle="slice"))
+    check_export_options(ToolkitConfig(name="openvino_fp32"))

@@ -139,18 +139,6 @@ class Twin(nn.Module):
         return self.layout(dense, sparse)
 
 
-def dense_inputs(dense: torch.Tensor, sparse: KeyedJaggedTensor, pads: dict[str, int]) -> tuple[torch.Tensor, ...]:
-    """A twin's inputs from a batch, given only its `pads` (feature -> padding id, in input order): what a
-    runtime that keeps no twin needs to convert batches."""
-    jts = sparse.to_dict()
-    ids = []
-    for feature, pad in pads.items():
-        jt = jts[feature]
-        width = max(1, int(jt.lengths().max())) if jt.lengths().numel() else 1
-        ids.append(jt.to_padded_dense(desired_length=width, padding_value=pad).long().contiguous())
-    return (dense.float().contiguous(), *ids)
-
-
 def build_twin(model: nn.Module, sample: Batch) -> Twin:
     """The exported twin of `model` (its weights copied, the model left alone), checked on `sample`
     against the model's own scores; NotApplicable when it cannot express the model. The deploy form:

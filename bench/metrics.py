@@ -104,6 +104,9 @@ TIMED_INPUTS = metric("timed_inputs", "", NEITHER, "s", "what the timed calls of
                       "the batches converted to it before timing, as the KJTs are for the torch backends", TIMING)
 DENSE_PATH = metric("dense_path", "", NEITHER, "s", "the path the dense layers (MLP) ran: fp32, fp16/bf16 (torchrec's dense lowering, "
                     "the quantized backends' default on CUDA) or int8 (torch.ao's, their default on CPU, or torchao's)", TIMING)
+RUNTIME_REFERENCE = metric("runtime_reference", "", NEITHER, "s", "the unquantized backend on the same runtime and export (a "
+                           "toolkit's `_fp32` row, `compiled_fp32` for Neural Compressor): the quantization's part of the speedup "
+                           "is over it", TIMING)
 THREADS = metric("threads", "", NEITHER, "d", "torch intra-op threads the job ran with", TIMING)
 
 # -------------------------------------------------------------------------------------- memory

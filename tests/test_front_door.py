@@ -112,7 +112,7 @@ def test_help_explains_the_tool(tmp_path):
         assert text in out, text
     sweeps = sorted(p.stem for p in (REPO / "conf" / "sweep").glob("*.yaml"))
     assert f"[+sweep={'|'.join(sweeps)}]" in out and len(sweeps) == 8  # every sweep of conf/sweep/
-    assert ("ao_embeddingbag, ao_embeddingbag4, inc_int8_static, onnxruntime_{fp32,int8_dynamic,int8_static,w4}, "
+    assert ("ao_embeddingbag, ao_embeddingbag4, compiled_fp32, inc_int8_static, onnxruntime_{fp32,int8_dynamic,int8_static,w4}, "
             "openvino_{fp32,int8,w4,w8}, quark_w8a8  the quantization toolkits' backends") in out
     for text in ("throughput± (samples/s ↑)", "speedup± (x ↑)", "peak_rss_bytes (bytes ↓)", "latency_ms (ms ↓)", "(unit ↑) higher is better",
                  "default model (a few minutes on 2 busy cores)"):

@@ -4,8 +4,8 @@ The hand count takes the big pieces from their definitions, not from the code un
 - tables: rows x dim x 4 for fp32 eager tables; for an FBGEMM table-batched kernel, each table's
   rows x row bytes (fp32 4D, fp16 2D, int8 D+4, int4 D/2+4, int2 D/4+4), rounded up to 128 bytes
   as FBGEMM aligns tables in its one buffer; torch's rowwise-quantized bags (ao_embeddingbag): int8 D+8
-  (fp32 scale and bias), int4 D/2+4 (fp16); the exported twin's gathers (inc_int8_static): fp32 rows plus
-  one zero row per table;
+  (fp32 scale and bias), int4 D/2+4 (fp16); the exported twin's gathers (inc_int8_static, compiled_fp32): the tables
+  stacked, fp32 rows plus one zero row;
 - Linear layers: (in x out + out) x 4 in fp32 (weights, bias, including fake-quant Linear and the fp32
   weights an exported int8 graph keeps beside its quantize/dequantize pairs); an int8
   dynamic Linear: in x out bytes, its fp32 bias, and a float64 scale and an int64 zero point per
@@ -51,10 +51,13 @@ def hand_count(prepared: nn.Module, linear_shapes: list[tuple[int, int]]) -> int
     rowwise = any(isinstance(m, RowwiseEmbeddingBag) for m in prepared.modules())
     exported = isinstance(prepared, CompiledTwin)
     tables = 0
-    for t in TABLES:
+    if exported:  # the deploy export: the tables of one dim stacked, one zero row after them (the padding id)
+        (dtype,) = {s["dtype"] for s in storage.values()}
+        assert list(storage) == ["+".join(t.name for t in TABLES)]
+        tables = (sum(t.num_embeddings for t in TABLES) + 1) * ROW_BYTES[dtype]
+    for t in TABLES if not exported else ():
         dtype = storage[t.name]["dtype"]
-        rows = t.num_embeddings + (1 if exported else 0)  # the twin's zero row (the padding id)
-        payload = rows * (ROWWISE_ROW_BYTES if rowwise else ROW_BYTES)[dtype]
+        payload = t.num_embeddings * (ROWWISE_ROW_BYTES if rowwise else ROW_BYTES)[dtype]
         tables += round_up(payload, 128) if tbe else payload
     # each layer as the backend left it: int8 (weights, fp32 bias, per-channel scale and zero point) or fp32
     # (the output layer stays fp32 by default: backend.mlp_output)

@@ -54,7 +54,8 @@ def test_fp32_runtimes_score_as_the_model(name, setup):
         torch.testing.assert_close(module(batch.dense, batch.sparse), want, rtol=1e-5, atol=1e-5)
         (feeds,), = backend.timed_inputs(module, [(batch.dense, batch.sparse)])
         torch.testing.assert_close(module(feeds), want, rtol=1e-5, atol=1e-5)
-    assert module.runtime_table_bytes() == sum((t.num_embeddings + 1) * 32 * 4 for t in tables)  # + each zero row
+    # the deploy form: the tables stacked, one zero row after them
+    assert module.runtime_table_bytes() == (sum(t.num_embeddings for t in tables) + 1) * 32 * 4
 
 
 # What each backend says it quantizes, seen in the graph the runtime was handed.
@@ -169,3 +170,27 @@ def test_openvino_quiets_nncf_by_its_logger_level_only():
     finally:
         nncf_logger.removeHandler(watcher)
         nncf_logger.setLevel(level)
+
+
+@needs_toolkits
+def test_elementwise_products_of_activations_stay_out_of_openvino_int8():
+    """A DCN cross layer's x0 * (W x + b) and a two-tower score's user * item are found by the rule (both inputs
+    activations), not by name, and left fp32 by NNCF; a product with a weight is not among them."""
+    from examples.torchrec_models import dlrm_dcn
+    from examples.two_tower import build as two_tower
+
+    from bench.models.dlrm import embedding_bag_collection
+
+    torch.manual_seed(0)
+    tables = tiny_tables()
+    calibration = [random_batch(tables, 64, seed=s) for s in (1, 2)]
+    cases = {"dcn": (dlrm_dcn.build(embedding_bag_collection(tables, 8), 13, dcn_num_layers=3), 3),
+             "two_tower": (two_tower(embedding_bag_collection(tables, 8), 13, item_features=["cat_0"]), 1)}
+    for name, (model, products) in cases.items():
+        backend, module = prepared("openvino_int8", model.eval(), calibration)
+        ignored = backend.job_metrics(module)["nncf_ignored_scope"]
+        assert len(ignored) == products and all(n.rsplit("/", 1)[-1].startswith("Mul") for n in ignored), (name, ignored)
+        batch = random_batch(tables, 128, seed=5)
+        with torch.inference_mode(), hardware.timing_threads(1):
+            got, want = module(batch.dense, batch.sparse), model(batch.dense, batch.sparse)
+        assert torch.isfinite(got).all() and torch.corrcoef(torch.stack([got.flatten(), want.flatten()]))[0, 1] > 0.9

@@ -1,5 +1,7 @@
 """`inc_int8_static`: Intel Neural Compressor's static int8 through torch.export (PT2E), run under `torch.compile`
-with inductor's freezing: the exported twin (bench.backends.twin) with its Linear layers int8.
+with inductor's freezing: the exported twin (bench.backends.twin; the deploy form of bench.backends.deploy by
+default, `backend.export` and `backend.triangle` as for the other toolkit backends) with its Linear layers int8.
+`compiled_fp32` compiles the same twin unquantized: its speedup is the compilation's part of this one's.
 
 The calls, all Neural Compressor's own (`neural_compressor.torch`): `export` (torch.export of the twin, batch and
 bag widths dynamic), `prepare(graph, get_default_static_config())` (observers placed by PyTorch's
@@ -32,36 +34,54 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from bench.backends.backend import Backend, NotApplicable
 from bench.backends.toolkit import missing, require
-from bench.backends.twin import GatherBags, Twin, build_twin, dense_inputs
+from bench.backends.deploy import StackedBags
+from bench.backends.toolkit import ToolkitConfig, check_export_options, twin_of
+from bench.backends.twin import GatherBags, Twin
 from bench.batch import Batch
-from bench.config import BackendConfig
-from bench.metrics import TOOLKIT
+from bench.metrics import RUNTIME_REFERENCE, TOOLKIT
 from bench.registry import register
 
+# the deploy form's triangle under inductor when backend.triangle=auto (docs/toolkits.md)
+BEST_TRIANGLE = "gather"
 QUANTIZES = ("Linear layers int8 (weights per output channel, inputs uint8 per tensor, static: calibrated); "
              "tables and the interaction fp32")
 
 
 @dataclass
-class IncInt8StaticConfig(BackendConfig):
+class IncInt8StaticConfig(ToolkitConfig):
     name: str = "inc_int8_static"
     compile: bool = True  # torch.compile with freezing (int8 kernels); false: the converted graph run eagerly
 
 
 def dynamic_shapes(twin: Twin, example: Sequence[torch.Tensor]) -> tuple:
-    """torch.export's dynamic dims of the twin's inputs: the batch everywhere, each id matrix's bag width."""
+    """torch.export's dynamic dims of the twin's inputs: the batch everywhere, each bag matrix's width."""
     batch = torch.export.Dim("batch", min=1)
-    widths = tuple({0: batch, 1: torch.export.Dim(f"width_{i}", min=1)} for i in range(len(example) - 1))
+    widths = tuple({0: batch, 1: torch.export.Dim(f"width_{i}", min=1)} if wide else {0: batch}
+                   for i, wide in enumerate(twin.layout.dynamic_width()))
     return ({0: batch}, widths)  # the twin's signature: (dense, *ids)
 
 
 def export_example(twin: Twin, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-    """The twin's inputs with every id matrix at least 2 wide (a column of its zero row's id added, which adds
-    nothing to the sum): torch.export fixes a dimension its example gives as 1, and a one-hot feature's matrix
-    is 1 wide until a batch holds a longer bag."""
+    """The twin's inputs with every bag matrix at least 2 wide (a column of its zero row's id added, which adds
+    nothing to the sum): torch.export fixes a dimension its example gives as 1, and a bag matrix is 1 wide until
+    a batch holds a longer bag. One-hot columns (the deploy form) keep their fixed width."""
     dense, *ids = inputs
-    wide = [m if m.shape[1] > 1 else torch.cat([m, torch.full_like(m, twin.pads[f])], dim=1) for f, m in zip(twin.features, ids)]
+    wide = [m if kind != "bag" or m.shape[1] > 1 else torch.cat([m, torch.full_like(m, pads[0])], dim=1)
+            for (kind, _, _, pads), m in zip(twin.layout.specs, ids)]
     return (dense, *wide)
+
+
+def gather_tables(twin: Twin) -> dict[str, dict]:
+    """The twin's gather weights as bench.backends.tables reads them: each plain table, or each stack."""
+    tables = {name: w for m in twin.modules() if isinstance(m, GatherBags) for name, w in m.tables.items()}
+    tables.update({"+".join(names): w for m in twin.modules() if isinstance(m, StackedBags) for names, w in zip(m.stacked_tables, m.stacks)})
+    return {name: {"dtype": "fp32", "rows": int(w.shape[0]), "row_bytes": int(w.shape[1]) * w.element_size()} for name, w in tables.items()}
+
+
+def exported_twin(twin: Twin, calibration: Sequence[tuple[torch.Tensor, ...]]):
+    """torch.export of the twin (batch and bag widths dynamic), with the example it was exported from."""
+    example = export_example(twin, calibration[0])
+    return torch.export.export(twin, example, dynamic_shapes=dynamic_shapes(twin, example)), example
 
 
 class CompiledTwin(nn.Module):
@@ -71,14 +91,14 @@ class CompiledTwin(nn.Module):
     def __init__(self, graph: nn.Module, twin: Twin, compile: bool) -> None:
         super().__init__()
         self.graph = graph  # holds the weights (counted as the model's bytes)
-        self.pads = dict(twin.pads)  # not the twin: its own copy of the weights is freed once exported
+        self.layout = twin.layout  # not the twin: its own copy of the weights is freed once exported
+        self.details = dict(twin.details)
         self.__dict__["_run"] = torch.compile(graph) if compile else graph  # not a submodule: the same weights
         self.compiled = compile
-        self._tables = {name: {"dtype": "fp32", "rows": int(w.shape[0]), "row_bytes": int(w.shape[1]) * w.element_size()}
-                        for m in twin.modules() if isinstance(m, GatherBags) for name, w in m.tables.items()}
+        self._tables = gather_tables(twin)
 
     def dense_inputs(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> tuple[torch.Tensor, ...]:
-        return dense_inputs(dense, sparse, self.pads)
+        return self.layout(dense, sparse)
 
     def stored_tables(self) -> dict[str, dict]:
         """The tables as the graph holds them: fp32 gather weights, each with its zero row (bench.backends.tables)."""
@@ -103,6 +123,9 @@ class IncInt8StaticBackend(Backend):
     not_shardable = "it runs an exported graph in one process"
     timed_input_format = "the exported twin's dense id matrices (torch tensors), built before timing"
 
+    def check(self) -> None:
+        check_export_options(self.cfg)
+
     def unsupported_reason(self, device: torch.device) -> str | None:
         # a missing extra skips the job before the model is trained or loaded
         return super().unsupported_reason(device) or missing(("neural_compressor",), "inc", self.cfg.name)
@@ -114,7 +137,7 @@ class IncInt8StaticBackend(Backend):
         from neural_compressor.torch.export import export
         from neural_compressor.torch.quantization import convert, get_default_static_config, prepare
 
-        twin = build_twin(model, calibration_batches[0])
+        twin = twin_of(model, calibration_batches, self.cfg, BEST_TRIANGLE)
         calibration = [twin.inputs(b.dense, b.sparse) for b in calibration_batches]  # contiguous: export fixes strides
         with torch.no_grad():
             example = export_example(twin, calibration[0])
@@ -133,4 +156,4 @@ class IncInt8StaticBackend(Backend):
         return [prepared.dense_inputs(dense, sparse) for dense, sparse in inputs]
 
     def job_metrics(self, prepared: nn.Module) -> dict[str, Any]:
-        return {TOOLKIT: "inc", "quantizes": QUANTIZES, "compiled": prepared.compiled}
+        return {TOOLKIT: "inc", "quantizes": QUANTIZES, "compiled": prepared.compiled, RUNTIME_REFERENCE: "compiled_fp32", **prepared.details}

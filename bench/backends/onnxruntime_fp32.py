@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.backends.ort_runtime import OrtBackend
-from bench.config import BackendConfig
+from bench.backends.toolkit import ToolkitConfig
 from bench.registry import register
 
 
 @dataclass
-class OnnxruntimeFp32Config(BackendConfig):
+class OnnxruntimeFp32Config(ToolkitConfig):
     name: str = "onnxruntime_fp32"
 
 

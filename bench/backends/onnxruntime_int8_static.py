@@ -7,12 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.backends.ort_runtime import OrtBackend, activation_products, preprocessed
-from bench.config import BackendConfig
+from bench.backends.toolkit import ToolkitConfig
 from bench.registry import register
 
 
 @dataclass
-class OnnxruntimeInt8StaticConfig(BackendConfig):
+class OnnxruntimeInt8StaticConfig(ToolkitConfig):
     name: str = "onnxruntime_int8_static"
 
 

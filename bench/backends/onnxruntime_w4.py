@@ -6,14 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.backends.ort_runtime import OrtBackend
-from bench.config import BackendConfig
+from bench.backends.toolkit import ToolkitConfig
 from bench.registry import register
 
 BLOCK_SIZE = 32
 
 
 @dataclass
-class OnnxruntimeW4Config(BackendConfig):
+class OnnxruntimeW4Config(ToolkitConfig):
     name: str = "onnxruntime_w4"
 
 

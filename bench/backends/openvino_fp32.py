@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.backends.ov_runtime import OvBackend
-from bench.config import BackendConfig
+from bench.backends.toolkit import ToolkitConfig
 from bench.registry import register
 
 
 @dataclass
-class OpenvinoFp32Config(BackendConfig):
+class OpenvinoFp32Config(ToolkitConfig):
     name: str = "openvino_fp32"
 
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.backends.ov_runtime import OvBackend, activation_products
-from bench.config import BackendConfig
+from bench.backends.toolkit import ToolkitConfig
 from bench.registry import register
 
 
 @dataclass
-class OpenvinoInt8Config(BackendConfig):
+class OpenvinoInt8Config(ToolkitConfig):
     name: str = "openvino_int8"
 
 

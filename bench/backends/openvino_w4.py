@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.backends.ov_runtime import OvBackend, output_layers
-from bench.config import BackendConfig
+from bench.backends.toolkit import ToolkitConfig
 from bench.registry import register
 
 GROUP_SIZE = 32
@@ -22,7 +22,7 @@ MIN_GROUP_SIZE = 16
 
 
 @dataclass
-class OpenvinoW4Config(BackendConfig):
+class OpenvinoW4Config(ToolkitConfig):
     name: str = "openvino_w4"
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.backends.ov_runtime import OvBackend
-from bench.config import BackendConfig
+from bench.backends.toolkit import ToolkitConfig
 from bench.registry import register
 
 
 @dataclass
-class OpenvinoW8Config(BackendConfig):
+class OpenvinoW8Config(ToolkitConfig):
     name: str = "openvino_w8"
 
 

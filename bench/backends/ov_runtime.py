@@ -30,6 +30,7 @@ class OvRunner:
         self.request = None
         self.threads: int | None = None
         self.precision: str | None = None
+        self.settings: dict = {}
 
     def compile(self, threads: int) -> None:
         import openvino as ov
@@ -37,12 +38,19 @@ class OvRunner:
         import openvino.properties.hint as hints
 
         pinned = getattr(ov.Type, PRECISION)
-        config = {hints.inference_precision: pinned, props.inference_num_threads: threads}
+        # OpenVINO's CPU guidance for one synchronous request at a fixed thread count: the LATENCY hint, one
+        # stream holding every thread the job times with
+        config = {hints.inference_precision: pinned, props.inference_num_threads: threads,
+                  hints.performance_mode: hints.PerformanceMode.LATENCY, props.num_streams: 1}
         compiled = ov.Core().compile_model(self.model, "CPU", config)
         precision = compiled.get_property(hints.inference_precision)
         if precision != pinned:
             raise RuntimeError(f"OpenVINO compiled the model at inference precision {precision.get_type_name()}, not {PRECISION} as pinned")
         self.precision = precision.get_type_name()
+        # read back from the compiled model: what it runs with, for the record
+        self.settings = {name: str(compiled.get_property(name)) for name in
+                         ("PERFORMANCE_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS", "ENABLE_CPU_PINNING", "ENABLE_HYPER_THREADING",
+                          "SCHEDULING_CORE_TYPE") if name in compiled.get_property("SUPPORTED_PROPERTIES")}
         self.request = compiled.create_infer_request()
         self.threads = threads
 
@@ -53,7 +61,8 @@ class OvRunner:
 
     def metrics(self) -> dict:
         # the precision the compiled model reported, read back after the pin: the correctness guard's record
-        return {"runtime_threads": self.threads, "inference_precision": self.precision, "inference_precision_pinned": PRECISION}
+        return {"runtime_threads": self.threads, "inference_precision": self.precision, "inference_precision_pinned": PRECISION,
+                "runtime_settings": self.settings}
 
 
 def constant_bytes(model) -> int:
@@ -70,7 +79,7 @@ def table_bytes(model) -> int:
         if kind == "Constant":
             found[node.get_friendly_name() + str(id(node))] = node.get_byte_size()
         elif kind in ("Convert", "Subtract", "Multiply", "Reshape"):
-            for i in node.inputs():
+            for i in node.inputs()[:1] if kind == "Reshape" else node.inputs():  # a Reshape's shape is no table
                 walk(i.get_source_output().get_node())
 
     for op in model.get_ops():
@@ -87,10 +96,16 @@ def _is_constant(node) -> bool:
     return kind in ("Convert", "Subtract", "Multiply", "Reshape") and all(_is_constant(i.get_source_output().get_node()) for i in node.inputs())
 
 
+# Products whose two inputs can both be activations: a matrix product (DLRM's pairwise interaction) or an
+# elementwise one (a DCN cross layer's x0 * (W x + b), a two-tower score's user * item).
+PRODUCTS = ("MatMul", "Multiply")
+
+
 def activation_products(model) -> list[str]:
-    """Friendly names of the MatMuls whose inputs are both activations (DLRM's interaction)."""
+    """Friendly names of the MatMuls and elementwise Multiplies whose inputs are both activations: left fp32
+    by the quantizing backends (NNCF's ignored scope), found by the rule, not by a model's layer names."""
     return [op.get_friendly_name() for op in model.get_ops()
-            if op.get_type_name() == "MatMul" and not any(_is_constant(i.get_source_output().get_node()) for i in op.inputs())]
+            if op.get_type_name() in PRODUCTS and not any(_is_constant(i.get_source_output().get_node()) for i in op.inputs())]
 
 
 def output_layers(model) -> list[str]:
@@ -104,6 +119,7 @@ def output_layers(model) -> list[str]:
 
 class OvBackend(ToolkitBackend):
     toolkit = EXTRA
+    best_triangle = "gather"  # the deploy form's triangle: OpenVINO runs the Gather on axis 1 with a JIT kernel (docs/toolkits.md)
     modules = ("openvino", "nncf")
 
     def load_toolkit(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Sequence
 
@@ -23,9 +24,38 @@ from torch import nn
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from bench.backends.backend import Backend, NotApplicable
-from bench.backends.twin import Twin, build_twin, dense_inputs
+from bench.backends.deploy import FORMS as EXPORT_FORMS
+from bench.backends.deploy import TRIANGLES, export_twin
+from bench.backends.twin import Twin
 from bench.batch import Batch
-from bench.metrics import TOOLKIT
+from bench.config import BackendConfig
+from bench.errors import UserError
+from bench.metrics import RUNTIME_REFERENCE, TOOLKIT
+
+
+@dataclass
+class ToolkitConfig(BackendConfig):
+    """The options every backend that runs the exported twin shares."""
+
+    # deploy: the graph a deployer ships (bench.backends.deploy: stacked tables, one-hot gathers, the triangle
+    # without transposes); plain: the twin as torchrec's code exports line by line (to show the difference)
+    export: str = "deploy"
+    # how the deploy form takes the interaction's upper triangle: gather or fold; auto: the runtime's measured best
+    triangle: str = "auto"
+
+
+def check_export_options(cfg) -> None:
+    """backend.export / backend.triangle, as one-line UserErrors."""
+    if cfg.export not in EXPORT_FORMS:
+        raise UserError(f"backend.export={cfg.export!r}: choose one of {', '.join(EXPORT_FORMS)}")
+    if cfg.triangle not in ("auto", *TRIANGLES):
+        raise UserError(f"backend.triangle={cfg.triangle!r}: choose one of auto, {', '.join(TRIANGLES)}")
+
+
+def twin_of(model: nn.Module, calibration_batches: Sequence[Batch], cfg, best_triangle: str) -> Twin:
+    """The exported twin in the form the backend config asks for (`backend.export`, `backend.triangle`)."""
+    triangle = best_triangle if cfg.triangle == "auto" else cfg.triangle
+    return export_twin(model, calibration_batches[0], form=cfg.export, triangle=triangle, calibration=calibration_batches)
 
 Feeds = dict[str, np.ndarray]
 
@@ -73,7 +103,8 @@ def export_onnx(twin: Twin, example: tuple[torch.Tensor, ...], path: Path) -> Pa
     graph = copy.deepcopy(twin)
     _linears_as_matmul(graph)
     names = twin.input_names()
-    axes = {"dense": {0: "batch"}, **{f: {0: "batch", 1: f"ids_{f}"} for f in twin.features}, "score": {0: "batch"}}
+    axes = {"dense": {0: "batch"}, "score": {0: "batch"},
+            **{f: {0: "batch", 1: f"ids_{f}"} if wide else {0: "batch"} for f, wide in zip(twin.features, twin.layout.dynamic_width())}}
     with torch.inference_mode(False), torch.no_grad():
         torch.onnx.export(graph, example, str(path), input_names=names, output_names=["score"], dynamic_axes=axes,
                           opset_version=20, dynamo=False)
@@ -91,15 +122,15 @@ class RuntimeModule(nn.Module):
     def __init__(self, twin: Twin, runner: Callable[[Feeds, int], np.ndarray], runtime_bytes: int, table_bytes: int,
                  details: dict[str, Any]) -> None:
         super().__init__()
-        self.pads, self.names = dict(twin.pads), twin.input_names()  # not the twin: its fp32 weights are freed
+        self.layout, self.names = twin.layout, twin.input_names()  # not the twin: its fp32 weights are freed
         self.runner = runner
         self._runtime_bytes, self._table_bytes = runtime_bytes, table_bytes
         # what the build found (the graph's operators, ...): the module is reused by the jobs of other batch sizes,
         # each with a backend object of its own, so the record's details live here, not in the backend
-        self.details = details
+        self.details = {**twin.details, **details}
 
     def feeds(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> Feeds:
-        return feeds_of(dense_inputs(dense.cpu(), sparse, self.pads), self.names)
+        return feeds_of(self.layout(dense.cpu(), sparse), self.names)
 
     def forward(self, first, sparse: KeyedJaggedTensor | None = None) -> torch.Tensor:
         feeds = first if sparse is None else self.feeds(first, sparse)
@@ -123,12 +154,17 @@ class ToolkitBackend(Backend):
     toolkit: ClassVar[str]  # the pip extra (and the family) of the backend
     modules: ClassVar[tuple[str, ...]]  # what it imports from that extra, lazily
     quantizes: ClassVar[str]  # what is integer, in the record
+    # the deploy form's triangle when backend.triangle=auto: the runtime's faster one, measured (docs/toolkits.md)
+    best_triangle: ClassVar[str] = "gather"
+
+    def check(self) -> None:
+        check_export_options(self.cfg)
 
     def prepare(self, model: nn.Module, calibration_batches: Sequence[Batch], device: torch.device) -> nn.Module:
         if not calibration_batches:
             raise NotApplicable(f"backend {self.cfg.name!r} builds its exported twin from a calibration batch, and none was given")
         self.load_toolkit()
-        twin = build_twin(model, calibration_batches[0])
+        twin = twin_of(model, calibration_batches, self.cfg, self.best_triangle)
         calibration = [feeds_of(twin.inputs(b.dense, b.sparse), twin.input_names()) for b in calibration_batches]
         with tempfile.TemporaryDirectory(prefix="bench-toolkit-") as tmp:
             onnx_path = export_onnx(twin, twin.inputs(calibration_batches[0].dense, calibration_batches[0].sparse), Path(tmp) / "twin.onnx")
@@ -153,5 +189,7 @@ class ToolkitBackend(Backend):
         return [(prepared.feeds(dense, sparse),) for dense, sparse in inputs]
 
     def job_metrics(self, prepared: nn.Module) -> dict[str, Any]:
+        reference = f"{self.toolkit}_fp32"  # the same runtime unquantized: the quantization's part of the speedup is over it
         return {TOOLKIT: self.toolkit, "quantizes": self.quantizes, "runtime_bytes": prepared.runtime_bytes(),
+                **({RUNTIME_REFERENCE: reference} if reference != self.cfg.name else {}),
                 "runtime_table_bytes": prepared.runtime_table_bytes(), **prepared.details, **prepared.runner.metrics()}

@@ -18,6 +18,10 @@ What the twin cannot express raises `NotApplicable` (the job is `skipped` with t
 modules other than EmbeddingBagCollections, per-id weights, pooling other than SUM, and a forward
 that reads the KJT anywhere but in its EmbeddingBagCollections. `build_twin` checks the twin's scores
 against the model's on a sample batch before returning it.
+
+Two forms: `plain`, as above (`build_twin`), and `deploy`, the graph a deployer would ship (bench.backends.deploy):
+one-hot features as one plain gather into a stacked table, the interaction's upper triangle without
+transposes, and no KeyedTensor round trip where the model is torchrec's DLRM.
 """
 
 from __future__ import annotations
@@ -73,41 +77,89 @@ class GatherBags(nn.Module):
         return KeyedTensor(keys=self.keys, length_per_key=self.length_per_key, values=torch.cat(pooled, dim=1))
 
 
-class Twin(nn.Module):
-    """`twin(dense, *ids)`: the model's scores from dense id matrices, one per feature of `features`."""
+class InputLayout:
+    """How a batch becomes a twin's inputs: `(dense, *matrices)`, each matrix either the bags of one feature
+    padded to the batch's longest (`("bag", name, [feature], [pad])`) or one column per one-hot feature
+    (`("one_hot", name, features, pads)`: each bag holds at most one id; an empty one gets its pad).
+    Small and free of weights: what a runtime that keeps no twin needs to convert batches."""
 
-    def __init__(self, model: nn.Module, pads: dict[str, int]) -> None:
+    def __init__(self, inputs: Sequence[tuple[str, str, list[str], list[int]]]) -> None:
+        self.specs = [(kind, name, list(features), list(pads)) for kind, name, features, pads in inputs]
+
+    @classmethod
+    def plain(cls, pads: dict[str, int]) -> "InputLayout":
+        return cls([("bag", feature, [feature], [pad]) for feature, pad in pads.items()])
+
+    def names(self) -> list[str]:
+        return ["dense", *(name for _, name, _, _ in self.specs)]
+
+    def dynamic_width(self) -> list[bool]:
+        """Per id matrix: whether its width follows the batch (a bag matrix) or is fixed (one-hot columns)."""
+        return [kind == "bag" for kind, _, _, _ in self.specs]
+
+    def __call__(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> tuple[torch.Tensor, ...]:
+        jts = sparse.to_dict()
+        out = []
+        for kind, name, features, pads in self.specs:
+            if kind == "bag":
+                jt = jts[features[0]]
+                width = max(1, int(jt.lengths().max())) if jt.lengths().numel() else 1
+                out.append(jt.to_padded_dense(desired_length=width, padding_value=pads[0]).long().contiguous())
+                continue
+            columns = []
+            for feature, pad in zip(features, pads):
+                jt = jts[feature]
+                if jt.lengths().numel() and int(jt.lengths().max()) > 1:
+                    raise ValueError(f"feature {feature!r} was exported one-hot (its calibration bags held at most one id) and a "
+                                     f"batch holds a bag of {int(jt.lengths().max())} ids: export it with backend.export=plain")
+                columns.append(jt.to_padded_dense(desired_length=1, padding_value=pad))
+            out.append(torch.cat(columns, dim=1).long().contiguous())
+        return (dense.float().contiguous(), *out)
+
+
+class Twin(nn.Module):
+    """`twin(dense, *ids)`: the model's scores from dense id matrices, as `layout` builds them."""
+
+    def __init__(self, model: nn.Module, pads: dict[str, int], layout: InputLayout | None = None, details: dict | None = None) -> None:
         super().__init__()
         self.model = model
-        self.features = list(pads)  # the order of the id inputs
-        self.pads = pads  # feature -> the id of its table's zero row
+        self.pads = pads  # feature -> the id of its table's zero row (plain form)
+        self.layout = layout or InputLayout.plain(pads)
+        self.features = self.layout.names()[1:]  # the order of the id inputs
+        self.details = details or {"export_form": "plain"}  # what the export did, for the record
 
     def forward(self, dense: torch.Tensor, *ids: torch.Tensor) -> torch.Tensor:
         return self.model(dense, DenseFeatures(dict(zip(self.features, ids))))
 
     def input_names(self) -> list[str]:
-        return ["dense", *self.features]
+        return self.layout.names()
 
     def inputs(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> tuple[torch.Tensor, ...]:
-        """`(dense, ids_1, ..., ids_F)` of a batch: each feature's bags padded to its longest (at least one id)."""
-        return dense_inputs(dense, sparse, self.pads)
-
-
-def dense_inputs(dense: torch.Tensor, sparse: KeyedJaggedTensor, pads: dict[str, int]) -> tuple[torch.Tensor, ...]:
-    """A twin's inputs from a batch, given only its `pads` (feature -> padding id, in input order): what a
-    runtime that keeps no twin needs to convert batches."""
-    jts = sparse.to_dict()
-    ids = []
-    for feature, pad in pads.items():
-        jt = jts[feature]
-        width = max(1, int(jt.lengths().max())) if jt.lengths().numel() else 1
-        ids.append(jt.to_padded_dense(desired_length=width, padding_value=pad).long().contiguous())
-    return (dense.float().contiguous(), *ids)
+        """`(dense, *id matrices)` of a batch (plain form: each feature's bags padded to its longest, at least one id)."""
+        return self.layout(dense, sparse)
 
 
 def build_twin(model: nn.Module, sample: Batch) -> Twin:
     """The exported twin of `model` (its weights copied, the model left alone), checked on `sample`
-    against the model's own scores; NotApplicable when it cannot express the model."""
+    against the model's own scores; NotApplicable when it cannot express the model. The deploy form:
+    bench.backends.deploy.export_twin."""
+    model, found = expressible(model)
+    pads: dict[str, int] = {}
+    stand_ins = {}
+    with torch.inference_mode():
+        for _, ebc in found:
+            pooled = ebc(sample.sparse)  # the keys and widths the model's code expects back
+            stand_ins[id(ebc)] = GatherBags(ebc, pooled.keys(), pooled.length_per_key())
+            for cfg in ebc.embedding_bag_configs():
+                pads.update({feature: cfg.num_embeddings for feature in cfg.feature_names})
+    twin = Twin(copy.deepcopy(model, memo=dict(stand_ins)), pads).eval()
+    check_scores(twin, model, sample)
+    return twin
+
+
+def expressible(model: nn.Module) -> tuple[nn.Module, list[tuple[str, EmbeddingBagCollection]]]:
+    """The model (with its tables' rows, where it has random weights: a copy) and its EmbeddingBagCollections;
+    NotApplicable when a twin cannot express it."""
     found = embedding_bag_collections(model)
     if not found:
         raise NotApplicable(f"the exported twin needs torchrec EmbeddingBagCollections; {type(model).__name__} has none")
@@ -123,21 +175,10 @@ def build_twin(model: nn.Module, sample: Batch) -> Twin:
     if any(unmaterialized(ebc) for _, ebc in found):  # random weights: give the tables their rows first
         model = materialize_random_tables(copy.deepcopy(model))
         found = embedding_bag_collections(model)
-
-    pads: dict[str, int] = {}
-    stand_ins = {}
-    with torch.inference_mode():
-        for _, ebc in found:
-            pooled = ebc(sample.sparse)  # the keys and widths the model's code expects back
-            stand_ins[id(ebc)] = GatherBags(ebc, pooled.keys(), pooled.length_per_key())
-            for cfg in ebc.embedding_bag_configs():
-                pads.update({feature: cfg.num_embeddings for feature in cfg.feature_names})
-    twin = Twin(copy.deepcopy(model, memo=dict(stand_ins)), pads).eval()
-    _check(twin, model, sample)
-    return twin
+    return model, found
 
 
-def _check(twin: Twin, model: nn.Module, sample: Batch) -> None:
+def check_scores(twin: Twin, model: nn.Module, sample: Batch) -> None:
     try:
         with torch.inference_mode():
             want = model(sample.dense, sample.sparse)

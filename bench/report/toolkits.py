@@ -4,14 +4,17 @@
 Per (workload, device) and batch size, the rows whose ΔAUC interval lies inside the gate's default
 margin (gate.default_rules, one margin for every row, whatever rules a backend has of its own: the
 verdict equivalent, or a gain), ranked by paired speedup; each with its ΔAUC and speedup intervals and
-verdicts. The rows left out are named with the reason, so no backend drops silently.
+verdicts. The rows left out are named with the reason, so no backend drops silently. Under it, each quantized
+row whose record names its fp32 runtime row (`runtime_reference`: the toolkit's `_fp32`, `compiled_fp32` for
+Neural Compressor) is split in two: that row's speedup over eager fp32 (the runtime's fp32 gain) and the
+quantized row's over it (the quantization's part; their product is the row's speedup, both paired medians).
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from bench.metrics import SPEEDUP, TIMED_INPUTS, TOOLKIT
+from bench.metrics import RUNTIME_REFERENCE, SPEEDUP, TIMED_INPUTS, TOOLKIT
 from bench.record import RunRecord
 from bench.report import fmt
 from bench.report.table import BASELINE, margins
@@ -25,11 +28,12 @@ def toolkit_section(df: pd.DataFrame, latest: dict[tuple, RunRecord]) -> list[st
     toolkits = {r.backend: r.metrics.get(TOOLKIT) for r in latest.values() if (r.metrics or {}).get(TOOLKIT)}
     if not toolkits:
         return []
+    references = {r.backend: r.metrics[RUNTIME_REFERENCE] for r in latest.values() if (r.metrics or {}).get(RUNTIME_REFERENCE)}
     lines = ["## Ranking: backends whose ΔAUC is inside the gate's default margin, fastest first", ""]
     converted = sorted({r.metrics[TIMED_INPUTS] for r in latest.values() if (r.metrics or {}).get(TIMED_INPUTS)})
     lines += [
         "Every row is timed paired against eager fp32 in its own process. A toolkit backend runs the model's "
-        "exported twin (each table a gather plus a sum, dense id matrices for the KJT) in its toolkit's own "
+        "exported twin (its tables as gathers, dense id matrices for the KJT; docs/toolkits.md) in its toolkit's own "
         f"runtime; its timed calls took {'; '.join(converted) or 'their batches'} (the torch backends' KJTs are "
         "likewise built before timing). The margin is the gate's default rule (gate.default_rules), the same for "
         "every row. `<toolkit>_fp32` rows are the toolkit's runtime without quantization: a quantized row's speedup "
@@ -39,7 +43,23 @@ def toolkit_section(df: pd.DataFrame, latest: dict[tuple, RunRecord]) -> list[st
     for (workload, device), g in df.groupby(["workload", "device"], sort=False):
         for batch, b in g.groupby("batch_size", sort=True):
             lines += [f"### {workload} on {device}, batch {batch}", ""] + _ranking(_default_verdicts(b, latest), toolkits)
+            lines += _split(b, references)
     return lines
+
+
+def _split(b: pd.DataFrame, references: dict[str, str]) -> list[str]:
+    """Per quantized row with its fp32 runtime row in the same batch: the runtime's fp32 gain and the quantization's part."""
+    ok = {r.backend: r for r in b.itertuples(index=False) if r.status == "ok" and not fmt.missing(r.speedup)}
+    rows = []
+    for backend, reference in sorted(references.items()):
+        if backend in ok and reference in ok:
+            fp32, total = ok[reference].speedup, ok[backend].speedup
+            rows.append([backend, f"`{reference}`", f"{fp32:.2f}×", f"{total / fp32:.2f}×", f"{total:.2f}×"])
+    if not rows:
+        return []
+    headers = ["backend", "its fp32 runtime row", "runtime's fp32 gain", "quantization's part", "the row's speedup"]
+    return ["Where each speedup comes from (the runtime's fp32 gain × the quantization's part):", "",
+            fmt.markdown_table(headers, rows, "llrrr"), ""]
 
 
 def _default_verdicts(b: pd.DataFrame, latest: dict[tuple, RunRecord]) -> pd.DataFrame:

@@ -75,3 +75,37 @@ def test_the_filter_keeps_errors_of_libraries():
     f = LibraryNoiseFilter()
     record = logging.LogRecord("torchrec", logging.ERROR, "x", 1, "it broke", None, None)
     assert f.filter(record) and not f.filter(record)  # once
+
+
+def test_the_time_left_counts_the_jobs_own_time_and_names_once_per_machine_steps_apart():
+    from bench.progress import OncePerMachine
+
+    clock, lines = Clock(), []
+    once = OncePerMachine(clock)
+    bar = PlainProgress(42, "sweep", "job", interval=0, clock=clock, emit=lines.append, once=once)
+    with once.step("calibration"):
+        clock.now += 131
+    with once.step("training"):
+        clock.now += 196
+    clock.now += 10  # the first job's own work
+    bar.update(1)
+    assert lines[-1] == ("sweep: 1/42 job (2%), 5 min 37 s (5 min 27 s of it once per machine: calibration 2 min 11 s, "
+                         "training 3 min 16 s), about 6 min 50 s left")
+    clock.now += 10
+    bar.update(1)  # the steps are cached now: the rate is 10 s a job
+    assert lines[-1].endswith("about 6 min 40 s left")
+
+
+def test_steps_before_the_bar_started_and_cached_reads_stay_out_of_its_line():
+    from bench.progress import OncePerMachine
+
+    clock, lines = Clock(), []
+    once = OncePerMachine(clock)
+    with once.step("training"):  # before the sweep's bar: not this bar's time
+        clock.now += 100
+    bar = PlainProgress(4, "sweep", "job", interval=0, clock=clock, emit=lines.append, once=once)
+    with once.step("kernel probe"):  # read from its cache
+        clock.now += 0.01
+    clock.now += 20
+    bar.update(1)
+    assert lines[-1] == "sweep: 1/4 job (25%), 20 s, about 1 min left"

@@ -85,7 +85,7 @@ class TerminalBar(tqdm):
         self._once_seen = ONCE.total()
         super().__init__(leave=False, dynamic_ncols=True, **kwargs)
 
-    def update(self, n: float | None = 1) -> bool | None:
+    def update(self, n: float | None = 1, skipped: bool = False) -> bool | None:
         """tqdm's update, with the once-per-machine steps run since the last one moved out of its elapsed
         time, so its rate and time left are the steps' own."""
         once = ONCE.total()
@@ -111,8 +111,11 @@ class PlainProgress:
     """Periodic one-line reports for logs without a terminal."""
 
     def __init__(self, total: int | None, desc: str, unit: str, interval: float, clock: Callable[[], float] = time.monotonic,
-                 emit: Callable[[str], None] | None = None, once: OncePerMachine | None = None) -> None:
+                 emit: Callable[[str], None] | None = None, once: OncePerMachine | None = None, expected_skips: int = 0) -> None:
         self.total, self.desc, self.unit, self.interval = total, desc, unit, interval
+        # steps known to be skipped in about no time (a sweep's jobs on a device this machine lacks): the time
+        # left is the rate of the steps that ran times those still to run
+        self.expected_skips, self.skipped = expected_skips, 0
         self.clock = clock
         self.emit = emit or log.info
         self.once = once or ONCE  # once-per-machine steps run after this point are left out of the rate
@@ -122,8 +125,9 @@ class PlainProgress:
         self.start = self.last = clock()
         self.closed = False
 
-    def update(self, n: int = 1) -> None:
+    def update(self, n: int = 1, skipped: bool = False) -> None:
         self.n += n
+        self.skipped += n if skipped else 0
         now = self.clock()
         if now - self.last >= self.interval:
             self.last = now
@@ -142,8 +146,10 @@ class PlainProgress:
         text = f"{self.desc}: {self.n}"
         if self.total:
             text += f"/{self.total} {self.unit} ({100 * self.n / self.total:.0f}%), {duration(elapsed)}{once_words(once)}"
-            if 0 < self.n < self.total:
-                text += f", about {duration(own * (self.total - self.n) / self.n)} left"
+            ran = self.n - self.skipped
+            to_run = self.total - self.n - max(0, self.expected_skips - self.skipped)
+            if ran > 0 and self.n < self.total:
+                text += f", about {duration(own * max(0, to_run) / ran)} left"
         else:
             text += f" {self.unit}, {duration(elapsed)}{once_words(once)}"
         return text + (f", {self.postfix}" if self.postfix else "")

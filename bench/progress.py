@@ -6,6 +6,13 @@ line goes to the `bench.progress` logger at most every `interval` seconds, and o
 ends, so a CI log is never silent for minutes while a model trains:
 
     train: 120/488 batch (25%), 46 s, about 2 min 20 s left, loss=0.4712
+
+Work done once per machine and then cached (the timing calibration, training the default model, the
+roofline and the kernel probe) runs inside the first job that needs it. Each such step runs under
+`once_per_machine(name)`, which adds its seconds to `ONCE`; a sweep's line leaves them out of the
+per-job rate its time left is estimated from, and names them apart:
+
+    sweep: 1/42 job (2%), 4 min 10 s (3 min 50 s of it once per machine: calibration 2 min, training 1 min 50 s), about 2 min 5 s left
 """
 
 from __future__ import annotations
@@ -13,14 +20,45 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from contextlib import ExitStack
-from typing import Any, Callable
+from contextlib import ExitStack, contextmanager
+from typing import Any, Callable, Iterator
 
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 log = logging.getLogger("bench.progress")
 PLAIN_INTERVAL_S = 30.0
+
+
+class OncePerMachine:
+    """Seconds this process spent in once-per-machine steps, by step (in the order first run)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.steps: dict[str, float] = {}
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        start = self.clock()
+        try:
+            yield
+        finally:
+            self.steps[name] = self.steps.get(name, 0.0) + self.clock() - start
+
+    def total(self) -> float:
+        return sum(self.steps.values())
+
+    def since(self, mark: dict[str, float]) -> dict[str, float]:
+        """Seconds per step spent after `mark` (an earlier `dict(self.steps)`), steps with none left out."""
+        return {k: v - mark.get(k, 0.0) for k, v in self.steps.items() if v - mark.get(k, 0.0) > 0}
+
+
+ONCE = OncePerMachine()
+
+
+def once_per_machine(name: str):
+    """Time a once-per-machine step (`with once_per_machine("training"): ...`): a sweep's time left leaves it out."""
+    return ONCE.step(name)
 
 
 def progress(total: int | None, desc: str, enabled: bool = True, unit: str = "batch", interval: float = PLAIN_INTERVAL_S):
@@ -44,7 +82,18 @@ class TerminalBar(tqdm):
             if _is_console(handler):
                 for f in filters:
                     handler.addFilter(f)
+        self._once_seen = ONCE.total()
         super().__init__(leave=False, dynamic_ncols=True, **kwargs)
+
+    def update(self, n: float | None = 1, skipped: bool = False) -> bool | None:
+        """tqdm's update, with the once-per-machine steps run since the last one moved out of its elapsed
+        time, so its rate and time left are the steps' own."""
+        once = ONCE.total()
+        if once > self._once_seen and hasattr(self, "start_t"):
+            self.start_t += once - self._once_seen
+            self.last_print_t += once - self._once_seen
+        self._once_seen = once
+        return super().update(n)
 
     def close(self) -> None:
         super().close()
@@ -61,17 +110,24 @@ def _is_console(handler: logging.Handler) -> bool:
 class PlainProgress:
     """Periodic one-line reports for logs without a terminal."""
 
-    def __init__(self, total: int | None, desc: str, unit: str, interval: float, clock: Callable[[], float] = time.monotonic, emit: Callable[[str], None] | None = None) -> None:
+    def __init__(self, total: int | None, desc: str, unit: str, interval: float, clock: Callable[[], float] = time.monotonic,
+                 emit: Callable[[str], None] | None = None, once: OncePerMachine | None = None, expected_skips: int = 0) -> None:
         self.total, self.desc, self.unit, self.interval = total, desc, unit, interval
+        # steps known to be skipped in about no time (a sweep's jobs on a device this machine lacks): the time
+        # left is the rate of the steps that ran times those still to run
+        self.expected_skips, self.skipped = expected_skips, 0
         self.clock = clock
         self.emit = emit or log.info
+        self.once = once or ONCE  # once-per-machine steps run after this point are left out of the rate
+        self.once_mark = dict(self.once.steps)
         self.n = 0
         self.postfix = ""
         self.start = self.last = clock()
         self.closed = False
 
-    def update(self, n: int = 1) -> None:
+    def update(self, n: int = 1, skipped: bool = False) -> None:
         self.n += n
+        self.skipped += n if skipped else 0
         now = self.clock()
         if now - self.last >= self.interval:
             self.last = now
@@ -85,13 +141,17 @@ class PlainProgress:
 
     def line(self, now: float) -> str:
         elapsed = now - self.start
+        once = self.once.since(self.once_mark)
+        own = max(0.0, elapsed - sum(once.values()))  # the steps' own time: what the rest will take again
         text = f"{self.desc}: {self.n}"
         if self.total:
-            text += f"/{self.total} {self.unit} ({100 * self.n / self.total:.0f}%), {duration(elapsed)}"
-            if 0 < self.n < self.total:
-                text += f", about {duration(elapsed * (self.total - self.n) / self.n)} left"
+            text += f"/{self.total} {self.unit} ({100 * self.n / self.total:.0f}%), {duration(elapsed)}{once_words(once)}"
+            ran = self.n - self.skipped
+            to_run = self.total - self.n - max(0, self.expected_skips - self.skipped)
+            if ran > 0 and self.n < self.total:
+                text += f", about {duration(own * max(0, to_run) / ran)} left"
         else:
-            text += f" {self.unit}, {duration(elapsed)}"
+            text += f" {self.unit}, {duration(elapsed)}{once_words(once)}"
         return text + (f", {self.postfix}" if self.postfix else "")
 
     def close(self) -> None:
@@ -106,6 +166,15 @@ class PlainProgress:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def once_words(steps: dict[str, float]) -> str:
+    """` (3 min 50 s of it once per machine: calibration 2 min, training 1 min 50 s)`, or "" without any."""
+    shown = {name: s for name, s in steps.items() if s >= 0.5}  # a cached step read in milliseconds is not news
+    if not shown:
+        return ""
+    parts = ", ".join(f"{name} {duration(s)}" for name, s in shown.items())
+    return f" ({duration(sum(steps.values()))} of it once per machine: {parts})"
 
 
 def duration(seconds: float) -> str:

@@ -20,6 +20,7 @@ import gc
 import logging
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +37,13 @@ from bench.measure.environment import code_state, environment, kernel_path
 from bench.measure.memory import memory_skip_reason
 from bench.measure.roofline import Limits
 from bench.metrics import SPEEDUP
-from bench.models.train import input_identity
+from bench.models.train import input_identity, needs_training, training_seconds
 from bench.pipeline import reruns
-from bench.pipeline.calibrate import Calibration, Setting, calibration, timing_setting
+from bench.pipeline.calibrate import (Calibration, Setting, calibration, calibration_seconds, needs_calibration,
+                                      timing_setting)
 from bench.pipeline.guard import memory_estimate
 from bench.pipeline.shared import SharedWork
+from bench.progress import once_per_machine
 from bench.record import USER, RunRecord
 from bench.routes import route_for
 from bench.store import RECORDS, Claims, StoreIndex
@@ -92,6 +95,7 @@ class Session:
     calibrations: dict[str, Calibration | str] = dataclasses.field(default_factory=dict)
     # (cache_dir, probe or not, the probed device) -> this machine's and stack's kernel health (bench.measure.kernel_health)
     kernel_checks: dict[tuple[str, bool, str | None], dict] = dataclasses.field(default_factory=dict)
+    announced: bool = False  # the first-run line (`announce_first_run`) was considered
 
     def __post_init__(self) -> None:
         # What exists now (the imported libraries: about half a million objects) lives as long as the
@@ -117,6 +121,31 @@ class Session:
         return (found, "") if isinstance(found, Calibration) else (None, found)
 
 
+    def announce_first_run(self, cfg: Config, device: torch.device, route) -> None:
+        """Once per process, before the first job's once-per-machine work: what the wait is for and about how
+        long it is, from this machine's own figures (`first_run_words`)."""
+        if self.announced:
+            return
+        self.announced = True
+        calibrate = (device.type == "cpu" and cfg.timing.calibrate and not route.uncalibrated
+                     and needs_calibration(cfg.cache_dir))
+        try:
+            workload = self.work.workload(cfg)
+            # a training of a few steps (+preset=tiny's) is over before an estimate would be worth its probe
+            train = (cfg.model.train.samples // cfg.model.train.batch_size >= MIN_ESTIMATED_STEPS
+                     and needs_training(cfg.model, workload, cfg.seed, Path(cfg.cache_dir)))
+            if not (calibrate or train):
+                return
+            steps = {}
+            if calibrate:  # this process's CPU time so far is what starting it cost: each probe process starts alike
+                steps["calibration"] = calibration_seconds(time.process_time())
+            if train:
+                steps["training"] = training_seconds(cfg.model, workload)
+        except Exception as exc:  # noqa: BLE001 - the estimate is extra: the job goes on without it
+            log.warning("no estimate of the first run's once-per-machine work: %s", one_line(exc))
+            return
+        log.info(first_run_words(steps))
+
     def kernel_health(self, cfg: Config) -> dict:
         """What a record keeps of the kernel health check of the job's device: the probe's verdicts (`kernel_health=true`,
         once per machine and stack, cached) or, on CPU, FBGEMM's instruction set alone. A CUDA job is judged by the GPU's
@@ -139,7 +168,8 @@ class Session:
                 return {"device": "cuda", "probed": False, "degraded": [], "verdicts": {}, "why_not_probed": "kernel_health=false"}
             try:
                 limits = cuda_health.GpuLimits(cfg.cache_dir, environment(device)["fingerprint"], device).ensure(cuda_health.row_widths())
-                return cuda_health.health(cuda_health.cache_path(cfg.cache_dir, device), limits, device).as_env()
+                with once_per_machine("kernel probe"):  # read from its cache in milliseconds after the first run
+                    return cuda_health.health(cuda_health.cache_path(cfg.cache_dir, device), limits, device).as_env()
             except Exception as exc:  # noqa: BLE001 - the check is extra: the jobs go on, unjudged
                 log.warning("GPU kernel health probe failed, CUDA jobs are not judged by it: %s", one_line(exc))
                 return {"device": "cuda", "probed": False, "degraded": [], "verdicts": {}, "why_not_probed": f"the probe failed ({one_line(exc)})"}
@@ -148,10 +178,20 @@ class Session:
             return {**kernel_health.isa_only(isa).as_env(), "why_not_probed": "kernel_health=false"}
         try:
             limits = Limits(cfg.cache_dir, environment()["fingerprint"]).ensure(kernel_health.row_widths())
-            return kernel_health.health(kernel_health.cache_path(cfg.cache_dir), limits).as_env()
+            with once_per_machine("kernel probe"):  # read from its cache in milliseconds after the first run
+                return kernel_health.health(kernel_health.cache_path(cfg.cache_dir), limits).as_env()
         except Exception as exc:  # noqa: BLE001 - the check is extra: the jobs go on with the ISA check alone
             log.warning("kernel health probe failed, the instruction-set check stands alone: %s", one_line(exc))
             return {**kernel_health.isa_only(isa).as_env(), "why_not_probed": f"the probe failed ({one_line(exc)})"}
+
+
+MIN_ESTIMATED_STEPS = 30  # a training this long or longer is estimated up front (3 of its steps timed)
+
+
+def first_run_words(steps: dict[str, float]) -> str:
+    """`first run on this machine: about 95 s more for calibration and training (cached after)`."""
+    names = " and ".join(steps)
+    return f"first run on this machine: about {sum(steps.values()):.0f} s more for {names} (cached after)"
 
 
 def run_one(cfg: Config, session: Session | None = None) -> RunRecord:
@@ -195,6 +235,7 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
         if skip is None:
             # The timing setting the job is measured with (picked on this machine unless given) is part of
             # its identity: resume never hands back a record timed with another one.
+            session.announce_first_run(cfg, device, route)
             cfg, setting = _timing_setting(cfg, device, backend, route, session)
             record.config["timing"] = dataclasses.asdict(cfg.timing)
             record.config_hash = job_hash(record.config)

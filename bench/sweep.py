@@ -36,14 +36,28 @@ T = TypeVar("T")
 log = logging.getLogger("bench.sweep")
 
 
-def count_jobs(config: DictConfig) -> int:
-    """Jobs the basic sweeper will launch: the product of the swept values, later keys winning."""
+def swept_values(config: DictConfig) -> dict[str, list[str]]:
+    """Each swept key's values as the basic sweeper reads them (sweeper params, then the command line: later keys win)."""
     params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
     overrides = OverridesParser.create().parse_overrides(params + list(config.hydra.overrides.task))
-    sizes = {}
+    values = {}
     for o in overrides:
-        sizes[o.get_key_element()] = len(list(o.sweep_string_iterator())) if o.is_sweep_override() else 1
-    return math.prod(sizes.values())
+        values[o.get_key_element()] = list(o.sweep_string_iterator()) if o.is_sweep_override() else [str(o.value())]
+    return values
+
+
+def count_jobs(config: DictConfig) -> int:
+    """Jobs the basic sweeper will launch: the product of the swept values, later keys winning."""
+    return math.prod(len(v) for v in swept_values(config).values())
+
+
+def jobs_without_device(config: DictConfig, cuda: bool) -> int:
+    """The sweep's jobs on a CUDA device where this machine has none (`cuda`: whether it has): each is skipped in
+    about no time, so the time left is estimated without them."""
+    values = swept_values(config)
+    devices = values.get("device") or [str(config.get("device", {}).get("type", "cpu"))]
+    missing = sum(not cuda and d.startswith("cuda") for d in devices)
+    return count_jobs(config) * missing // len(devices)
 
 
 # Command-line keys that do not change a sweep's jobs: the config's own (NOT_THE_JOB), Hydra's
@@ -77,6 +91,15 @@ def job_label(config: DictConfig) -> str:
     return f"{config.backend.name} bs={config.batch_size} {config.device.type}{scenario}"
 
 
+def job_status(job_return: Any) -> str | None:
+    """The status the job's task returned (`ok`, `skipped`, `error`), or None when it raised or returned none."""
+    try:
+        value = job_return.return_value
+    except Exception:  # noqa: BLE001 - Hydra re-raises the job's own exception here: no status
+        return None
+    return value if isinstance(value, str) else None
+
+
 class SweepCallback(Callback):
     """Hydra's hooks do only what cannot fail the run: the progress bar, and noting that the sweep
     ended. Hydra turns an exception raised in a callback into a warning, so the post-sweep work
@@ -87,12 +110,16 @@ class SweepCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         _ended.clear()
+        import torch
+
         self.bar = progress(total=count_jobs(config), desc="sweep", unit="job", interval=0)  # without a terminal: a line per job
+        if hasattr(self.bar, "expected_skips"):
+            self.bar.expected_skips = jobs_without_device(config, torch.cuda.is_available())
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         if self.bar is not None:  # the job just finished, named on the line its count makes
             self.bar.set_postfix_str(job_label(config))
-            self.bar.update(1)
+            self.bar.update(1, skipped=job_status(job_return) == "skipped")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.bar is not None:

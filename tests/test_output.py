@@ -75,3 +75,74 @@ def test_the_filter_keeps_errors_of_libraries():
     f = LibraryNoiseFilter()
     record = logging.LogRecord("torchrec", logging.ERROR, "x", 1, "it broke", None, None)
     assert f.filter(record) and not f.filter(record)  # once
+
+
+def test_the_time_left_counts_the_jobs_own_time_and_names_once_per_machine_steps_apart():
+    from bench.progress import OncePerMachine
+
+    clock, lines = Clock(), []
+    once = OncePerMachine(clock)
+    bar = PlainProgress(42, "sweep", "job", interval=0, clock=clock, emit=lines.append, once=once)
+    with once.step("calibration"):
+        clock.now += 131
+    with once.step("training"):
+        clock.now += 196
+    clock.now += 10  # the first job's own work
+    bar.update(1)
+    assert lines[-1] == ("sweep: 1/42 job (2%), 5 min 37 s (5 min 27 s of it once per machine: calibration 2 min 11 s, "
+                         "training 3 min 16 s), about 6 min 50 s left")
+    clock.now += 10
+    bar.update(1)  # the steps are cached now: the rate is 10 s a job
+    assert lines[-1].endswith("about 6 min 40 s left")
+
+
+def test_steps_before_the_bar_started_and_cached_reads_stay_out_of_its_line():
+    from bench.progress import OncePerMachine
+
+    clock, lines = Clock(), []
+    once = OncePerMachine(clock)
+    with once.step("training"):  # before the sweep's bar: not this bar's time
+        clock.now += 100
+    bar = PlainProgress(4, "sweep", "job", interval=0, clock=clock, emit=lines.append, once=once)
+    with once.step("kernel probe"):  # read from its cache
+        clock.now += 0.01
+    clock.now += 20
+    bar.update(1)
+    assert lines[-1] == "sweep: 1/4 job (25%), 20 s, about 1 min left"
+
+
+def test_jobs_known_to_be_skipped_stay_out_of_the_time_left():
+    clock, lines = Clock(), []
+    # 6 jobs, the last 3 on a CUDA device this machine lacks
+    bar = PlainProgress(6, "sweep", "job", interval=0, clock=clock, emit=lines.append, expected_skips=3)
+    clock.now += 10
+    bar.update(1)
+    assert lines[-1].endswith("about 20 s left")  # 2 more that run, 10 s each; the 3 skipped take none
+    clock.now += 10
+    bar.update(1)
+    clock.now += 10
+    bar.update(1)
+    clock.now += 0.1
+    bar.update(1, skipped=True)
+    assert lines[-1].endswith("about 0 s left")
+
+
+def test_the_sweep_expects_its_cuda_jobs_skipped_on_a_machine_without_cuda():
+    from bench.config.compose import compose_dictconfig
+    from bench.sweep import count_jobs, jobs_without_device, job_status
+
+    hydra = compose_dictconfig(["+sweep=quant"], with_hydra=True)
+    assert jobs_without_device(hydra, cuda=False) == count_jobs(hydra) // 2  # device: cpu,cuda
+    assert jobs_without_device(hydra, cuda=True) == 0
+    only_cpu = compose_dictconfig(["+sweep=quant", "device=cpu"], with_hydra=True)
+    assert jobs_without_device(only_cpu, cuda=False) == 0
+
+    class Returned:
+        return_value = "skipped"
+
+    class Raised:
+        @property
+        def return_value(self):
+            raise RuntimeError("the job's own exception")
+
+    assert job_status(Returned()) == "skipped" and job_status(Raised()) is None

@@ -45,7 +45,9 @@ DOCS_LONG = {
     "pip install -e '.[onnxruntime]'": SETUP,
     "python -m bench +sweep=toolkits": "a sweep, minutes as written; tests/test_toolkits.py runs its backends on a tiny model",
     **{f"python benchmarks/scripts/{name}.py": SCRIPT for name in ("runner_overhead", "sweep_bench", "noise_bench", "scale_diagnose",
-                                                                      "fit_criteo_access", "torchao_mlp")},
+                                                                      "fit_criteo_access", "torchao_mlp", "cold_warm")},
+    **{f"python benchmarks/scripts/train_curve.py --at {points}": "trains the default model (minutes): run by hand, never by the tests"
+       for points in ("131072 262144 393216 524288 786432 1048576", "589824 655360 720896")},
     "pytest benchmarks/suites/": "the pytest-benchmark suites: tests/test_suites.py runs them in their quick mode",
     "python -m bench": MINUTES,
     **{c: MINUTES for c in (

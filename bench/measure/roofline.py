@@ -32,6 +32,7 @@ from torch import nn
 
 from bench import hardware
 from bench.io import write_json_atomic
+from bench.progress import once_per_machine
 
 log = logging.getLogger(__name__)
 
@@ -131,11 +132,12 @@ class Limits:
             return self
         total = total_bytes or buffer_bytes()
         log.info("roofline: measuring gather bandwidth at row widths %s over %.1f GiB, and GEMM throughput", missing, total / 2**30)
-        for width in missing:
-            self.data["gather_bytes_per_s"][str(width)] = gather_bandwidth(width, total)
-        self.data["gather_buffer_bytes"] = total
-        if not self.data["gemm_flops"]:
-            self.data["gemm_flops"] = gemm_flops()
+        with once_per_machine("roofline"):
+            for width in missing:
+                self.data["gather_bytes_per_s"][str(width)] = gather_bandwidth(width, total)
+            self.data["gather_buffer_bytes"] = total
+            if not self.data["gemm_flops"]:
+                self.data["gemm_flops"] = gemm_flops()
         self.data["threads"] = torch.get_num_threads()
         self.data["clock"] = "thread_cpu" if _clock() is time.thread_time else "wall"
         write_json_atomic(self.path, self.data)

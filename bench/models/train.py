@@ -8,17 +8,20 @@ same config, code and data loads the stored state dict instead of training.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import itertools
 import json
 import logging
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import nn
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
+from bench.config import CUSTOM_ARCH
 from bench.errors import UserError
 from bench.hashing import config_hash, plain
 from bench.io import write_json_atomic, write_text_atomic
@@ -27,7 +30,7 @@ from bench.models.build import build_model
 from bench.models.custom import as_logits, code_identity
 from bench.models.logits import CLAMP, LogitsOf
 from bench.models.random_weights import RANDOM, WEIGHTS
-from bench.progress import progress
+from bench.progress import once_per_machine, progress
 from bench.workloads.workload import Workload
 
 log = logging.getLogger(__name__)
@@ -99,13 +102,37 @@ def trained_model(model_cfg, workload: Workload, seed: int, cache_dir: Path) -> 
     steps = max(1, model_cfg.train.samples // model_cfg.train.batch_size)
     log.info("model: training it once, then cached (%s training samples in %d steps; %s); cached in %s",
              f"{steps * model_cfg.train.batch_size:,}", steps, training_time_words(steps * model_cfg.train.batch_size), path)
-    meta = train(model, workload, model_cfg.train)
+    with once_per_machine("training"):
+        meta = train(model, workload, model_cfg.train)
     log.info("model: trained in %.0f s", meta["train_seconds"])
     buffer = io.BytesIO()
     torch.save(model.state_dict(), buffer)
     write_text_atomic(path, buffer.getvalue())
     write_json_atomic(path.with_suffix(".json"), meta)
     return model.eval(), {"source": "trained", "key": key, **meta, **read}
+
+
+def needs_training(model_cfg, workload: Workload, seed: int, cache_dir: Path) -> bool:
+    """Whether `trained_model` would train a built-in model now (trained weights, no checkpoint, no cache
+    entry); False for a custom model, whose cache key waits on how its scores are read."""
+    if model_cfg.weights == RANDOM or model_cfg.checkpoint or model_cfg.arch == CUSTOM_ARCH:
+        return False
+    key = model_cache_key(plain(workload.cfg), plain(model_cfg), seed, workload.data_identity(), code_identity(model_cfg))
+    return not (Path(cache_dir) / "models" / f"{key}.pt").exists()
+
+
+RATE_STEPS = 2  # steps timed (after one untimed) to estimate how long training takes here
+
+
+def training_seconds(model_cfg, workload: Workload) -> float:
+    """How long training `model_cfg` takes on this machine: a few steps of it timed now, on a throwaway
+    copy, times the steps the recipe runs (the first step, which allocates the optimizer state, untimed)."""
+    model = build_model(model_cfg, workload.tables, workload.num_dense)
+    recipe = model_cfg.train
+    probe = dataclasses.replace(recipe, samples=(1 + RATE_STEPS) * recipe.batch_size, progress=False)
+    at: list[float] = []
+    train(model, workload, probe, after_step=lambda _: at.append(time.perf_counter()))
+    return (at[-1] - at[0]) / (len(at) - 1) * max(1, recipe.samples // recipe.batch_size)
 
 
 PROBE_SAMPLES = 8
@@ -130,8 +157,12 @@ def read_info(model: nn.Module) -> dict:
     return {"score_read": model.score_read()} if isinstance(model, LogitsOf) else {}
 
 
-def train(model: nn.Module, workload: Workload, cfg) -> dict:
-    """Minimise log loss: Adagrad on the embedding tables (as DLRM trains them), Adam on the MLPs."""
+def train(model: nn.Module, workload: Workload, cfg, after_step: Callable[[int], None] | None = None) -> dict:
+    """Minimise log loss: Adagrad on the embedding tables (as DLRM trains them), Adam on the MLPs.
+
+    `after_step(samples)`, if given, is called after each step with the samples seen so far (the
+    learning-curve script scores the model there: the learning rates are constant, so the weights after
+    n samples of a long run are those of a run of n samples)."""
     # The tables are the parameters of the model's EmbeddingBagCollections, wherever they sit in it.
     ebcs = [m for m in model.modules() if isinstance(m, EmbeddingBagCollection)]
     table_ids = {id(p) for ebc in ebcs for p in ebc.parameters()}
@@ -166,6 +197,8 @@ def train(model: nn.Module, workload: Workload, cfg) -> dict:
                     opt.step()
                 losses.append(loss.item())
                 bar.update(1)
+                if after_step is not None:
+                    after_step(len(losses) * cfg.batch_size)
                 if len(losses) % 50 == 0:
                     bar.set_postfix(loss=f"{sum(losses[-50:]) / 50:.4f}")
     finally:

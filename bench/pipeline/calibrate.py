@@ -41,6 +41,7 @@ from bench import hardware
 from bench.io import write_json_atomic
 from bench.measure.environment import stack_key
 from bench.pipeline.reruns import Reruns, combined
+from bench.progress import once_per_machine
 from bench.stats import variance_components
 
 log = logging.getLogger(__name__)
@@ -144,13 +145,31 @@ def calibration(cache_dir: str | Path, plan: Plan = Plan()) -> Calibration:
              "when other work shares the cores): %d processes x %s; cached in %s",
              plan.processes, ", ".join(s.text() for s in settings), path)
     start = time.perf_counter()
-    runs = [_child_run(cache_dir, settings, plan, first=i) for i in range(plan.processes)]
+    with once_per_machine("calibration"):
+        runs = [_child_run(cache_dir, settings, plan, first=i) for i in range(plan.processes)]
     data = {"version": VERSION, "processes": plan.processes, "rounds": plan.rounds,
             "probe": {"backend": PROBE_BACKEND, "batch_sizes": list(plan.batch_sizes), "half_seconds": plan.half_seconds},
             "seconds": time.perf_counter() - start, "runs": runs,
             "measured": [dataclasses.asdict(m) for m in split(runs, settings, plan)]}
     write_json_atomic(path, data)
     return _from_json(data, path)
+
+
+def needs_calibration(cache_dir: str | Path) -> bool:
+    """Whether `calibration` would measure now (no cached calibration of this version)."""
+    try:
+        return json.loads(cache_path(cache_dir).read_text()).get("version") != VERSION
+    except (OSError, ValueError, AttributeError):
+        return True
+
+
+def calibration_seconds(startup_seconds: float, plan: Plan = Plan(), all_threads: Optional[int] = None) -> float:
+    """About how long `calibration` takes here: per process, `startup_seconds` (what starting this process
+    cost: the probe's processes import the same libraries) and the paired rounds it times at least
+    (each half `half_seconds`, per probe size and thread count)."""
+    thread_counts = {s.threads for s in candidates(all_threads or torch.get_num_threads())}
+    timed = len(plan.batch_sizes) * len(thread_counts) * plan.rounds * 2 * plan.half_seconds
+    return plan.processes * (startup_seconds + timed)
 
 
 def timing_setting(cfg, device: torch.device, backend, calibrated: Optional[Calibration], why_not: str = "",

@@ -20,7 +20,7 @@ Teacher (the generative model of the label)
 
 Because rare ids are seen rarely in training, a trained DLRM cannot learn their effects fully:
 it lands below the teacher, as real models land below what the data would allow. With the
-defaults (seed 0) the teacher's (oracle) AUC is 0.827 and the trained `small` DLRM reaches 0.806,
+defaults (seed 0) the teacher's (oracle) AUC is 0.827 and the trained `small` DLRM reaches 0.803,
 inside the range real Criteo models reach (0.76 to 0.82).
 
 Oracle AUC: the AUC of the teacher's noise-free logit on the eval split. E[sigmoid(logit + e)] is

@@ -95,6 +95,12 @@ class TerminalBar(tqdm):
         self._once_seen = once
         return super().update(n)
 
+    def begin(self) -> None:
+        """The first step starts now: what came before it (composing a sweep's jobs) is not a step's time."""
+        if self.n == 0:
+            self.reset()
+            self._once_seen = ONCE.total()
+
     def close(self) -> None:
         super().close()
         redirect = getattr(self, "_redirect", None)
@@ -132,6 +138,12 @@ class PlainProgress:
         if now - self.last >= self.interval:
             self.last = now
             self.emit(self.line(now))
+
+    def begin(self) -> None:
+        """The first step starts now: what came before it (composing a sweep's jobs) is not a step's time."""
+        if self.n == 0:
+            self.start = self.last = self.clock()
+            self.once_mark = dict(self.once.steps)
 
     def set_postfix(self, **values: Any) -> None:
         self.postfix = ", ".join(f"{k}={v}" for k, v in values.items())

@@ -116,6 +116,10 @@ class SweepCallback(Callback):
         if hasattr(self.bar, "expected_skips"):
             self.bar.expected_skips = jobs_without_device(config, torch.cuda.is_available())
 
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if self.bar is not None:  # the clock of the time left starts with the first job, not with composing the sweep
+            self.bar.begin()
+
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         if self.bar is not None:  # the job just finished, named on the line its count makes
             self.bar.set_postfix_str(job_label(config))

@@ -81,7 +81,7 @@ def test_model_bytes_counts_what_the_quantized_weights_hold(model):
     ({"mlp": "int4"}, "backend.mlp='int4' needs backend.mlp_engine=torchao"),
     ({"mlp_engine": "torchao", "mlp_mode": "static"}, "the torchao engine quantizes activations per call only"),
     ({"mlp_engine": "tensorrt"}, "backend.mlp_engine='tensorrt' is not one of torch_ao, torchao"),
-    ({"mlp_engine": "torchao", "mlp": "int2"}, "backend.mlp='int2' is not one of fp32, int8, int4"),
+    ({"mlp_engine": "torchao", "mlp": "int2"}, "backend.mlp='int2' is not one of fp32, fp16, bf16, int8, int4"),
 ])
 def test_bad_choices_are_user_errors(overrides, message):
     cfg = dataclasses.replace(registry.get("backend", "int8_tbe").config(), **overrides)

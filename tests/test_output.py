@@ -146,3 +146,20 @@ def test_the_sweep_expects_its_cuda_jobs_skipped_on_a_machine_without_cuda():
             raise RuntimeError("the job's own exception")
 
     assert job_status(Returned()) == "skipped" and job_status(Raised()) is None
+
+
+def test_the_time_left_starts_with_the_first_job_not_with_composing_the_sweep():
+    from bench.progress import OncePerMachine
+
+    clock, lines = Clock(), []
+    once = OncePerMachine(clock)
+    bar = PlainProgress(42, "sweep", "job", interval=0, clock=clock, emit=lines.append, once=once)
+    clock.now += 6  # Hydra composes the 42 jobs before the first starts
+    bar.begin()
+    clock.now += 5  # the first job's own work
+    bar.update(1)
+    assert lines[-1] == "sweep: 1/42 job (2%), 5 s, about 3 min 25 s left"
+    bar.begin()  # a later job's start moves nothing
+    clock.now += 5
+    bar.update(1)
+    assert lines[-1] == "sweep: 2/42 job (5%), 10 s, about 3 min 20 s left"

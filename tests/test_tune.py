@@ -126,7 +126,7 @@ def test_planted_problem_finds_the_known_answer(planted):
     assert checked[0].embedding_bytes == map_bytes(tables, KNOWN_ANSWER)
     assert Budget(absolute=0.00025).verdict(checked[0]) == "within budget"
     uniform = {r.candidate: r for r in checked[2:]}
-    assert uniform["uniform int2 (int2_tbe)"].auc_delta_hi < -0.00025  # uniform int2 is clearly over
+    assert uniform["uniform int2 (int2_tbe, fp32 MLP)"].auc_delta_hi < -0.00025  # uniform int2 is clearly over
 
 
 def halves_base(swap, split):

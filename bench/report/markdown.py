@@ -258,7 +258,7 @@ def _speed_rows(g: pd.DataFrame, bs: int) -> list | None:
     """The ok unsharded fp32, fp32_tbe and int8_tbe rows of one batch size, each with a speedup; else None."""
     one = g[(g["status"] == "ok") & (g["batch_size"] == bs) & (g["sharding"] == UNSHARDED[0]) & (g["world_size"] == UNSHARDED[1])]
     rows = [one[one["backend"] == b] for b in (BASELINE, "fp32_tbe", "int8_tbe")]
-    if any(r.empty for r in rows) or any(fmt.missing(r["speedup"].iloc[0]) for r in rows[1:]):
+    if any(r.empty for r in rows) or any(fmt.missing(r[SPEEDUP].iloc[0]) for r in rows[1:]):
         return None
     return [next(r.itertuples(index=False)) for r in rows]
 

@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 import pandas as pd
 
+from bench.metrics import EMBEDDING_BYTES, SPEEDUP
 from bench.report import fmt
 from bench.report.table import BASELINE, UNSHARDED
 from bench.stats import WITHIN_BUDGET
@@ -127,7 +128,7 @@ def picks(df: pd.DataFrame, budget: float) -> list[Pick]:
             why += f" ({', '.join(undecided)}: inconclusive against it)" if undecided else ""
             out.append(pick(None, None, why + "; stay on fp32"))
             continue
-        ranked = inside.assign(_bytes=inside["embedding_bytes"].fillna(math.inf), _speed=-inside["speedup"].fillna(0.0))
+        ranked = inside.assign(_bytes=inside[EMBEDDING_BYTES].fillna(math.inf), _speed=-inside[SPEEDUP].fillna(0.0))
         ranked = ranked.sort_values(["_bytes", "_speed"], kind="mergesort")
         choices = [Choice.of(r) for r in ranked.itertuples(index=False)]
         first, runner = choices[0], (choices[1] if len(choices) > 1 else None)

@@ -19,8 +19,8 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from bench.backends.backend import Backend, NotApplicable
-from bench.backends.inc_int8_static import CompiledTwin, exported_twin
+from bench.backends.backend import NotApplicable
+from bench.backends.inc_int8_static import CompiledTwin, CompiledTwinBackend, exported_twin
 from bench.backends.toolkit import ToolkitConfig, check_export_options, twin_of
 from bench.batch import Batch
 from bench.metrics import TOOLKIT
@@ -35,7 +35,7 @@ class CompiledFp32Config(ToolkitConfig):
 
 
 @register("backend", "compiled_fp32", config=CompiledFp32Config, in_sweeps=False, toolkit="torch")
-class CompiledFp32Backend(Backend):
+class CompiledFp32Backend(CompiledTwinBackend):
     devices = ("cpu",)  # inductor's CPU code with oneDNN's packed fp32 kernels
     not_shardable = "it runs an exported graph in one process"
     timed_input_format = "the exported twin's dense id matrices (torch tensors), built before timing"
@@ -53,12 +53,6 @@ class CompiledFp32Backend(Backend):
             module = CompiledTwin(program.module(), twin, compile=True)
             module(*inputs[0])  # compiles now, inside the build time, not in the first scored or timed call
         return module
-
-    def scores_depend_on_batch(self) -> bool:
-        return True  # compiled kernels pick their blocking by batch shape: last-bit differences between batch sizes
-
-    def timed_inputs(self, prepared: nn.Module, inputs: list[tuple]) -> list[tuple]:
-        return [prepared.dense_inputs(dense, sparse) for dense, sparse in inputs]
 
     def job_metrics(self, prepared: nn.Module) -> dict[str, Any]:
         return {TOOLKIT: "torch", "quantizes": "nothing (compiled fp32 reference)", "compiled": True, **prepared.details}

@@ -10,7 +10,7 @@ around each Linear: weights int8 per output channel, inputs uint8 per tensor). T
 interaction's matrix product fp32 (the quantizer leaves both alone); the output layer is quantized like the rest.
 
 Only `torch.compile` (freezing on) turns the quantize/dequantize pairs into oneDNN int8 Linear kernels; the
-converted graph run eagerly computes in fp32 with extra rounding steps, slower than fp32 (issue 34: 0.74-0.78x).
+converted graph run eagerly computes in fp32 with extra rounding steps, slower than fp32 (measured here: 0.74-0.78x).
 `backend.compile=false` times that eager graph. The first call of each new input shape compiles (seconds to
 a minute on 2 cores); `prepare` makes the first call itself, so the build time includes it and the timed
 calls do not. Freezing is switched on around each call (`torch._inductor.config.patch`), not for the process:
@@ -33,9 +33,8 @@ from torch import nn
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from bench.backends.backend import Backend, NotApplicable
-from bench.backends.toolkit import missing, require
 from bench.backends.deploy import StackedBags
-from bench.backends.toolkit import ToolkitConfig, check_export_options, twin_of
+from bench.backends.toolkit import ToolkitConfig, check_export_options, missing, require, twin_of
 from bench.backends.twin import GatherBags, Twin
 from bench.batch import Batch
 from bench.metrics import RUNTIME_REFERENCE, TOOLKIT
@@ -117,8 +116,18 @@ class CompiledTwin(nn.Module):
             return self._run(*ids)
 
 
+class CompiledTwinBackend(Backend):
+    """What the backends that run the exported twin as a compiled torch module (`CompiledTwin`) share."""
+
+    def scores_depend_on_batch(self) -> bool:
+        return True  # compiled kernels pick their blocking by batch shape: last-bit differences between batch sizes
+
+    def timed_inputs(self, prepared: nn.Module, inputs: list[tuple]) -> list[tuple]:
+        return [prepared.dense_inputs(dense, sparse) for dense, sparse in inputs]
+
+
 @register("backend", "inc_int8_static", config=IncInt8StaticConfig, in_sweeps=False, toolkit="inc")
-class IncInt8StaticBackend(Backend):
+class IncInt8StaticBackend(CompiledTwinBackend):
     devices = ("cpu",)  # the oneDNN int8 kernels inductor lowers to
     not_shardable = "it runs an exported graph in one process"
     timed_input_format = "the exported twin's dense id matrices (torch tensors), built before timing"
@@ -148,12 +157,6 @@ class IncInt8StaticBackend(Backend):
             module = CompiledTwin(convert(observed), twin, self.cfg.compile)
             module(*calibration[0])  # compiles now, inside the build time, not in the first scored or timed call
         return module
-
-    def scores_depend_on_batch(self) -> bool:
-        return True  # compiled kernels pick their blocking by batch shape: last-bit differences between batch sizes
-
-    def timed_inputs(self, prepared: nn.Module, inputs: list[tuple]) -> list[tuple]:
-        return [prepared.dense_inputs(dense, sparse) for dense, sparse in inputs]
 
     def job_metrics(self, prepared: nn.Module) -> dict[str, Any]:
         return {TOOLKIT: "inc", "quantizes": QUANTIZES, "compiled": prepared.compiled, RUNTIME_REFERENCE: "compiled_fp32", **prepared.details}

@@ -2,7 +2,7 @@
 int8 weights and activations, scales from NNCF's own statistics over the workload's calibration batches.
 
 The MatMuls of two activations (DLRM's interaction) are in NNCF's `ignored_scope`: quantized per tensor,
-the interaction cost ΔAUC -0.047 in issue 34's prototype. Activations are quantized asymmetrically
+the interaction cost ΔAUC -0.047 in a prototype on the default model. Activations are quantized asymmetrically
 (`QuantizationPreset.MIXED`): with NNCF's default preset (symmetric activations) the tiny workload's
 trained DLRM fell to AUC 0.506 (ΔAUC -0.199), with MIXED its ΔAUC is inside the gate's margin."""
 

@@ -4,8 +4,8 @@ bytes and operators, and which nodes are products of two activations.
 The four backends (`onnxruntime_fp32`, `onnxruntime_int8_dynamic`, `onnxruntime_int8_static`,
 `onnxruntime_w4`) quantize the same exported twin (bench.backends.toolkit) with ONNX Runtime's own
 quantization API and run it in `onnxruntime.InferenceSession`. A MatMul of two activations (DLRM's
-pairwise interaction) stays fp32 in every one: quantized per tensor it costs AUC (issue 34's prototype:
-ΔAUC -0.047 in OpenVINO), and it holds no weights to shrink.
+pairwise interaction) stays fp32 in every one: quantized per tensor it costs AUC (a prototype on the
+default model: ΔAUC -0.047 in OpenVINO), and it holds no weights to shrink.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ so Quark's calibration loop, which calls `model(batch)`, hands the model `(dense
 
 Quark runs eagerly in PyTorch as fake quantization: the frozen weights are their dequantized fp32 values, and
 each Linear's input is quantized and dequantized on every call. So this backend measures Quark's accuracy on
-equal terms, and its eager speed (slower than fp32: issue 34 measured 0.66x); its bytes are fp32 bytes.
+equal terms, and its eager speed (slower than fp32: 0.66x measured here); its bytes are fp32 bytes.
 
 Quark lives in its own environment (`make setup-quark`: about 30 packages over the stack, onnx pinned to 1.22.0,
 `transformers`, which `quark.torch` imports without declaring it; its first import compiles C++ kernels). In the

@@ -44,6 +44,8 @@ DOCS_LONG = {
                                                                            "stand-ins for .gpu/run.sh",
     "pip install -e '.[onnxruntime]'": SETUP,
     "python -m bench +sweep=toolkits": "a sweep, minutes as written; tests/test_toolkits.py runs its backends on a tiny model",
+    "python -m bench +sweep=toolkits model=custom model.factory=examples.torchrec_models.dlrm_dcn:build hydra.sweeper.params.batch_size=1024":
+        "a sweep of DLRM_DCN, minutes as written; tests/test_deploy.py exports DLRM_DCN and tests/test_toolkits.py runs the backends tiny",
     **{f"python benchmarks/scripts/{name}.py": SCRIPT for name in ("runner_overhead", "sweep_bench", "noise_bench", "scale_diagnose",
                                                                       "fit_criteo_access", "torchao_mlp", "cold_warm")},
     **{f"python benchmarks/scripts/train_curve.py --at {points}": "trains the default model (minutes): run by hand, never by the tests"
@@ -54,6 +56,8 @@ DOCS_LONG = {
         "python -m bench backend=uint4 '+backend.per_table={t_cat_3: int8}'", "python -m bench backend=fake_quant backend.bits=4",
         "python -m bench model=dlrm_kaggle threads=1", "python -m bench backend=ps_redis backend.cache_fraction=0.1",
         "python -m bench backend=openvino_int8",
+        "python -m bench backend=onnxruntime_fp32 backend.export=plain batch_size=1024",
+        "python -m bench backend=openvino_fp32 backend.triangle=fold batch_size=1024",
         "python -m bench backend=int8_tbe backend.mlp_engine=torchao", "python -m bench backend=uint4 backend.mlp_engine=torchao backend.mlp=int4",
         "python -m bench backend=uint4 sharding=row_wise world_size=2", "python -m bench backend=fake_quant sharding=column_wise world_size=2",
         "torchrun --standalone --nproc-per-node=2 -m bench backend=fp32 sharding=row_wise world_size=2",

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from bench import hardware
 from bench.hashing import config_hash
 from bench.io import write_json_atomic
-from bench.measure.kernel_health import EAGER, MIN_GATHER_SHARE, MIN_GEMM_SHARE, SLOWER_THAN_EAGER, Health, Verdict, tbe_family
+from bench.measure.kernel_health import EAGER, MIN_GEMM_SHARE, Health, Verdict, lookup_bounds, tbe_family
 
 log = logging.getLogger(__name__)
 
@@ -115,13 +115,15 @@ def gather_bandwidth(row_width: int, total_bytes: int, device: torch.device, loo
 def gemm_flops(device: torch.device, shape: tuple[int, int, int] = LIMIT_GEMM, clock: Optional[Callable] = None) -> dict[str, float]:
     """FLOP/s of `torch.mm` at `shape` per dtype of GEMM_DTYPES, the best of REPEATS calls."""
     clock = clock or device_clock(device)
-    m, k, n = shape
-    out = {}
     with torch.inference_mode():
-        for name, dtype in GEMM_DTYPES.items():
-            a, b = torch.randn(m, k, device=device).to(dtype), torch.randn(k, n, device=device).to(dtype)
-            out[name] = 2 * m * k * n / min(_times(lambda: torch.mm(a, b), clock, REPEATS))
-    return out
+        return {name: flops / min(_times(lambda: torch.mm(a, b), clock, REPEATS)) for name, a, b, flops in _gemm_operands(device, shape)}
+
+
+def _gemm_operands(device: torch.device, shape: tuple[int, int, int]) -> Iterable[tuple[str, torch.Tensor, torch.Tensor, int]]:
+    """(dtype name, A, B, FLOPs of A @ B) per dtype of GEMM_DTYPES, random operands of `shape` (m, k, n) on `device`."""
+    m, k, n = shape
+    for name, dtype in GEMM_DTYPES.items():
+        yield name, torch.randn(m, k, device=device).to(dtype), torch.randn(k, n, device=device).to(dtype), 2 * m * k * n
 
 
 def buffer_bytes(device: torch.device) -> int:
@@ -222,13 +224,8 @@ def time_gemms(device: torch.device, shape: tuple[int, int, int] = GEMM, calls: 
                clock: Optional[Callable] = None) -> dict[str, float]:
     """ns per 1000 FLOPs of `torch.mm` at `shape` in fp32 and fp16 on `device`."""
     clock = clock or device_clock(device)
-    m, k, n = shape
-    out = {}
     with torch.inference_mode():
-        for name, dtype in GEMM_DTYPES.items():
-            a, b = torch.randn(m, k, device=device).to(dtype), torch.randn(k, n, device=device).to(dtype)
-            out[f"gemm_{name}"] = median_ns(lambda: torch.mm(a, b), 2 * m * k * n / 1000, clock, calls)
-    return out
+        return {f"gemm_{name}": median_ns(lambda: torch.mm(a, b), flops / 1000, clock, calls) for name, a, b, flops in _gemm_operands(device, shape)}
 
 
 def judge(timed: dict[str, float], limits: Any) -> list[Verdict]:
@@ -247,15 +244,8 @@ def judge(timed: dict[str, float], limits: Any) -> list[Verdict]:
             continue
         dtype = family.removeprefix("tbe_") if family.startswith("tbe_") else "fp32"
         width = row_bytes(dtype, alignment=ROW_ALIGNMENT if family != EAGER else 1)
-        bounds = []
-        if limits is not None and str(width) in limits.data["gather_bytes_per_s"]:
-            roofline_ns = width / limits.gather(width) * 1e9
-            bounds.append((roofline_ns / MIN_GATHER_SHARE, f"{MIN_GATHER_SHARE:.0%} of the GPU's gather roofline ({roofline_ns:.2f} ns "
-                                                           f"a {width}-byte row)"))
-        if family != EAGER and dtype != "fp32" and eager:
-            bounds.append((eager * SLOWER_THAN_EAGER, f"{SLOWER_THAN_EAGER}x torch's fp32 EmbeddingBag on this GPU ({eager:.2f} ns a row)"))
-        expected = min((b for b, _ in bounds), default=None)
-        failed = [what for bound, what in bounds if ns > bound]
+        expected, failed = lookup_bounds(ns, width, limits, eager if family != EAGER and dtype != "fp32" else None,
+                                         "the GPU's gather roofline", "on this GPU", digits=2)
         verdicts.append(Verdict(family, not failed, ns, expected, "ns/row", why="slower than " + " and ".join(failed) if failed else "",
                                 cause="FBGEMM's CUDA TBE kernel runs a slow path here" if failed and family != EAGER else "",
                                 fix="profile the lookup with torch.profiler on this GPU" if failed and family != EAGER else ""))

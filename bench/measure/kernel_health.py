@@ -150,15 +150,8 @@ def judge(timed: dict[str, float], limits: Optional[Limits], isa: dict[str, Any]
             continue
         dtype = family.removeprefix("tbe_") if family.startswith("tbe_") else "fp32"
         row_bytes = TBE_ROWS[dtype][1]
-        bounds = []  # (the most it should take, against what)
-        if limits is not None and str(row_bytes) in limits.data["gather_bytes_per_s"]:
-            roofline_ns = row_bytes / limits.gather(row_bytes) * 1e9
-            bounds.append((roofline_ns / MIN_GATHER_SHARE, f"{MIN_GATHER_SHARE:.0%} of the gather roofline ({roofline_ns:.1f} ns a "
-                                                           f"{row_bytes}-byte row)"))
-        if family != EAGER and dtype != "fp32" and eager:
-            bounds.append((eager * SLOWER_THAN_EAGER, f"{SLOWER_THAN_EAGER}x torch's fp32 EmbeddingBag here ({eager:.1f} ns a row)"))
-        expected = min((b for b, _ in bounds), default=None)
-        failed = [what for bound, what in bounds if ns > bound]
+        expected, failed = lookup_bounds(ns, row_bytes, limits, eager if family != EAGER and dtype != "fp32" else None,
+                                         "the gather roofline", "here", digits=1)
         verdict = Verdict(family, not failed, ns, expected, "ns/row", why="slower than " + " and ".join(failed) if failed else "")
         if family.startswith("tbe_"):
             _fbgemm_cause(verdict, shortfall, switched, isa)
@@ -178,6 +171,21 @@ def judge(timed: dict[str, float], limits: Optional[Limits], isa: dict[str, Any]
                                     cause="" if ok else "torch.ao's int8 Linear fell back from FBGEMM/oneDNN's int8 kernels",
                                     fix="" if ok else "check torch.backends.quantized.engine and the CPU's int8 support"))
     return verdicts
+
+
+def lookup_bounds(ns: float, width: int, limits: Any, eager: Optional[float], roofline: str, where: str,
+                  digits: int) -> tuple[Optional[float], list[str]]:
+    """(the most a lookup of `width`-byte rows should take, what it is slower than): a share of the machine's
+    measured gather roofline at that width (`limits`, where measured) and, for a quantized lookup, a multiple
+    of torch's fp32 EmbeddingBag on the same machine (`eager`). Shared by the CPU's probe and the GPU's."""
+    bounds = []  # (the most it should take, against what)
+    if limits is not None and str(width) in limits.data["gather_bytes_per_s"]:
+        roofline_ns = width / limits.gather(width) * 1e9
+        bounds.append((roofline_ns / MIN_GATHER_SHARE, f"{MIN_GATHER_SHARE:.0%} of {roofline} ({roofline_ns:.{digits}f} ns a "
+                                                       f"{width}-byte row)"))
+    if eager:
+        bounds.append((eager * SLOWER_THAN_EAGER, f"{SLOWER_THAN_EAGER}x torch's fp32 EmbeddingBag {where} ({eager:.{digits}f} ns a row)"))
+    return min((b for b, _ in bounds), default=None), [what for bound, what in bounds if ns > bound]
 
 
 def _fbgemm_cause(verdict: Verdict, shortfall: Optional[str], switched: list[str], isa: dict[str, Any]) -> None:

@@ -102,6 +102,14 @@ TOOLKIT = metric("toolkit", "", NEITHER, "s", "the quantization toolkit whose ow
                  "docs/toolkits.md)", TIMING)
 TIMED_INPUTS = metric("timed_inputs", "", NEITHER, "s", "what the timed calls of a runtime with its own input format took: "
                       "the batches converted to it before timing, as the KJTs are for the torch backends", TIMING)
+CUDA_GRAPH_SPEEDUP = metric("cuda_graph_speedup", "x", HIGHER, ".2f", "with timing.cuda_graphs=true, on CUDA: the speedup over fp32 "
+                            "with both calls captured in CUDA graphs and replayed (bench.measure.cuda_graph), timed paired as "
+                            "`speedup` is; beside it, `speedup` is the same pair run eagerly", TIMING, interval=True)
+CUDA_GRAPH_THROUGHPUT = metric("cuda_graph_throughput", "samples/s", HIGHER, ",.0f", "with timing.cuda_graphs=true, on CUDA: the "
+                               "backend's samples/s with its call replayed from a CUDA graph (inputs copied into the graph's "
+                               "buffers inside the timed call)", TIMING)
+CUDA_GRAPH_NOTE = metric("cuda_graph_note", "", NEITHER, "s", "with timing.cuda_graphs=true: why no CUDA-graph figures were "
+                         "taken (a CPU job, a runtime with its own inputs, a call that could not be recorded)", TIMING)
 DENSE_PATH = metric("dense_path", "", NEITHER, "s", "the path the dense layers (MLP) ran: fp32, fp16/bf16 (torchrec's dense lowering, "
                     "the quantized backends' default on CUDA) or int8 (torch.ao's, their default on CPU, or torchao's)", TIMING)
 RUNTIME_REFERENCE = metric("runtime_reference", "", NEITHER, "s", "the unquantized backend on the same runtime and export (a "

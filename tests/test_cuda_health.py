@@ -202,3 +202,22 @@ def test_timing_show_names_a_gpu_probe_by_its_gpu(tmp_path):
     lines = show(tmp_path)
     assert lines[0] == "kernel probe abc-cuda-kernels.json: GPU NVIDIA H100 80GB HBM3, 1 kernel families healthy"
     assert lines[1] == "  tbe_int2: 0.5 ns/row (at most 1.2)"
+
+
+def test_the_regime_note_gives_the_graphed_speedup_beside_the_eager_one():
+    from bench.metrics import CUDA_GRAPH_NOTE, CUDA_GRAPH_SPEEDUP, SPEEDUP, hi, lo
+    from bench.report.regime import regime_sentences
+
+    def row(backend, batch, p50, eager=None, graphed=None, note=None):
+        return {"status": "ok", "backend": backend, "device": "cuda", "batch_size": batch, "latency_p50_ms": p50,
+                SPEEDUP: eager, CUDA_GRAPH_SPEEDUP: graphed, lo(CUDA_GRAPH_SPEEDUP): graphed and graphed - 0.1,
+                hi(CUDA_GRAPH_SPEEDUP): graphed and graphed + 0.1, CUDA_GRAPH_NOTE: note}
+
+    g = pd.DataFrame([row("int8_tbe", 256, 1.0, 2.0, 1.5), row("int8_tbe", 4096, 1.2, 2.1, None, "not recorded: capture failed"),
+                      row("uint4", 256, 0.5, 1.8, 1.4), row("uint4", 4096, 6.0, 2.4, 2.3)])
+    notes = regime_sentences(g)
+    assert notes[0].startswith("**int8_tbe** on cuda is launch-bound") and notes[0].endswith(
+        ": 1.50x [1.40, 1.60] graphed against 2.00x eager at 256; none at 4,096 (not recorded: capture failed).")
+    assert notes[1] == "**uint4** on cuda with CUDA graphs: 1.40x [1.30, 1.50] graphed against 1.80x eager at 256; 2.30x [2.20, 2.40] graphed against 2.40x eager at 4,096."
+    plain = regime_sentences(g.drop(columns=[CUDA_GRAPH_SPEEDUP, CUDA_GRAPH_NOTE]))
+    assert len(plain) == 1 and plain[0].endswith("; timing.cuda_graphs=true times it so.")

@@ -198,6 +198,10 @@ class TimingConfig:
     # Also time the backend alone at the job's own thread count when the picked setting uses fewer,
     # and report that samples/s beside the paired figures (`throughput_all_threads`).
     report_all_threads: bool = False
+    # CUDA jobs: also time the candidate and the fp32 reference with each call replayed from a CUDA graph
+    # (bench.measure.cuda_graph), as a GPU deployment runs a launch-bound model, and record that speedup and
+    # samples/s beside the eager ones (cuda_graph_speedup, cuda_graph_throughput). No effect on CPU jobs.
+    cuda_graphs: bool = False
     # The absolute throughput is flagged (stable=false, its own flag: the paired speedup is judged on
     # its own interval) when its trials vary more than this (std/mean).
     max_trial_cv: float = 0.10

@@ -18,6 +18,7 @@ from bench.errors import UserError
 from bench.metrics import AUC, DISTINCT_SCORES, N_EVAL
 from bench.hashing import plain
 from bench.measure.accuracy import accuracy_metrics, score
+from bench.measure.cuda_graph import GraphedModule
 from bench.measure.figures import Held, JobFigures, Timed
 from bench.measure.memory import PeakMemory, model_bytes
 from bench.measure.noise import LoadWatch, stability
@@ -29,7 +30,7 @@ from bench.measure.timing import (
     time_module,
     time_paired,
 )
-from bench.metrics import (TIMED_INPUTS, AUC_DELTA, AUC_FP32, FIDELITY_GAP, ORACLE_AUC, PREPARE_SECONDS, SCORES_SATURATED, SPEEDUP, SPEEDUP_PROCESS_DF, THREADS,
+from bench.metrics import (CUDA_GRAPH_NOTE, CUDA_GRAPH_SPEEDUP, CUDA_GRAPH_THROUGHPUT, TIMED_INPUTS, AUC_DELTA, AUC_FP32, FIDELITY_GAP, ORACLE_AUC, PREPARE_SECONDS, SCORES_SATURATED, SPEEDUP, SPEEDUP_PROCESS_DF, THREADS,
                            THROUGHPUT, hi, lo, with_interval)
 from bench.models.logits import saturated_share
 from bench.models.random_weights import RANDOM
@@ -85,6 +86,7 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
                 timing = paired.candidate
         faults = hardware.minor_faults() - faults
         all_threads = _all_threads(cfg, prepared, candidate_inputs, device, threads)
+    graphed = _cuda_graph_figures(cfg, backend, prepared, reference, inputs, device, threads, setting)
 
     if performance_only:
         metrics: dict[str, Any] = {"accuracy": PERFORMANCE_ONLY}
@@ -119,7 +121,49 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
     with hardware.timing_threads(threads):  # the roofline at the thread count the throughput was timed with
         metrics.update(job_profile(cfg, prepared, inputs, workload, timing, device, shared))
     metrics.update(backend.job_metrics(prepared))
+    metrics.update(graphed)
     return metrics
+
+
+def _cuda_graph_figures(cfg: Config, backend: Backend, prepared: nn.Module, reference: nn.Module | None, inputs: list[tuple],
+                        device: torch.device, threads: int, setting: dict) -> dict[str, Any]:
+    """With `timing.cuda_graphs`, on CUDA: the candidate (and the fp32 reference, paired as the eager timing is)
+    replayed from CUDA graphs; elsewhere a note saying why not."""
+    if not cfg.timing.cuda_graphs:
+        return {}
+    if device.type != "cuda":
+        return {CUDA_GRAPH_NOTE: f"a {device.type} job: CUDA graphs replay GPU work only"}
+    if backend.timed_input_format is not None:
+        return {CUDA_GRAPH_NOTE: f"{backend.cfg.name} takes its own inputs ({backend.timed_input_format}), not model(dense, KJT)"}
+    with hardware.timing_threads(threads):
+        return time_graphed(cfg, prepared, reference, inputs, device, setting)
+
+
+def time_graphed(cfg: Config, prepared: nn.Module, reference: nn.Module | None, inputs: list[tuple], device: torch.device,
+                 setting: dict, record: bool = True) -> dict[str, Any]:
+    """The graphed figures (`record=False`: the same padded calls run eagerly, the CPU's check of this step).
+    A call that cannot be recorded, or one past the graph's capacity, leaves a note; the eager figures stand."""
+    candidate = GraphedModule(prepared, record)
+    ref = GraphedModule(reference, record) if reference is not None else None
+    try:
+        if ref is None:
+            timing, paired = time_module(candidate, inputs, cfg.batch_size, device, **loop_options(cfg.timing)), None
+        else:
+            paired = time_paired(candidate, ref, inputs, cfg.batch_size, device, **loop_options(cfg.timing),
+                                 process_sd=setting.get("process_sd") or 0.0, process_df=setting.get("process_df"),
+                                 decided=speed_decided(cfg))
+            timing = paired.candidate
+            ref.check()
+        candidate.check()
+    except RuntimeError as e:  # a recording refused (a host sync inside the call) or a call past the graph's capacity
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return {CUDA_GRAPH_NOTE: f"not recorded: {first}"}
+    finally:
+        del candidate, ref  # the graphs' memory pools go with them, before the next job
+    out: dict[str, Any] = {CUDA_GRAPH_THROUGHPUT: timing.throughput}
+    if paired is not None:
+        out.update(dict(zip(with_interval(CUDA_GRAPH_SPEEDUP), paired.speedup())))
+    return out
 
 
 def _layers(cfg: Config, backend: Backend, model: TrainedModel, workload: Workload, device: torch.device, shared: SharedWork,

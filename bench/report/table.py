@@ -32,6 +32,7 @@ from bench.metrics import (
     AUC_DELTA_P,
     AUC_FP32,
     SCORES_SATURATED,
+    CUDA_GRAPH_NOTE,
     CUDA_PEAK_BYTES,
     EMBEDDING_BYTES,
     FIDELITY_GAP,
@@ -269,6 +270,7 @@ def _row(r: RunRecord) -> dict[str, Any]:
     row["score_read"] = m.get("score_read")
     row["auc_delta_layers"] = m.get("auc_delta_layers_line")
     row["ps_twin"] = m.get("ps_twin")  # ps_redis: the in-memory backend with the same rows
+    row[CUDA_GRAPH_NOTE] = m.get(CUDA_GRAPH_NOTE)  # timing.cuda_graphs: why a job has no graphed figures
     for q in ("p50", "p90", "p99", "p99_lo", "p99_hi"):
         row[f"latency_{q}_ms"] = _num(lat.get(q))
     row["timing_setting"] = timing_setting_text(m)

@@ -18,5 +18,6 @@ echo ".gpu/ is ready ($(du -sh .gpu | cut -f1)). On the GPU machine, from the pr
 echo
 echo "  OUT=<a folder to copy back> bash benchmarks/scripts/gpu_check_run.sh"
 echo
-echo "It runs the cuda-marked tests, then the default CUDA sweep (python -m bench +sweep=quant device=cuda), and"
+echo "It runs the cuda-marked tests, then the default CUDA sweep (python -m bench +sweep=quant device=cuda, each job"
+echo "also timed replayed from CUDA graphs: timing.cuda_graphs=true), and"
 echo "leaves report.md, results.csv, records.jsonl, the tests' output and the GPU probe's caches under \$OUT."

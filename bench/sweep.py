@@ -151,7 +151,7 @@ class Stages:
 def console_bottom_line(records: list[RunRecord], budget: float) -> list[str]:
     """report.md's bottom line as the console prints it after a sweep (markdown bold left out)."""
     from bench.report.pick import bottom_line
-    from bench.report.table import results_table
+    from bench.results.table import results_table
 
     return [line.replace("**", "") for line in bottom_line(results_table(records, budget=budget), budget)]
 
@@ -162,7 +162,7 @@ def finish(config: DictConfig) -> int:
     optional runs. Returns the exit code: 0, 1 when a job errored or the gate failed, 3 when a stage
     failed (the highest applies)."""
     from bench.report.publish import finish_report, start_report
-    from bench.report.table import backend_label
+    from bench.results.key import record_label
 
     sweep_dir = Path(config.hydra.sweep.dir)
     stages = Stages(sweep_dir)
@@ -179,7 +179,7 @@ def finish(config: DictConfig) -> int:
     for r in records:
         if r.status == "error":
             reason = next(iter((r.error or "").strip().splitlines()), "no reason recorded")
-            print(f"  {'bad input' if r.user_error else 'error'}: {backend_label(r)} {r.device} bs={r.batch_size}: {reason}")
+            print(f"  {'bad input' if r.user_error else 'error'}: {record_label(r)} {r.device} bs={r.batch_size}: {reason}")
     if overlapping(records):  # parallel launchers without the host lock (one_job_per_host=false)
         print(f"warning: {len(overlapping(records))} pairs of jobs ran at the same time on one host: their timings disturbed each other")
     report_dir = stages.run("report", lambda: start_report(records, Path(config.reports_dir), name))

@@ -14,6 +14,7 @@ import pytest
 from bench.record import SCHEMA_VERSION, RunRecord
 from bench.store import read_records
 from bench.report import COLUMNS, fmt, publish_report, results_table, write_report
+from bench.results.readable import unreadable
 
 FIXTURES = Path(__file__).parent / "fixtures" / "records"
 REQUIRED = ["workload", "device", "backend", "batch_size", "status", "auc", "auc_delta", "auc_delta_lo",
@@ -321,11 +322,11 @@ def test_an_undecided_speedup_reads_inconclusive_in_words_and_in_the_gate(sweep_
 
 
 def test_unreadable_intervals_are_named_by_the_bound():
-    assert fmt.unreadable(1.2, 0.0, 3.3e8) and fmt.unreadable(42179, 32, 31_837_527)  # the figures issue 35 saw
-    assert fmt.unreadable(1.0, 0.3, 1.8)  # hi/lo past 5x, though each bound is within 5x of the point
-    assert fmt.unreadable(2.0, 1.9, 10.5) and fmt.unreadable(2.0, 0.39, 2.1)  # a bound over 5x its point, either side
-    assert not fmt.unreadable(1.84, 1.80, 1.88) and not fmt.unreadable(1.0, 0.5, 2.4)
-    assert not fmt.unreadable(2.0, None, None) and not fmt.unreadable(float("nan"), 1, 2)  # no interval: nothing to judge
+    assert unreadable(1.2, 0.0, 3.3e8) and unreadable(42179, 32, 31_837_527)  # the figures issue 35 saw
+    assert unreadable(1.0, 0.3, 1.8)  # hi/lo past 5x, though each bound is within 5x of the point
+    assert unreadable(2.0, 1.9, 10.5) and unreadable(2.0, 0.39, 2.1)  # a bound over 5x its point, either side
+    assert not unreadable(1.84, 1.80, 1.88) and not unreadable(1.0, 0.5, 2.4)
+    assert not unreadable(2.0, None, None) and not unreadable(float("nan"), 1, 2)  # no interval: nothing to judge
     assert fmt.ratio_ci(0.19, 0.0, 3.3e8, calls=48) == "too short to judge (48 calls)"
     assert fmt.ratio_ci(0.19, 0.0, 3.3e8) == "too short to judge"
 
@@ -422,7 +423,7 @@ def test_samples_per_s_and_a_paired_speedup_pointing_opposite_ways_get_one_line(
 def test_a_paired_speedup_and_an_unpaired_ratio_of_one_pair_are_labelled_apart(sweep_a, tmp_path):
     """The batching-vs-quantization table takes the main table's paired speedups; where the unpaired ratio of
     the two jobs' trials differs from one, both are printed, labelled with how each was made."""
-    from bench.report.table import trials
+    from bench.results.table import trials
     from bench.stats import ratio_interval
 
     fp32 = next(r for r in sweep_a if (r.workload, r.backend, r.batch_size) == ("synthetic", "fp32", 2048) and r.status == "ok")

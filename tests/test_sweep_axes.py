@@ -15,7 +15,7 @@ from bench.gate import evaluate_gate
 from bench.gate.stored import row_verdicts
 from bench.report import results_table, write_report
 from bench.report.history import HISTORY_VERSION, append_history, history_changes, load_history
-from bench.report.table import label, split_label
+from bench.results.key import label, read_label
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "gate"))
 from gate_frames import frame, record, row  # noqa: E402
@@ -70,8 +70,8 @@ def test_a_results_csv_written_before_the_columns_is_still_gated_by_backend():
 
 def test_labels_round_trip():
     assert label("int8_tbe") == "int8_tbe" and label("int8_tbe", "row_wise", 2) == "int8_tbe@row_wise×2"
-    assert split_label("int8_tbe@row_wise×2") == ("int8_tbe", "row_wise", 2)
-    assert split_label("fp32") == ("fp32", "none", 1) and split_label("odd@name") == ("odd@name", "none", 1)
+    assert read_label("int8_tbe@row_wise×2") == ("int8_tbe", "row_wise", 2)
+    assert read_label("fp32") == ("fp32", "none", 1) and read_label("odd@name") == ("odd@name", "none", 1)
 
 
 def test_a_version_5_line_of_a_sharded_job_keeps_its_key_and_is_compared_with_the_next_run(tmp_path):

@@ -40,9 +40,10 @@ from bench.gate.writers import render_markdown, write_outputs
 from bench.hashing import config_hash
 from bench.io import write_text_atomic
 from bench.record import RunRecord
-from bench.report.load import load_records, records_file
-from bench.report.serve import serve_table
-from bench.report.table import results_table
+from bench.results.key import KEY
+from bench.results.load import load_records, records_file
+from bench.results.serving import serve_table
+from bench.results.table import results_table
 
 GATE_CONFIG = "gate_config.yaml"
 STORED = "gate"  # the stored verdict's file stem
@@ -112,11 +113,10 @@ def history_fields(report_dir: Path, result: Optional[GateResult] = None) -> dic
 
 
 def row_verdicts(result: GateResult) -> dict[tuple, str]:
-    """KEY (workload, device, backend, sharding, world_size, batch_size) -> the first of its rules' verdicts
-    in VERDICTS order (fail first)."""
+    """Row key (bench.results.key) -> the first of its rules' verdicts in VERDICTS order (fail first)."""
     worst: dict[tuple, str] = {}
     for v in result.verdicts:
-        key = (v.workload, v.device, v.backend, v.sharding, v.world_size, v.batch_size)
+        key = v.key
         if key not in worst or VERDICTS.index(v.verdict) < VERDICTS.index(worst[key]):
             worst[key] = v.verdict
     return worst
@@ -217,7 +217,7 @@ def config_changes(old: GateSettings, new: GateSettings) -> list[str]:
 
 
 def _key(v: Verdict) -> tuple:
-    return (v.workload, v.device, v.backend, v.sharding, v.world_size, v.scenario or "", v.batch_size, v.rule)
+    return (*(x for k, x in zip(KEY, v.key) if k != "batch_size"), v.scenario or "", v.batch_size, v.rule)
 
 
 def verdict_changes(old: GateResult, new: GateResult) -> list[str]:

@@ -6,8 +6,8 @@ Reports only read records; nothing here measures. `python -m bench.report DIR` r
 """
 
 from bench.report.baseline import compare_table, write_compare
-from bench.report.load import load_records
-from bench.report.table import COLUMNS, latest_records, results_table
+from bench.results.load import load_records
+from bench.results.table import COLUMNS, latest_records, results_table
 
 __all__ = [
     "COLUMNS",

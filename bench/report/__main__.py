@@ -24,7 +24,7 @@ from bench.config.files import load_compare_config
 from bench.errors import EXIT_GATE_FAILED, EXIT_HARNESS_ERROR, UserError, internal_error
 from bench.report import benchmark_json
 from bench.report.baseline import nothing_compared, summary, write_compare
-from bench.report.load import load_many, load_records, records_file
+from bench.results.load import load_many, load_records, records_file
 from bench.report.publish import write_report
 
 PROG = "python -m bench.report"

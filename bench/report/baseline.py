@@ -43,7 +43,8 @@ from bench.io import write_text_atomic
 from bench.metrics import AUC, AUC_DELTA, SPEEDUP, THROUGHPUT
 from bench.record import RunRecord
 from bench.report import fmt
-from bench.report.table import KEY, backend_rank, label, latest_records
+from bench.results.key import KEY, row_label, sort_key
+from bench.results.table import latest_records
 
 COLUMNS = [*KEY, "verdict", "notes", "status_base", "status_new", "throughput_base", "throughput_new",
            "throughput_ratio", "throughput_ratio_lo", "throughput_ratio_hi", "auc_base", "auc_new",
@@ -97,7 +98,7 @@ def compare_table(
     """
     cfg = cfg or CompareConfig()
     new_by_key, base_by_key = latest_records(records), latest_records(baseline)
-    keys = sorted(set(new_by_key) | set(base_by_key), key=lambda k: (k[0], k[1], backend_rank(label(*k[2:5])), k[5]))
+    keys = sorted(set(new_by_key) | set(base_by_key), key=sort_key)
     rows = []
     for k in keys:
         new, base = new_by_key.get(k), base_by_key.get(k)
@@ -182,7 +183,7 @@ def render_compare(df: pd.DataFrame, title: str, current: str, baseline: str, cf
                f"ratio [{level} CI]", "speedup base", "speedup new", "AUC base", "AUC new", "AUC change [noise]", "notes"]  # fmt: skip
     rows = [
         [
-            r.workload, r.device, label(r.backend, r.sharding, r.world_size), r.batch_size, _verdict(r.verdict),
+            r.workload, r.device, row_label(r), r.batch_size, _verdict(r.verdict),
             _status(r), fmt.count(r.throughput_base), fmt.count(r.throughput_new),
             fmt.ratio_ci(r.throughput_ratio, r.throughput_ratio_lo, r.throughput_ratio_hi),
             fmt.ratio_ci(r.speedup_base, math.nan, math.nan), fmt.ratio_ci(r.speedup_new, math.nan, math.nan),

@@ -40,7 +40,7 @@ from bench.comparison import Figure, Tolerances, compare_metrics, difference_cha
 from bench.errors import UserError
 from bench.metrics import AUC, AUC_DELTA, PEAK_RSS_BYTES, SPEEDUP, THROUGHPUT, THROUGHPUT_TRIALS, hi, lo
 from bench.report.history import HISTORY_FILE, STACK_KEYS, load_history, run_order
-from bench.report.table import label
+from bench.results.key import label
 from bench.stats import median_interval
 
 SITE_DIR = "dashboard"

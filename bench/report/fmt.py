@@ -1,22 +1,16 @@
-"""Number formatting for reading, and a markdown table renderer (no tabulate)."""
+"""Number formatting for reading, and a markdown table renderer (no tabulate). What counts as missing
+or unreadable is the results' rule (`bench.results.readable`)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any, Sequence
 
+from bench.results.readable import missing, too_short, unreadable
+
 MINUS = "\u2212"
 DASH = "\u2014"
 MB = 1e6  # reports use decimal megabytes: 1 MB = 10^6 bytes
-
-
-def missing(x: Any) -> bool:
-    if x is None:
-        return True
-    try:
-        return math.isnan(float(x))
-    except (TypeError, ValueError):
-        return False
 
 
 def signed(x: float, digits: int = 4) -> str:
@@ -39,27 +33,6 @@ def delta_ci(delta: float, lo: float, hi: float, digits: int = 4) -> str:
     if missing(lo) or missing(hi):
         return signed(delta, digits)
     return f"{signed(delta, digits)} [{signed(lo, digits)}, {signed(hi, digits)}]"
-
-
-# An interval of a positive figure (a speedup, a throughput) wider than this cannot be read: its upper
-# bound over its lower, or either bound against its point, beyond this factor.
-UNREADABLE_SPAN = 5.0
-
-
-def unreadable(point: Any, lo: Any, hi: Any, span: float = UNREADABLE_SPAN) -> bool:
-    """Whether the interval [lo, hi] around a positive `point` is too wide to read: hi/lo beyond `span`,
-    a bound `span` times its point away, or a lower bound at or below zero. A missing one is not."""
-    if missing(point) or missing(lo) or missing(hi):
-        return False
-    point, lo, hi = float(point), float(lo), float(hi)
-    if point <= 0 or lo <= 0:
-        return True
-    return hi / lo > span or hi / point > span or point / lo > span
-
-
-def too_short(calls: Any = None) -> str:
-    """What an unreadable interval prints as: too short to judge (48 calls)."""
-    return "too short to judge" + ("" if missing(calls) else f" ({float(calls):,.0f} calls)")
 
 
 def ratio_ci(ratio: float, lo: float, hi: float, calls: Any = None) -> str:

@@ -52,7 +52,8 @@ from bench.hashing import config_hash
 from bench.io import append_jsonl, read_jsonl, write_text_atomic
 from bench.metrics import AUC, AUC_DELTA, EMBEDDING_BYTES, PEAK_RSS_BYTES, SPEEDUP, SPEEDUP_PROCESS_SD, THROUGHPUT, THROUGHPUT_TRIALS, hi, lo
 from bench.record import RunRecord
-from bench.report.table import KEY, as_records, label, latest_records, results_table, split_label, trials
+from bench.results.key import AXES, KEY, read_label, row_key, row_label
+from bench.results.table import as_records, latest_records, results_table, trials
 
 HISTORY_VERSION = 6
 HISTORY_FILE = "history.jsonl"
@@ -101,7 +102,7 @@ def _v4_to_v5(line: dict[str, Any]) -> dict[str, Any]:
 
 
 def _v5_to_v6(line: dict[str, Any]) -> dict[str, Any]:
-    backend, sharding, world_size = split_label(str(line.get("backend")))
+    backend, sharding, world_size = read_label(str(line.get("backend")))
     return {**line, "backend": backend, "sharding": sharding, "world_size": world_size}
 
 
@@ -130,9 +131,9 @@ def history_rows(records: Iterable[RunRecord | dict[str, Any]], *, run_id: str, 
     latest = latest_records(records)
     rows = []
     for row in results_table(records, alpha=alpha).to_dict("records"):
-        key = tuple(row[k] for k in KEY)
+        key = row_key(row)
         out: dict[str, Any] = {"history_version": HISTORY_VERSION, "run_id": run_id, "timestamp": timestamp, "git_sha": git_sha}
-        out.update({k: (int(row[k]) if k in ("batch_size", "world_size") else str(row[k])) for k in KEY})
+        out.update(zip(KEY, key))
         out["status"] = str(row["status"])
         out.update({k: finite(row.get(k)) for k in _NUMERIC})
         out[THROUGHPUT_TRIALS] = trials(latest[key]) or None
@@ -187,6 +188,9 @@ def load_history(path: Path) -> pd.DataFrame:
     for c in _COLUMNS:
         if c not in df.columns:
             df[c] = None
+    for a in AXES:  # an axis declared after a line was written: the line ran at its default
+        if a.default is not None:
+            df[a.name] = df[a.name].where(df[a.name].notna(), a.default)
     return df
 
 
@@ -304,17 +308,18 @@ def render_history(history: pd.DataFrame, cfg: Tolerances, *, runs: int = 14) ->
     else:
         lines += ["| backend | workload | device | batch | metric | change |", "| --- | --- | --- | --- | --- | --- |"]
         for c in flagged.to_dict("records"):
-            lines.append(f"| {_md(label(c['backend'], c['sharding'], c['world_size']))} | {_md(c['workload'])} | {_md(c['device'])} | {c['batch_size']} | {c['metric']} | ⚠ {_md(c['note'])} |")
+            lines.append(f"| {_md(row_label(c))} | {_md(c['workload'])} | {_md(c['device'])} | {c['batch_size']} | {c['metric']} | ⚠ {_md(c['note'])} |")
     for (workload, device), group in recent.groupby(["workload", "device"], sort=True):
         lines += ["", f"## {workload} on {device}"]
         for metric, fmt, title in ((AUC, _fmt_auc, "AUC"), (THROUGHPUT, _fmt_tput, "Throughput (rows/s)"),
                                    (SPEEDUP, _fmt_speedup, "Speedup over fp32")):
             lines += ["", f"### {title}", "", "| backend | batch | " + " | ".join(f"`{r}`" for r in order) + " |",
                       "| --- | ---: |" + " ---: |" * len(order)]
-            for (backend, sharding, ranks, batch), rows in group.groupby(["backend", "sharding", "world_size", "batch_size"], sort=True):
+            for _, rows in group.groupby([k for k in KEY if k not in ("workload", "device")], sort=True):
                 by_run = {r["run_id"]: r for r in rows.to_dict("records")}
                 cells = [_cell(by_run.get(r), metric, fmt) for r in order]
-                lines.append(f"| {_md(label(backend, sharding, ranks))} | {batch} | " + " | ".join(cells) + " |")
+                first = rows.iloc[0].to_dict()
+                lines.append(f"| {_md(row_label(first))} | {first['batch_size']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,7 +1,6 @@
-"""Report views of where each job stood against the machine, read from the stored records:
+"""Report views of where each job stood against the machine, read from the results table's columns
+(`bench.results.machine`):
 
-- per row: the roofline shares, the embedding traffic, build time, page faults per call, and
-  whether the row has accuracy at all (untrained models are performance only);
 - per workload and device: what the timed batches touched at each batch size (the timing pool,
   unique ids per batch, rows touched, the working set against the last-level cache) and which
   kernels each backend ran;
@@ -11,60 +10,19 @@
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
-from typing import Any
 
 import pandas as pd
 
-from bench.metrics import PREPARE_SECONDS, SPEEDUP, hi, lo
-from bench.record import RunRecord
+from bench.metrics import SPEEDUP, hi, lo
 from bench.registry import BASELINE_BACKEND as BASELINE
 from bench.report import fmt
 
-EXTRA_COLUMNS = [
-    "performance_only", "access", "embedding_share", "embedding_gbps", "dense_share", PREPARE_SECONDS,
-    "page_faults_per_call", "pool_batches", "pool_samples", "unique_ids_per_batch", "rows_touched",
-    "working_set_bytes", "llc_bytes", "rss_start_bytes", "embedding_kernel", "gemm_kernel",
-]  # fmt: skip
 PERFORMANCE_ONLY_NOTE = (
     "performance only, no accuracy: the weights are untrained (random), so no AUC or ΔAUC is measured, "
     "and each job is timed alone (unpaired): no fp32 reference is built beside it, so no speedup"
 )
 SCALE_BACKENDS = ("int8_tbe", "uint4")
-
-
-def _num(value: Any) -> float:
-    try:
-        return math.nan if value is None else float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def row_extras(r: RunRecord) -> dict[str, Any]:
-    m = r.metrics or {}
-    roof = m.get("roofline") or {}
-    access = m.get("access") or {}
-    pool = m.get("timing_pool") or {}
-    kernels = m.get("kernels") or {}
-    return {
-        "performance_only": str(m.get("accuracy", "")).startswith("performance only"),
-        "access": ((r.config or {}).get("workload") or {}).get("access"),
-        "embedding_share": _num(roof.get("embedding_share")),
-        "embedding_gbps": _num(roof.get("embedding_bytes_per_s")) / 1e9,
-        "dense_share": _num(roof.get("dense_share")),
-        PREPARE_SECONDS: _num(m.get(PREPARE_SECONDS)),
-        "page_faults_per_call": _num(m.get("page_faults_per_call")),
-        "pool_batches": _num(pool.get("batches")),
-        "pool_samples": _num(pool.get("samples")),
-        "unique_ids_per_batch": _num(access.get("unique_ids_per_batch_mean")),
-        "rows_touched": _num(access.get("rows_touched_fraction_mean")),
-        "working_set_bytes": _num(access.get("working_set_bytes")),
-        "llc_bytes": _num(access.get("llc_bytes")),
-        "rss_start_bytes": _num(m.get("rss_start_bytes")),
-        "embedding_kernel": " + ".join(kernels.get("embedding") or []) or None,
-        "gemm_kernel": " + ".join(kernels.get("gemm") or []) or None,
-    }
 
 
 def roofline_cell(r) -> str:

@@ -14,6 +14,7 @@ from bench.config import MAX_AUC_DROP
 from bench.metrics import AUC, AUC_DELTA, AUC_DELTA_EMBEDDINGS, FIDELITY_GAP, N_EVAL, ORACLE_AUC, SCORES_SATURATED, SPEEDUP, lo
 from bench.record import USER, RunRecord, is_serving
 from bench.report import fmt
+from bench.results.readable import too_short, unreadable, UNREADABLE_SPAN
 from bench.report.kernels import banner_lines, inconclusive_note, isa_line
 from bench.report.regime import regime_sentences
 from bench.report.machine import (
@@ -29,7 +30,8 @@ from bench.report.pick import bottom_line
 from bench.report.protocol import measured_section
 from bench.report.sharding import sharding_section
 from bench.report.toolkits import toolkit_section
-from bench.report.table import BASELINE, UNEXPLAINED, UNSHARDED, labelled, latest_records, trials
+from bench.results.key import BASELINE, UNSHARDED, labelled
+from bench.results.table import UNEXPLAINED, latest_records, trials
 from bench.stats import indistinguishable_from_zero, interval_contains, ratio_interval
 
 CONFIDENCE = "95%"
@@ -220,8 +222,8 @@ def speedup_sentences(g: pd.DataFrame) -> list[str]:
     out = []
     for r in rows[rows[lo(SPEEDUP)].notna()].itertuples(index=False):
         ci = fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi)
-        if fmt.unreadable(r.speedup, r.speedup_lo, r.speedup_hi):
-            out.append(f"**{r.backend}** (batch {r.batch_size}): speedup {fmt.too_short(r.latency_calls)}: its interval spans more than {fmt.UNREADABLE_SPAN:g}x.")
+        if unreadable(r.speedup, r.speedup_lo, r.speedup_hi):
+            out.append(f"**{r.backend}** (batch {r.batch_size}): speedup {too_short(r.latency_calls)}: its interval spans more than {UNREADABLE_SPAN:g}x.")
         elif r.speed_verdict == "inconclusive":
             out.append(inconclusive_note(r.backend, r.batch_size, ci, r.speedup_lo, r.speedup_hi, r.speed_margin, getattr(r, "kernel_degraded", None)))
         elif interval_contains(r.speedup_lo, r.speedup_hi, 1.0):

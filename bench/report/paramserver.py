@@ -14,7 +14,7 @@ from matplotlib.ticker import FuncFormatter
 from bench.metrics import THROUGHPUT
 from bench.record import RunRecord
 from bench.report import fmt
-from bench.report.table import trials
+from bench.results.table import trials
 from bench.stats import ratio_interval
 
 NOTES = [

@@ -1,6 +1,6 @@
 """The bottom line: which backend to ship, read off the results table against one accuracy budget.
 
-`picks` goes over each workload, device and batch size of a results table (`bench.report.table`) and
+`picks` goes over each workload, device and batch size of a results table (`bench.results.table`) and
 names the smallest model whose ΔAUC lies within the reader's budget (`budget_verdict`, read against
 `compare.max_auc_drop`), with its paired speedup and its bytes against fp32, and the runner-up. When
 no backend is inside the budget, or the pick's speed against fp32 cannot be told (its verdict
@@ -21,7 +21,7 @@ import pandas as pd
 
 from bench.metrics import EMBEDDING_BYTES, SPEEDUP
 from bench.report import fmt
-from bench.report.table import BASELINE, UNSHARDED
+from bench.results.key import BASELINE, UNSHARDED
 from bench.stats import WITHIN_BUDGET
 
 BATCHED, QUANTIZED = "fp32_tbe", "int8_tbe"  # the rows that split a speedup into batching and quantization

@@ -19,7 +19,7 @@ from bench.metrics import AUC_DELTA, EMBEDDING_BYTES, SPEEDUP, THROUGHPUT, hi, l
 from bench.report import fmt
 from bench.report.machine import SCALE_BACKENDS, SCALE_PLOTS, scale_rows, swept
 from bench.report.paramserver import cache_plot
-from bench.report.table import backend_rank
+from bench.results.key import backend_rank
 
 
 def slug(*parts: str) -> str:

@@ -16,7 +16,8 @@ from bench.store import write_records
 from bench.report.markdown import render_report
 from bench.report.plots import write_plots
 from bench.report.serve import write_serve_report
-from bench.report.table import KEY, as_records, labelled, latest_records, results_table, split_label, trials
+from bench.results.key import KEY, labelled, row_key
+from bench.results.table import as_records, latest_records, results_table, trials
 
 
 def write_report(
@@ -38,9 +39,10 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     df = results_table(records, budget=budget)
     latest = latest_records(records)
-    # the plots name a sharded row by its label (`backend@sharding×ranks`); its trials are found by its columns
-    plots = write_plots(labelled(df), out_dir, trials_of=lambda row: trials(latest.get(tuple(
-        split_label(row.backend)[0] if k == "backend" else getattr(row, k) for k in KEY))))
+    # the plots name a sharded row by its label (`backend@sharding×ranks`); its trials are found by its key
+    shown = labelled(df)
+    keys = {tuple(r[k] for k in KEY): row_key(o) for r, o in zip(shown.to_dict("records"), df.to_dict("records"))}
+    plots = write_plots(shown, out_dir, trials_of=lambda row: trials(latest.get(keys.get(tuple(getattr(row, k) for k in KEY)))))
     write_text_atomic(out_dir / "results.csv", df.to_csv(index=False))
     if write_records_file:
         write_records(records, out_dir / "records.jsonl")

@@ -10,7 +10,7 @@ from typing import Any, Iterable
 from bench.metrics import AUC, EMBEDDING_BYTES, PEAK_RSS_BYTES, THROUGHPUT, hi, lo
 from bench.record import RunRecord
 from bench.report import fmt
-from bench.report.table import backend_label, backend_rank
+from bench.results.key import backend_label, backend_rank
 
 NOTES = [
     "ΔAUC vs unsharded is AUC(sharded) − AUC(the same backend unsharded, in one process) on the same eval "

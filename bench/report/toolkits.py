@@ -17,7 +17,9 @@ import pandas as pd
 from bench.metrics import RUNTIME_REFERENCE, SPEEDUP, TIMED_INPUTS, TOOLKIT
 from bench.record import RunRecord
 from bench.report import fmt
-from bench.report.table import BASELINE, margins
+from bench.results.readable import unreadable
+from bench.results.key import BASELINE
+from bench.results.table import margins
 from bench.stats import practical_verdict
 
 ACCEPTED = ("equivalent", "gain")  # ΔAUC verdicts inside the margin
@@ -77,7 +79,7 @@ def _ranking(b: pd.DataFrame, toolkits: dict[str, str]) -> list[str]:
     ok = b[b["status"] == "ok"]
     ranked = ok[(ok["backend"] == BASELINE) | ok["auc_verdict"].isin(ACCEPTED)]
     # a speedup whose interval is too wide to read ranks after every readable one
-    unread = [fmt.unreadable(r.speedup, r.speedup_lo, r.speedup_hi) and r.backend != BASELINE for r in ranked.itertuples(index=False)]
+    unread = [unreadable(r.speedup, r.speedup_lo, r.speedup_hi) and r.backend != BASELINE for r in ranked.itertuples(index=False)]
     ranked = ranked.assign(_unread=unread).sort_values(["_unread", SPEEDUP], ascending=[True, False], na_position="last")
     rows = []
     for rank, r in enumerate(ranked.itertuples(index=False), start=1):

@@ -69,7 +69,7 @@ def test_performance_only_rows_say_so_and_print_no_delta(tmp_path):
     report = write_report(records, tmp_path, title="full").read_text()
     assert "Performance only, no accuracy: the weights are untrained" in report
     section = report.split("## synthetic_scale")[1]
-    assert "| backend | batch | samples/s |" in section and "| build s |" in section  # no AUC columns; build time shown
+    assert "| backend | table_rows | batch | samples/s |" in section and "| build s |" in section  # no AUC columns; build time shown; the swept axis a column
     assert "Reading the deltas" not in report
 
 

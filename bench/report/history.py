@@ -225,7 +225,7 @@ def history_changes(history: pd.DataFrame, cfg: Tolerances) -> pd.DataFrame:
     latest_run = runs[-1]
     rank = {r: i for i, r in enumerate(runs)}
     out = []
-    for key, group in history.groupby(KEY, sort=True):
+    for key, group in history.groupby(KEY, sort=True, dropna=False):
         group = group.assign(_rank=group["run_id"].map(rank)).sort_values("_rank", kind="stable")
         if group["run_id"].iloc[-1] != latest_run or len(group) < 2:
             continue
@@ -315,7 +315,7 @@ def render_history(history: pd.DataFrame, cfg: Tolerances, *, runs: int = 14) ->
                                    (SPEEDUP, _fmt_speedup, "Speedup over fp32")):
             lines += ["", f"### {title}", "", "| backend | batch | " + " | ".join(f"`{r}`" for r in order) + " |",
                       "| --- | ---: |" + " ---: |" * len(order)]
-            for _, rows in group.groupby([k for k in KEY if k not in ("workload", "device")], sort=True):
+            for _, rows in group.groupby([k for k in KEY if k not in ("workload", "device")], sort=True, dropna=False):
                 by_run = {r["run_id"]: r for r in rows.to_dict("records")}
                 cells = [_cell(by_run.get(r), metric, fmt) for r in order]
                 first = rows.iloc[0].to_dict()

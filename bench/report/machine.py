@@ -4,7 +4,7 @@
 - per workload and device: what the timed batches touched at each batch size (the timing pool,
   unique ids per batch, rows touched, the working set against the last-level cache) and which
   kernels each backend ran;
-- across a swept workload (`synthetic_scale:<access>-<rows>rows`): the speedups of the quantized
+- across a table-size sweep (the `access` and `table_rows` axes, `+sweep=scale`): the speedups of the quantized
   backends against table bytes and batch size, with their intervals and roofline shares.
 """
 
@@ -69,8 +69,10 @@ def access_table(g: pd.DataFrame) -> list[str]:
 
 
 def scale_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows of swept workloads (name:tag with an access pattern), with their fp32 table bytes."""
-    ok = df[(df["status"] == "ok") & df["access"].notna() & df["workload"].str.contains(":")]
+    """The rows of a table-size sweep (the `table_rows` axis set; a record written before the axis: a
+    `name:tag` workload with an access pattern), with their fp32 table bytes."""
+    legacy = df["access"].notna() & df["workload"].str.contains(":")
+    ok = df[(df["status"] == "ok") & (df["table_rows"].notna() | legacy)]
     return ok[ok["fp32_embedding_bytes"].notna()]
 
 
@@ -95,14 +97,14 @@ def scale_section(df: pd.DataFrame) -> list[str]:
     present = [b for b in SCALE_BACKENDS if (rows["backend"] == b).any()]
     header = ["access", "tables MB fp32", "batch", "fp32 samples/s (roofline)"] + [f"{b} speedup (roofline)" for b in present]
     table = []
-    by_key = {(r.workload, r.batch_size, r.backend): r for r in rows.itertuples(index=False)}
-    for (access, size, workload), _ in rows.groupby(["access", "fp32_embedding_bytes", "workload"], sort=True):
-        for bs in sorted(rows[rows["workload"] == workload]["batch_size"].unique()):
-            base = by_key.get((workload, bs, BASELINE))
+    for (access, size, workload), point in rows.groupby(["access", "fp32_embedding_bytes", "workload"], sort=True):
+        by_key = {(r.batch_size, r.backend): r for r in point.itertuples(index=False)}
+        for bs in sorted(point["batch_size"].unique()):
+            base = by_key.get((bs, BASELINE))
             cells = [access, fmt.megabytes(size), str(bs),
                      fmt.DASH if base is None else f"{fmt.count(base.throughput)} ({percent(base.embedding_share)})"]
             for b in present:
-                r = by_key.get((workload, bs, b))
+                r = by_key.get((bs, b))
                 cells.append(fmt.DASH if r is None else f"{fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi)} ({percent(r.embedding_share)})")
             table.append(cells)
     lines += [fmt.markdown_table(header, table, "lrrr" + "l" * len(present)), ""]

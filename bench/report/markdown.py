@@ -30,7 +30,7 @@ from bench.report.pick import bottom_line
 from bench.report.protocol import measured_section
 from bench.report.sharding import sharding_section
 from bench.report.toolkits import toolkit_section
-from bench.results.key import BASELINE, UNSHARDED, labelled
+from bench.results.key import BASELINE, UNSHARDED, as_dict, labelled, replace, row_key, section_point, shown_axes
 from bench.results.table import UNEXPLAINED, latest_records, trials
 from bench.stats import indistinguishable_from_zero, interval_contains, ratio_interval
 
@@ -83,12 +83,12 @@ READING_NOTES = [
 ]
 
 
-def _group_table(g: pd.DataFrame) -> str:
+def _group_table(g: pd.DataFrame, axes: Sequence[str] = ()) -> str:
     with_status = (g["status"] != "ok").any()
     with_fidelity = g[FIDELITY_GAP].notna().any()
     with_accuracy = g[AUC].notna().any() or not g["performance_only"].any()  # untrained models have no AUC to show
     with_build = g["performance_only"].any()  # building their tables is part of what they measure
-    headers = ["backend", "batch"] + (["status"] if with_status else [])
+    headers = ["backend", *axes, "batch"] + (["status"] if with_status else [])
     headers += ["AUC", f"ΔAUC [{CONFIDENCE} CI]", "p"] if with_accuracy else []
     headers += ["fidelity gap"] if with_fidelity else []
     budgets = g["auc_budget"].dropna() if "auc_budget" in g.columns else pd.Series(dtype=float)
@@ -98,7 +98,7 @@ def _group_table(g: pd.DataFrame) -> str:
     rows = []
     for r in g.itertuples(index=False):
         baseline = r.backend == BASELINE and r.status == "ok"
-        row = [r.backend, r.batch_size] + ([r.status] if with_status else [])
+        row = [r.backend, *(fmt.word(getattr(r, a)) for a in axes), r.batch_size] + ([r.status] if with_status else [])
         row += [
             fmt.number(r.auc),
             "0 (reference)" if baseline else fmt.delta_ci(r.auc_delta, r.auc_delta_lo, r.auc_delta_hi),
@@ -124,7 +124,7 @@ def _group_table(g: pd.DataFrame) -> str:
         row += [fmt.DASH if fmt.missing(r.prepare_seconds) else f"{r.prepare_seconds:.1f}"] if with_build else []
         rows.append(row)
     headers += ["build s"] if with_build else []
-    align = "lr" + ("l" if with_status else "") + ("rlr" if with_accuracy else "") + ("r" if with_fidelity else "")
+    align = "l" + "l" * len(axes) + "r" + ("l" if with_status else "") + ("rlr" if with_accuracy else "") + ("r" if with_fidelity else "")
     align += ("l" if with_accuracy else "") + "rllrrrrrrrr" + ("r" if with_build else "")
     return fmt.markdown_table(headers, rows, align)
 
@@ -282,7 +282,7 @@ def tbe_split(g: pd.DataFrame, latest: dict[tuple, RunRecord]) -> tuple[list[lis
             continue
         _, tbe, int8 = found
         rows.append([str(bs), _speed_cell(tbe), f"{int8.speedup / tbe.speedup:.2f}×", _speed_cell(int8)])
-        recs = {b: latest.get((workload, device, b, *UNSHARDED, bs)) for b in (BASELINE, "fp32_tbe", "int8_tbe")}
+        recs = {b: latest.get(replace(row_key(found[0]), backend=b)) for b in (BASELINE, "fp32_tbe", "int8_tbe")}
         for r in (tbe, int8):
             if r.speedup_method != "paired" or not (trials(recs[r.backend]) and trials(recs[BASELINE])):
                 continue
@@ -330,9 +330,11 @@ def _one_reason(g: pd.DataFrame) -> str | None:
     return None
 
 
-def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Sequence[Path], out_dir: Path) -> list[str]:
+def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Sequence[Path], out_dir: Path,
+                   axes: Sequence[str] = ()) -> list[str]:
     workload, device = g["workload"].iloc[0], g["device"].iloc[0]
-    lines = [f"## {workload} on {device}", ""]
+    at = ", ".join(f"{a} {fmt.word(g[a].iloc[0])}" for a in axes)
+    lines = [f"## {workload} on {device}" + (f", {at}" if at else ""), ""]
     reason = _one_reason(g)
     if reason is not None:
         return lines + [f"All {len(g)} jobs skipped ({g['backend'].nunique()} backends, {_batches(g['batch_size'])}): {reason}", ""]
@@ -348,7 +350,7 @@ def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Seque
         lines += ["No ok fp32 row here: speedup, compression and deltas have no reference.", ""]
     if g["performance_only"].any():
         lines += [f"**{PERFORMANCE_ONLY_NOTE[0].upper()}{PERFORMANCE_ONLY_NOTE[1:]}.**", ""]
-    lines += [_group_table(g), ""]
+    lines += [_group_table(g, axes), ""]
     lines += access_table(g)
     sentences = delta_sentences(g) + speedup_sentences(g) + regime_sentences(g)
     if sentences:
@@ -383,7 +385,8 @@ def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Seque
 def malformed_lines(latest: dict[tuple, RunRecord], workload: str, device: str) -> list[str]:
     """The raw text's malformed lines that the workload skipped, by kind (read from the records)."""
     for key, r in latest.items():
-        found = ((r.metrics or {}).get("workload_info") or {}).get("malformed") if key[:2] == (workload, device) else None
+        at = as_dict(key)
+        found = ((r.metrics or {}).get("workload_info") or {}).get("malformed") if (at["workload"], at["device"]) == (workload, device) else None
         if found is not None:
             kinds = ", ".join(f"{reason}: {fmt.count(n)}" for reason, n in sorted(found["by_reason"].items()))
             return [f"Read from raw text: {fmt.count(found['count'])} malformed lines skipped" + (f" ({kinds})." if kinds else "."), ""]
@@ -440,6 +443,11 @@ def _bottom_line_block(df: pd.DataFrame, budget: float) -> list[str]:
     return [lines[0], "", *lines[1:], ""] if lines else []
 
 
+def _key_words(df: pd.DataFrame) -> str:
+    words = ["workload", "device", "backend", "sharding", "ranks", "batch size", *shown_axes(df)]
+    return ", ".join(words[:-1]) + " and " + words[-1]
+
+
 def render_report(
     df: pd.DataFrame,
     records: Sequence[RunRecord],
@@ -451,14 +459,13 @@ def render_report(
     """report.md: the bottom line against `budget` (compare.max_auc_drop) first, then how to read the
     tables, the tables per workload and device, errors and the environment."""
     latest = latest_records(records)
-    df = labelled(df)  # a sharded row is named `backend@sharding×ranks` in the report's tables
+    df = labelled(df, further=False)  # a sharded row is named `backend@sharding×ranks`; further axes are columns
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     lines = [
         f"# {title}",
         "",
         *banner_lines(list(latest.values())),
-        f"{len(records)} records, {len(df)} rows (the newest record per workload, device, backend, sharding, "
-        f"ranks and batch size); rendered {now} from stored records only.",
+        f"{len(records)} records, {len(df)} rows (the newest record per {_key_words(df)}); rendered {now} from stored records only.",
         "",
         *_bottom_line_block(df, budget),
         *toolkit_section(df, latest),
@@ -473,9 +480,9 @@ def render_report(
         lines += [f"{serving} serving records (MLPerf LoadGen scenarios): see [serve.md](serve.md).", ""]
     lines += scale_section(df)
     lines += [f"![{p.stem}]({Path(p).relative_to(out_dir).as_posix()})\n" for p in plots.get(SCALE_PLOTS, [])]
-    for _, g in df.groupby(["workload", "device"], sort=False):
-        key = (g["workload"].iloc[0], g["device"].iloc[0])
-        lines += _group_section(g, latest, plots.get(key, []), out_dir)
+    axes = shown_axes(df)  # a section per point of the further axes a row moved, each a column of its table
+    for _, g in df.groupby(["workload", "device", *axes], sort=False, dropna=False):
+        lines += _group_section(g, latest, plots.get(section_point(g, axes), []), out_dir, axes)
     lines += sharding_section(latest.values())
     lines += _problems(df)
     lines += _env_block(records)

@@ -21,7 +21,7 @@ import pandas as pd
 
 from bench.metrics import EMBEDDING_BYTES, SPEEDUP
 from bench.report import fmt
-from bench.results.key import BASELINE, UNSHARDED
+from bench.results.key import BASELINE, UNSHARDED, shown_axes
 from bench.stats import WITHIN_BUDGET
 
 BATCHED, QUANTIZED = "fp32_tbe", "int8_tbe"  # the rows that split a speedup into batching and quantization
@@ -106,7 +106,11 @@ def picks(df: pd.DataFrame, budget: float) -> list[Pick]:
     out = []
     if df.empty:
         return out
-    for (workload, device, bs), g in df.groupby(["workload", "device", "batch_size"], sort=False):
+    axes = shown_axes(df)  # a point of a further axis (table rows, access) is picked for on its own
+    for point, g in df.groupby(["workload", "device", *axes, "batch_size"], sort=False, dropna=False):
+        workload, device, bs = point[0], point[1], point[-1]
+        at = ", ".join(f"{a} {fmt.word(g[a].iloc[0])}" for a in axes)
+        workload = f"{workload} ({at})" if at else workload
         pick = lambda choice, runner, reason: Pick(str(workload), str(device), int(bs), budget, choice, runner, reason)  # noqa: E731
         base = g[(g["backend"] == BASELINE) & (g["status"] == "ok")]
         rows = _candidates(g)

@@ -40,7 +40,7 @@ def write_report(
     df = results_table(records, budget=budget)
     latest = latest_records(records)
     # the plots name a sharded row by its label (`backend@sharding×ranks`); its trials are found by its key
-    shown = labelled(df)
+    shown = labelled(df, further=False)  # the plots are split by the further axes (bench.report.plots)
     keys = {tuple(r[k] for k in KEY): row_key(o) for r, o in zip(shown.to_dict("records"), df.to_dict("records"))}
     plots = write_plots(shown, out_dir, trials_of=lambda row: trials(latest.get(keys.get(tuple(getattr(row, k) for k in KEY)))))
     write_text_atomic(out_dir / "results.csv", df.to_csv(index=False))

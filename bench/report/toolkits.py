@@ -18,7 +18,7 @@ from bench.metrics import RUNTIME_REFERENCE, SPEEDUP, TIMED_INPUTS, TOOLKIT
 from bench.record import RunRecord
 from bench.report import fmt
 from bench.results.readable import unreadable
-from bench.results.key import BASELINE
+from bench.results.key import BASELINE, row_key
 from bench.results.table import margins
 from bench.stats import practical_verdict
 
@@ -68,7 +68,7 @@ def _default_verdicts(b: pd.DataFrame, latest: dict[tuple, RunRecord]) -> pd.Dat
     """The rows with their ΔAUC verdict and margin read against the gate's default rule."""
     verdicts, margin_of = [], []
     for r in b.itertuples(index=False):
-        margin = margins(latest[(r.workload, r.device, r.backend, r.sharding, r.world_size, r.batch_size)], default_rules=True)[0]
+        margin = margins(latest[row_key(r)], default_rules=True)[0]
         keep = r.status == "ok" and r.backend != BASELINE and not fmt.missing(r.auc_delta_lo)
         verdicts.append(practical_verdict(r.auc_delta_lo, r.auc_delta_hi, margin) if keep else None)
         margin_of.append(margin)

@@ -13,7 +13,7 @@ from bench.metrics import PREPARE_SECONDS
 from bench.record import RunRecord
 
 EXTRA_COLUMNS = [
-    "performance_only", "access", "embedding_share", "embedding_gbps", "dense_share", PREPARE_SECONDS,
+    "performance_only", "embedding_share", "embedding_gbps", "dense_share", PREPARE_SECONDS,
     "page_faults_per_call", "pool_batches", "pool_samples", "unique_ids_per_batch", "rows_touched",
     "working_set_bytes", "llc_bytes", "rss_start_bytes", "embedding_kernel", "gemm_kernel",
 ]  # fmt: skip
@@ -34,7 +34,6 @@ def row_extras(r: RunRecord) -> dict[str, Any]:
     kernels = m.get("kernels") or {}
     return {
         "performance_only": str(m.get("accuracy", "")).startswith("performance only"),
-        "access": ((r.config or {}).get("workload") or {}).get("access"),
         "embedding_share": _num(roof.get("embedding_share")),
         "embedding_gbps": _num(roof.get("embedding_bytes_per_s")) / 1e9,
         "dense_share": _num(roof.get("dense_share")),

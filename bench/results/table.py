@@ -55,7 +55,7 @@ from bench.metrics import (
     with_interval,
 )
 from bench.record import RunRecord, degraded_kernels, is_serving
-from bench.results.key import AXES, BASELINE, KEY, UNSHARDED, is_reference, key_of, reference_key, row_key, sharding_of, sort_key
+from bench.results.key import AXES, BASELINE, KEY, UNSHARDED, is_reference, key_of, key_values, reference_key, row_key, sharding_of, sort_key
 from bench.results.machine import EXTRA_COLUMNS, row_extras
 from bench.results.readable import too_short, unreadable
 from bench.config import MAX_AUC_DROP
@@ -189,7 +189,7 @@ def _num(value: Any) -> float:
 def _row(r: RunRecord) -> dict[str, Any]:
     m = r.metrics or {}
     lat = m.get(LATENCY_MS) or {}
-    row: dict[str, Any] = dict(zip(KEY, key_of(r)))
+    row: dict[str, Any] = key_values(r)
     row.update({
         "route": route_of(r),
         "status": r.status,
@@ -378,4 +378,7 @@ def results_table(records: Iterable[RunRecord | dict[str, Any]], alpha: float = 
     keys = [sort_key(row_key(r)) for r in df.to_dict("records")]
     order = sorted(range(len(df)), key=keys.__getitem__)
     df = df.iloc[order].reset_index(drop=True)[COLUMNS]
-    return df.astype({a.name: "int64" for a in AXES if a.kind is int})
+    for a in AXES:  # an integer axis some rows lack (a further axis) stays whole numbers, the gaps None
+        if a.kind is int:
+            df[a.name] = df[a.name].astype("int64") if df[a.name].notna().all() else [None if v is None or v != v else int(v) for v in df[a.name]]
+    return df

@@ -40,12 +40,10 @@ from bench.gate.writers import render_markdown, write_outputs
 from bench.hashing import config_hash
 from bench.io import write_text_atomic
 from bench.record import RunRecord
+from bench.results.build import Results, build_results
 from bench.results.key import KEY
-from bench.results.load import load_records, records_file
-from bench.results.serving import serve_table
-from bench.results.table import results_table
+from bench.results.load import GATE_CONFIG, load_records, records_file
 
-GATE_CONFIG = "gate_config.yaml"
 STORED = "gate"  # the stored verdict's file stem
 
 
@@ -87,20 +85,38 @@ def read_settings(path: Path) -> GateSettings:
     return GateSettings(gate, compare)
 
 
+def results_for(records: Iterable[RunRecord], s: GateSettings) -> Results:
+    """The results the gate judges `records` by: speedup intervals at compare.alpha."""
+    return build_results(records, alpha=s.compare.alpha, budget=s.compare.max_auc_drop)
+
+
+def judge_results(results: Results, s: GateSettings) -> GateResult:
+    """The gate over built results: their results table and serving table, judged. They must have been
+    built at the settings' compare.alpha (`results_for`), the level the verdict is stored with."""
+    if results.alpha != s.compare.alpha:
+        raise ValueError(f"results built at alpha {results.alpha} judged with compare.alpha {s.compare.alpha}")
+    return evaluate_gate(results.jobs, s.gate, results.serving)
+
+
 def judge(records: Iterable[RunRecord], s: GateSettings) -> GateResult:
     """The gate over stored records: their results table (speedup intervals at compare.alpha) and serving table, judged."""
-    return evaluate_gate(results_table(records, alpha=s.compare.alpha), s.gate, serve_table(records))
+    return judge_results(results_for(records, s), s)
 
 
-def gate_sweep(report_dir: Path, gate_cfg: Any, compare_cfg: Any) -> int:
-    """The sweep's gate: store the configs, judge the folder's records.jsonl, write gate.md and
-    gate.xml; returns the exit code. The history is the caller's next, separate stage."""
+def judge_sweep(report_dir: Path, gate_cfg: Any, compare_cfg: Any, results: Optional[Results] = None) -> GateResult:
+    """The sweep's gate: store the configs, judge the folder's records (`results`, built from its
+    records.jsonl at compare.alpha; read and built here when not given), write gate.md and gate.xml."""
     s = settings(gate_cfg, compare_cfg)
     report_dir = Path(report_dir)
     write_text_atomic(report_dir / GATE_CONFIG, s.to_yaml())
-    result = judge(load_records(report_dir), s)
+    result = judge_results(results if results is not None else results_for(load_records(report_dir), s), s)
     write_outputs(result, report_dir, STORED)
-    return result.exit_code
+    return result
+
+
+def gate_sweep(report_dir: Path, gate_cfg: Any, compare_cfg: Any, results: Optional[Results] = None) -> int:
+    """`judge_sweep`'s exit code. The history is the caller's next, separate stage."""
+    return judge_sweep(report_dir, gate_cfg, compare_cfg, results).exit_code
 
 
 def history_fields(report_dir: Path, result: Optional[GateResult] = None) -> dict[str, Any]:
@@ -248,5 +264,6 @@ def describe_changes(stored: Optional[GateSettings], s: GateSettings, records: l
     return changes
 
 
-__all__ = ["GATE_CONFIG", "GateSettings", "Rejudged", "settings", "read_settings", "judge", "gate_sweep", "rejudge",
+__all__ = ["GATE_CONFIG", "GateSettings", "Rejudged", "settings", "read_settings", "judge", "judge_results", "judge_sweep",
+           "results_for", "gate_sweep", "rejudge",
            "resolve", "split_overrides", "config_changes", "verdict_changes"]

@@ -53,7 +53,8 @@ from bench.io import append_jsonl, read_jsonl, write_text_atomic
 from bench.metrics import AUC, AUC_DELTA, EMBEDDING_BYTES, PEAK_RSS_BYTES, SPEEDUP, SPEEDUP_PROCESS_SD, THROUGHPUT, THROUGHPUT_TRIALS, hi, lo
 from bench.record import RunRecord
 from bench.results.key import AXES, KEY, read_label, row_key, row_label
-from bench.results.table import as_records, latest_records, results_table, trials
+from bench.results.build import Results, build_results
+from bench.results.table import trials
 
 HISTORY_VERSION = 6
 HISTORY_FILE = "history.jsonl"
@@ -124,13 +125,15 @@ def migrate(line: dict[str, Any], where: str) -> dict[str, Any]:
 
 def history_rows(records: Iterable[RunRecord | dict[str, Any]], *, run_id: str, timestamp: str,
                  git_sha: Optional[str], alpha: float = 0.05, run: Optional[dict[str, Any]] = None,
-                 gate: Optional[dict[tuple, str]] = None) -> list[dict[str, Any]]:
+                 gate: Optional[dict[tuple, str]] = None, results: Optional[Results] = None) -> list[dict[str, Any]]:
     """One line per key: the results table's figures plus the newest record's raw trials and stack.
-    `run` holds the run-level fields (`sweep`, `report`, `gate_passed`), `gate` each key's verdict."""
-    records = as_records(records)
-    latest = latest_records(records)
+    `run` holds the run-level fields (`sweep`, `report`, `gate_passed`), `gate` each key's verdict;
+    `results`, the records' results already built (at `alpha`), stands for them."""
+    if results is None:
+        results = build_results(records, alpha=alpha)
+    latest = results.latest
     rows = []
-    for row in results_table(records, alpha=alpha).to_dict("records"):
+    for row in results.jobs.to_dict("records"):
         key = row_key(row)
         out: dict[str, Any] = {"history_version": HISTORY_VERSION, "run_id": run_id, "timestamp": timestamp, "git_sha": git_sha}
         out.update(zip(KEY, key))
@@ -156,10 +159,11 @@ def history_rows(records: Iterable[RunRecord | dict[str, Any]], *, run_id: str, 
 
 def append_history(records: Iterable[RunRecord | dict[str, Any]], path: Path, *, run_id: str,
                    timestamp: Optional[str] = None, git_sha: Optional[str] = None, alpha: float = 0.05,
-                   run: Optional[dict[str, Any]] = None, gate: Optional[dict[tuple, str]] = None) -> int:
+                   run: Optional[dict[str, Any]] = None, gate: Optional[dict[tuple, str]] = None,
+                   results: Optional[Results] = None) -> int:
     """Append this run's lines (locked, fsynced); returns lines written (0: run id already there)."""
     timestamp = timestamp or datetime.now(timezone.utc).isoformat(timespec="seconds")
-    rows = history_rows(records, run_id=run_id, timestamp=timestamp, git_sha=git_sha, alpha=alpha, run=run, gate=gate)
+    rows = history_rows(records, run_id=run_id, timestamp=timestamp, git_sha=git_sha, alpha=alpha, run=run, gate=gate, results=results)
     if not rows:
         raise UserError("no records to add to the history (did the sweep run?)")
     return append_jsonl(Path(path), rows, unless=lambda line: line.get("run_id") == run_id,
@@ -403,16 +407,17 @@ def reports_dir_of(report_dir: Path) -> Path:
 def update_history(records: Iterable[RunRecord | dict[str, Any]], path: Path, cfg: Tolerances, *, runs: int = 14,
                    run_id: Optional[str] = None, git_sha: Optional[str] = None, timestamp: Optional[str] = None,
                    report_dir: Optional[Path] = None, gate: Optional[dict[tuple, str]] = None,
-                   gate_passed: Optional[bool] = None) -> Path:
+                   gate_passed: Optional[bool] = None, results: Optional[Results] = None) -> Path:
     """Append this run to the history file and rewrite `history.md` beside it; returns its path.
     `report_dir` is the run's report folder (its name and parent, the sweep, go into the lines),
-    `gate` each key's gate verdict and `gate_passed` the run's."""
+    `gate` each key's gate verdict and `gate_passed` the run's; `results`, the records' results
+    already built at `cfg.alpha`, stands for them."""
     path = Path(path)
     run = {"gate_passed": gate_passed}
     if report_dir is not None:
         run.update(sweep=Path(report_dir).parent.name, report=os.path.relpath(Path(report_dir).resolve(), path.parent.resolve()))
     append_history(records, path, run_id=run_id or default_run_id(), timestamp=timestamp, alpha=cfg.alpha,
-                   git_sha=git_sha if git_sha is not None else current_git_sha(), run=run, gate=gate)
+                   git_sha=git_sha if git_sha is not None else current_git_sha(), run=run, gate=gate, results=results)
     md = render_history(load_history(path), cfg, runs=runs)
     write_text_atomic(history_md_path(path), md)
     return history_md_path(path)

@@ -65,10 +65,10 @@ def _where(row) -> str:
     return f"{row.workload} on {row.device}, batcher {row.batch_size} rows / {row.max_wait_ms:g} ms / {row.workers} worker(s)"
 
 
-def console_lines(records: Iterable[RunRecord | dict[str, Any]]) -> list[str]:
+def console_lines(records: Iterable[RunRecord | dict[str, Any]], df: pd.DataFrame | None = None) -> list[str]:
     """What a serving sweep prints after its jobs: per backend and scenario, max QPS at the bound with its
-    bracket (Server) or samples/s (Offline), and the ratio to fp32's."""
-    df = serve_table(records)
+    bracket (Server) or samples/s (Offline), and the ratio to fp32's. `df`: the records' serving table, built."""
+    df = serve_table(records) if df is None else df
     out = []
     for row in df[df["status"] == "ok"].itertuples(index=False):
         ratio = "" if fmt.missing(row.qps_ratio) else f", {row.qps_ratio:.2f}x {BASELINE}'s"
@@ -244,14 +244,16 @@ def latency_plot(latest: dict[tuple, RunRecord], key: tuple, path: Path) -> Path
     return path
 
 
-def write_serve_report(records: Iterable[RunRecord | dict[str, Any]], out_dir: Path, title: str) -> Path | None:
-    """serve.md, serve.csv and the plots into out_dir; None (nothing written) when no record is a serving job."""
+def write_serve_report(records: Iterable[RunRecord | dict[str, Any]], out_dir: Path, title: str,
+                       df: pd.DataFrame | None = None) -> Path | None:
+    """serve.md, serve.csv and the plots into out_dir; None (nothing written) when no record is a serving job.
+    `df`: the records' serving table, built."""
     records = as_records(records)
     latest = latest_serving(records)
     if not latest:
         return None
     out_dir = Path(out_dir)
-    df = serve_table(records)
+    df = serve_table(records) if df is None else df
     plots = []
     for key in latest:
         if key[3] == "server":

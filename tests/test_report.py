@@ -450,3 +450,21 @@ def test_one_thread_is_singular_in_the_summary(sweep_a):
     rec = _paired(sweep_a, backend="int8_tbe", threads=1, timing_setting={"threads": 1, "clock": "wall", "how": "default"})
     text = summary(rec)
     assert "1 threads" not in text and "thread(s)" not in text and "timed with 1 thread on the wall clock" in text
+
+
+def test_the_parameter_server_table_finds_each_rows_in_memory_twin_at_its_own_point():
+    from bench.report.paramserver import ps_section
+    from bench.results.table import latest_records
+
+    def rec(backend, batch, throughput, twin=None):
+        m = {"throughput": throughput, "throughput_trials": [throughput * f for f in (0.99, 1.0, 1.01)]}
+        if twin:
+            m.update(ps_twin=twin, ps_cache_fraction=0.1, ps_precision="fp32")
+        return RunRecord(status="ok", workload="synthetic", backend=backend, device="cpu", batch_size=batch, metrics=m, config={}, env={},
+                         config_hash=f"{backend}{batch}", record_id=f"{backend}-{batch}")
+
+    records = [rec("fp32", 256, 1000.0), rec("fp32", 1024, 3000.0), rec("ps_redis", 256, 500.0, "fp32"), rec("ps_redis", 1024, 600.0, "fp32")]
+    lines = ps_section(latest_records(records), "synthetic", "cpu")
+    rows = [line for line in "\n".join(lines).splitlines() if line.startswith("| ps_redis |")]
+    assert [r.split(" | ")[1] for r in rows] == ["256", "1024"]  # by batch size
+    assert "0.50×" in rows[0] and "0.20×" in rows[1]  # each against fp32 at its own batch size

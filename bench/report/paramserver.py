@@ -14,6 +14,7 @@ from matplotlib.ticker import FuncFormatter
 from bench.metrics import THROUGHPUT
 from bench.record import RunRecord
 from bench.report import fmt
+from bench.results.key import as_dict, replace
 from bench.results.table import trials
 from bench.stats import ratio_interval
 
@@ -34,17 +35,21 @@ def _pct(x) -> str:
 
 
 def ps_rows(latest: dict[tuple, RunRecord], workload: str, device: str) -> list[tuple[tuple, RunRecord]]:
+    def at(k: tuple) -> dict:
+        return as_dict(k)
+
     return sorted(
-        ((k, r) for k, r in latest.items() if k[:2] == (workload, device) and r.status == "ok" and (r.metrics or {}).get("ps_twin")),
-        key=lambda kr: (kr[1].metrics.get("ps_precision", ""), kr[1].metrics.get("ps_cache_fraction") or 0, kr[0][-1]),
+        ((k, r) for k, r in latest.items()
+         if (at(k)["workload"], at(k)["device"]) == (workload, device) and r.status == "ok" and (r.metrics or {}).get("ps_twin")),
+        key=lambda kr: (kr[1].metrics.get("ps_precision", ""), kr[1].metrics.get("ps_cache_fraction") or 0, at(kr[0])["batch_size"]),
     )
 
 
 def ps_section(latest: dict[tuple, RunRecord], workload: str, device: str) -> list[str]:
     rows = []
-    for (w, d, backend, *placement, bs), r in ps_rows(latest, workload, device):  # placement: sharding, world size
-        m = r.metrics
-        twin = latest.get((w, d, m["ps_twin"], *placement, bs))
+    for k, r in ps_rows(latest, workload, device):
+        m, backend, bs = r.metrics, as_dict(k)["backend"], as_dict(k)["batch_size"]
+        twin = latest.get(replace(k, backend=m["ps_twin"]))  # the in-memory backend at the same point
         vs = fmt.DASH
         if twin is not None and twin.status == "ok" and trials(r) and trials(twin):
             vs = f"{fmt.ratio_ci(*ratio_interval(trials(r), trials(twin)))} {m['ps_twin']}"

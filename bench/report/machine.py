@@ -17,12 +17,12 @@ import pandas as pd
 from bench.metrics import SPEEDUP, hi, lo
 from bench.registry import BASELINE_BACKEND as BASELINE
 from bench.report import fmt
+from bench.results.key import UNSHARDED, backend_rank
 
 PERFORMANCE_ONLY_NOTE = (
     "performance only, no accuracy: the weights are untrained (random), so no AUC or ΔAUC is measured, "
     "and each job is timed alone (unpaired): no fp32 reference is built beside it, so no speedup"
 )
-SCALE_BACKENDS = ("int8_tbe", "uint4")
 
 
 def roofline_cell(r) -> str:
@@ -76,6 +76,13 @@ def scale_rows(df: pd.DataFrame) -> pd.DataFrame:
     return ok[ok["fp32_embedding_bytes"].notna()]
 
 
+def scale_backends(rows: pd.DataFrame) -> list[str]:
+    """The backends a scale view shows, in table order: those whose tables are smaller than fp32's
+    (compression above 1, measured), unsharded."""
+    small = rows[(rows["compression"] > 1) & (rows["sharding"] == UNSHARDED[0])]
+    return sorted(set(small["backend"]), key=backend_rank)
+
+
 def swept(rows: pd.DataFrame) -> bool:
     """Whether the rows span at least two (table size, batch size) points: one table size swept over
     batch sizes (a reduced `+sweep=scale`) is a sweep too."""
@@ -94,7 +101,7 @@ def scale_section(df: pd.DataFrame) -> list[str]:
         "backend, the share of the gather roofline its embedding traffic reached.",
         "",
     ]
-    present = [b for b in SCALE_BACKENDS if (rows["backend"] == b).any()]
+    present = scale_backends(rows)
     header = ["access", "tables MB fp32", "batch", "fp32 samples/s (roofline)"] + [f"{b} speedup (roofline)" for b in present]
     table = []
     for (access, size, workload), point in rows.groupby(["access", "fp32_embedding_bytes", "workload"], sort=True):

@@ -30,6 +30,7 @@ from bench.report.pick import bottom_line
 from bench.report.protocol import measured_section
 from bench.report.sharding import sharding_section
 from bench.report.toolkits import toolkit_section
+from bench.registry import BATCHED_BACKEND, SPLIT_BACKEND
 from bench.results.key import BASELINE, UNSHARDED, as_dict, labelled, replace, row_key, section_point, shown_axes
 from bench.results.table import UNEXPLAINED, latest_records, trials
 from bench.stats import indistinguishable_from_zero, interval_contains, ratio_interval
@@ -256,10 +257,13 @@ def disagreement_sentences(g: pd.DataFrame) -> list[str]:
     return out
 
 
+SPLIT = (BASELINE, BATCHED_BACKEND, SPLIT_BACKEND)  # the rows a TBE speedup is split by (bench.registry)
+
+
 def _speed_rows(g: pd.DataFrame, bs: int) -> list | None:
     """The ok unsharded fp32, fp32_tbe and int8_tbe rows of one batch size, each with a speedup; else None."""
     one = g[(g["status"] == "ok") & (g["batch_size"] == bs) & (g["sharding"] == UNSHARDED[0]) & (g["world_size"] == UNSHARDED[1])]
-    rows = [one[one["backend"] == b] for b in (BASELINE, "fp32_tbe", "int8_tbe")]
+    rows = [one[one["backend"] == b] for b in SPLIT]
     if any(r.empty for r in rows) or any(fmt.missing(r[SPEEDUP].iloc[0]) for r in rows[1:]):
         return None
     return [next(r.itertuples(index=False)) for r in rows]
@@ -282,7 +286,7 @@ def tbe_split(g: pd.DataFrame, latest: dict[tuple, RunRecord]) -> tuple[list[lis
             continue
         _, tbe, int8 = found
         rows.append([str(bs), _speed_cell(tbe), f"{int8.speedup / tbe.speedup:.2f}×", _speed_cell(int8)])
-        recs = {b: latest.get(replace(row_key(found[0]), backend=b)) for b in (BASELINE, "fp32_tbe", "int8_tbe")}
+        recs = {b: latest.get(replace(row_key(found[0]), backend=b)) for b in SPLIT}
         for r in (tbe, int8):
             if r.speedup_method != "paired" or not (trials(recs[r.backend]) and trials(recs[BASELINE])):
                 continue
@@ -370,8 +374,8 @@ def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Seque
             "Table batching vs quantization: the batching part and the total are the main table's speedups (paired, "
             "95% CI); the quantization part is total / batching, the ratio of those two speedups (no interval):",
             "",
-            fmt.markdown_table(["batch", "fp32_tbe / fp32 (batching)", "int8_tbe / fp32_tbe (quantization)",
-                                "int8_tbe / fp32 (total)"], split, "rlll"),  # fmt: skip
+            fmt.markdown_table(["batch", f"{BATCHED_BACKEND} / {BASELINE} (batching)", f"{SPLIT_BACKEND} / {BATCHED_BACKEND} (quantization)",
+                                f"{SPLIT_BACKEND} / {BASELINE} (total)"], split, "rlll"),  # fmt: skip
             "",
             *[f"- Made another way: {n}" for n in unpaired],
             *([""] if unpaired else []),

@@ -80,7 +80,7 @@ def cache_plot(df: pd.DataFrame, workload: str, device: str, path: Path) -> Path
     ax = fig.add_subplot()
     for (twin, bs), rows in ps.groupby(["ps_twin", "batch_size"], sort=True):
         rows = rows.sort_values("ps_cache_fraction")
-        rows_of = {"fp32": "fp32", "int8_tbe": "int8", "uint4": "int4"}.get(twin, twin)  # the twin names the row precision
+        rows_of = rows["ps_precision"].dropna().iloc[0] if rows["ps_precision"].notna().any() else twin  # the rows' precision, as stored
         line = ax.plot(rows["ps_cache_fraction"] * 100, rows[THROUGHPUT], marker="o", label=f"PS, {rows_of} rows, batch {bs}")[0]
         memory = g[(g["backend"] == twin) & (g["batch_size"] == bs)][THROUGHPUT]
         if not memory.empty:

@@ -21,10 +21,11 @@ import pandas as pd
 
 from bench.metrics import EMBEDDING_BYTES, SPEEDUP
 from bench.report import fmt
+from bench.registry import BATCHED_BACKEND, SPLIT_BACKEND
 from bench.results.key import BASELINE, UNSHARDED, shown_axes
 from bench.stats import WITHIN_BUDGET
 
-BATCHED, QUANTIZED = "fp32_tbe", "int8_tbe"  # the rows that split a speedup into batching and quantization
+BATCHED, QUANTIZED = BATCHED_BACKEND, SPLIT_BACKEND  # the rows that split a speedup into batching and quantization
 UNDECIDED_SPEED = ("inconclusive",)
 
 

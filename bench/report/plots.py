@@ -17,7 +17,7 @@ from matplotlib.transforms import offset_copy
 
 from bench.metrics import AUC_DELTA, EMBEDDING_BYTES, SPEEDUP, THROUGHPUT, hi, lo
 from bench.report import fmt
-from bench.report.machine import SCALE_BACKENDS, SCALE_PLOTS, scale_rows, swept
+from bench.report.machine import SCALE_PLOTS, scale_backends, scale_rows, swept
 from bench.report.paramserver import cache_plot
 from bench.results.key import backend_rank, section_point, shown_axes
 
@@ -142,10 +142,10 @@ def scale_plot(df: pd.DataFrame, access: str, path: Path) -> Path | None:
     (left: one line per batch size >= 1024) and against batch size (right: one line per table size),
     for one access pattern; bars span the 95% CI."""
     rows = scale_rows(df)
-    rows = rows[(rows["access"] == access) & rows["backend"].isin(SCALE_BACKENDS) & rows[SPEEDUP].notna()]
+    rows = rows[(rows["access"] == access) & rows["backend"].isin(scale_backends(rows)) & rows[SPEEDUP].notna()]
     if rows.empty or not swept(rows):
         return None
-    backends = [b for b in SCALE_BACKENDS if (rows["backend"] == b).any()]
+    backends = scale_backends(rows)
     fig = Figure(figsize=(11, 3.6 * len(backends)))
     sizes = sorted(rows["fp32_embedding_bytes"].unique())
     batches = sorted(rows["batch_size"].unique())

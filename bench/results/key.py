@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from bench.record import RunRecord
-from bench.registry import BASELINE_BACKEND
+from bench.registry import BASELINE_BACKEND, BATCHED_BACKEND
 
 BASELINE = BASELINE_BACKEND
 UNSHARDED = ("none", 1)  # (sharding, world_size) of a run in one process, its tables whole
 # Backends whose order in tables is fixed; the others follow alphabetically.
-LEADING_BACKENDS = (BASELINE_BACKEND, "fp32_tbe")
+LEADING_BACKENDS = (BASELINE_BACKEND, BATCHED_BACKEND)
 # The axes every harness version keyed by; the others are further axes (`extra_axes`).
 CORE = ("workload", "device", "backend", "sharding", "world_size", "batch_size")
 

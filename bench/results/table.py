@@ -121,6 +121,7 @@ COLUMNS = [
     CUDA_PEAK_BYTES,
     "threads",
     "ps_twin",
+    "ps_precision",  # ps_redis: the precision of the rows it pulls (fp32, int8, int4)
     "ps_cache_fraction",
     "ps_hit_rate_steady",
     "ps_pull_share",
@@ -204,6 +205,7 @@ def _row(r: RunRecord) -> dict[str, Any]:
     row["score_read"] = m.get("score_read")
     row["auc_delta_layers"] = m.get("auc_delta_layers_line")
     row["ps_twin"] = m.get("ps_twin")  # ps_redis: the in-memory backend with the same rows
+    row["ps_precision"] = m.get("ps_precision")
     for q in ("p50", "p90", "p99", "p99_lo", "p99_hi"):
         row[f"latency_{q}_ms"] = _num(lat.get(q))
     row["timing_setting"] = timing_setting_text(m)

@@ -4,6 +4,7 @@ or unreadable is the results' rule (`bench.results.readable`)."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from bench.results.readable import missing, too_short, unreadable
@@ -109,3 +110,22 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align:
     lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "| " + " | ".join(rule) + " |"]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a markdown table: its name, its unit (the header reads `name unit`) and its
+    alignment (l or r)."""
+
+    name: str
+    unit: str | None = None
+    align: str = "l"
+
+    @property
+    def header(self) -> str:
+        return f"{self.name} {self.unit}" if self.unit else self.name
+
+
+def table(columns: Sequence[Column], rows: Sequence[Sequence[Any]]) -> str:
+    """A markdown table from column specs: headers and alignment from each `Column`."""
+    return markdown_table([c.header for c in columns], rows, "".join(c.align for c in columns))

@@ -89,45 +89,41 @@ def _group_table(g: pd.DataFrame, axes: Sequence[str] = ()) -> str:
     with_fidelity = g[FIDELITY_GAP].notna().any()
     with_accuracy = g[AUC].notna().any() or not g["performance_only"].any()  # untrained models have no AUC to show
     with_build = g["performance_only"].any()  # building their tables is part of what they measure
-    headers = ["backend", *axes, "batch"] + (["status"] if with_status else [])
-    headers += ["AUC", f"ΔAUC [{CONFIDENCE} CI]", "p"] if with_accuracy else []
-    headers += ["fidelity gap"] if with_fidelity else []
     budgets = g["auc_budget"].dropna() if "auc_budget" in g.columns else pd.Series(dtype=float)
-    headers += [f"ΔAUC vs {float(budgets.iloc[0]):g} budget" if not budgets.empty else "ΔAUC vs budget"] if with_accuracy else []
-    headers += ["samples/s", f"speedup [{CONFIDENCE} CI]", "speed verdict", "p50 ms", f"p99 ms [{CONFIDENCE} CI]", "emb GB/s (roofline)",
-                "GEMM roofline", "emb MB", "compression", "model MB", "peak RSS MB"]  # fmt: skip
-    rows = []
-    for r in g.itertuples(index=False):
-        baseline = r.backend == BASELINE and r.status == "ok"
-        row = [r.backend, *(fmt.word(getattr(r, a)) for a in axes), r.batch_size] + ([r.status] if with_status else [])
-        row += [
-            fmt.number(r.auc),
-            "0 (reference)" if baseline else fmt.delta_ci(r.auc_delta, r.auc_delta_lo, r.auc_delta_hi),
-            "" if baseline else fmt.p_value(r.auc_delta_p),
-        ] if with_accuracy else []
-        row += [fmt.number(r.fidelity_gap)] if with_fidelity else []
-        speed = fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi, r.latency_calls)
-        speed += " (unpaired)" if r.speedup_method == "unpaired" and speed != fmt.DASH else ""  # two jobs' trials, timed apart
-        row += [verdict_cell(r)] if with_accuracy else []
-        row += [
-            fmt.count(r.throughput) + (" ⚠" if r.stable is False else ""),
-            "1.00× (reference)" if baseline else speed,
-            fmt.word(r.speed_verdict),
-            fmt.ms(r.latency_p50_ms),
-            p99_cell(r),
-            roofline_cell(r),
-            percent(r.dense_share),
-            fmt.megabytes(r.embedding_bytes),
-            fmt.DASH if fmt.missing(r.compression) else f"{r.compression:.2f}×",
-            fmt.megabytes(r.model_bytes),
-            fmt.megabytes(r.peak_rss_bytes),
-        ]
-        row += [fmt.DASH if fmt.missing(r.prepare_seconds) else f"{r.prepare_seconds:.1f}"] if with_build else []
-        rows.append(row)
-    headers += ["build s"] if with_build else []
-    align = "l" + "l" * len(axes) + "r" + ("l" if with_status else "") + ("rlr" if with_accuracy else "") + ("r" if with_fidelity else "")
-    align += ("l" if with_accuracy else "") + "rllrrrrrrrr" + ("r" if with_build else "")
-    return fmt.markdown_table(headers, rows, align)
+    budget = f"ΔAUC vs {float(budgets.iloc[0]):g} budget" if not budgets.empty else "ΔAUC vs budget"
+
+    def baseline(r) -> bool:
+        return r.backend == BASELINE and r.status == "ok"
+
+    def speed(r) -> str:
+        text = fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi, r.latency_calls)
+        return text + (" (unpaired)" if r.speedup_method == "unpaired" and text != fmt.DASH else "")  # two jobs' trials, timed apart
+
+    C = fmt.Column
+    columns = [
+        (C("backend"), lambda r: r.backend),
+        *((C(a), lambda r, a=a: fmt.word(getattr(r, a))) for a in axes),
+        (C("batch", align="r"), lambda r: r.batch_size),
+        *([(C("status"), lambda r: r.status)] if with_status else []),
+        *([(C("AUC", align="r"), lambda r: fmt.number(r.auc)),
+           (C(f"ΔAUC [{CONFIDENCE} CI]"), lambda r: "0 (reference)" if baseline(r) else fmt.delta_ci(r.auc_delta, r.auc_delta_lo, r.auc_delta_hi)),
+           (C("p", align="r"), lambda r: "" if baseline(r) else fmt.p_value(r.auc_delta_p))] if with_accuracy else []),
+        *([(C("fidelity gap", align="r"), lambda r: fmt.number(r.fidelity_gap))] if with_fidelity else []),
+        *([(C(budget), verdict_cell)] if with_accuracy else []),
+        (C("samples/s", align="r"), lambda r: fmt.count(r.throughput) + (" ⚠" if r.stable is False else "")),
+        (C(f"speedup [{CONFIDENCE} CI]"), lambda r: "1.00× (reference)" if baseline(r) else speed(r)),
+        (C("speed verdict"), lambda r: fmt.word(r.speed_verdict)),
+        (C("p50", "ms", "r"), lambda r: fmt.ms(r.latency_p50_ms)),
+        (C("p99", f"ms [{CONFIDENCE} CI]", "r"), p99_cell),
+        (C("emb", "GB/s (roofline)", "r"), roofline_cell),
+        (C("GEMM roofline", align="r"), lambda r: percent(r.dense_share)),
+        (C("emb", "MB", "r"), lambda r: fmt.megabytes(r.embedding_bytes)),
+        (C("compression", align="r"), lambda r: fmt.DASH if fmt.missing(r.compression) else f"{r.compression:.2f}×"),
+        (C("model", "MB", "r"), lambda r: fmt.megabytes(r.model_bytes)),
+        (C("peak RSS", "MB", "r"), lambda r: fmt.megabytes(r.peak_rss_bytes)),
+        *([(C("build", "s", "r"), lambda r: fmt.DASH if fmt.missing(r.prepare_seconds) else f"{r.prepare_seconds:.1f}")] if with_build else []),
+    ]
+    return fmt.table([c for c, _ in columns], [[cell(r) for _, cell in columns] for r in g.itertuples(index=False)])
 
 
 def _batches(sizes: Sequence[int]) -> str:

@@ -179,19 +179,25 @@ def _verdict(verdict: str) -> str:
 
 def render_compare(df: pd.DataFrame, title: str, current: str, baseline: str, cfg: Tolerances) -> str:
     level = f"{1 - cfg.alpha:.0%}"
-    headers = ["workload", "device", "backend", "batch", "verdict", "status", "samples/s base", "samples/s new",
-               f"ratio [{level} CI]", "speedup base", "speedup new", "AUC base", "AUC new", "AUC change [noise]", "notes"]  # fmt: skip
-    rows = [
-        [
-            r.workload, r.device, row_label(r), r.batch_size, _verdict(r.verdict),
-            _status(r), fmt.count(r.throughput_base), fmt.count(r.throughput_new),
-            fmt.ratio_ci(r.throughput_ratio, r.throughput_ratio_lo, r.throughput_ratio_hi),
-            fmt.ratio_ci(r.speedup_base, math.nan, math.nan), fmt.ratio_ci(r.speedup_new, math.nan, math.nan),
-            fmt.number(r.auc_base), fmt.number(r.auc_new), fmt.delta_ci(r.auc_change, r.auc_change_lo, r.auc_change_hi),
-            r.notes,
-        ]  # fmt: skip
-        for r in df.itertuples(index=False)
+    C = fmt.Column
+    columns = [
+        (C("workload"), lambda r: r.workload),
+        (C("device"), lambda r: r.device),
+        (C("backend"), row_label),
+        (C("batch"), lambda r: r.batch_size),
+        (C("verdict"), lambda r: _verdict(r.verdict)),
+        (C("status"), _status),
+        (C("samples/s", "base", "r"), lambda r: fmt.count(r.throughput_base)),
+        (C("samples/s", "new", "r"), lambda r: fmt.count(r.throughput_new)),
+        (C("ratio", f"[{level} CI]"), lambda r: fmt.ratio_ci(r.throughput_ratio, r.throughput_ratio_lo, r.throughput_ratio_hi)),
+        (C("speedup", "base", "r"), lambda r: fmt.ratio_ci(r.speedup_base, math.nan, math.nan)),
+        (C("speedup", "new", "r"), lambda r: fmt.ratio_ci(r.speedup_new, math.nan, math.nan)),
+        (C("AUC", "base", "r"), lambda r: fmt.number(r.auc_base)),
+        (C("AUC", "new", "r"), lambda r: fmt.number(r.auc_new)),
+        (C("AUC change", "[noise]"), lambda r: fmt.delta_ci(r.auc_change, r.auc_change_lo, r.auc_change_hi)),
+        (C("notes"), lambda r: r.notes),
     ]
+    rows = [[cell(r) for _, cell in columns] for r in df.itertuples(index=False)]
     lines = [
         f"# {title}",
         "",
@@ -208,7 +214,7 @@ def render_compare(df: pd.DataFrame, title: str, current: str, baseline: str, cf
         f"ΔAUC interval half-width of the two runs) and {cfg.auc_tolerance:g}. Rows from machines with "
         "different fingerprints, or timed with different settings (threads, clock), are marked, not compared.",
         "",
-        fmt.markdown_table(headers, rows, "llllllrrlrrrrll"),
+        fmt.table([c for c, _ in columns], rows),
         "",
     ]
     return "\n".join(lines)

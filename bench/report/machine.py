@@ -49,14 +49,15 @@ def access_table(g: pd.DataFrame) -> list[str]:
             str(bs), f"{fmt.count(first.pool_batches)} × {bs} = {fmt.count(first.pool_samples)}", fmt.count(first.unique_ids_per_batch),
             percent(first.rows_touched), sets, fmt.megabytes(first.llc_bytes),
         ])
-    header = ["batch", "timing pool (distinct batches × size = samples)", "unique ids / batch / table", "rows touched / table",
-              "working set MB (distinct rows × row bytes)", "LLC MB"]  # fmt: skip
+    C = fmt.Column
+    columns = [C("batch", align="r"), C("timing pool", "(distinct batches × size = samples)"), C("unique ids / batch / table", align="r"),
+               C("rows touched / table", align="r"), C("working set", "MB (distinct rows × row bytes)"), C("LLC", "MB", "r")]  # fmt: skip
     kernels = ok.drop_duplicates("backend")
     lines = [
         "What the timed batches touched (the timing loop cycles through the pool; a working set far above the "
         "last-level cache cannot be served from it):",
         "",
-        fmt.markdown_table(header, rows, "rlrrlr"),
+        fmt.table(columns, rows),
         "",
         "Kernels each backend ran (one call, recorded by a dispatch mode): "
         + "; ".join(f"{r.backend}: {r.embedding_kernel} + {r.gemm_kernel}" for r in kernels.itertuples(index=False)) + ".",

@@ -103,7 +103,9 @@ def scale_section(df: pd.DataFrame) -> list[str]:
         "",
     ]
     present = scale_backends(rows)
-    header = ["access", "tables MB fp32", "batch", "fp32 samples/s (roofline)"] + [f"{b} speedup (roofline)" for b in present]
+    C = fmt.Column
+    columns = [C("access"), C("tables", "MB fp32", "r"), C("batch", align="r"), C(f"{BASELINE} samples/s", "(roofline)", "r"),
+               *(C(f"{b} speedup", "(roofline)") for b in present)]
     table = []
     for (access, size, workload), point in rows.groupby(["access", "fp32_embedding_bytes", "workload"], sort=True):
         by_key = {(r.batch_size, r.backend): r for r in point.itertuples(index=False)}
@@ -115,7 +117,7 @@ def scale_section(df: pd.DataFrame) -> list[str]:
                 r = by_key.get((bs, b))
                 cells.append(fmt.DASH if r is None else f"{fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi)} ({percent(r.embedding_share)})")
             table.append(cells)
-    lines += [fmt.markdown_table(header, table, "lrrr" + "l" * len(present)), ""]
+    lines += [fmt.table(columns, table), ""]
     lines += scale_verdicts(rows, present)
     return lines
 

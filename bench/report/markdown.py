@@ -361,7 +361,7 @@ def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Seque
             "Where the ΔAUC comes from: the embeddings' share is the same backend with an fp32 MLP against fp32; "
             "the dense layers' share is the backend against that fp32-MLP twin (paired, 95% CI):",
             "",
-            fmt.markdown_table(["backend", "ΔAUC", "embeddings", "dense layers (MLP)"], parts, "llll"),
+            fmt.table([fmt.Column("backend"), fmt.Column("ΔAUC"), fmt.Column("embeddings"), fmt.Column("dense layers (MLP)")], parts),
             "",
         ]
     split, unpaired = tbe_split(g, latest)
@@ -370,8 +370,8 @@ def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Seque
             "Table batching vs quantization: the batching part and the total are the main table's speedups (paired, "
             "95% CI); the quantization part is total / batching, the ratio of those two speedups (no interval):",
             "",
-            fmt.markdown_table(["batch", f"{BATCHED_BACKEND} / {BASELINE} (batching)", f"{SPLIT_BACKEND} / {BATCHED_BACKEND} (quantization)",
-                                f"{SPLIT_BACKEND} / {BASELINE} (total)"], split, "rlll"),  # fmt: skip
+            fmt.table([fmt.Column("batch", align="r"), fmt.Column(f"{BATCHED_BACKEND} / {BASELINE}", "(batching)"),
+                       fmt.Column(f"{SPLIT_BACKEND} / {BATCHED_BACKEND}", "(quantization)"), fmt.Column(f"{SPLIT_BACKEND} / {BASELINE}", "(total)")], split),
             "",
             *[f"- Made another way: {n}" for n in unpaired],
             *([""] if unpaired else []),

@@ -35,10 +35,9 @@ def sharding_section(records: Iterable[RunRecord]) -> list[str]:
     if not rows:
         return []
     lines = ["## Sharding", "", *[f"- {note}" for note in NOTES], ""]
-    headers = ["workload", "device", "backend", "sharding", "ranks", "route", "batch", "status", "AUC", "ΔAUC vs unsharded",
-               "samples/s [95% CI]", "emb MB per rank", "peak RSS MB per rank"]  # fmt: skip
-    table = [_row(r) for r in rows]
-    lines += [fmt.markdown_table(headers, table, "lllllllllllll"), ""]
+    columns = [fmt.Column(name) for name in ("workload", "device", "backend", "sharding", "ranks", "route", "batch", "status", "AUC",
+                                              "ΔAUC vs unsharded", "samples/s [95% CI]", "emb MB per rank", "peak RSS MB per rank")]
+    lines += [fmt.table(columns, [_row(r) for r in rows]), ""]
     plans = [(r, r.metrics["sharding"]) for r in rows if r.status in ("ok", "error") and (r.metrics or {}).get("sharding")]
     if plans:
         lines += ["### Plans", ""]

@@ -59,9 +59,10 @@ def _split(b: pd.DataFrame, references: dict[str, str]) -> list[str]:
             rows.append([backend, f"`{reference}`", f"{fp32:.2f}×", f"{total / fp32:.2f}×", f"{total:.2f}×"])
     if not rows:
         return []
-    headers = ["backend", "its fp32 runtime row", "runtime's fp32 gain", "quantization's part", "the row's speedup"]
-    return ["Where each speedup comes from (the runtime's fp32 gain × the quantization's part):", "",
-            fmt.markdown_table(headers, rows, "llrrr"), ""]
+    C = fmt.Column
+    columns = [C("backend"), C("its fp32 runtime row"), C("runtime's fp32 gain", align="r"), C("quantization's part", align="r"),
+               C("the row's speedup", align="r")]
+    return ["Where each speedup comes from (the runtime's fp32 gain × the quantization's part):", "", fmt.table(columns, rows), ""]
 
 
 def _default_verdicts(b: pd.DataFrame, latest: dict[tuple, RunRecord]) -> pd.DataFrame:
@@ -92,8 +93,10 @@ def _ranking(b: pd.DataFrame, toolkits: dict[str, str]) -> list[str]:
             fmt.word(r.speed_verdict) if not baseline else fmt.DASH,
             fmt.megabytes(r.embedding_bytes), fmt.megabytes(r.model_bytes),
         ])
-    headers = ["rank", "backend", "toolkit", "ΔAUC [95% CI]", "ΔAUC verdict", "speedup [95% CI]", "speed verdict", "emb MB", "model MB"]
-    lines = [fmt.markdown_table(headers, rows, "rllllllrr"), ""] if rows else ["No row is inside the margin.", ""]
+    C = fmt.Column
+    columns = [C("rank", align="r"), C("backend"), C("toolkit"), C("ΔAUC", "[95% CI]"), C("ΔAUC verdict"), C("speedup [95% CI]"),
+               C("speed verdict"), C("emb", "MB", "r"), C("model", "MB", "r")]
+    lines = [fmt.table(columns, rows), ""] if rows else ["No row is inside the margin.", ""]
     left = [f"`{r.backend}` ({_why_out(r)})" for r in b.itertuples(index=False) if r.backend not in set(ranked["backend"])]
     if left:
         lines += ["Not ranked: " + "; ".join(left) + ".", ""]

@@ -152,3 +152,23 @@ def test_a_scale_sweeps_report_shows_its_axes_as_columns(tmp_path):
     assert "## synthetic_scale on cpu, access uniform, table_rows 60000" in report
     assert "## Scale: speedup against table bytes and batch size" in report and "| uniform |" in report
     assert "newest record per workload, device, backend, sharding, ranks, batch size, access and table_rows" in report
+
+
+def test_a_history_line_written_before_the_further_axes_is_compared_with_the_next_run(tmp_path):
+    """History lines of version 6 written before `access` and `table_rows` were axes lack both keys: they
+    key as unswept, as the same job's new line does, so the next run is judged against them."""
+    from bench.config import CompareConfig
+    from bench.report.history import append_history, history_changes, load_history
+
+    def runs(scale):
+        return [record(row("fp32", speedup=scale)), record(row("int8_tbe", speedup=1.5 * scale))]
+
+    path = tmp_path / "history.jsonl"
+    append_history(runs(1.0), path, run_id="r1", timestamp="2025-01-01T00:00:00+00:00", git_sha="a")
+    before = [{k: v for k, v in json.loads(line).items() if k not in ("access", "table_rows")} for line in path.read_text().splitlines()]
+    assert all(line["history_version"] == 6 for line in before)
+    path.write_text("".join(json.dumps(line) + "\n" for line in before))
+    append_history(runs(1.3), path, run_id="r2", timestamp="2025-01-02T00:00:00+00:00", git_sha="b")
+    changes = history_changes(load_history(path), CompareConfig())
+    mine = changes[changes["backend"] == "int8_tbe"]
+    assert "throughput" in set(mine["metric"]) and not mine["note"].str.contains("no earlier run").any()

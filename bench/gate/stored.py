@@ -151,6 +151,7 @@ class Rejudged:
     stored: bool  # True: this is the stored verdict (gate.md); False: a new verdict beside it
     changes: list[str] = field(default_factory=list)  # what differs from the stored verdict, one line each
     records: list[RunRecord] = field(default_factory=list)
+    results: Optional[Results] = None  # the records' results at the verdict's compare.alpha (the history reads them)
 
 
 def split_overrides(overrides: Iterable[str]) -> tuple[list[str], list[str]]:
@@ -197,7 +198,8 @@ def rejudge(report_dir: Path, overrides: Iterable[str] = (), config: Optional[st
     stored_path = folder / GATE_CONFIG
     stored = read_settings(stored_path) if stored_path.is_file() else None
     s = resolve(stored, config, overrides)
-    result = judge(records, s)
+    results = results_for(records, s)
+    result = judge_results(results, s)
     md = render_markdown(result)
     out = Path(out_dir) if out_dir is not None else folder
     stored_md = folder / f"{STORED}.md"
@@ -207,7 +209,7 @@ def rejudge(report_dir: Path, overrides: Iterable[str] = (), config: Optional[st
         if fresh:
             write_text_atomic(out / GATE_CONFIG, s.to_yaml())
         paths = write_outputs(result, out, STORED, md)
-        return Rejudged(result, s, folder, *paths, stored=True, records=records)
+        return Rejudged(result, s, folder, *paths, stored=True, records=records, results=results)
     stem = f"{STORED}-{s.digest}"
     changes = describe_changes(stored, s, records, result, old_md, md, stored_path)
     preface = (f"Not the stored verdict (`{STORED}.md`, left as it is): judged with `{stem}.yaml`. "
@@ -215,7 +217,7 @@ def rejudge(report_dir: Path, overrides: Iterable[str] = (), config: Optional[st
     text = render_markdown(result, preface) + "\n## Changes against the stored verdict\n\n" + "\n".join(f"- {c}" for c in changes) + "\n"
     write_text_atomic(out / f"{stem}.yaml", s.to_yaml())
     paths = write_outputs(result, out, stem, text)
-    return Rejudged(result, s, folder, *paths, stored=False, changes=changes, records=records)
+    return Rejudged(result, s, folder, *paths, stored=False, changes=changes, records=records, results=results)
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:

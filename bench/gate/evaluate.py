@@ -12,7 +12,7 @@ from bench.errors import UserError
 from bench.gate.thresholds import as_gate_config
 from bench.gate.rules import FAIL, INCONCLUSIVE, JOB_ROWS, PASS, RULES, SERVER, SKIPPED, VERDICTS, judge, row_kind
 from bench.record import USER
-from bench.results.key import KEY, UNSHARDED, extra_axes, label, row_key
+from bench.results.key import CORE, KEY, UNSHARDED, extra_axes, label, row_key
 
 # A results.csv written before sharding had columns of its own, and the serving table, lack `sharding`
 # and `world_size`: their rows ran unsharded in one process (an old sharded row's backend cell holds both,
@@ -46,7 +46,7 @@ class Verdict:
     @property
     def key(self) -> tuple:
         """The row key (bench.results.key) of the row judged."""
-        values = {**{k: getattr(self, k) for k in ("workload", "device", "backend", "sharding", "world_size", "batch_size")}, **dict(self.axes)}
+        values = {**{k: getattr(self, k) for k in CORE}, **dict(self.axes)}
         return tuple(values.get(k) for k in KEY)
 
     @property
@@ -126,7 +126,7 @@ def _row_verdicts(row: dict[str, Any], cfg: GateConfig) -> list[Verdict]:
         values = dict(zip(KEY, row_key(row)))
     except ValueError as exc:
         raise UserError(f"row {({k: row.get(k) for k in KEY if k in row})}: {exc}") from None
-    key = {k: values[k] for k in ("workload", "device", "backend", "sharding", "world_size", "batch_size")}
+    key = {k: values[k] for k in CORE}
     key["axes"] = tuple((a.name, values[a.name]) for a in extra_axes())
     status = str(row["status"]).strip().lower()
     text = row.get("error")

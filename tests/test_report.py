@@ -13,7 +13,8 @@ import pytest
 
 from bench.record import SCHEMA_VERSION, RunRecord
 from bench.store import read_records
-from bench.report import COLUMNS, fmt, publish_report, results_table, write_report
+from bench.report import fmt, publish_report, write_report
+from bench.results.table import COLUMNS, results_table
 from bench.results.readable import unreadable
 
 FIXTURES = Path(__file__).parent / "fixtures" / "records"

@@ -37,7 +37,8 @@ sys.path.insert(0, sys.argv[2])
 from gate_frames import record, row
 from bench.config import CompareConfig, GateConfig, RuleSet
 from bench.gate import evaluate_gate
-from bench.report import compare_table, results_table, write_report
+from bench.report import compare_table, write_report
+from bench.results.table import results_table
 from bench.report.history import append_history, history_changes, load_history
 out = Path(sys.argv[1])
 

@@ -13,7 +13,8 @@ import pandas as pd
 from bench.config import CompareConfig, GateConfig, RuleSet
 from bench.gate import evaluate_gate
 from bench.gate.stored import row_verdicts
-from bench.report import results_table, write_report
+from bench.report import write_report
+from bench.results.table import results_table
 from bench.report.history import HISTORY_VERSION, append_history, history_changes, load_history
 from bench.results.key import label, read_label
 

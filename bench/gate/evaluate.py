@@ -91,7 +91,7 @@ class GateResult:
 
 def evaluate_gate(results_df: pd.DataFrame, gate_cfg: Any, serve_df: Optional[pd.DataFrame] = None) -> GateResult:
     """One verdict per (row, configured rule that judges that kind of row) of `results_df` (the
-    `bench.report` results table) and `serve_df` (its serving table, joined by backend, scenario and bound).
+    `bench.results` results table) and `serve_df` (its serving table, joined by backend, scenario and bound).
 
     An errored job is one failing `job` verdict; a skipped job one skipped `job` verdict. A
     backend with no entry in `gate.rules` is judged by `gate.default_rules`, and its reasons say
@@ -102,7 +102,7 @@ def evaluate_gate(results_df: pd.DataFrame, gate_cfg: Any, serve_df: Optional[pd
     for df in tables:
         missing = [c for c in REQUIRED if c not in df.columns]
         if missing:
-            raise UserError(f"results table lacks columns {missing}: expected the bench.report results table")
+            raise UserError(f"results table lacks columns {missing}: expected the results table of bench.results")
     if all(df.empty for df in tables):
         raise UserError("results table is empty: nothing to gate (did the sweep run?)")
     verdicts: list[Verdict] = []

@@ -134,6 +134,62 @@ PAIRS_PER_S = metric("pairs_per_s", "pairs/s", HIGHER, ",.0f", "user-item pairs 
 ARROWS = {HIGHER: "↑", LOWER: "↓", NEITHER: ""}  # which way is better, as `--help` marks it
 
 
+# The record's other keys under `metrics` that the results, the report and the gate read: structures and
+# words rather than single figures of the vocabulary above (tests/test_metrics.py checks that every key
+# they read is declared here or above).
+RECORD_KEYS: dict[str, str] = {
+    "access": "what the timed batches touched: unique ids per batch, rows touched, working set, last-level cache",
+    "accuracy": "why a job has no accuracy (`performance only, ...`: untrained weights)",
+    "auc_check": "serving: the accuracy-mode AUC against the offline one (equal, within tolerance, or not)",
+    "auc_delta_layers_line": "attribute_layers=true: a ΔAUC past the gate's margin named by layer, one line",
+    "auc_loadgen": "serving: the AUC of LoadGen's accuracy-mode run",
+    "auc_offline": "serving: the offline AUC of the same backend on the same rows",
+    "auc_shift": "serving: what dynamic batching moved the AUC by",
+    "auc_tolerance": "serving: the tolerance auc_check read the shift against",
+    "batch_dependent": "serving: whether a sample's score depends on its batch (activations quantized per batch)",
+    "evidence": "serving: the runs agreeing on the max-QPS target (`VALID 2/3 at 410`)",
+    "fidelity_twin": "the emulation twin the fidelity gap was measured against",
+    "judgments": "serving: each target's verdict with its runs",
+    "kernels": "the embedding and GEMM kernels one call ran (a dispatch mode's record)",
+    "latency_samples_ms": "per-call latencies, [trial][call]",
+    "loadgen_version": "serving: the LoadGen version that judged the runs",
+    "machine": "serving: load, steal and reference kernel times at the start and end of the job",
+    "model_source": "where the weights came from: trained, cache or a checkpoint",
+    "monotonic": "serving: whether the search's verdicts fell monotonically with the target",
+    "noise": "timing noise: trial spread, ratio spread, load and steal over the timing",
+    "offline_pairs_per_s": "serving: the Offline scenario's pairs per second",
+    "offline_samples_per_s": "serving: the Offline scenario's samples per second",
+    "page_faults_per_call": "minor page faults per timed call",
+    "ps_cache_fraction": "ps_redis: the local cache's share of each table's rows",
+    "ps_precision": "ps_redis: the precision of the rows it pulls (fp32, int8, int4)",
+    "ps_twin": "ps_redis: the in-memory backend with the same rows and kernel",
+    "query_set": "serving: the samples' sizes (pairs per sample)",
+    "queue_estimate": "serving: the rate a simulated queue with the SUT's batcher holds under the bound",
+    "roofline": "the embedding and GEMM traffic against the machine's rooflines",
+    "rss_start_bytes": "resident memory when the job started",
+    "score_read": "a probabilities model: how its scores were read (before its sigmoid, or the clamp)",
+    "search_stop": "serving: why the QPS search stopped",
+    "service_p99_ms": "serving: the SUT's own p99 batch time",
+    "sharding": "a sharded run: its route, plan and ranks",
+    "speedup_method": "how the speedup was timed: paired, unpaired or reference",
+    "speedup_rounds": "the paired ABBA rounds' ratios",
+    "speedup_stop": "why the paired rounds stopped: fixed, target or max_rounds",
+    "stable": "whether the absolute throughput's timing was steady",
+    "step_queries": "serving: queries per search step",
+    "step_tells": "serving: what each search step's run said",
+    "steps": "serving: the QPS search's steps, each with its verdict and percentiles",
+    "table_rows": "rows of each embedding table",
+    "threads_used": "serving: workers, torch threads and LoadGen issue threads against the cores",
+    "throughput_all_threads": "the throughput with every thread the machine has",
+    "timing_calls_per_batch": "timed calls per distinct batch",
+    "timing_distinct_batches": "distinct batches the timing cycled through",
+    "timing_pool": "the timing pool: batches, samples, calls timed, passes",
+    "timing_setting": "the timing's thread count and clock",
+    "unstable_reason": "why the absolute throughput's timing was not steady",
+    "workload_info": "what the workload said of its data (malformed lines skipped)",
+}
+
+
 def describe(width: int = 110) -> list[str]:
     """The vocabulary for `--help`: by stage, each metric with its unit and which way is better
     (`name± (unit ↑)`: ± has a 95% interval, ↑ higher is better, ↓ lower is better), wrapped at `width`."""

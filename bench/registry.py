@@ -65,6 +65,11 @@ def names(kind: str) -> list[str]:
 
 # The reference every relative figure is measured against; it runs first in a sweep.
 BASELINE_BACKEND = "fp32"
+# The rows that split a TBE speedup in two: fp32 tables on the table-batched kernels (the batching part,
+# against the reference) and int8 tables on them (the quantization part, against the batched one). The
+# reports order the reference and the batched reference first.
+BATCHED_BACKEND = "fp32_tbe"
+SPLIT_BACKEND = "int8_tbe"
 
 
 def sweep_backends() -> list[str]:

@@ -18,18 +18,21 @@ import math
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from bench.config import MAX_AUC_DROP, NOT_THE_JOB
+from bench.config import NOT_THE_JOB
 from bench.config.files import as_compare_config as compare_settings
 from bench.distributed import overlapping
 from bench.errors import EXIT_GATE_FAILED, EXIT_HARNESS_ERROR, EXIT_OK, internal_error
 from bench.progress import progress
 from bench.record import RunRecord, is_serving
+
+if TYPE_CHECKING:  # pandas is imported after the pre-flight checks
+    from bench.results.build import Results
 
 T = TypeVar("T")
 
@@ -148,21 +151,24 @@ class Stages:
             return None
 
 
-def console_bottom_line(records: list[RunRecord], budget: float) -> list[str]:
+def console_bottom_line(results: Results) -> list[str]:
     """report.md's bottom line as the console prints it after a sweep (markdown bold left out)."""
     from bench.report.pick import bottom_line
-    from bench.report.table import results_table
 
-    return [line.replace("**", "") for line in bottom_line(results_table(records, budget=budget), budget)]
+    return [line.replace("**", "") for line in bottom_line(results.jobs, results.budget)]
 
 
 def finish(config: DictConfig) -> int:
-    """The post-sweep phase: the sweep's report folder, its gate verdict, the rendered report, the
-    history. The verdict (gate.md, gate.xml, the exit code) is decided and written before anything
-    optional runs. Returns the exit code: 0, 1 when a job errored or the gate failed, 3 when a stage
-    failed (the highest applies)."""
+    """The post-sweep phase: the sweep's report folder, its results, its gate verdict, the rendered
+    report, the history. The results (`bench.results.build`) are built once, from the report folder's
+    stored records at `compare.alpha` and `compare.max_auc_drop`, and handed to the gate, then the
+    report, then the history. The verdict (gate.md, gate.xml, the exit code) is decided and written
+    before anything optional runs. Returns the exit code: 0, 1 when a job errored or the gate failed,
+    3 when a stage failed (the highest applies)."""
     from bench.report.publish import finish_report, start_report
-    from bench.report.table import backend_label
+    from bench.results.build import build_results
+    from bench.results.key import record_label
+    from bench.results.load import load_records
 
     sweep_dir = Path(config.hydra.sweep.dir)
     stages = Stages(sweep_dir)
@@ -179,41 +185,46 @@ def finish(config: DictConfig) -> int:
     for r in records:
         if r.status == "error":
             reason = next(iter((r.error or "").strip().splitlines()), "no reason recorded")
-            print(f"  {'bad input' if r.user_error else 'error'}: {backend_label(r)} {r.device} bs={r.batch_size}: {reason}")
+            print(f"  {'bad input' if r.user_error else 'error'}: {record_label(r)} {r.device} bs={r.batch_size}: {reason}")
     if overlapping(records):  # parallel launchers without the host lock (one_job_per_host=false)
         print(f"warning: {len(overlapping(records))} pairs of jobs ran at the same time on one host: their timings disturbed each other")
     report_dir = stages.run("report", lambda: start_report(records, Path(config.reports_dir), name))
     if report_dir is None:
         return stages.code
     stages.traceback_dir = report_dir
-    gate_code = EXIT_OK
+    compare = compare_settings(config.get("compare") or {})
+    # the report folder's stored records (what the gate judges), built into tables once, at compare.alpha
+    results = stages.run("results", lambda: build_results(load_records(report_dir), alpha=compare.alpha, budget=compare.max_auc_drop))
+    if results is None:
+        return stages.code
+    gate_code, verdict = EXIT_OK, None
     if config.get("run_gate"):
-        from bench.gate import gate_sweep
+        from bench.gate.stored import judge_sweep
 
-        # judged from the report folder's stored records; the configs are stored beside them
-        gate_code = stages.run("gate", lambda: gate_sweep(report_dir, config.gate, config.get("compare")))
-        if gate_code is not None:
+        # the configs are stored beside the records; the verdict is written before anything is rendered
+        verdict = stages.run("gate", lambda: judge_sweep(report_dir, config.gate, config.get("compare"), results))
+        gate_code = None if verdict is None else verdict.exit_code
+        if verdict is not None:
             print(f"gate: {'FAILED' if gate_code else 'passed'} ({report_dir / 'gate.md'})")
     title = f"Sweep {name}" + (f" with {variant}" if variant else "")
-    budget = float((config.get("compare") or {}).get("max_auc_drop", MAX_AUC_DROP))
-    if stages.run("report", lambda: finish_report(records, report_dir, title, variant, budget)) is not None:
-        for line in stages.run("report", lambda: console_bottom_line(records, budget)) or []:
+    if stages.run("report", lambda: finish_report(results.records, report_dir, title, variant, results=results)) is not None:
+        for line in stages.run("report", lambda: console_bottom_line(results)) or []:
             print(line)
         print(f"report: {report_dir / 'report.md'}")
     if any(is_serving(r) for r in records):
         from bench.report.serve import console_lines
 
-        served = stages.run("report", lambda: console_lines(records))
+        served = stages.run("report", lambda: console_lines(results.records, results.serving))
         if served:
             print("served (max QPS at the p99 bound [highest VALID, lowest INVALID]; Offline: samples/s):", *served, sep="\n")
-    if config.get("run_gate") and any(not is_serving(r) for r in records):  # the history follows the results table: no serving rows
+    if verdict is not None and any(not is_serving(r) for r in records):  # the history follows the results table: no serving rows
         from bench.gate.stored import history_fields
         from bench.report.history import HISTORY_FILE, history_path, update_history
 
-        gate, compare = config.gate, config.get("compare") or {}
+        gate = config.gate
         path = history_path(gate.get("history_file"), Path(config.reports_dir), gate.get("history_name") or HISTORY_FILE)
-        history_md = stages.run("history", lambda: update_history(records, path, compare_settings(compare), runs=gate.history_runs,
-                                                                  **history_fields(report_dir)))
+        history_md = stages.run("history", lambda: update_history(results.records, path, compare, runs=gate.history_runs,
+                                                                  results=results, **history_fields(report_dir, verdict)))
         if history_md is not None:
             print(f"history: {path} ({history_md})")
     jobs_code = EXIT_GATE_FAILED if counts["error"] else EXIT_OK

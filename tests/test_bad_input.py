@@ -19,7 +19,7 @@ from bench.errors import UserError
 from bench.runner import run_job
 from bench.store import StoreIndex, read_records
 from bench.report.__main__ import main as report_main
-from bench.report.load import load_records
+from bench.results.load import load_records
 from tests.test_faults import fast_cfg, fast_models  # noqa: F401 (fixtures)
 
 

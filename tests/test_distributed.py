@@ -28,7 +28,7 @@ from bench.measure.memory import row_bytes
 from bench.runner import Session, run_job
 from bench.store import read_records
 from bench.report.sharding import plan_text, sharding_section
-from bench.report.table import results_table
+from bench.results.table import results_table
 from bench.stats import median_interval, paired_auc_delta
 from bench.workloads.random_batch import random_batch, tiny_tables
 from tests.conftest import REPO, run_bench

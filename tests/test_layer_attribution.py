@@ -8,7 +8,7 @@ import pytest
 
 from bench.backends.linear import PLANT_ENV
 from bench.gate import evaluate_gate, load_gate_config, render_markdown
-from bench.report import results_table
+from bench.results.table import results_table
 from bench.store import read_records
 from bench.pipeline.layers import attribution_line
 from tests.conftest import run_bench

@@ -25,7 +25,17 @@ def lint(root: Path) -> subprocess.CompletedProcess:
 def test_the_layers_hold_and_nothing_goes_round_in_circles():
     result = lint(REPO)
     assert result.returncode == 0, result.stdout[-3000:]
-    assert "Contracts: 2 kept, 0 broken." in result.stdout
+    assert "Contracts: 3 kept, 0 broken." in result.stdout
+
+
+def test_the_results_import_neither_the_report_nor_the_gate(tmp_path):
+    shutil.copytree(REPO / "bench", tmp_path / "bench", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    with open(tmp_path / "bench" / "results" / "key.py", "a") as f:
+        f.write("\nimport bench.report.fmt  # the results importing their renderer\n")
+    result = lint(tmp_path)
+    assert result.returncode == 1
+    assert "bench.results is not allowed to import bench.report" in result.stdout
 
 
 def test_an_upward_import_breaks_the_contract(tmp_path):

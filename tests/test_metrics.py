@@ -51,3 +51,18 @@ def test_formatting_follows_the_declaration():
     assert METRICS["speedup"].format(1.4234) == "1.42x"
     assert METRICS["throughput"].format(3450.2) == "3,450 samples/s"
     assert METRICS["auc"].format(None) == ""
+
+
+READERS = ("bench/results", "bench/report", "bench/gate")
+METRICS_READ = re.compile(r"(?:\bm|\bmetrics|\w+\.metrics|\(\w+\.metrics or \{\}\))(?:\.get\(|\[)\"([a-z0-9_]+)\"")
+
+
+def test_every_record_key_the_readers_spell_is_declared():
+    """The results, the report and the gate read a record's metrics only by keys declared in bench/metrics.py:
+    a figure of the vocabulary, or one of RECORD_KEYS beside it."""
+    read = {key: path for folder in READERS for path in sorted((REPO / folder).glob("*.py"))
+            for key in METRICS_READ.findall(path.read_text(encoding="utf-8"))}
+    assert len(read) > 40  # the pattern does find the readers' keys
+    undeclared = {k: str(p.relative_to(REPO)) for k, p in read.items() if k not in METRICS and k not in metrics.RECORD_KEYS}
+    assert not undeclared, f"declare these in bench/metrics.py RECORD_KEYS: {undeclared}"
+    assert not set(metrics.RECORD_KEYS) & set(METRICS)  # a key is a figure or a structure, not both

@@ -15,7 +15,8 @@ from bench.config import CompareConfig
 from bench.gate import evaluate_gate, load_gate_config
 from bench.io import json_safe, to_json
 from bench.record import RunRecord
-from bench.report import results_table, write_report
+from bench.report import write_report
+from bench.results.table import results_table
 from bench.report.history import append_history, history_rows, load_history, render_history
 from bench.store import read_store, save_record
 

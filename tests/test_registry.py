@@ -27,3 +27,16 @@ def test_registering_a_name_twice_fails():
 def test_unknown_kind_fails():
     with pytest.raises(ValueError, match="unknown plug-in kind"):
         registry.register("launcher", "x", config=object)
+
+
+def test_the_backends_named_by_role_are_registered_and_join_the_default_sweeps():
+    for name in (registry.BASELINE_BACKEND, registry.BATCHED_BACKEND, registry.SPLIT_BACKEND, *registry.TOOLKIT_SWEEP_OWN):
+        assert registry.entries("backend")[name].in_sweeps, name
+
+
+def test_the_tunes_uniform_backends_come_from_each_tbe_backends_weight_type():
+    from bench.tune.validate import uniform_backends
+
+    found = uniform_backends()
+    assert found == {"fp16": "fp16_tbe", "int8": "int8_tbe", "int4": "uint4", "int2": "int2_tbe"}
+    assert all(registry.get("backend", name).factory.weight_dtype == dtype for dtype, name in found.items())

@@ -13,7 +13,9 @@ import pytest
 
 from bench.record import SCHEMA_VERSION, RunRecord
 from bench.store import read_records
-from bench.report import COLUMNS, fmt, publish_report, results_table, write_report
+from bench.report import fmt, publish_report, write_report
+from bench.results.table import COLUMNS, results_table
+from bench.results.readable import unreadable
 
 FIXTURES = Path(__file__).parent / "fixtures" / "records"
 REQUIRED = ["workload", "device", "backend", "batch_size", "status", "auc", "auc_delta", "auc_delta_lo",
@@ -321,11 +323,11 @@ def test_an_undecided_speedup_reads_inconclusive_in_words_and_in_the_gate(sweep_
 
 
 def test_unreadable_intervals_are_named_by_the_bound():
-    assert fmt.unreadable(1.2, 0.0, 3.3e8) and fmt.unreadable(42179, 32, 31_837_527)  # the figures issue 35 saw
-    assert fmt.unreadable(1.0, 0.3, 1.8)  # hi/lo past 5x, though each bound is within 5x of the point
-    assert fmt.unreadable(2.0, 1.9, 10.5) and fmt.unreadable(2.0, 0.39, 2.1)  # a bound over 5x its point, either side
-    assert not fmt.unreadable(1.84, 1.80, 1.88) and not fmt.unreadable(1.0, 0.5, 2.4)
-    assert not fmt.unreadable(2.0, None, None) and not fmt.unreadable(float("nan"), 1, 2)  # no interval: nothing to judge
+    assert unreadable(1.2, 0.0, 3.3e8) and unreadable(42179, 32, 31_837_527)  # the figures issue 35 saw
+    assert unreadable(1.0, 0.3, 1.8)  # hi/lo past 5x, though each bound is within 5x of the point
+    assert unreadable(2.0, 1.9, 10.5) and unreadable(2.0, 0.39, 2.1)  # a bound over 5x its point, either side
+    assert not unreadable(1.84, 1.80, 1.88) and not unreadable(1.0, 0.5, 2.4)
+    assert not unreadable(2.0, None, None) and not unreadable(float("nan"), 1, 2)  # no interval: nothing to judge
     assert fmt.ratio_ci(0.19, 0.0, 3.3e8, calls=48) == "too short to judge (48 calls)"
     assert fmt.ratio_ci(0.19, 0.0, 3.3e8) == "too short to judge"
 
@@ -422,7 +424,7 @@ def test_samples_per_s_and_a_paired_speedup_pointing_opposite_ways_get_one_line(
 def test_a_paired_speedup_and_an_unpaired_ratio_of_one_pair_are_labelled_apart(sweep_a, tmp_path):
     """The batching-vs-quantization table takes the main table's paired speedups; where the unpaired ratio of
     the two jobs' trials differs from one, both are printed, labelled with how each was made."""
-    from bench.report.table import trials
+    from bench.results.table import trials
     from bench.stats import ratio_interval
 
     fp32 = next(r for r in sweep_a if (r.workload, r.backend, r.batch_size) == ("synthetic", "fp32", 2048) and r.status == "ok")
@@ -449,3 +451,21 @@ def test_one_thread_is_singular_in_the_summary(sweep_a):
     rec = _paired(sweep_a, backend="int8_tbe", threads=1, timing_setting={"threads": 1, "clock": "wall", "how": "default"})
     text = summary(rec)
     assert "1 threads" not in text and "thread(s)" not in text and "timed with 1 thread on the wall clock" in text
+
+
+def test_the_parameter_server_table_finds_each_rows_in_memory_twin_at_its_own_point():
+    from bench.report.paramserver import ps_section
+    from bench.results.table import latest_records
+
+    def rec(backend, batch, throughput, twin=None):
+        m = {"throughput": throughput, "throughput_trials": [throughput * f for f in (0.99, 1.0, 1.01)]}
+        if twin:
+            m.update(ps_twin=twin, ps_cache_fraction=0.1, ps_precision="fp32")
+        return RunRecord(status="ok", workload="synthetic", backend=backend, device="cpu", batch_size=batch, metrics=m, config={}, env={},
+                         config_hash=f"{backend}{batch}", record_id=f"{backend}-{batch}")
+
+    records = [rec("fp32", 256, 1000.0), rec("fp32", 1024, 3000.0), rec("ps_redis", 256, 500.0, "fp32"), rec("ps_redis", 1024, 600.0, "fp32")]
+    lines = ps_section(latest_records(records), "synthetic", "cpu")
+    rows = [line for line in "\n".join(lines).splitlines() if line.startswith("| ps_redis |")]
+    assert [r.split(" | ")[1] for r in rows] == ["256", "1024"]  # by batch size
+    assert "0.50×" in rows[0] and "0.20×" in rows[1]  # each against fp32 at its own batch size

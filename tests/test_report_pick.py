@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench.report.pick import bottom_line, picks
-from bench.report.table import results_table
+from bench.results.table import results_table
 from bench.store import read_records
 
 FIXTURES = Path(__file__).parent / "fixtures" / "records"

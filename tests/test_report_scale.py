@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from bench.record import RunRecord
-from bench.report import results_table, write_report
+from bench.report import write_report
+from bench.results.table import results_table
 
 
 def record(backend, batch, rows, access="zipf", throughput=1000.0, performance_only=False, emb_bytes=None):
@@ -69,7 +70,7 @@ def test_performance_only_rows_say_so_and_print_no_delta(tmp_path):
     report = write_report(records, tmp_path, title="full").read_text()
     assert "Performance only, no accuracy: the weights are untrained" in report
     section = report.split("## synthetic_scale")[1]
-    assert "| backend | batch | samples/s |" in section and "| build s |" in section  # no AUC columns; build time shown
+    assert "| backend | table_rows | batch | samples/s |" in section and "| build s |" in section  # no AUC columns; build time shown; the swept axis a column
     assert "Reading the deltas" not in report
 
 
@@ -83,7 +84,7 @@ def test_one_table_size_over_batch_sizes_is_a_sweep_too(tmp_path):
 
 
 def test_performance_only_rows_without_fp32_have_no_verdicts(tmp_path):
-    from bench.report import results_table
+    from bench.results.table import results_table
 
     df = results_table([record("uint4", 2048, 40_000_000, performance_only=True, emb_bytes=13.9e9)])
     assert df.iloc[0].speed_verdict is None and df.iloc[0].auc_verdict is None  # unpaired, untrained: nothing to judge

@@ -10,8 +10,8 @@ from bench.config import GateConfig, RuleSet
 from bench.gate import evaluate_gate
 from bench.gate.stored import judge, settings
 from bench.report import write_report
-from bench.report.serve import serve_table
-from bench.report.table import results_table
+from bench.results.serving import serve_table
+from bench.results.table import results_table
 from bench.store import read_records
 from tests.conftest import REPO
 

@@ -15,7 +15,7 @@ import pytest
 
 from bench.io import append_jsonl
 from bench.record import SCHEMA_VERSION, RunRecord
-from bench.report.load import load_records
+from bench.results.load import load_records
 from bench.store import Claims, StoreIndex, check, read_store
 from tests.conftest import REPO, run_bench
 from tests.test_nightly_command import TINY_NIGHTLY

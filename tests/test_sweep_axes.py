@@ -13,9 +13,10 @@ import pandas as pd
 from bench.config import CompareConfig, GateConfig, RuleSet
 from bench.gate import evaluate_gate
 from bench.gate.stored import row_verdicts
-from bench.report import results_table, write_report
+from bench.report import write_report
+from bench.results.table import results_table
 from bench.report.history import HISTORY_VERSION, append_history, history_changes, load_history
-from bench.report.table import label, split_label
+from bench.results.key import label, read_label
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "gate"))
 from gate_frames import frame, record, row  # noqa: E402
@@ -57,7 +58,8 @@ def test_the_gate_judges_a_sharded_row_by_its_backends_rules_and_names_it_by_its
     assert (sharded_int8.sharding, sharded_int8.world_size, sharded_int8.verdict) == ("row_wise", 2, "pass")
     assert sharded_int8.where.startswith("int8_tbe@row_wise×2 ") and "default_rules" not in sharded_int8.reason
     keys = row_verdicts(result)
-    assert ("synthetic", "cpu", "fake_quant", "none", 1, 2048) in keys and ("synthetic", "cpu", "fake_quant", "auto", 2, 2048) in keys
+    # the key's further axes (access, table_rows) were not swept here: None
+    assert ("synthetic", "cpu", "fake_quant", "none", 1, 2048, None, None) in keys and ("synthetic", "cpu", "fake_quant", "auto", 2, 2048, None, None) in keys
 
 
 def test_a_results_csv_written_before_the_columns_is_still_gated_by_backend():
@@ -70,8 +72,8 @@ def test_a_results_csv_written_before_the_columns_is_still_gated_by_backend():
 
 def test_labels_round_trip():
     assert label("int8_tbe") == "int8_tbe" and label("int8_tbe", "row_wise", 2) == "int8_tbe@row_wise×2"
-    assert split_label("int8_tbe@row_wise×2") == ("int8_tbe", "row_wise", 2)
-    assert split_label("fp32") == ("fp32", "none", 1) and split_label("odd@name") == ("odd@name", "none", 1)
+    assert read_label("int8_tbe@row_wise×2") == ("int8_tbe", "row_wise", 2)
+    assert read_label("fp32") == ("fp32", "none", 1) and read_label("odd@name") == ("odd@name", "none", 1)
 
 
 def test_a_version_5_line_of_a_sharded_job_keeps_its_key_and_is_compared_with_the_next_run(tmp_path):

@@ -33,8 +33,8 @@ class WorkloadConfig:
     train_samples: int = MISSING
     eval_samples: int = MISSING
     calibration_samples: int = 16384
-    # Appended to the name in records and reports (`name:tag`), so one workload swept over its own
-    # options (access pattern, table size) gives rows that do not collide.
+    # Appended to the name in records and reports (`name:tag`). A swept option the results should show as
+    # a column of its own is an axis of the row key instead (bench.results.key: access, table_rows).
     tag: Optional[str] = None
 
 

@@ -50,7 +50,7 @@ from bench.measure.figures import Held, JobFigures, Timed
 from bench.measure.memory import PeakMemory, model_bytes
 from bench.measure.timing import loop_options, time_module
 from bench.metrics import AUC_FP32, EMBEDDING_BYTES, LATENCY_MS, ORACLE_AUC, PEAK_RSS_BYTES, THROUGHPUT, hi, lo
-from bench.pipeline.job import _scores_of, backend_config
+from bench.pipeline.job import scores_of, backend_config
 from bench.pipeline.shared import SharedWork
 from bench.stats import median_interval, paired_auc_delta
 
@@ -183,11 +183,11 @@ def sharded_metrics(cfg: Config, backend: Backend, device: torch.device, work: S
     model = work.model(cfg, workload)
     metrics: dict[str, Any] = accuracy_metrics(run.labels, run.logits)
     metrics[ORACLE_AUC] = workload.oracle_auc()
-    labels, unsharded = _scores_of(cfg, backend.cfg, model, workload, device, work)
+    labels, unsharded = scores_of(cfg, backend.cfg, model, workload, device, work)
     if not np.array_equal(labels, run.labels):
         raise RuntimeError("the sharded run scored the eval samples in another order than the unsharded run")
     same = paired_auc_delta(labels, unsharded, run.logits)
-    _, base_logits = _scores_of(cfg, backend_config({"name": BASELINE_BACKEND}), model, workload, device, work)
+    _, base_logits = scores_of(cfg, backend_config({"name": BASELINE_BACKEND}), model, workload, device, work)
     delta = paired_auc_delta(labels, base_logits, run.logits)
     metrics.update({AUC_FP32: delta.auc_base, **delta.as_metrics()})
 

@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
 
             s = done.settings  # the same history file the nightly appends to: <reports_dir>/history.jsonl or gate.history_file
             history_md = update_history(done.records, history_path(s.gate.history_file, reports_dir_of(done.folder), s.gate.history_name), s.compare,
-                                        runs=s.gate.history_runs, run_id=args.run_id, **history_fields(done.folder, done.result))
+                                        runs=s.gate.history_runs, run_id=args.run_id, results=done.results,
+                                        **history_fields(done.folder, done.result))
     except UserError as exc:
         print(f"bench.gate: error: {exc}", file=sys.stderr)
         return exc.exit_code

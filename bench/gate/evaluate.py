@@ -12,12 +12,12 @@ from bench.errors import UserError
 from bench.gate.thresholds import as_gate_config
 from bench.gate.rules import FAIL, INCONCLUSIVE, JOB_ROWS, PASS, RULES, SERVER, SKIPPED, VERDICTS, judge, row_kind
 from bench.record import USER
-from bench.report.table import KEY, UNSHARDED, label, split_label
+from bench.results.key import CORE, KEY, UNSHARDED, extra_axes, label, row_key
 
 # A results.csv written before sharding had columns of its own, and the serving table, lack `sharding`
-# and `world_size`: their rows ran unsharded in one process (an old sharded row's backend cell holds both).
-OPTIONAL = {"sharding": UNSHARDED[0], "world_size": UNSHARDED[1]}
-REQUIRED = (*(k for k in KEY if k not in OPTIONAL), "status")
+# and `world_size`: their rows ran unsharded in one process (an old sharded row's backend cell holds both,
+# `bench.results.key.row_key`). An axis with a default is optional too.
+REQUIRED = (*("workload", "device", "backend", "batch_size"), "status")
 JOB = "job"  # the pseudo-rule that carries a row's status (error, skipped, no rules)
 
 
@@ -36,11 +36,18 @@ class Verdict:
     scenario: Optional[str] = None  # serving rows: scenario, bound and batcher (`server ≤60 ms, wait 2 ms ×1`)
     sharding: str = UNSHARDED[0]
     world_size: int = UNSHARDED[1]
+    axes: tuple = ()  # (name, value) of each further axis of the row key (bench.results.key), in its order
 
     @property
     def named(self) -> str:
         """The backend as the gate's tables name it: `int8_tbe`, or `int8_tbe@row_wise×2` for a sharded row."""
-        return label(self.backend, self.sharding, self.world_size)
+        return label(self.backend, self.sharding, self.world_size, **dict(self.axes))
+
+    @property
+    def key(self) -> tuple:
+        """The row key (bench.results.key) of the row judged."""
+        values = {**{k: getattr(self, k) for k in CORE}, **dict(self.axes)}
+        return tuple(values.get(k) for k in KEY)
 
     @property
     def where(self) -> str:
@@ -72,16 +79,19 @@ class GateResult:
     def sorted(self) -> list[Verdict]:
         """Failing rows first, then inconclusive, skipped, passing; each by key and rule."""
         order = {v: i for i, v in enumerate(VERDICTS)}
-        return sorted(self.verdicts, key=lambda v: (order[v.verdict], v.workload, v.device, v.backend, v.sharding, v.world_size, v.scenario or "", v.batch_size, v.rule))
+        return sorted(self.verdicts, key=lambda v: (order[v.verdict], v.workload, v.device, v.backend, v.sharding, v.world_size,
+                                                    v.axes, v.scenario or "", v.batch_size, v.rule))
 
     def to_frame(self) -> pd.DataFrame:
-        columns = list(Verdict.__dataclass_fields__)
-        return pd.DataFrame([asdict(v) for v in self.sorted()], columns=columns)
+        """One row per verdict; each further axis of the row key a column of its own."""
+        columns = [c for c in Verdict.__dataclass_fields__ if c != "axes"] + [a.name for a in extra_axes()]
+        return pd.DataFrame([{**{k: v for k, v in asdict(x).items() if k != "axes"}, **dict(x.axes)} for x in self.sorted()],
+                            columns=columns)
 
 
 def evaluate_gate(results_df: pd.DataFrame, gate_cfg: Any, serve_df: Optional[pd.DataFrame] = None) -> GateResult:
     """One verdict per (row, configured rule that judges that kind of row) of `results_df` (the
-    `bench.report` results table) and `serve_df` (its serving table, joined by backend, scenario and bound).
+    `bench.results` results table) and `serve_df` (its serving table, joined by backend, scenario and bound).
 
     An errored job is one failing `job` verdict; a skipped job one skipped `job` verdict. A
     backend with no entry in `gate.rules` is judged by `gate.default_rules`, and its reasons say
@@ -92,7 +102,7 @@ def evaluate_gate(results_df: pd.DataFrame, gate_cfg: Any, serve_df: Optional[pd
     for df in tables:
         missing = [c for c in REQUIRED if c not in df.columns]
         if missing:
-            raise UserError(f"results table lacks columns {missing}: expected the bench.report results table")
+            raise UserError(f"results table lacks columns {missing}: expected the results table of bench.results")
     if all(df.empty for df in tables):
         raise UserError("results table is empty: nothing to gate (did the sweep run?)")
     verdicts: list[Verdict] = []
@@ -112,19 +122,12 @@ def serving_label(row: dict[str, Any]) -> Optional[str]:
 
 
 def _row_verdicts(row: dict[str, Any], cfg: GateConfig) -> list[Verdict]:
-    key = {k: row[k] for k in KEY if k not in OPTIONAL}
-    if pd.isna(row.get("sharding")):  # an older table: a sharded row's backend cell reads `fake_quant@auto×2`
-        key["backend"], key["sharding"], key["world_size"] = split_label(str(row["backend"]))
-    else:
-        key.update(sharding=row["sharding"], world_size=row.get("world_size"))
-    for k in ("batch_size", "world_size"):
-        try:
-            key[k] = int(key[k])
-        except (TypeError, ValueError):
-            raise UserError(f"row {key}: {k} {key[k]!r} is not an integer") from None
-    key["sharding"] = str(key["sharding"])
-    for k in ("workload", "device", "backend"):
-        key[k] = str(key[k])
+    try:
+        values = dict(zip(KEY, row_key(row)))
+    except ValueError as exc:
+        raise UserError(f"row {({k: row.get(k) for k in KEY if k in row})}: {exc}") from None
+    key = {k: values[k] for k in CORE}
+    key["axes"] = tuple((a.name, values[a.name]) for a in extra_axes())
     status = str(row["status"]).strip().lower()
     text = row.get("error")
     text = "" if text is None or (isinstance(text, float) and pd.isna(text)) else " ".join(str(text).split())

@@ -40,11 +40,10 @@ from bench.gate.writers import render_markdown, write_outputs
 from bench.hashing import config_hash
 from bench.io import write_text_atomic
 from bench.record import RunRecord
-from bench.report.load import load_records, records_file
-from bench.report.serve import serve_table
-from bench.report.table import results_table
+from bench.results.build import Results, build_results
+from bench.results.key import KEY
+from bench.results.load import GATE_CONFIG, load_records, records_file
 
-GATE_CONFIG = "gate_config.yaml"
 STORED = "gate"  # the stored verdict's file stem
 
 
@@ -86,20 +85,38 @@ def read_settings(path: Path) -> GateSettings:
     return GateSettings(gate, compare)
 
 
+def results_for(records: Iterable[RunRecord], s: GateSettings) -> Results:
+    """The results the gate judges `records` by: speedup intervals at compare.alpha."""
+    return build_results(records, alpha=s.compare.alpha, budget=s.compare.max_auc_drop)
+
+
+def judge_results(results: Results, s: GateSettings) -> GateResult:
+    """The gate over built results: their results table and serving table, judged. They must have been
+    built at the settings' compare.alpha (`results_for`), the level the verdict is stored with."""
+    if results.alpha != s.compare.alpha:
+        raise ValueError(f"results built at alpha {results.alpha} judged with compare.alpha {s.compare.alpha}")
+    return evaluate_gate(results.jobs, s.gate, results.serving)
+
+
 def judge(records: Iterable[RunRecord], s: GateSettings) -> GateResult:
     """The gate over stored records: their results table (speedup intervals at compare.alpha) and serving table, judged."""
-    return evaluate_gate(results_table(records, alpha=s.compare.alpha), s.gate, serve_table(records))
+    return judge_results(results_for(records, s), s)
 
 
-def gate_sweep(report_dir: Path, gate_cfg: Any, compare_cfg: Any) -> int:
-    """The sweep's gate: store the configs, judge the folder's records.jsonl, write gate.md and
-    gate.xml; returns the exit code. The history is the caller's next, separate stage."""
+def judge_sweep(report_dir: Path, gate_cfg: Any, compare_cfg: Any, results: Optional[Results] = None) -> GateResult:
+    """The sweep's gate: store the configs, judge the folder's records (`results`, built from its
+    records.jsonl at compare.alpha; read and built here when not given), write gate.md and gate.xml."""
     s = settings(gate_cfg, compare_cfg)
     report_dir = Path(report_dir)
     write_text_atomic(report_dir / GATE_CONFIG, s.to_yaml())
-    result = judge(load_records(report_dir), s)
+    result = judge_results(results if results is not None else results_for(load_records(report_dir), s), s)
     write_outputs(result, report_dir, STORED)
-    return result.exit_code
+    return result
+
+
+def gate_sweep(report_dir: Path, gate_cfg: Any, compare_cfg: Any, results: Optional[Results] = None) -> int:
+    """`judge_sweep`'s exit code. The history is the caller's next, separate stage."""
+    return judge_sweep(report_dir, gate_cfg, compare_cfg, results).exit_code
 
 
 def history_fields(report_dir: Path, result: Optional[GateResult] = None) -> dict[str, Any]:
@@ -112,11 +129,10 @@ def history_fields(report_dir: Path, result: Optional[GateResult] = None) -> dic
 
 
 def row_verdicts(result: GateResult) -> dict[tuple, str]:
-    """KEY (workload, device, backend, sharding, world_size, batch_size) -> the first of its rules' verdicts
-    in VERDICTS order (fail first)."""
+    """Row key (bench.results.key) -> the first of its rules' verdicts in VERDICTS order (fail first)."""
     worst: dict[tuple, str] = {}
     for v in result.verdicts:
-        key = (v.workload, v.device, v.backend, v.sharding, v.world_size, v.batch_size)
+        key = v.key
         if key not in worst or VERDICTS.index(v.verdict) < VERDICTS.index(worst[key]):
             worst[key] = v.verdict
     return worst
@@ -135,6 +151,7 @@ class Rejudged:
     stored: bool  # True: this is the stored verdict (gate.md); False: a new verdict beside it
     changes: list[str] = field(default_factory=list)  # what differs from the stored verdict, one line each
     records: list[RunRecord] = field(default_factory=list)
+    results: Optional[Results] = None  # the records' results at the verdict's compare.alpha (the history reads them)
 
 
 def split_overrides(overrides: Iterable[str]) -> tuple[list[str], list[str]]:
@@ -181,7 +198,8 @@ def rejudge(report_dir: Path, overrides: Iterable[str] = (), config: Optional[st
     stored_path = folder / GATE_CONFIG
     stored = read_settings(stored_path) if stored_path.is_file() else None
     s = resolve(stored, config, overrides)
-    result = judge(records, s)
+    results = results_for(records, s)
+    result = judge_results(results, s)
     md = render_markdown(result)
     out = Path(out_dir) if out_dir is not None else folder
     stored_md = folder / f"{STORED}.md"
@@ -191,7 +209,7 @@ def rejudge(report_dir: Path, overrides: Iterable[str] = (), config: Optional[st
         if fresh:
             write_text_atomic(out / GATE_CONFIG, s.to_yaml())
         paths = write_outputs(result, out, STORED, md)
-        return Rejudged(result, s, folder, *paths, stored=True, records=records)
+        return Rejudged(result, s, folder, *paths, stored=True, records=records, results=results)
     stem = f"{STORED}-{s.digest}"
     changes = describe_changes(stored, s, records, result, old_md, md, stored_path)
     preface = (f"Not the stored verdict (`{STORED}.md`, left as it is): judged with `{stem}.yaml`. "
@@ -199,7 +217,7 @@ def rejudge(report_dir: Path, overrides: Iterable[str] = (), config: Optional[st
     text = render_markdown(result, preface) + "\n## Changes against the stored verdict\n\n" + "\n".join(f"- {c}" for c in changes) + "\n"
     write_text_atomic(out / f"{stem}.yaml", s.to_yaml())
     paths = write_outputs(result, out, stem, text)
-    return Rejudged(result, s, folder, *paths, stored=False, changes=changes, records=records)
+    return Rejudged(result, s, folder, *paths, stored=False, changes=changes, records=records, results=results)
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -217,7 +235,7 @@ def config_changes(old: GateSettings, new: GateSettings) -> list[str]:
 
 
 def _key(v: Verdict) -> tuple:
-    return (v.workload, v.device, v.backend, v.sharding, v.world_size, v.scenario or "", v.batch_size, v.rule)
+    return (*(x for k, x in zip(KEY, v.key) if k != "batch_size"), v.scenario or "", v.batch_size, v.rule)
 
 
 def verdict_changes(old: GateResult, new: GateResult) -> list[str]:
@@ -248,5 +266,6 @@ def describe_changes(stored: Optional[GateSettings], s: GateSettings, records: l
     return changes
 
 
-__all__ = ["GATE_CONFIG", "GateSettings", "Rejudged", "settings", "read_settings", "judge", "gate_sweep", "rejudge",
+__all__ = ["GATE_CONFIG", "GateSettings", "Rejudged", "settings", "read_settings", "judge", "judge_results", "judge_sweep",
+           "results_for", "gate_sweep", "rejudge",
            "resolve", "split_overrides", "config_changes", "verdict_changes"]

@@ -93,9 +93,9 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
     else:
         metrics = _accuracy(cfg, backend, model, workload, device, shared, labels, logits)
         # the embeddings' and the dense layers' shares of the delta (bench.pipeline.attribution)
-        _, base_logits = _scores_of(cfg, backend_config({"name": BASELINE_BACKEND}), model, workload, device, shared)
+        _, base_logits = scores_of(cfg, backend_config({"name": BASELINE_BACKEND}), model, workload, device, shared)
         metrics.update(attribute_delta(backend.cfg, labels, base_logits, logits,
-                                       lambda other: _scores_of(cfg, other, model, workload, device, shared)))
+                                       lambda other: scores_of(cfg, other, model, workload, device, shared)))
         metrics.update(score_figures(model, logits))
         metrics.update(_layers(cfg, backend, model, workload, device, shared, labels, base_logits, metrics))
     distinct_ids = shared.timing_access(cfg, workload, device)["distinct_rows"]
@@ -295,7 +295,7 @@ def _accuracy(cfg: Config, backend: Backend, model: TrainedModel, workload: Work
     """Accuracy on the eval split, its delta against fp32 and the fidelity gap to the fake-quant twin."""
     metrics: dict[str, Any] = accuracy_metrics(labels, logits)
     metrics[ORACLE_AUC] = workload.oracle_auc()
-    _, base_logits = _scores_of(cfg, backend_config({"name": BASELINE_BACKEND}), model, workload, device, shared)
+    _, base_logits = scores_of(cfg, backend_config({"name": BASELINE_BACKEND}), model, workload, device, shared)
     delta = paired_auc_delta(labels, base_logits, logits)
     metrics.update({AUC_FP32: delta.auc_base, **delta.as_metrics()})
     metrics.update(_fidelity(cfg, backend, model, workload, device, shared, labels, logits))
@@ -334,7 +334,7 @@ def backend_scores(cfg: Config, backend: Backend, model: TrainedModel, workload:
                    lambda: shared.prepared(cfg, backend, model, workload, device))
 
 
-def _scores_of(cfg: Config, backend_cfg: BackendConfig, model: TrainedModel, workload: Workload, device: torch.device,
+def scores_of(cfg: Config, backend_cfg: BackendConfig, model: TrainedModel, workload: Workload, device: torch.device,
                shared: SharedWork) -> Scores:
     """Scores of another backend (the fp32 baseline, a fake-quant twin), prepared only if not cached."""
     def prepare_other():
@@ -351,7 +351,7 @@ def _fidelity(cfg: Config, backend: Backend, model: TrainedModel, workload: Work
     if not emulation:
         return {}
     try:
-        _, twin_logits = _scores_of(cfg, backend_config(emulation), model, workload, device, shared)
+        _, twin_logits = scores_of(cfg, backend_config(emulation), model, workload, device, shared)
     except Exception as exc:  # noqa: BLE001 - the twin is extra: keep what this job measured
         return {"fidelity_twin": emulation, "fidelity_error": f"{type(exc).__name__}: {exc}"}
     gap = paired_auc_delta(labels, twin_logits, logits)

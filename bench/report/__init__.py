@@ -1,21 +1,16 @@
-"""Pandas views over stored run records: results table, report folder, baseline comparison.
+"""Views over stored run records, rendered from their results (`bench.results`): the report folder and
+the baseline comparison.
 
 Reports only read records; nothing here measures. `python -m bench.report DIR` re-renders.
-`write_report` and `publish_report` import matplotlib on first use, so a consumer of
-`results_table` alone (the gate) does not pay for it.
+`write_report` and `publish_report` import matplotlib on first use, so a consumer of the comparison
+alone does not pay for it.
 """
 
 from bench.report.baseline import compare_table, write_compare
-from bench.report.load import load_records
-from bench.report.table import COLUMNS, latest_records, results_table
 
 __all__ = [
-    "COLUMNS",
     "compare_table",
-    "latest_records",
-    "load_records",
     "publish_report",
-    "results_table",
     "write_compare",
     "write_report",
 ]

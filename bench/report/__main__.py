@@ -7,7 +7,8 @@ Each DIR holds a records.jsonl (or `latest/records.jsonl`), or is such a file. W
 single DIR is re-rendered in place (its records.jsonl left as it is). With --baseline the
 sweep is compared row by row with the baseline sweep by the comparison engine: compare.md in the
 output folder and a summary on stdout. Tolerances and alpha come from `conf/compare/default.yaml`
-(or `--compare NAME|PATH`); `--auc-tolerance`, `--throughput-tolerance` and `--alpha` override
+(or `--compare NAME|PATH`; a single gated folder re-rendered without either reads the compare config its
+gate was judged with, its gate_config.yaml, so its intervals are the gate's); `--auc-tolerance`, `--throughput-tolerance` and `--alpha` override
 them; `--max-auc-drop` overrides compare.max_auc_drop, the accuracy budget report.md's verdicts and
 bottom line are read against. Bad input is one line on stderr and exit code 2. Flagged changes do not
 change the exit code: gates decide pass or fail. A comparison that compares no row (the two runs
@@ -24,7 +25,7 @@ from bench.config.files import load_compare_config
 from bench.errors import EXIT_GATE_FAILED, EXIT_HARNESS_ERROR, UserError, internal_error
 from bench.report import benchmark_json
 from bench.report.baseline import nothing_compared, summary, write_compare
-from bench.report.load import load_many, load_records, records_file
+from bench.results.load import load_many, load_records, records_file, stored_compare
 from bench.report.publish import write_report
 
 PROG = "python -m bench.report"
@@ -36,8 +37,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--baseline", type=Path, metavar="DIR", help="sweep to compare against, row by row")
     p.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: the single DIR)")
     p.add_argument("--title", default=None, help="report title")
-    p.add_argument("--compare", default="default", metavar="NAME|PATH",
-                   help="comparison config: a name in conf/compare/ or a YAML path (default: default)")  # fmt: skip
+    p.add_argument("--compare", default=None, metavar="NAME|PATH",
+                   help="comparison config: a name in conf/compare/ or a YAML path (default: a gated folder's stored one, else default)")  # fmt: skip
     p.add_argument("--auc-tolerance", "--auc-threshold", dest="auc_tolerance", type=float, default=None,
                    help="override compare.auc_tolerance: flag AUC moves only beyond the noise and this")  # fmt: skip
     p.add_argument("--throughput-tolerance", type=float, default=None,
@@ -68,12 +69,17 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         records = load_many(args.dirs)
         baseline = load_records(args.baseline) if args.baseline is not None else None
-        compare_cfg = load_compare_config(args.compare, compare_overrides(args))
+        stored = stored_compare(records_file(args.dirs[0]).parent) if len(args.dirs) == 1 else None
+        if stored is not None and args.compare is None and not compare_overrides(args):
+            compare_cfg = stored  # the folder's gate was judged at these settings: its re-render reads the same intervals
+        else:
+            compare_cfg = load_compare_config(args.compare or "default", compare_overrides(args))
         out = args.out if args.out is not None else _default_out(args.dirs)
         inputs = {records_file(d).resolve() for d in args.dirs}
         in_place = (Path(out) / "records.jsonl").resolve() in inputs
         title = args.title or f"Benchmark report: {', '.join(str(d) for d in args.dirs)}"
-        report = write_report(records, out, title=title, write_records_file=not in_place, budget=compare_cfg.max_auc_drop)
+        report = write_report(records, out, title=title, write_records_file=not in_place, budget=compare_cfg.max_auc_drop,
+                              alpha=compare_cfg.alpha)
         print(f"report: {report}")
         if baseline is not None:
             df, path = write_compare(

@@ -43,7 +43,8 @@ from bench.io import write_text_atomic
 from bench.metrics import AUC, AUC_DELTA, SPEEDUP, THROUGHPUT
 from bench.record import RunRecord
 from bench.report import fmt
-from bench.report.table import KEY, backend_rank, label, latest_records
+from bench.results.key import KEY, row_label, sort_key
+from bench.results.table import latest_records
 
 COLUMNS = [*KEY, "verdict", "notes", "status_base", "status_new", "throughput_base", "throughput_new",
            "throughput_ratio", "throughput_ratio_lo", "throughput_ratio_hi", "auc_base", "auc_new",
@@ -97,7 +98,7 @@ def compare_table(
     """
     cfg = cfg or CompareConfig()
     new_by_key, base_by_key = latest_records(records), latest_records(baseline)
-    keys = sorted(set(new_by_key) | set(base_by_key), key=lambda k: (k[0], k[1], backend_rank(label(*k[2:5])), k[5]))
+    keys = sorted(set(new_by_key) | set(base_by_key), key=sort_key)
     rows = []
     for k in keys:
         new, base = new_by_key.get(k), base_by_key.get(k)
@@ -178,19 +179,25 @@ def _verdict(verdict: str) -> str:
 
 def render_compare(df: pd.DataFrame, title: str, current: str, baseline: str, cfg: Tolerances) -> str:
     level = f"{1 - cfg.alpha:.0%}"
-    headers = ["workload", "device", "backend", "batch", "verdict", "status", "samples/s base", "samples/s new",
-               f"ratio [{level} CI]", "speedup base", "speedup new", "AUC base", "AUC new", "AUC change [noise]", "notes"]  # fmt: skip
-    rows = [
-        [
-            r.workload, r.device, label(r.backend, r.sharding, r.world_size), r.batch_size, _verdict(r.verdict),
-            _status(r), fmt.count(r.throughput_base), fmt.count(r.throughput_new),
-            fmt.ratio_ci(r.throughput_ratio, r.throughput_ratio_lo, r.throughput_ratio_hi),
-            fmt.ratio_ci(r.speedup_base, math.nan, math.nan), fmt.ratio_ci(r.speedup_new, math.nan, math.nan),
-            fmt.number(r.auc_base), fmt.number(r.auc_new), fmt.delta_ci(r.auc_change, r.auc_change_lo, r.auc_change_hi),
-            r.notes,
-        ]  # fmt: skip
-        for r in df.itertuples(index=False)
+    C = fmt.Column
+    columns = [
+        (C("workload"), lambda r: r.workload),
+        (C("device"), lambda r: r.device),
+        (C("backend"), row_label),
+        (C("batch"), lambda r: r.batch_size),
+        (C("verdict"), lambda r: _verdict(r.verdict)),
+        (C("status"), _status),
+        (C("samples/s", "base", "r"), lambda r: fmt.count(r.throughput_base)),
+        (C("samples/s", "new", "r"), lambda r: fmt.count(r.throughput_new)),
+        (C("ratio", f"[{level} CI]"), lambda r: fmt.ratio_ci(r.throughput_ratio, r.throughput_ratio_lo, r.throughput_ratio_hi)),
+        (C("speedup base", align="r"), lambda r: fmt.ratio_ci(r.speedup_base, math.nan, math.nan)),
+        (C("speedup new", align="r"), lambda r: fmt.ratio_ci(r.speedup_new, math.nan, math.nan)),
+        (C("AUC", "base", "r"), lambda r: fmt.number(r.auc_base)),
+        (C("AUC", "new", "r"), lambda r: fmt.number(r.auc_new)),
+        (C("AUC change", "[noise]"), lambda r: fmt.delta_ci(r.auc_change, r.auc_change_lo, r.auc_change_hi)),
+        (C("notes"), lambda r: r.notes),
     ]
+    rows = [[cell(r) for _, cell in columns] for r in df.itertuples(index=False)]
     lines = [
         f"# {title}",
         "",
@@ -207,7 +214,7 @@ def render_compare(df: pd.DataFrame, title: str, current: str, baseline: str, cf
         f"ΔAUC interval half-width of the two runs) and {cfg.auc_tolerance:g}. Rows from machines with "
         "different fingerprints, or timed with different settings (threads, clock), are marked, not compared.",
         "",
-        fmt.markdown_table(headers, rows, "llllllrrlrrrrll"),
+        fmt.table([c for c, _ in columns], rows),
         "",
     ]
     return "\n".join(lines)

@@ -40,7 +40,7 @@ from bench.comparison import Figure, Tolerances, compare_metrics, difference_cha
 from bench.errors import UserError
 from bench.metrics import AUC, AUC_DELTA, PEAK_RSS_BYTES, SPEEDUP, THROUGHPUT, THROUGHPUT_TRIALS, hi, lo
 from bench.report.history import HISTORY_FILE, STACK_KEYS, load_history, run_order
-from bench.report.table import label
+from bench.results.key import KEY, row_label
 from bench.stats import median_interval
 
 SITE_DIR = "dashboard"
@@ -149,8 +149,9 @@ def _series(group: pd.DataFrame, runs: list[str], metric: Metric, cfg: Tolerance
 
     traces, steps = [], []
     rank = {r: i for i, r in enumerate(runs)}
-    for (backend, sharding, ranks, batch), rows in group.groupby(["backend", "sharding", "world_size", "batch_size"], sort=True):
-        backend = label(backend, sharding, ranks)  # a sharded series is its own line
+    for _, rows in group.groupby([k for k in KEY if k not in ("workload", "device")], sort=True, dropna=False):
+        first = rows.iloc[0].to_dict()
+        backend, batch = row_label(first), first["batch_size"]  # a sharded series, or one at another point of a further axis, is its own line
         if backend == "fp32" and not metric.baseline_too:
             continue
         rows = sorted(rows.to_dict("records"), key=lambda r: rank[r["run_id"]])

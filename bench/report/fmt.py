@@ -1,22 +1,17 @@
-"""Number formatting for reading, and a markdown table renderer (no tabulate)."""
+"""Number formatting for reading, and a markdown table renderer (no tabulate). What counts as missing
+or unreadable is the results' rule (`bench.results.readable`)."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Sequence
+
+from bench.results.readable import missing, too_short, unreadable
 
 MINUS = "\u2212"
 DASH = "\u2014"
 MB = 1e6  # reports use decimal megabytes: 1 MB = 10^6 bytes
-
-
-def missing(x: Any) -> bool:
-    if x is None:
-        return True
-    try:
-        return math.isnan(float(x))
-    except (TypeError, ValueError):
-        return False
 
 
 def signed(x: float, digits: int = 4) -> str:
@@ -39,27 +34,6 @@ def delta_ci(delta: float, lo: float, hi: float, digits: int = 4) -> str:
     if missing(lo) or missing(hi):
         return signed(delta, digits)
     return f"{signed(delta, digits)} [{signed(lo, digits)}, {signed(hi, digits)}]"
-
-
-# An interval of a positive figure (a speedup, a throughput) wider than this cannot be read: its upper
-# bound over its lower, or either bound against its point, beyond this factor.
-UNREADABLE_SPAN = 5.0
-
-
-def unreadable(point: Any, lo: Any, hi: Any, span: float = UNREADABLE_SPAN) -> bool:
-    """Whether the interval [lo, hi] around a positive `point` is too wide to read: hi/lo beyond `span`,
-    a bound `span` times its point away, or a lower bound at or below zero. A missing one is not."""
-    if missing(point) or missing(lo) or missing(hi):
-        return False
-    point, lo, hi = float(point), float(lo), float(hi)
-    if point <= 0 or lo <= 0:
-        return True
-    return hi / lo > span or hi / point > span or point / lo > span
-
-
-def too_short(calls: Any = None) -> str:
-    """What an unreadable interval prints as: too short to judge (48 calls)."""
-    return "too short to judge" + ("" if missing(calls) else f" ({float(calls):,.0f} calls)")
 
 
 def ratio_ci(ratio: float, lo: float, hi: float, calls: Any = None) -> str:
@@ -136,3 +110,22 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align:
     lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "| " + " | ".join(rule) + " |"]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a markdown table: its name, its unit (the header reads `name unit`) and its
+    alignment (l or r)."""
+
+    name: str
+    unit: str | None = None
+    align: str = "l"
+
+    @property
+    def header(self) -> str:
+        return f"{self.name} {self.unit}" if self.unit else self.name
+
+
+def table(columns: Sequence[Column], rows: Sequence[Sequence[Any]]) -> str:
+    """A markdown table from column specs: headers and alignment from each `Column`."""
+    return markdown_table([c.header for c in columns], rows, "".join(c.align for c in columns))

@@ -52,7 +52,9 @@ from bench.hashing import config_hash
 from bench.io import append_jsonl, read_jsonl, write_text_atomic
 from bench.metrics import AUC, AUC_DELTA, EMBEDDING_BYTES, PEAK_RSS_BYTES, SPEEDUP, SPEEDUP_PROCESS_SD, THROUGHPUT, THROUGHPUT_TRIALS, hi, lo
 from bench.record import RunRecord
-from bench.report.table import KEY, as_records, label, latest_records, results_table, split_label, trials
+from bench.results.key import AXES, KEY, read_label, row_key, row_label
+from bench.results.build import Results, build_results
+from bench.results.table import trials
 
 HISTORY_VERSION = 6
 HISTORY_FILE = "history.jsonl"
@@ -101,7 +103,7 @@ def _v4_to_v5(line: dict[str, Any]) -> dict[str, Any]:
 
 
 def _v5_to_v6(line: dict[str, Any]) -> dict[str, Any]:
-    backend, sharding, world_size = split_label(str(line.get("backend")))
+    backend, sharding, world_size = read_label(str(line.get("backend")))
     return {**line, "backend": backend, "sharding": sharding, "world_size": world_size}
 
 
@@ -123,16 +125,18 @@ def migrate(line: dict[str, Any], where: str) -> dict[str, Any]:
 
 def history_rows(records: Iterable[RunRecord | dict[str, Any]], *, run_id: str, timestamp: str,
                  git_sha: Optional[str], alpha: float = 0.05, run: Optional[dict[str, Any]] = None,
-                 gate: Optional[dict[tuple, str]] = None) -> list[dict[str, Any]]:
+                 gate: Optional[dict[tuple, str]] = None, results: Optional[Results] = None) -> list[dict[str, Any]]:
     """One line per key: the results table's figures plus the newest record's raw trials and stack.
-    `run` holds the run-level fields (`sweep`, `report`, `gate_passed`), `gate` each key's verdict."""
-    records = as_records(records)
-    latest = latest_records(records)
+    `run` holds the run-level fields (`sweep`, `report`, `gate_passed`), `gate` each key's verdict;
+    `results`, the records' results already built (at `alpha`), stands for them."""
+    if results is None:
+        results = build_results(records, alpha=alpha)
+    latest = results.latest
     rows = []
-    for row in results_table(records, alpha=alpha).to_dict("records"):
-        key = tuple(row[k] for k in KEY)
+    for row in results.jobs.to_dict("records"):
+        key = row_key(row)
         out: dict[str, Any] = {"history_version": HISTORY_VERSION, "run_id": run_id, "timestamp": timestamp, "git_sha": git_sha}
-        out.update({k: (int(row[k]) if k in ("batch_size", "world_size") else str(row[k])) for k in KEY})
+        out.update(zip(KEY, key))
         out["status"] = str(row["status"])
         out.update({k: finite(row.get(k)) for k in _NUMERIC})
         out[THROUGHPUT_TRIALS] = trials(latest[key]) or None
@@ -155,10 +159,11 @@ def history_rows(records: Iterable[RunRecord | dict[str, Any]], *, run_id: str, 
 
 def append_history(records: Iterable[RunRecord | dict[str, Any]], path: Path, *, run_id: str,
                    timestamp: Optional[str] = None, git_sha: Optional[str] = None, alpha: float = 0.05,
-                   run: Optional[dict[str, Any]] = None, gate: Optional[dict[tuple, str]] = None) -> int:
+                   run: Optional[dict[str, Any]] = None, gate: Optional[dict[tuple, str]] = None,
+                   results: Optional[Results] = None) -> int:
     """Append this run's lines (locked, fsynced); returns lines written (0: run id already there)."""
     timestamp = timestamp or datetime.now(timezone.utc).isoformat(timespec="seconds")
-    rows = history_rows(records, run_id=run_id, timestamp=timestamp, git_sha=git_sha, alpha=alpha, run=run, gate=gate)
+    rows = history_rows(records, run_id=run_id, timestamp=timestamp, git_sha=git_sha, alpha=alpha, run=run, gate=gate, results=results)
     if not rows:
         raise UserError("no records to add to the history (did the sweep run?)")
     return append_jsonl(Path(path), rows, unless=lambda line: line.get("run_id") == run_id,
@@ -187,6 +192,9 @@ def load_history(path: Path) -> pd.DataFrame:
     for c in _COLUMNS:
         if c not in df.columns:
             df[c] = None
+    for a in AXES:  # an axis declared after a line was written: the line ran at its default
+        if a.default is not None:
+            df[a.name] = df[a.name].where(df[a.name].notna(), a.default)
     return df
 
 
@@ -221,7 +229,7 @@ def history_changes(history: pd.DataFrame, cfg: Tolerances) -> pd.DataFrame:
     latest_run = runs[-1]
     rank = {r: i for i, r in enumerate(runs)}
     out = []
-    for key, group in history.groupby(KEY, sort=True):
+    for key, group in history.groupby(KEY, sort=True, dropna=False):
         group = group.assign(_rank=group["run_id"].map(rank)).sort_values("_rank", kind="stable")
         if group["run_id"].iloc[-1] != latest_run or len(group) < 2:
             continue
@@ -304,17 +312,18 @@ def render_history(history: pd.DataFrame, cfg: Tolerances, *, runs: int = 14) ->
     else:
         lines += ["| backend | workload | device | batch | metric | change |", "| --- | --- | --- | --- | --- | --- |"]
         for c in flagged.to_dict("records"):
-            lines.append(f"| {_md(label(c['backend'], c['sharding'], c['world_size']))} | {_md(c['workload'])} | {_md(c['device'])} | {c['batch_size']} | {c['metric']} | ⚠ {_md(c['note'])} |")
+            lines.append(f"| {_md(row_label(c))} | {_md(c['workload'])} | {_md(c['device'])} | {c['batch_size']} | {c['metric']} | ⚠ {_md(c['note'])} |")
     for (workload, device), group in recent.groupby(["workload", "device"], sort=True):
         lines += ["", f"## {workload} on {device}"]
         for metric, fmt, title in ((AUC, _fmt_auc, "AUC"), (THROUGHPUT, _fmt_tput, "Throughput (rows/s)"),
                                    (SPEEDUP, _fmt_speedup, "Speedup over fp32")):
             lines += ["", f"### {title}", "", "| backend | batch | " + " | ".join(f"`{r}`" for r in order) + " |",
                       "| --- | ---: |" + " ---: |" * len(order)]
-            for (backend, sharding, ranks, batch), rows in group.groupby(["backend", "sharding", "world_size", "batch_size"], sort=True):
+            for _, rows in group.groupby([k for k in KEY if k not in ("workload", "device")], sort=True, dropna=False):
                 by_run = {r["run_id"]: r for r in rows.to_dict("records")}
                 cells = [_cell(by_run.get(r), metric, fmt) for r in order]
-                lines.append(f"| {_md(label(backend, sharding, ranks))} | {batch} | " + " | ".join(cells) + " |")
+                first = rows.iloc[0].to_dict()
+                lines.append(f"| {_md(row_label(first))} | {first['batch_size']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -398,16 +407,17 @@ def reports_dir_of(report_dir: Path) -> Path:
 def update_history(records: Iterable[RunRecord | dict[str, Any]], path: Path, cfg: Tolerances, *, runs: int = 14,
                    run_id: Optional[str] = None, git_sha: Optional[str] = None, timestamp: Optional[str] = None,
                    report_dir: Optional[Path] = None, gate: Optional[dict[tuple, str]] = None,
-                   gate_passed: Optional[bool] = None) -> Path:
+                   gate_passed: Optional[bool] = None, results: Optional[Results] = None) -> Path:
     """Append this run to the history file and rewrite `history.md` beside it; returns its path.
     `report_dir` is the run's report folder (its name and parent, the sweep, go into the lines),
-    `gate` each key's gate verdict and `gate_passed` the run's."""
+    `gate` each key's gate verdict and `gate_passed` the run's; `results`, the records' results
+    already built at `cfg.alpha`, stands for them."""
     path = Path(path)
     run = {"gate_passed": gate_passed}
     if report_dir is not None:
         run.update(sweep=Path(report_dir).parent.name, report=os.path.relpath(Path(report_dir).resolve(), path.parent.resolve()))
     append_history(records, path, run_id=run_id or default_run_id(), timestamp=timestamp, alpha=cfg.alpha,
-                   git_sha=git_sha if git_sha is not None else current_git_sha(), run=run, gate=gate)
+                   git_sha=git_sha if git_sha is not None else current_git_sha(), run=run, gate=gate, results=results)
     md = render_history(load_history(path), cfg, runs=runs)
     write_text_atomic(history_md_path(path), md)
     return history_md_path(path)

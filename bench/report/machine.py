@@ -1,70 +1,28 @@
-"""Report views of where each job stood against the machine, read from the stored records:
+"""Report views of where each job stood against the machine, read from the results table's columns
+(`bench.results.machine`):
 
-- per row: the roofline shares, the embedding traffic, build time, page faults per call, and
-  whether the row has accuracy at all (untrained models are performance only);
 - per workload and device: what the timed batches touched at each batch size (the timing pool,
   unique ids per batch, rows touched, the working set against the last-level cache) and which
   kernels each backend ran;
-- across a swept workload (`synthetic_scale:<access>-<rows>rows`): the speedups of the quantized
+- across a table-size sweep (the `access` and `table_rows` axes, `+sweep=scale`): the speedups of the quantized
   backends against table bytes and batch size, with their intervals and roofline shares.
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
-from typing import Any
 
 import pandas as pd
 
-from bench.metrics import PREPARE_SECONDS, SPEEDUP, hi, lo
-from bench.record import RunRecord
+from bench.metrics import SPEEDUP, hi, lo
 from bench.registry import BASELINE_BACKEND as BASELINE
 from bench.report import fmt
+from bench.results.key import UNSHARDED, backend_rank
 
-EXTRA_COLUMNS = [
-    "performance_only", "access", "embedding_share", "embedding_gbps", "dense_share", PREPARE_SECONDS,
-    "page_faults_per_call", "pool_batches", "pool_samples", "unique_ids_per_batch", "rows_touched",
-    "working_set_bytes", "llc_bytes", "rss_start_bytes", "embedding_kernel", "gemm_kernel",
-]  # fmt: skip
 PERFORMANCE_ONLY_NOTE = (
     "performance only, no accuracy: the weights are untrained (random), so no AUC or ΔAUC is measured, "
     "and each job is timed alone (unpaired): no fp32 reference is built beside it, so no speedup"
 )
-SCALE_BACKENDS = ("int8_tbe", "uint4")
-
-
-def _num(value: Any) -> float:
-    try:
-        return math.nan if value is None else float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def row_extras(r: RunRecord) -> dict[str, Any]:
-    m = r.metrics or {}
-    roof = m.get("roofline") or {}
-    access = m.get("access") or {}
-    pool = m.get("timing_pool") or {}
-    kernels = m.get("kernels") or {}
-    return {
-        "performance_only": str(m.get("accuracy", "")).startswith("performance only"),
-        "access": ((r.config or {}).get("workload") or {}).get("access"),
-        "embedding_share": _num(roof.get("embedding_share")),
-        "embedding_gbps": _num(roof.get("embedding_bytes_per_s")) / 1e9,
-        "dense_share": _num(roof.get("dense_share")),
-        PREPARE_SECONDS: _num(m.get(PREPARE_SECONDS)),
-        "page_faults_per_call": _num(m.get("page_faults_per_call")),
-        "pool_batches": _num(pool.get("batches")),
-        "pool_samples": _num(pool.get("samples")),
-        "unique_ids_per_batch": _num(access.get("unique_ids_per_batch_mean")),
-        "rows_touched": _num(access.get("rows_touched_fraction_mean")),
-        "working_set_bytes": _num(access.get("working_set_bytes")),
-        "llc_bytes": _num(access.get("llc_bytes")),
-        "rss_start_bytes": _num(m.get("rss_start_bytes")),
-        "embedding_kernel": " + ".join(kernels.get("embedding") or []) or None,
-        "gemm_kernel": " + ".join(kernels.get("gemm") or []) or None,
-    }
 
 
 def roofline_cell(r) -> str:
@@ -91,14 +49,15 @@ def access_table(g: pd.DataFrame) -> list[str]:
             str(bs), f"{fmt.count(first.pool_batches)} × {bs} = {fmt.count(first.pool_samples)}", fmt.count(first.unique_ids_per_batch),
             percent(first.rows_touched), sets, fmt.megabytes(first.llc_bytes),
         ])
-    header = ["batch", "timing pool (distinct batches × size = samples)", "unique ids / batch / table", "rows touched / table",
-              "working set MB (distinct rows × row bytes)", "LLC MB"]  # fmt: skip
+    C = fmt.Column
+    columns = [C("batch", align="r"), C("timing pool", "(distinct batches × size = samples)"), C("unique ids / batch / table", align="r"),
+               C("rows touched / table", align="r"), C("working set", "MB (distinct rows × row bytes)"), C("LLC", "MB", "r")]  # fmt: skip
     kernels = ok.drop_duplicates("backend")
     lines = [
         "What the timed batches touched (the timing loop cycles through the pool; a working set far above the "
         "last-level cache cannot be served from it):",
         "",
-        fmt.markdown_table(header, rows, "rlrrlr"),
+        fmt.table(columns, rows),
         "",
         "Kernels each backend ran (one call, recorded by a dispatch mode): "
         + "; ".join(f"{r.backend}: {r.embedding_kernel} + {r.gemm_kernel}" for r in kernels.itertuples(index=False)) + ".",
@@ -111,9 +70,18 @@ def access_table(g: pd.DataFrame) -> list[str]:
 
 
 def scale_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows of swept workloads (name:tag with an access pattern), with their fp32 table bytes."""
-    ok = df[(df["status"] == "ok") & df["access"].notna() & df["workload"].str.contains(":")]
+    """The rows of a table-size sweep (the `table_rows` axis set; a record written before the axis: a
+    `name:tag` workload with an access pattern), with their fp32 table bytes."""
+    legacy = df["access"].notna() & df["workload"].str.contains(":")
+    ok = df[(df["status"] == "ok") & (df["table_rows"].notna() | legacy)]
     return ok[ok["fp32_embedding_bytes"].notna()]
+
+
+def scale_backends(rows: pd.DataFrame) -> list[str]:
+    """The backends a scale view shows, in table order: those whose tables are smaller than fp32's
+    (compression above 1, measured), unsharded."""
+    small = rows[(rows["compression"] > 1) & (rows["sharding"] == UNSHARDED[0])]
+    return sorted(set(small["backend"]), key=backend_rank)
 
 
 def swept(rows: pd.DataFrame) -> bool:
@@ -134,20 +102,22 @@ def scale_section(df: pd.DataFrame) -> list[str]:
         "backend, the share of the gather roofline its embedding traffic reached.",
         "",
     ]
-    present = [b for b in SCALE_BACKENDS if (rows["backend"] == b).any()]
-    header = ["access", "tables MB fp32", "batch", "fp32 samples/s (roofline)"] + [f"{b} speedup (roofline)" for b in present]
+    present = scale_backends(rows)
+    C = fmt.Column
+    columns = [C("access"), C("tables", "MB fp32", "r"), C("batch", align="r"), C(f"{BASELINE} samples/s", "(roofline)", "r"),
+               *(C(f"{b} speedup", "(roofline)") for b in present)]
     table = []
-    by_key = {(r.workload, r.batch_size, r.backend): r for r in rows.itertuples(index=False)}
-    for (access, size, workload), _ in rows.groupby(["access", "fp32_embedding_bytes", "workload"], sort=True):
-        for bs in sorted(rows[rows["workload"] == workload]["batch_size"].unique()):
-            base = by_key.get((workload, bs, BASELINE))
+    for (access, size, workload), point in rows.groupby(["access", "fp32_embedding_bytes", "workload"], sort=True):
+        by_key = {(r.batch_size, r.backend): r for r in point.itertuples(index=False)}
+        for bs in sorted(point["batch_size"].unique()):
+            base = by_key.get((bs, BASELINE))
             cells = [access, fmt.megabytes(size), str(bs),
                      fmt.DASH if base is None else f"{fmt.count(base.throughput)} ({percent(base.embedding_share)})"]
             for b in present:
-                r = by_key.get((workload, bs, b))
+                r = by_key.get((bs, b))
                 cells.append(fmt.DASH if r is None else f"{fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi)} ({percent(r.embedding_share)})")
             table.append(cells)
-    lines += [fmt.markdown_table(header, table, "lrrr" + "l" * len(present)), ""]
+    lines += [fmt.table(columns, table), ""]
     lines += scale_verdicts(rows, present)
     return lines
 

@@ -14,6 +14,7 @@ from bench.config import MAX_AUC_DROP
 from bench.metrics import AUC, AUC_DELTA, AUC_DELTA_EMBEDDINGS, FIDELITY_GAP, N_EVAL, ORACLE_AUC, SCORES_SATURATED, SPEEDUP, lo
 from bench.record import USER, RunRecord, is_serving
 from bench.report import fmt
+from bench.results.readable import too_short, unreadable, UNREADABLE_SPAN
 from bench.report.kernels import banner_lines, inconclusive_note, isa_line
 from bench.report.regime import regime_sentences
 from bench.report.machine import (
@@ -29,7 +30,9 @@ from bench.report.pick import bottom_line
 from bench.report.protocol import measured_section
 from bench.report.sharding import sharding_section
 from bench.report.toolkits import toolkit_section
-from bench.report.table import BASELINE, UNEXPLAINED, UNSHARDED, labelled, latest_records, trials
+from bench.registry import BATCHED_BACKEND, SPLIT_BACKEND
+from bench.results.key import BASELINE, UNSHARDED, as_dict, labelled, replace, row_key, section_point, shown_axes
+from bench.results.table import UNEXPLAINED, latest_records, trials
 from bench.stats import indistinguishable_from_zero, interval_contains, ratio_interval
 
 CONFIDENCE = "95%"
@@ -81,50 +84,46 @@ READING_NOTES = [
 ]
 
 
-def _group_table(g: pd.DataFrame) -> str:
+def _group_table(g: pd.DataFrame, axes: Sequence[str] = ()) -> str:
     with_status = (g["status"] != "ok").any()
     with_fidelity = g[FIDELITY_GAP].notna().any()
     with_accuracy = g[AUC].notna().any() or not g["performance_only"].any()  # untrained models have no AUC to show
     with_build = g["performance_only"].any()  # building their tables is part of what they measure
-    headers = ["backend", "batch"] + (["status"] if with_status else [])
-    headers += ["AUC", f"ΔAUC [{CONFIDENCE} CI]", "p"] if with_accuracy else []
-    headers += ["fidelity gap"] if with_fidelity else []
     budgets = g["auc_budget"].dropna() if "auc_budget" in g.columns else pd.Series(dtype=float)
-    headers += [f"ΔAUC vs {float(budgets.iloc[0]):g} budget" if not budgets.empty else "ΔAUC vs budget"] if with_accuracy else []
-    headers += ["samples/s", f"speedup [{CONFIDENCE} CI]", "speed verdict", "p50 ms", f"p99 ms [{CONFIDENCE} CI]", "emb GB/s (roofline)",
-                "GEMM roofline", "emb MB", "compression", "model MB", "peak RSS MB"]  # fmt: skip
-    rows = []
-    for r in g.itertuples(index=False):
-        baseline = r.backend == BASELINE and r.status == "ok"
-        row = [r.backend, r.batch_size] + ([r.status] if with_status else [])
-        row += [
-            fmt.number(r.auc),
-            "0 (reference)" if baseline else fmt.delta_ci(r.auc_delta, r.auc_delta_lo, r.auc_delta_hi),
-            "" if baseline else fmt.p_value(r.auc_delta_p),
-        ] if with_accuracy else []
-        row += [fmt.number(r.fidelity_gap)] if with_fidelity else []
-        speed = fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi, r.latency_calls)
-        speed += " (unpaired)" if r.speedup_method == "unpaired" and speed != fmt.DASH else ""  # two jobs' trials, timed apart
-        row += [verdict_cell(r)] if with_accuracy else []
-        row += [
-            fmt.count(r.throughput) + (" ⚠" if r.stable is False else ""),
-            "1.00× (reference)" if baseline else speed,
-            fmt.word(r.speed_verdict),
-            fmt.ms(r.latency_p50_ms),
-            p99_cell(r),
-            roofline_cell(r),
-            percent(r.dense_share),
-            fmt.megabytes(r.embedding_bytes),
-            fmt.DASH if fmt.missing(r.compression) else f"{r.compression:.2f}×",
-            fmt.megabytes(r.model_bytes),
-            fmt.megabytes(r.peak_rss_bytes),
-        ]
-        row += [fmt.DASH if fmt.missing(r.prepare_seconds) else f"{r.prepare_seconds:.1f}"] if with_build else []
-        rows.append(row)
-    headers += ["build s"] if with_build else []
-    align = "lr" + ("l" if with_status else "") + ("rlr" if with_accuracy else "") + ("r" if with_fidelity else "")
-    align += ("l" if with_accuracy else "") + "rllrrrrrrrr" + ("r" if with_build else "")
-    return fmt.markdown_table(headers, rows, align)
+    budget = f"ΔAUC vs {float(budgets.iloc[0]):g} budget" if not budgets.empty else "ΔAUC vs budget"
+
+    def baseline(r) -> bool:
+        return r.backend == BASELINE and r.status == "ok"
+
+    def speed(r) -> str:
+        text = fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi, r.latency_calls)
+        return text + (" (unpaired)" if r.speedup_method == "unpaired" and text != fmt.DASH else "")  # two jobs' trials, timed apart
+
+    C = fmt.Column
+    columns = [
+        (C("backend"), lambda r: r.backend),
+        *((C(a), lambda r, a=a: fmt.word(getattr(r, a))) for a in axes),
+        (C("batch", align="r"), lambda r: r.batch_size),
+        *([(C("status"), lambda r: r.status)] if with_status else []),
+        *([(C("AUC", align="r"), lambda r: fmt.number(r.auc)),
+           (C(f"ΔAUC [{CONFIDENCE} CI]"), lambda r: "0 (reference)" if baseline(r) else fmt.delta_ci(r.auc_delta, r.auc_delta_lo, r.auc_delta_hi)),
+           (C("p", align="r"), lambda r: "" if baseline(r) else fmt.p_value(r.auc_delta_p))] if with_accuracy else []),
+        *([(C("fidelity gap", align="r"), lambda r: fmt.number(r.fidelity_gap))] if with_fidelity else []),
+        *([(C(budget), verdict_cell)] if with_accuracy else []),
+        (C("samples/s", align="r"), lambda r: fmt.count(r.throughput) + (" ⚠" if r.stable is False else "")),
+        (C(f"speedup [{CONFIDENCE} CI]"), lambda r: "1.00× (reference)" if baseline(r) else speed(r)),
+        (C("speed verdict"), lambda r: fmt.word(r.speed_verdict)),
+        (C("p50", "ms", "r"), lambda r: fmt.ms(r.latency_p50_ms)),
+        (C("p99", f"ms [{CONFIDENCE} CI]", "r"), p99_cell),
+        (C("emb", "GB/s (roofline)", "r"), roofline_cell),
+        (C("GEMM roofline", align="r"), lambda r: percent(r.dense_share)),
+        (C("emb", "MB", "r"), lambda r: fmt.megabytes(r.embedding_bytes)),
+        (C("compression", align="r"), lambda r: fmt.DASH if fmt.missing(r.compression) else f"{r.compression:.2f}×"),
+        (C("model", "MB", "r"), lambda r: fmt.megabytes(r.model_bytes)),
+        (C("peak RSS", "MB", "r"), lambda r: fmt.megabytes(r.peak_rss_bytes)),
+        *([(C("build", "s", "r"), lambda r: fmt.DASH if fmt.missing(r.prepare_seconds) else f"{r.prepare_seconds:.1f}")] if with_build else []),
+    ]
+    return fmt.table([c for c, _ in columns], [[cell(r) for _, cell in columns] for r in g.itertuples(index=False)])
 
 
 def _batches(sizes: Sequence[int]) -> str:
@@ -220,8 +219,8 @@ def speedup_sentences(g: pd.DataFrame) -> list[str]:
     out = []
     for r in rows[rows[lo(SPEEDUP)].notna()].itertuples(index=False):
         ci = fmt.ratio_ci(r.speedup, r.speedup_lo, r.speedup_hi)
-        if fmt.unreadable(r.speedup, r.speedup_lo, r.speedup_hi):
-            out.append(f"**{r.backend}** (batch {r.batch_size}): speedup {fmt.too_short(r.latency_calls)}: its interval spans more than {fmt.UNREADABLE_SPAN:g}x.")
+        if unreadable(r.speedup, r.speedup_lo, r.speedup_hi):
+            out.append(f"**{r.backend}** (batch {r.batch_size}): speedup {too_short(r.latency_calls)}: its interval spans more than {UNREADABLE_SPAN:g}x.")
         elif r.speed_verdict == "inconclusive":
             out.append(inconclusive_note(r.backend, r.batch_size, ci, r.speedup_lo, r.speedup_hi, r.speed_margin, getattr(r, "kernel_degraded", None)))
         elif interval_contains(r.speedup_lo, r.speedup_hi, 1.0):
@@ -254,10 +253,13 @@ def disagreement_sentences(g: pd.DataFrame) -> list[str]:
     return out
 
 
+SPLIT = (BASELINE, BATCHED_BACKEND, SPLIT_BACKEND)  # the rows a TBE speedup is split by (bench.registry)
+
+
 def _speed_rows(g: pd.DataFrame, bs: int) -> list | None:
     """The ok unsharded fp32, fp32_tbe and int8_tbe rows of one batch size, each with a speedup; else None."""
     one = g[(g["status"] == "ok") & (g["batch_size"] == bs) & (g["sharding"] == UNSHARDED[0]) & (g["world_size"] == UNSHARDED[1])]
-    rows = [one[one["backend"] == b] for b in (BASELINE, "fp32_tbe", "int8_tbe")]
+    rows = [one[one["backend"] == b] for b in SPLIT]
     if any(r.empty for r in rows) or any(fmt.missing(r[SPEEDUP].iloc[0]) for r in rows[1:]):
         return None
     return [next(r.itertuples(index=False)) for r in rows]
@@ -280,7 +282,7 @@ def tbe_split(g: pd.DataFrame, latest: dict[tuple, RunRecord]) -> tuple[list[lis
             continue
         _, tbe, int8 = found
         rows.append([str(bs), _speed_cell(tbe), f"{int8.speedup / tbe.speedup:.2f}×", _speed_cell(int8)])
-        recs = {b: latest.get((workload, device, b, *UNSHARDED, bs)) for b in (BASELINE, "fp32_tbe", "int8_tbe")}
+        recs = {b: latest.get(replace(row_key(found[0]), backend=b)) for b in SPLIT}
         for r in (tbe, int8):
             if r.speedup_method != "paired" or not (trials(recs[r.backend]) and trials(recs[BASELINE])):
                 continue
@@ -328,9 +330,11 @@ def _one_reason(g: pd.DataFrame) -> str | None:
     return None
 
 
-def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Sequence[Path], out_dir: Path) -> list[str]:
+def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Sequence[Path], out_dir: Path,
+                   axes: Sequence[str] = ()) -> list[str]:
     workload, device = g["workload"].iloc[0], g["device"].iloc[0]
-    lines = [f"## {workload} on {device}", ""]
+    at = ", ".join(f"{a} {fmt.word(g[a].iloc[0])}" for a in axes)
+    lines = [f"## {workload} on {device}" + (f", {at}" if at else ""), ""]
     reason = _one_reason(g)
     if reason is not None:
         return lines + [f"All {len(g)} jobs skipped ({g['backend'].nunique()} backends, {_batches(g['batch_size'])}): {reason}", ""]
@@ -346,7 +350,7 @@ def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Seque
         lines += ["No ok fp32 row here: speedup, compression and deltas have no reference.", ""]
     if g["performance_only"].any():
         lines += [f"**{PERFORMANCE_ONLY_NOTE[0].upper()}{PERFORMANCE_ONLY_NOTE[1:]}.**", ""]
-    lines += [_group_table(g), ""]
+    lines += [_group_table(g, axes), ""]
     lines += access_table(g)
     sentences = delta_sentences(g) + speedup_sentences(g) + regime_sentences(g)
     if sentences:
@@ -357,7 +361,7 @@ def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Seque
             "Where the ΔAUC comes from: the embeddings' share is the same backend with an fp32 MLP against fp32; "
             "the dense layers' share is the backend against that fp32-MLP twin (paired, 95% CI):",
             "",
-            fmt.markdown_table(["backend", "ΔAUC", "embeddings", "dense layers (MLP)"], parts, "llll"),
+            fmt.table([fmt.Column("backend"), fmt.Column("ΔAUC"), fmt.Column("embeddings"), fmt.Column("dense layers (MLP)")], parts),
             "",
         ]
     split, unpaired = tbe_split(g, latest)
@@ -366,8 +370,8 @@ def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Seque
             "Table batching vs quantization: the batching part and the total are the main table's speedups (paired, "
             "95% CI); the quantization part is total / batching, the ratio of those two speedups (no interval):",
             "",
-            fmt.markdown_table(["batch", "fp32_tbe / fp32 (batching)", "int8_tbe / fp32_tbe (quantization)",
-                                "int8_tbe / fp32 (total)"], split, "rlll"),  # fmt: skip
+            fmt.table([fmt.Column("batch", align="r"), fmt.Column(f"{BATCHED_BACKEND} / {BASELINE}", "(batching)"),
+                       fmt.Column(f"{SPLIT_BACKEND} / {BATCHED_BACKEND}", "(quantization)"), fmt.Column(f"{SPLIT_BACKEND} / {BASELINE}", "(total)")], split),
             "",
             *[f"- Made another way: {n}" for n in unpaired],
             *([""] if unpaired else []),
@@ -381,7 +385,8 @@ def _group_section(g: pd.DataFrame, latest: dict[tuple, RunRecord], plots: Seque
 def malformed_lines(latest: dict[tuple, RunRecord], workload: str, device: str) -> list[str]:
     """The raw text's malformed lines that the workload skipped, by kind (read from the records)."""
     for key, r in latest.items():
-        found = ((r.metrics or {}).get("workload_info") or {}).get("malformed") if key[:2] == (workload, device) else None
+        at = as_dict(key)
+        found = ((r.metrics or {}).get("workload_info") or {}).get("malformed") if (at["workload"], at["device"]) == (workload, device) else None
         if found is not None:
             kinds = ", ".join(f"{reason}: {fmt.count(n)}" for reason, n in sorted(found["by_reason"].items()))
             return [f"Read from raw text: {fmt.count(found['count'])} malformed lines skipped" + (f" ({kinds})." if kinds else "."), ""]
@@ -438,6 +443,11 @@ def _bottom_line_block(df: pd.DataFrame, budget: float) -> list[str]:
     return [lines[0], "", *lines[1:], ""] if lines else []
 
 
+def _key_words(df: pd.DataFrame) -> str:
+    words = ["workload", "device", "backend", "sharding", "ranks", "batch size", *shown_axes(df)]
+    return ", ".join(words[:-1]) + " and " + words[-1]
+
+
 def render_report(
     df: pd.DataFrame,
     records: Sequence[RunRecord],
@@ -449,14 +459,13 @@ def render_report(
     """report.md: the bottom line against `budget` (compare.max_auc_drop) first, then how to read the
     tables, the tables per workload and device, errors and the environment."""
     latest = latest_records(records)
-    df = labelled(df)  # a sharded row is named `backend@sharding×ranks` in the report's tables
+    df = labelled(df, further=False)  # a sharded row is named `backend@sharding×ranks`; further axes are columns
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     lines = [
         f"# {title}",
         "",
         *banner_lines(list(latest.values())),
-        f"{len(records)} records, {len(df)} rows (the newest record per workload, device, backend, sharding, "
-        f"ranks and batch size); rendered {now} from stored records only.",
+        f"{len(records)} records, {len(df)} rows (the newest record per {_key_words(df)}); rendered {now} from stored records only.",
         "",
         *_bottom_line_block(df, budget),
         *toolkit_section(df, latest),
@@ -471,9 +480,9 @@ def render_report(
         lines += [f"{serving} serving records (MLPerf LoadGen scenarios): see [serve.md](serve.md).", ""]
     lines += scale_section(df)
     lines += [f"![{p.stem}]({Path(p).relative_to(out_dir).as_posix()})\n" for p in plots.get(SCALE_PLOTS, [])]
-    for _, g in df.groupby(["workload", "device"], sort=False):
-        key = (g["workload"].iloc[0], g["device"].iloc[0])
-        lines += _group_section(g, latest, plots.get(key, []), out_dir)
+    axes = shown_axes(df)  # a section per point of the further axes a row moved, each a column of its table
+    for _, g in df.groupby(["workload", "device", *axes], sort=False, dropna=False):
+        lines += _group_section(g, latest, plots.get(section_point(g, axes), []), out_dir, axes)
     lines += sharding_section(latest.values())
     lines += _problems(df)
     lines += _env_block(records)

@@ -14,7 +14,8 @@ from matplotlib.ticker import FuncFormatter
 from bench.metrics import THROUGHPUT
 from bench.record import RunRecord
 from bench.report import fmt
-from bench.report.table import trials
+from bench.results.key import as_dict, replace
+from bench.results.table import trials
 from bench.stats import ratio_interval
 
 NOTES = [
@@ -34,35 +35,42 @@ def _pct(x) -> str:
 
 
 def ps_rows(latest: dict[tuple, RunRecord], workload: str, device: str) -> list[tuple[tuple, RunRecord]]:
+    def at(k: tuple) -> dict:
+        return as_dict(k)
+
     return sorted(
-        ((k, r) for k, r in latest.items() if k[:2] == (workload, device) and r.status == "ok" and (r.metrics or {}).get("ps_twin")),
-        key=lambda kr: (kr[1].metrics.get("ps_precision", ""), kr[1].metrics.get("ps_cache_fraction") or 0, kr[0][-1]),
+        ((k, r) for k, r in latest.items()
+         if (at(k)["workload"], at(k)["device"]) == (workload, device) and r.status == "ok" and (r.metrics or {}).get("ps_twin")),
+        key=lambda kr: (kr[1].metrics.get("ps_precision", ""), kr[1].metrics.get("ps_cache_fraction") or 0, at(kr[0])["batch_size"]),
     )
+
+
+C = fmt.Column
+# The PS table's figures: its column and the record's metric it shows, with the metric's format.
+FIGURES = [
+    (C("cache", align="r"), "ps_cache_fraction", _pct), (C("hit warm-up", align="r"), "ps_hit_rate_warmup", _pct),
+    (C("hit steady", align="r"), "ps_hit_rate_steady", _pct), (C("rows pulled/batch", align="r"), "ps_rows_pulled_per_batch", fmt.count),
+    (C("pull rows/s", align="r"), "ps_pull_rows_per_s", fmt.count), (C("rows/s pulled", align="r"), "ps_rows_pulled_per_s", fmt.count),
+    (C("MB/s pulled", align="r"), "ps_bytes_pulled_per_s", fmt.megabytes), (C("pull", "ms", "r"), "ps_pull_ms", fmt.ms),
+    (C("cache", "ms", "r"), "ps_cache_ms", fmt.ms), (C("compute", "ms", "r"), "ps_compute_ms", fmt.ms),
+    (C("pull share", align="r"), "ps_pull_share", _pct), (C("Redis", "MB", "r"), "ps_redis_used_memory_bytes", fmt.megabytes),
+    (C("rows stored", align="r"), "ps_rows_stored", fmt.count), (C("samples/s", align="r"), THROUGHPUT, fmt.count),
+]  # fmt: skip
 
 
 def ps_section(latest: dict[tuple, RunRecord], workload: str, device: str) -> list[str]:
     rows = []
-    for (w, d, backend, *placement, bs), r in ps_rows(latest, workload, device):  # placement: sharding, world size
-        m = r.metrics
-        twin = latest.get((w, d, m["ps_twin"], *placement, bs))
+    for k, r in ps_rows(latest, workload, device):
+        m, backend, bs = r.metrics, as_dict(k)["backend"], as_dict(k)["batch_size"]
+        twin = latest.get(replace(k, backend=m["ps_twin"]))  # the in-memory backend at the same point
         vs = fmt.DASH
         if twin is not None and twin.status == "ok" and trials(r) and trials(twin):
             vs = f"{fmt.ratio_ci(*ratio_interval(trials(r), trials(twin)))} {m['ps_twin']}"
-        rows.append([
-            backend, bs, _pct(m.get("ps_cache_fraction")), _pct(m.get("ps_hit_rate_warmup")), _pct(m.get("ps_hit_rate_steady")),
-            fmt.count(m.get("ps_rows_pulled_per_batch")), fmt.count(m.get("ps_pull_rows_per_s")),
-            fmt.count(m.get("ps_rows_pulled_per_s")), fmt.megabytes(m.get("ps_bytes_pulled_per_s")),
-            fmt.ms(m.get("ps_pull_ms")), fmt.ms(m.get("ps_cache_ms")), fmt.ms(m.get("ps_compute_ms")), _pct(m.get("ps_pull_share")),
-            fmt.megabytes(m.get("ps_redis_used_memory_bytes")), fmt.count(m.get("ps_rows_stored")),
-            fmt.count(m.get(THROUGHPUT)), vs,
-        ])  # fmt: skip
+        rows.append([backend, bs, *(show(m.get(name)) for _, name, show in FIGURES), vs])
     if not rows:
         return []
-    headers = ["backend", "batch", "cache", "hit warm-up", "hit steady", "rows pulled/batch", "pull rows/s",
-               "rows/s pulled", "MB/s pulled", "pull ms", "cache ms", "compute ms", "pull share", "Redis MB",
-               "rows stored", "samples/s", "vs in-memory [95% CI]"]  # fmt: skip
-    return ["Parameter server (`ps_redis`):", "", *[f"- {n}" for n in NOTES], "",
-            fmt.markdown_table(headers, rows, "lr" + "r" * 14 + "l"), ""]  # fmt: skip
+    columns = [C("backend"), C("batch", align="r"), *(c for c, _, _ in FIGURES), C("vs in-memory", "[95% CI]")]
+    return ["Parameter server (`ps_redis`):", "", *[f"- {n}" for n in NOTES], "", fmt.table(columns, rows), ""]
 
 
 def cache_plot(df: pd.DataFrame, workload: str, device: str, path: Path) -> Path | None:
@@ -75,7 +83,7 @@ def cache_plot(df: pd.DataFrame, workload: str, device: str, path: Path) -> Path
     ax = fig.add_subplot()
     for (twin, bs), rows in ps.groupby(["ps_twin", "batch_size"], sort=True):
         rows = rows.sort_values("ps_cache_fraction")
-        rows_of = {"fp32": "fp32", "int8_tbe": "int8", "uint4": "int4"}.get(twin, twin)  # the twin names the row precision
+        rows_of = rows["ps_precision"].dropna().iloc[0] if rows["ps_precision"].notna().any() else twin  # the rows' precision, as stored
         line = ax.plot(rows["ps_cache_fraction"] * 100, rows[THROUGHPUT], marker="o", label=f"PS, {rows_of} rows, batch {bs}")[0]
         memory = g[(g["backend"] == twin) & (g["batch_size"] == bs)][THROUGHPUT]
         if not memory.empty:

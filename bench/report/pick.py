@@ -1,6 +1,6 @@
 """The bottom line: which backend to ship, read off the results table against one accuracy budget.
 
-`picks` goes over each workload, device and batch size of a results table (`bench.report.table`) and
+`picks` goes over each workload, device and batch size of a results table (`bench.results.table`) and
 names the smallest model whose ΔAUC lies within the reader's budget (`budget_verdict`, read against
 `compare.max_auc_drop`), with its paired speedup and its bytes against fp32, and the runner-up. When
 no backend is inside the budget, or the pick's speed against fp32 cannot be told (its verdict
@@ -21,10 +21,11 @@ import pandas as pd
 
 from bench.metrics import EMBEDDING_BYTES, SPEEDUP
 from bench.report import fmt
-from bench.report.table import BASELINE, UNSHARDED
+from bench.registry import BATCHED_BACKEND, SPLIT_BACKEND
+from bench.results.key import BASELINE, UNSHARDED, shown_axes
 from bench.stats import WITHIN_BUDGET
 
-BATCHED, QUANTIZED = "fp32_tbe", "int8_tbe"  # the rows that split a speedup into batching and quantization
+BATCHED, QUANTIZED = BATCHED_BACKEND, SPLIT_BACKEND  # the rows that split a speedup into batching and quantization
 UNDECIDED_SPEED = ("inconclusive",)
 
 
@@ -106,7 +107,11 @@ def picks(df: pd.DataFrame, budget: float) -> list[Pick]:
     out = []
     if df.empty:
         return out
-    for (workload, device, bs), g in df.groupby(["workload", "device", "batch_size"], sort=False):
+    axes = shown_axes(df)  # a point of a further axis (table rows, access) is picked for on its own
+    for point, g in df.groupby(["workload", "device", *axes, "batch_size"], sort=False, dropna=False):
+        workload, device, bs = point[0], point[1], point[-1]
+        at = ", ".join(f"{a} {fmt.word(g[a].iloc[0])}" for a in axes)
+        workload = f"{workload} ({at})" if at else workload
         pick = lambda choice, runner, reason: Pick(str(workload), str(device), int(bs), budget, choice, runner, reason)  # noqa: E731
         base = g[(g["backend"] == BASELINE) & (g["status"] == "ok")]
         rows = _candidates(g)

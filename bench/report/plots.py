@@ -17,9 +17,9 @@ from matplotlib.transforms import offset_copy
 
 from bench.metrics import AUC_DELTA, EMBEDDING_BYTES, SPEEDUP, THROUGHPUT, hi, lo
 from bench.report import fmt
-from bench.report.machine import SCALE_BACKENDS, SCALE_PLOTS, scale_rows, swept
+from bench.report.machine import SCALE_PLOTS, scale_backends, scale_rows, swept
 from bench.report.paramserver import cache_plot
-from bench.report.table import backend_rank
+from bench.results.key import backend_rank, section_point, shown_axes
 
 
 def slug(*parts: str) -> str:
@@ -142,10 +142,10 @@ def scale_plot(df: pd.DataFrame, access: str, path: Path) -> Path | None:
     (left: one line per batch size >= 1024) and against batch size (right: one line per table size),
     for one access pattern; bars span the 95% CI."""
     rows = scale_rows(df)
-    rows = rows[(rows["access"] == access) & rows["backend"].isin(SCALE_BACKENDS) & rows[SPEEDUP].notna()]
+    rows = rows[(rows["access"] == access) & rows["backend"].isin(scale_backends(rows)) & rows[SPEEDUP].notna()]
     if rows.empty or not swept(rows):
         return None
-    backends = [b for b in SCALE_BACKENDS if (rows["backend"] == b).any()]
+    backends = scale_backends(rows)
     fig = Figure(figsize=(11, 3.6 * len(backends)))
     sizes = sorted(rows["fp32_embedding_bytes"].unique())
     batches = sorted(rows["batch_size"].unique())
@@ -181,19 +181,23 @@ def scale_plot(df: pd.DataFrame, access: str, path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def write_plots(df: pd.DataFrame, out_dir: Path, trials_of=None) -> dict[tuple[str, str], list[Path]]:
-    """Both plots for every (workload, device), and the scale plots per access pattern under
-    `SCALE_PLOTS`; returns the files written per group. `trials_of(row)` gives a row's per-trial
-    throughputs for the error bars."""
+def write_plots(df: pd.DataFrame, out_dir: Path, trials_of=None) -> dict[tuple, list[Path]]:
+    """Both plots for every (workload, device, point of the further axes a row moved: `shown_axes`), and
+    the scale plots per access pattern under `SCALE_PLOTS`; returns the files written per group
+    (`section_point`). `trials_of(row)` gives a row's per-trial throughputs for the error bars."""
     out_dir = Path(out_dir)
-    written: dict[tuple[str, str], list[Path]] = {}
-    for (workload, device), _ in df.groupby(["workload", "device"], sort=False):
+    written: dict[tuple, list[Path]] = {}
+    axes = shown_axes(df)
+    for _, g in df.groupby(["workload", "device", *axes], sort=False, dropna=False):
+        point = section_point(g, axes)
+        workload, device = point[:2]
+        name = slug(workload, device, *(f"{a}-{v}" for a, v in zip(axes, point[2:])))
         paths = [
-            throughput_plot(df, workload, device, out_dir / f"throughput_{slug(workload, device)}.png", trials_of),
-            frontier_plot(df, workload, device, out_dir / f"frontier_{slug(workload, device)}.png"),
-            cache_plot(df, workload, device, out_dir / f"ps_cache_{slug(workload, device)}.png"),
+            throughput_plot(g, workload, device, out_dir / f"throughput_{name}.png", trials_of),
+            frontier_plot(g, workload, device, out_dir / f"frontier_{name}.png"),
+            cache_plot(g, workload, device, out_dir / f"ps_cache_{name}.png"),
         ]
-        written[(workload, device)] = [p for p in paths if p is not None]
+        written[point] = [p for p in paths if p is not None]
     scale = [scale_plot(df, access, out_dir / f"scale_{slug(access)}.png") for access in sorted(df["access"].dropna().unique())]
     if any(scale):
         written[SCALE_PLOTS] = [p for p in scale if p is not None]

@@ -144,8 +144,8 @@ def _sources_words(sources: list[str]) -> str:
     if not sources:
         return ""
     found = [_RERUNS.match(s) for s in sources]
-    calibrations = sorted({m["calibration"] if m else s for m, s in zip(found, sources)})
-    runs = sorted(int(m["runs"]) for m in found if m)
+    calibrations = sorted({match["calibration"] if match else s for match, s in zip(found, sources)})
+    runs = sorted(int(match["runs"]) for match in found if match)
     text = f", estimated from {'; '.join(calibrations)}"
     if runs:
         count = f"{runs[0]}" if runs[0] == runs[-1] else f"{runs[0]}-{runs[-1]}"

@@ -16,7 +16,9 @@ from bench.store import write_records
 from bench.report.markdown import render_report
 from bench.report.plots import write_plots
 from bench.report.serve import write_serve_report
-from bench.report.table import KEY, as_records, labelled, latest_records, results_table, split_label, trials
+from bench.results.build import Results, build_results
+from bench.results.key import KEY, labelled, row_key
+from bench.results.table import as_records, trials
 
 
 def write_report(
@@ -25,26 +27,32 @@ def write_report(
     title: str = "Quantized DLRM benchmark",
     write_records_file: bool = True,
     budget: float = MAX_AUC_DROP,
+    alpha: float = 0.05,
+    results: Results | None = None,
 ) -> Path:
     """Write report.md, results.csv, records.jsonl (every input record) and PNG plots into out_dir; with
     serving records, serve.md, serve.csv and their plots too.
 
     Returns the path of report.md. `write_records_file=False` leaves an existing records.jsonl
     alone (re-rendering in place, where that file is the input). `budget` is the reader's accuracy
-    budget (compare.max_auc_drop) the verdicts and the bottom line are read against.
+    budget (compare.max_auc_drop) the verdicts and the bottom line are read against, `alpha` the
+    speedup intervals' level (compare.alpha); `results`, the records' results already built (a
+    sweep's, at its compare settings), stands for all three.
     """
-    records = as_records(records)
+    if results is None:
+        results = build_results(records, alpha=alpha, budget=budget)
+    records, budget = results.records, results.budget
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    df = results_table(records, budget=budget)
-    latest = latest_records(records)
-    # the plots name a sharded row by its label (`backend@sharding×ranks`); its trials are found by its columns
-    plots = write_plots(labelled(df), out_dir, trials_of=lambda row: trials(latest.get(tuple(
-        split_label(row.backend)[0] if k == "backend" else getattr(row, k) for k in KEY))))
+    df, latest = results.jobs, results.latest
+    # the plots name a sharded row by its label (`backend@sharding×ranks`); its trials are found by its key
+    shown = labelled(df, further=False)  # the plots are split by the further axes (bench.report.plots)
+    keys = {tuple(r[k] for k in KEY): row_key(o) for r, o in zip(shown.to_dict("records"), df.to_dict("records"))}
+    plots = write_plots(shown, out_dir, trials_of=lambda row: trials(latest.get(keys.get(tuple(getattr(row, k) for k in KEY)))))
     write_text_atomic(out_dir / "results.csv", df.to_csv(index=False))
     if write_records_file:
         write_records(records, out_dir / "records.jsonl")
-    write_serve_report(records, out_dir, title)
+    write_serve_report(records, out_dir, title, results.serving)
     report = out_dir / "report.md"
     write_text_atomic(report, render_report(df, records, title, plots, out_dir, budget))
     return report
@@ -96,11 +104,12 @@ def start_report(records: Iterable[RunRecord | dict[str, Any]], reports_dir: Pat
 
 
 def finish_report(records: Iterable[RunRecord | dict[str, Any]], out_dir: Path, title: str, variant: str | None = None,
-                  budget: float = MAX_AUC_DROP) -> Path:
+                  budget: float = MAX_AUC_DROP, results: Results | None = None) -> Path:
     """Render a started report folder (results.csv, plots, report.md) and point the sweep's
     pointer at it: `latest` for the sweep as configured, only `latest-<overrides>` for a `variant`
-    (so `latest` stays the newest run of the default sweep); returns report.md."""
-    report = write_report(records, out_dir, title=title, write_records_file=False, budget=budget)
+    (so `latest` stays the newest run of the default sweep); returns report.md. `results`: the
+    records' results already built (`write_report`)."""
+    report = write_report(records, out_dir, title=title, write_records_file=False, budget=budget, results=results)
     point_latest(Path(out_dir).parent, Path(out_dir).name, latest_name(variant))
     return report
 

@@ -10,7 +10,7 @@ from typing import Any, Iterable
 from bench.metrics import AUC, EMBEDDING_BYTES, PEAK_RSS_BYTES, THROUGHPUT, hi, lo
 from bench.record import RunRecord
 from bench.report import fmt
-from bench.report.table import backend_label, backend_rank
+from bench.results.key import backend_label, backend_rank, sharding_of
 
 NOTES = [
     "ΔAUC vs unsharded is AUC(sharded) − AUC(the same backend unsharded, in one process) on the same eval "
@@ -35,10 +35,9 @@ def sharding_section(records: Iterable[RunRecord]) -> list[str]:
     if not rows:
         return []
     lines = ["## Sharding", "", *[f"- {note}" for note in NOTES], ""]
-    headers = ["workload", "device", "backend", "sharding", "ranks", "route", "batch", "status", "AUC", "ΔAUC vs unsharded",
-               "samples/s [95% CI]", "emb MB per rank", "peak RSS MB per rank"]  # fmt: skip
-    table = [_row(r) for r in rows]
-    lines += [fmt.markdown_table(headers, table, "lllllllllllll"), ""]
+    columns = [fmt.Column(name) for name in ("workload", "device", "backend", "sharding", "ranks", "route", "batch", "status", "AUC",
+                                              "ΔAUC vs unsharded", "samples/s [95% CI]", "emb MB per rank", "peak RSS MB per rank")]
+    lines += [fmt.table(columns, [_row(r) for r in rows]), ""]
     plans = [(r, r.metrics["sharding"]) for r in rows if r.status in ("ok", "error") and (r.metrics or {}).get("sharding")]
     if plans:
         lines += ["### Plans", ""]
@@ -49,7 +48,6 @@ def sharding_section(records: Iterable[RunRecord]) -> list[str]:
 
 
 def _row(r: RunRecord) -> list[Any]:
-    config = r.config or {}
     info = (r.metrics or {}).get("sharding") or {}
     per_rank = info.get("per_rank") or []
     delta = info.get("auc_delta_unsharded")
@@ -61,7 +59,7 @@ def _row(r: RunRecord) -> list[Any]:
         delta_text = f"**{delta:+.3g} ≠ 0**".replace("-", fmt.MINUS)
     m = r.metrics or {}
     return [
-        r.workload, r.device, r.backend, (config.get("sharding") or {}).get("name", "none"), config.get("world_size", 1),
+        r.workload, r.device, r.backend, *sharding_of(r),
         info.get("route", fmt.DASH) + (f" ({info['process_group']})" if info.get("process_group") else ""),
         r.batch_size, r.status,
         fmt.number(m.get(AUC)) if AUC in m else fmt.DASH,

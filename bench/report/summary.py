@@ -27,7 +27,7 @@ from bench.metrics import (
     lo,
 )
 from bench.record import RunRecord, is_serving
-from bench.report.fmt import UNREADABLE_SPAN, too_short, unreadable
+from bench.results.readable import UNREADABLE_SPAN, too_short, unreadable
 from bench.registry import BASELINE_BACKEND
 from bench.report.kernels import summary_line as kernel_summary_line
 

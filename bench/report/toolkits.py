@@ -17,7 +17,9 @@ import pandas as pd
 from bench.metrics import RUNTIME_REFERENCE, SPEEDUP, TIMED_INPUTS, TOOLKIT
 from bench.record import RunRecord
 from bench.report import fmt
-from bench.report.table import BASELINE, margins
+from bench.results.readable import unreadable
+from bench.results.key import BASELINE, row_key
+from bench.results.table import margins
 from bench.stats import practical_verdict
 
 ACCEPTED = ("equivalent", "gain")  # ΔAUC verdicts inside the margin
@@ -57,16 +59,17 @@ def _split(b: pd.DataFrame, references: dict[str, str]) -> list[str]:
             rows.append([backend, f"`{reference}`", f"{fp32:.2f}×", f"{total / fp32:.2f}×", f"{total:.2f}×"])
     if not rows:
         return []
-    headers = ["backend", "its fp32 runtime row", "runtime's fp32 gain", "quantization's part", "the row's speedup"]
-    return ["Where each speedup comes from (the runtime's fp32 gain × the quantization's part):", "",
-            fmt.markdown_table(headers, rows, "llrrr"), ""]
+    C = fmt.Column
+    columns = [C("backend"), C("its fp32 runtime row"), C("runtime's fp32 gain", align="r"), C("quantization's part", align="r"),
+               C("the row's speedup", align="r")]
+    return ["Where each speedup comes from (the runtime's fp32 gain × the quantization's part):", "", fmt.table(columns, rows), ""]
 
 
 def _default_verdicts(b: pd.DataFrame, latest: dict[tuple, RunRecord]) -> pd.DataFrame:
     """The rows with their ΔAUC verdict and margin read against the gate's default rule."""
     verdicts, margin_of = [], []
     for r in b.itertuples(index=False):
-        margin = margins(latest[(r.workload, r.device, r.backend, r.sharding, r.world_size, r.batch_size)], default_rules=True)[0]
+        margin = margins(latest[row_key(r)], default_rules=True)[0]
         keep = r.status == "ok" and r.backend != BASELINE and not fmt.missing(r.auc_delta_lo)
         verdicts.append(practical_verdict(r.auc_delta_lo, r.auc_delta_hi, margin) if keep else None)
         margin_of.append(margin)
@@ -77,7 +80,7 @@ def _ranking(b: pd.DataFrame, toolkits: dict[str, str]) -> list[str]:
     ok = b[b["status"] == "ok"]
     ranked = ok[(ok["backend"] == BASELINE) | ok["auc_verdict"].isin(ACCEPTED)]
     # a speedup whose interval is too wide to read ranks after every readable one
-    unread = [fmt.unreadable(r.speedup, r.speedup_lo, r.speedup_hi) and r.backend != BASELINE for r in ranked.itertuples(index=False)]
+    unread = [unreadable(r.speedup, r.speedup_lo, r.speedup_hi) and r.backend != BASELINE for r in ranked.itertuples(index=False)]
     ranked = ranked.assign(_unread=unread).sort_values(["_unread", SPEEDUP], ascending=[True, False], na_position="last")
     rows = []
     for rank, r in enumerate(ranked.itertuples(index=False), start=1):
@@ -90,8 +93,10 @@ def _ranking(b: pd.DataFrame, toolkits: dict[str, str]) -> list[str]:
             fmt.word(r.speed_verdict) if not baseline else fmt.DASH,
             fmt.megabytes(r.embedding_bytes), fmt.megabytes(r.model_bytes),
         ])
-    headers = ["rank", "backend", "toolkit", "ΔAUC [95% CI]", "ΔAUC verdict", "speedup [95% CI]", "speed verdict", "emb MB", "model MB"]
-    lines = [fmt.markdown_table(headers, rows, "rllllllrr"), ""] if rows else ["No row is inside the margin.", ""]
+    C = fmt.Column
+    columns = [C("rank", align="r"), C("backend"), C("toolkit"), C("ΔAUC", "[95% CI]"), C("ΔAUC verdict"), C("speedup [95% CI]"),
+               C("speed verdict"), C("emb", "MB", "r"), C("model", "MB", "r")]
+    lines = [fmt.table(columns, rows), ""] if rows else ["No row is inside the margin.", ""]
     left = [f"`{r.backend}` ({_why_out(r)})" for r in b.itertuples(index=False) if r.backend not in set(ranked["backend"])]
     if left:
         lines += ["Not ranked: " + "; ".join(left) + ".", ""]

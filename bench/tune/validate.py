@@ -22,6 +22,7 @@ from torch import nn
 
 from bench import registry
 from bench.backends.tables import embedding_bytes
+from bench.backends.tbe import TbeBackend
 from bench.errors import UserError
 from bench.measure.accuracy import score
 from bench.pipeline.job import backend_config
@@ -31,7 +32,17 @@ from bench.tune.sizes import Table, map_bytes, uniform
 log = logging.getLogger(__name__)
 
 CHOSEN_BACKEND = "uint4"
-UNIFORM_BACKENDS = {"fp16": "fp16_tbe", "int8": "int8_tbe", "int4": "uint4", "int2": "int2_tbe"}
+
+
+def uniform_backends() -> dict[str, str]:
+    """Table precision -> the registered table-batched backend that stores every table in it (its
+    `weight_dtype`), for the precisions below fp32; the backends of the default sweeps only."""
+    out: dict[str, str] = {}
+    for name, entry in sorted(registry.entries("backend").items()):
+        dtype = getattr(entry.factory, "weight_dtype", None)
+        if entry.in_sweeps and isinstance(entry.factory, type) and issubclass(entry.factory, TbeBackend) and dtype not in (None, "fp32"):
+            out.setdefault(dtype, name)
+    return out
 
 
 def real_row(name: str, kind: str, backend: str, per_table: dict[str, str], tune, model: nn.Module, calibration,
@@ -77,9 +88,10 @@ def holdout_rows(chosen: dict[str, str], tables: Sequence[Table], tune, model: n
         rows.append(Row("chosen (emulation)", "emulation", "holdout", map_bytes(tables, chosen), first.dense, "emulation",
                         dict(chosen)).with_delta(delta(labels, base_logits, emulated)))
         gap = float(np.max(np.abs(emulated - logits)))
+    backends = uniform_backends()
     for precision in tune.precisions:
-        if precision in UNIFORM_BACKENDS and all(t.packs(precision) for t in tables):
-            backend = UNIFORM_BACKENDS[precision]
+        if precision in backends and all(t.packs(precision) for t in tables):
+            backend = backends[precision]
             rows.append(real_row(f"uniform {precision} ({backend}, {dense_label(tune)} MLP)", "uniform", backend, uniform(tables, precision),
                                  tune, model, calibration, device, batches, base)[0])
     return rows, gap

@@ -4,8 +4,8 @@ The same planted-teacher click log as `synthetic` (see its module docstring), wi
 `table_rows` rows each (300k by default: 2.0 GB in fp32 at dim 64, 60x a 32 MiB last-level cache)
 and a selectable access pattern (`access`: zipf, uniform, or fitted to real Criteo rows; see
 `bench.workloads.access_patterns`). `+sweep=scale` sweeps the access pattern, the table size and the batch
-size over the quantized backends. Records and reports name it `synthetic_scale:<access>-<rows>rows`
-(`workload.tag`), so the swept variants stay apart.
+size over the quantized backends. The access pattern and the table rows are axes of the results' row
+key (`bench.results.key`), so the swept variants stay apart as columns of their own.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A small sweep goes through the one code path, `bench.pipeline.run_one`, for fp32 (the baseline every
 rule is read against) and each backend of `--gate-backends` (default: every registered backend) at
-one batch size; `bench.report.results_table` builds the table, and `bench.gate.evaluate_gate` judges
+one batch size; `bench.results.table.results_table` builds the table, and `bench.gate.evaluate_gate` judges
 it with `conf/gate/default.yaml` (`bench.gate.thresholds.load_gate_config`). Each backend's test fails
 when any of its verdicts fails, and the message names the failing rows, rules, values and thresholds.
 
@@ -25,7 +25,7 @@ import pytest
 from bench import registry
 from bench.gate import FAIL, evaluate_gate, load_gate_config
 from bench.runner import Session, run_one
-from bench.report import results_table
+from bench.results.table import results_table
 from bench.config.quick import TINY_OVERRIDES
 
 # The nightly sweep's configuration (`+sweep=nightly`: the default workload and model, batch 1024),

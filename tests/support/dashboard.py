@@ -17,7 +17,7 @@ from bench.config import CompareConfig
 from bench.gate.thresholds import load_gate_config
 from bench.gate.stored import gate_sweep, history_fields
 from bench.report.history import history_path, update_history
-from bench.report.load import load_records
+from bench.results.load import load_records
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures" / "gate"))
 from gate_frames import frame, row, write_records  # noqa: E402

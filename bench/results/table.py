@@ -1,5 +1,5 @@
-"""`results_table`: one row per (workload, device, backend, sharding, world_size, batch_size), the newest
-record winning.
+"""`results_table`: one row per row key (`bench.results.key`: workload, device, backend, sharding,
+world_size, batch_size and any axis declared beside them), the newest record winning.
 
 `backend` is the backend's name alone; a sharded run's axes are columns of their own (`sharding`,
 `world_size`, and `route`: `single` for one unsharded process, else the sharded run's `process_group`
@@ -55,18 +55,12 @@ from bench.metrics import (
     lo,
     with_interval,
 )
-from bench.registry import BASELINE_BACKEND
 from bench.record import RunRecord, degraded_kernels, is_serving
-from bench.report.fmt import too_short, unreadable
-from bench.report.machine import EXTRA_COLUMNS, row_extras
+from bench.results.key import AXES, BASELINE, KEY, UNSHARDED, is_reference, key_of, key_values, reference_key, row_key, sharding_of, sort_key
+from bench.results.machine import EXTRA_COLUMNS, row_extras
+from bench.results.readable import too_short, unreadable
 from bench.config import MAX_AUC_DROP
 from bench.stats import budget_verdict, practical_verdict
-
-KEY = ["workload", "device", "backend", "sharding", "world_size", "batch_size"]
-UNSHARDED = ("none", 1)  # (sharding, world_size) of a run in one process, its tables whole
-BASELINE = BASELINE_BACKEND
-# Backends whose order in tables is fixed; the others follow alphabetically.
-LEADING_BACKENDS = (BASELINE_BACKEND, "fp32_tbe")
 
 COLUMNS = [
     *KEY,
@@ -128,6 +122,7 @@ COLUMNS = [
     CUDA_PEAK_BYTES,
     "threads",
     "ps_twin",
+    "ps_precision",  # ps_redis: the precision of the rows it pulls (fp32, int8, int4)
     "ps_cache_fraction",
     "ps_hit_rate_steady",
     "ps_pull_share",
@@ -138,7 +133,7 @@ COLUMNS = [
     "git_sha",
     "created_at",
     "fp32_embedding_bytes",
-    *EXTRA_COLUMNS,  # where each job stood against the machine (bench.report.machine)
+    *EXTRA_COLUMNS,  # where each job stood against the machine (bench.results.machine)
 ]
 
 # The record's figures copied into the table as numbers: every declared metric of one value, with its
@@ -161,53 +156,6 @@ def _created(record: RunRecord) -> datetime:
         return datetime.min
 
 
-def sharding_of(record: RunRecord) -> tuple[str, int]:
-    """(sharding, world_size) the record ran with; ("none", 1) unsharded in one process."""
-    config = record.config or {}
-    return str((config.get("sharding") or {}).get("name", "none")), int(config.get("world_size", 1) or 1)
-
-
-def label(backend: str, sharding: str = "none", world_size: int = 1) -> str:
-    """How the reports name a row: the backend, and its sharding when it did not run unsharded in one
-    process (`int8_tbe@row_wise×2`)."""
-    return backend if (sharding, int(world_size)) == UNSHARDED else f"{backend}@{sharding}×{int(world_size)}"
-
-
-def split_label(text: str) -> tuple[str, str, int]:
-    """`label`'s inverse: `int8_tbe@row_wise×2` -> ("int8_tbe", "row_wise", 2); a bare name -> (name, "none", 1).
-    It reads the backend cells of history lines written before sharding had columns of its own."""
-    name, at, rest = str(text).partition("@")
-    sharding, times, ranks = rest.rpartition("×")[0], "×" in rest, rest.rpartition("×")[2]
-    if not at or not times or not ranks.isdigit():
-        return str(text), *UNSHARDED
-    return name, sharding, int(ranks)
-
-
-def backend_label(record: RunRecord) -> str:
-    return label(record.backend, *sharding_of(record))
-
-
-def row_label(row: Any) -> str:
-    """`label` of a results-table row (a dict or a namedtuple); a row without sharding columns is unsharded."""
-    get = row.get if isinstance(row, dict) else lambda k, d=None: getattr(row, k, d)
-    sharding, world_size = get("sharding"), get("world_size")
-    if not isinstance(sharding, str) or world_size is None or (isinstance(world_size, float) and math.isnan(world_size)):
-        return str(get("backend"))
-    return label(str(get("backend")), sharding, int(world_size))
-
-
-def labelled(df: pd.DataFrame) -> pd.DataFrame:
-    """The table as the reports show it: `backend` holds each row's `label`, so a sharded row stays apart
-    from its unsharded twin in markdown tables and plots (results.csv keeps the backend alone)."""
-    if df.empty or "sharding" not in df.columns:
-        return df
-    return df.assign(backend=[row_label(r) for r in df.to_dict("records")])
-
-
-def key_of(record: RunRecord) -> tuple[str, str, str, str, int, int]:
-    return (record.workload, record.device, record.backend, *sharding_of(record), int(record.batch_size))
-
-
 def route_of(record: RunRecord) -> str | None:
     """`single` for an unsharded run; a sharded run's route (`process_group`, `one_process`) when it reached one."""
     if sharding_of(record) == UNSHARDED:
@@ -216,22 +164,15 @@ def route_of(record: RunRecord) -> str | None:
 
 
 def latest_records(records: Iterable[RunRecord | dict[str, Any]]) -> dict[tuple, RunRecord]:
-    """Newest record per KEY (workload, device, backend, sharding, world_size, batch_size), serving jobs left out; on equal times the later one."""
+    """Newest record per row key (`bench.results.key`), serving jobs left out; on equal times the later one."""
     latest: dict[tuple, RunRecord] = {}
     for r in as_records(records):
-        if is_serving(r):  # serving jobs have their own table (bench.report.serve)
+        if is_serving(r):  # serving jobs have their own table (bench.results.serving)
             continue
         k = key_of(r)
         if k not in latest or _created(r) >= _created(latest[k]):
             latest[k] = r
     return latest
-
-
-def backend_rank(backend: str) -> tuple[int, str, str]:
-    name, _, sharding = backend.partition("@")  # a sharded row follows its backend's unsharded one
-    if name in LEADING_BACKENDS:
-        return (LEADING_BACKENDS.index(name), "", sharding)
-    return (len(LEADING_BACKENDS), name, sharding)
 
 
 def trials(record: RunRecord | None) -> list[float]:
@@ -250,14 +191,9 @@ def _num(value: Any) -> float:
 def _row(r: RunRecord) -> dict[str, Any]:
     m = r.metrics or {}
     lat = m.get(LATENCY_MS) or {}
-    row: dict[str, Any] = {
-        "workload": r.workload,
-        "device": r.device,
-        "backend": r.backend,
-        "sharding": sharding_of(r)[0],
-        "world_size": sharding_of(r)[1],
+    row: dict[str, Any] = key_values(r)
+    row.update({
         "route": route_of(r),
-        "batch_size": int(r.batch_size),
         "status": r.status,
         "error": r.error,
         "error_kind": r.error_kind,
@@ -265,12 +201,13 @@ def _row(r: RunRecord) -> dict[str, Any]:
         "fingerprint": (r.env or {}).get("fingerprint"),
         "git_sha": (r.env or {}).get("git_sha"),
         "created_at": r.created_at,
-    }
+    })
     row.update({name: _num(m.get(name)) for name in _METRICS})
     row["score_read"] = m.get("score_read")
     row["auc_delta_layers"] = m.get("auc_delta_layers_line")
     row["ps_twin"] = m.get("ps_twin")  # ps_redis: the in-memory backend with the same rows
     row[CUDA_GRAPH_NOTE] = m.get(CUDA_GRAPH_NOTE)  # timing.cuda_graphs: why a job has no graphed figures
+    row["ps_precision"] = m.get("ps_precision")
     for q in ("p50", "p90", "p99", "p99_lo", "p99_hi"):
         row[f"latency_{q}_ms"] = _num(lat.get(q))
     row["timing_setting"] = timing_setting_text(m)
@@ -309,16 +246,23 @@ def _paired_speedup(rec: RunRecord) -> tuple[float, float, float] | None:
     return None if any(math.isnan(v) for v in values) else values
 
 
+def _tables(key: tuple) -> tuple:
+    """The point of a row key the fp32 tables' bytes depend on: the axes a row shares with its reference
+    (workload, device, ...), but not the batch size."""
+    return tuple(v for a, v in zip(AXES, key) if a.reference is None and a.name != "batch_size")
+
+
 def _relative_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord], alpha: float) -> pd.DataFrame:
     speed = {SPEEDUP: [], lo(SPEEDUP): [], hi(SPEEDUP): [], "speedup_method": []}
     compression, fp32_table_bytes = [], []
     fp32_bytes = {}
-    for r in latest.values():  # embedding bytes do not depend on the batch size
+    for k, r in latest.items():  # embedding bytes do not depend on the batch size
         if r.backend == BASELINE and r.status == "ok" and r.metrics.get(EMBEDDING_BYTES):
-            fp32_bytes.setdefault((r.workload, r.device), float(r.metrics[EMBEDDING_BYTES]))
+            fp32_bytes.setdefault(_tables(k), float(r.metrics[EMBEDDING_BYTES]))
     for row in df.itertuples(index=False):
-        rec = latest[(row.workload, row.device, row.backend, row.sharding, row.world_size, row.batch_size)]
-        base = latest.get((row.workload, row.device, BASELINE, *UNSHARDED, row.batch_size))  # fp32 unsharded, in one process
+        key = row_key(row)
+        rec = latest[key]
+        base = latest.get(reference_key(key))  # fp32 unsharded, in one process, at the same point
         s, method = (math.nan, math.nan, math.nan), None
         paired = _paired_speedup(rec) if rec.status == "ok" else None
         if paired is not None:
@@ -328,7 +272,7 @@ def _relative_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord], alpha: f
             method = "reference" if base is rec else "unpaired"
         for name, value in zip(speed, (*s, method)):
             speed[name].append(value)
-        fb = fp32_bytes.get((row.workload, row.device), math.nan)
+        fb = fp32_bytes.get(_tables(key), math.nan)
         compression.append(fb / row.embedding_bytes if row.embedding_bytes and row.embedding_bytes > 0 else math.nan)
         fp32_table_bytes.append(fb)
     return df.assign(**speed, compression=compression, fp32_embedding_bytes=fp32_table_bytes)
@@ -370,10 +314,11 @@ def _verdict_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord], budget: f
     cols: dict[str, list] = {"auc_verdict": [], "speed_verdict": [], "auc_margin": [], "speed_margin": [],
                              "budget_verdict": [], "auc_budget": []}
     for row in df.itertuples(index=False):
-        rec = latest[(row.workload, row.device, row.backend, row.sharding, row.world_size, row.batch_size)]
+        key = row_key(row)
+        rec = latest[key]
         auc_v = speed_v = budget_v = None
         auc_m, speed_m = margins(rec)
-        if rec.status == "ok" and (row.backend, row.sharding, row.world_size) != (BASELINE, *UNSHARDED):
+        if rec.status == "ok" and not is_reference(key):
             if not row.performance_only:  # untrained weights: no AUC was measured, nothing to judge
                 auc_v = practical_verdict(row.auc_delta_lo, row.auc_delta_hi, auc_m)
                 budget_v = budget_verdict(row.auc_delta_lo, row.auc_delta_hi, budget)
@@ -414,16 +359,16 @@ def disagreement(row: Any, base: Any) -> str | None:
 
 def _disagreement_column(df: pd.DataFrame) -> pd.DataFrame:
     rows = list(df.itertuples(index=False))
-    base = {(r.workload, r.device, r.batch_size): r for r in rows if (r.backend, r.sharding, r.world_size) == (BASELINE, *UNSHARDED)}
-    return df.assign(speed_disagreement=[disagreement(r, base.get((r.workload, r.device, r.batch_size))) for r in rows])
+    base = {row_key(r): r for r in rows if is_reference(row_key(r))}
+    return df.assign(speed_disagreement=[disagreement(r, base.get(reference_key(row_key(r)))) for r in rows])
 
 
 def results_table(records: Iterable[RunRecord | dict[str, Any]], alpha: float = 0.05,
                   budget: float = MAX_AUC_DROP) -> pd.DataFrame:
-    """One row per KEY (workload, device, backend, sharding, world_size, batch_size), the newest record winning.
+    """One row per row key (`bench.results.key`), the newest record winning.
 
-    Rows are sorted by workload, device, backend (fp32 first, then fp32_tbe, then by name) and
-    batch size. Missing metrics are NaN; `error` holds the reason of error and skipped rows.
+    Rows are sorted by workload, device, backend (fp32 first, then fp32_tbe, then by name), any further
+    axis, and batch size. Missing metrics are NaN; `error` holds the reason of error and skipped rows.
     `alpha` sets the speedup interval's level (`compare.alpha`); `budget` is the reader's accuracy
     budget (`compare.max_auc_drop`) that `budget_verdict` reads each ΔAUC against.
     """
@@ -434,7 +379,10 @@ def results_table(records: Iterable[RunRecord | dict[str, Any]], alpha: float = 
     df = _relative_columns(df, latest, alpha)
     df = _verdict_columns(df, latest, budget)
     df = _disagreement_column(df)
-    df["_rank"] = [backend_rank(row_label(r)) for r in df.to_dict("records")]
-    df = df.sort_values(["workload", "device", "_rank", "batch_size"], kind="mergesort").drop(columns="_rank")
-    df = df.reset_index(drop=True)[COLUMNS]
-    return df.astype({"batch_size": "int64", "world_size": "int64"})
+    keys = [sort_key(row_key(r)) for r in df.to_dict("records")]
+    order = sorted(range(len(df)), key=keys.__getitem__)
+    df = df.iloc[order].reset_index(drop=True)[COLUMNS]
+    for a in AXES:  # an integer axis some rows lack (a further axis) stays whole numbers, the gaps None
+        if a.kind is int:
+            df[a.name] = df[a.name].astype("int64") if df[a.name].notna().all() else [None if v is None or v != v else int(v) for v in df[a.name]]
+    return df

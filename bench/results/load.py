@@ -6,11 +6,16 @@ import logging
 from pathlib import Path
 from typing import Iterable
 
+from omegaconf import OmegaConf
+
+from bench.config import CompareConfig
+from bench.config.files import config_errors, merged, validate_compare
 from bench.errors import UserError
 from bench.record import RunRecord
 from bench.store import RECORDS, read_store
 
 log = logging.getLogger(__name__)
+GATE_CONFIG = "gate_config.yaml"  # beside a report folder's records: the gate and compare configs its verdict was judged with
 
 
 def records_file(path: Path) -> Path:
@@ -54,6 +59,18 @@ def load_records(path: Path) -> list[RunRecord]:
     if found.warning():
         log.warning("%s", found.warning())
     return found.records
+
+
+def stored_compare(folder: Path) -> CompareConfig | None:
+    """The compare config a report folder's gate verdict was judged with (its gate_config.yaml), or None
+    where the folder was never gated."""
+    path = Path(folder) / GATE_CONFIG
+    if not path.is_file():
+        return None
+    with config_errors(f"bad stored gate config {path}"):
+        node = OmegaConf.load(path)
+        compare = node.get("compare") if OmegaConf.is_dict(node) else None
+        return merged(CompareConfig, compare or {}, validate=validate_compare)
 
 
 def load_many(paths: Iterable[Path]) -> list[RunRecord]:

@@ -1,0 +1,152 @@
+"""The serving table (`+sweep=serve`): one row per serving job, the newest record winning for each
+(workload, device, backend, scenario, bound, batcher).
+
+Every figure is read from the record, which holds what LoadGen's logs said: the Server scenario's
+bracket (highest VALID and lowest INVALID target QPS) with each step's verdict and percentiles, the
+Offline scenario's samples/s, and the accuracy-mode AUC against the offline AUC. Ratios are against
+the fp32 row with the same scenario, bound and batcher. The gate judges this table; the serving
+report (`bench.report.serve`) renders it.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Any, Iterable
+
+import pandas as pd
+
+from bench.metrics import LATENCY_MS, MAX_QPS, PAIRS_PER_S, SAMPLES_PER_S, hi, lo
+from bench.record import RunRecord, is_serving
+from bench.results.key import BASELINE, backend_rank
+from bench.results.table import as_records
+
+SERVE_KEY = ["workload", "device", "backend", "scenario", "bound_ms", "batch_size", "max_wait_ms", "workers"]
+COLUMNS = [
+    *SERVE_KEY, "status", MAX_QPS, lo(MAX_QPS), hi(MAX_QPS), "monotonic", "search_stop", "steps", "validity",
+    "latency_p50_ms", "latency_p90_ms", "latency_p99_ms", SAMPLES_PER_S, PAIRS_PER_S, "qps_ratio",
+    "service_p99_ms", "pairs_mean", "auc_loadgen", "auc_offline", "auc_shift", "auc_tolerance", "auc_check",
+    "batch_dependent", "min_duration_s", "min_query_count", "threads", "loadgen_version", "evidence", "queue_qps",
+    "queue_ratio", "offline_ratio", "step_queries", "step_tells", "threads_used", "load_start", "load_end", "steal_share", "cpus",
+    "ref_gemm_us_start", "ref_gemm_us_end", "ref_gather_us_start", "ref_gather_us_end", "error", "config_hash",
+    "fingerprint", "created_at", "record_id",
+]
+
+
+def serving_records(records: Iterable[RunRecord | dict[str, Any]]) -> list[RunRecord]:
+    return [r for r in as_records(records) if is_serving(r)]
+
+
+def _key(r: RunRecord) -> tuple:
+    serve = (r.config or {}).get("serve") or {}
+    bound = serve.get("bound_ms") if serve.get("scenario") == "server" else None
+    return (r.workload, r.device, r.backend, serve.get("scenario"), bound, int(r.batch_size),
+            serve.get("max_wait_ms"), serve.get("workers"))
+
+
+def _created(r: RunRecord) -> datetime:
+    try:
+        return datetime.fromisoformat(r.created_at)
+    except (TypeError, ValueError):
+        return datetime.min
+
+
+def latest_serving(records: Iterable[RunRecord | dict[str, Any]]) -> dict[tuple, RunRecord]:
+    latest: dict[tuple, RunRecord] = {}
+    for r in serving_records(records):
+        k = _key(r)
+        if k not in latest or _created(r) >= _created(latest[k]):
+            latest[k] = r
+    return latest
+
+
+def _num(x: Any) -> float:
+    return math.nan if x is None or isinstance(x, bool) else float(x)
+
+
+def _row(key: tuple, r: RunRecord) -> dict[str, Any]:
+    m, serve = r.metrics or {}, (r.config or {}).get("serve") or {}
+    lat = m.get(LATENCY_MS) or {}
+    server = key[3] == "server"
+    row: dict[str, Any] = dict(zip(SERVE_KEY, key))
+    row.update(
+        status=r.status, error=r.error, config_hash=r.config_hash, created_at=r.created_at, record_id=r.record_id,
+        fingerprint=(r.env or {}).get("fingerprint"),
+        max_qps=_num(m.get(MAX_QPS)) if server else math.nan,
+        max_qps_lo=_num(m.get(lo(MAX_QPS))), max_qps_hi=_num(m.get(hi(MAX_QPS))),
+        monotonic=m.get("monotonic"), search_stop=m.get("search_stop"),
+        steps=len(m.get("steps") or []) or math.nan,
+        validity=_validity(m),
+        latency_p50_ms=_num(lat.get("p50")) if server else math.nan,
+        latency_p90_ms=_num(lat.get("p90")) if server else math.nan,
+        latency_p99_ms=_num(lat.get("p99")) if server else math.nan,
+        samples_per_s=_num(m.get(SAMPLES_PER_S) if server else m.get("offline_samples_per_s")),
+        pairs_per_s=_num(_at_max(m).get(PAIRS_PER_S) if server else m.get("offline_pairs_per_s")),
+        service_p99_ms=_num(m.get("service_p99_ms")),
+        pairs_mean=_num((m.get("query_set") or {}).get("pairs_mean")),
+        auc_loadgen=_num(m.get("auc_loadgen")), auc_offline=_num(m.get("auc_offline")), auc_shift=_num(m.get("auc_shift")),
+        auc_tolerance=_num(m.get("auc_tolerance")), auc_check=m.get("auc_check"), batch_dependent=m.get("batch_dependent"),
+        min_duration_s=_num(serve.get("min_duration_s")), min_query_count=_num(serve.get("min_query_count")),
+        threads=_num(m.get("threads")), loadgen_version=m.get("loadgen_version"),
+        evidence=m.get("evidence"), queue_qps=_num((m.get("queue_estimate") or {}).get("qps")),
+        step_queries=_num(m.get("step_queries")), step_tells=m.get("step_tells"), threads_used=_threads(m.get("threads_used")),
+    )
+    row["queue_ratio"] = row["max_qps"] / row["queue_qps"] if server and row["queue_qps"] and row["queue_qps"] > 0 else math.nan
+    machine = m.get("machine") or {}
+    row.update(load_start=_num(machine.get("load_start")), load_end=_num(machine.get("load_end")), steal_share=_num(machine.get("steal_share")),
+               cpus=_num(machine.get("cpus")))
+    for end in ("start", "end"):  # the reference kernels' wall times (bench.measure.noise.reference_speed)
+        ref = machine.get(f"reference_{end}") or {}
+        row[f"ref_gemm_us_{end}"], row[f"ref_gather_us_{end}"] = _num(ref.get("gemm_wall_us")), _num(ref.get("gather_wall_us"))
+    return row
+
+
+def _validity(m: dict[str, Any]) -> str | None:
+    """Each target's verdict: with its runs where the target was judged ('410:VALID 3/3'), else each run's."""
+    if m.get("judgments"):
+        return " ".join(f"{j['target_qps']:g}:{j['verdict']} {j['valid_runs'] if j['verdict'] == 'VALID' else j['runs'] - j['valid_runs']}/{j['runs']}"
+                        for j in m["judgments"])
+    return " ".join(f"{s.get('target_qps'):g}:{s.get('validity')}" for s in m.get("steps") or []) or None
+
+
+def _threads(t: dict[str, Any] | None) -> str | None:
+    """'1 worker x 1 torch thread + 1 LoadGen issue thread on 2 cores: no core shared'."""
+    if not t:
+        return None
+    shared = "they share a core" if t["share_a_core"] else "one core each at most"
+    return (f"{t['workers']} worker(s) x {t['torch_threads_per_worker']} torch thread(s) + {t['loadgen_issue_threads']} "
+            f"LoadGen issue thread(s) on {t['cores']} cores: {shared}")  # the process's CPU per second stays in the record
+
+
+def _at_max(m: dict[str, Any]) -> dict[str, Any]:
+    """The step at the highest VALID target (none: {})."""
+    best = m.get(lo(MAX_QPS))
+    return ([s for s in m.get("steps") or [] if s.get("validity") == "VALID" and s.get("target_qps") == best] or [{}])[-1]
+
+
+def serve_table(records: Iterable[RunRecord | dict[str, Any]]) -> pd.DataFrame:
+    """One row per serving job (newest per key), fp32 first, with the ratio to fp32's max QPS (Server) or samples/s (Offline)."""
+    latest = latest_serving(records)
+    if not latest:
+        return pd.DataFrame(columns=COLUMNS)
+    rows = [_row(k, r) for k, r in latest.items()]
+    by_key = {tuple(row[c] for c in SERVE_KEY): row for row in rows}
+    for row in rows:
+        if row["scenario"] == "server":  # Server max QPS against the same backend's Offline samples/s
+            off = by_key.get(tuple("offline" if c == "scenario" else None if c == "bound_ms" else row[c] for c in SERVE_KEY))
+            good = off is not None and off["status"] == "ok" and row["status"] == "ok" and off[SAMPLES_PER_S] > 0
+            row["offline_ratio"] = row[MAX_QPS] / off[SAMPLES_PER_S] if good else math.nan
+        else:
+            row["offline_ratio"] = math.nan
+        base = by_key.get(tuple(BASELINE if c == "backend" else row[c] for c in SERVE_KEY))
+        measure = MAX_QPS if row["scenario"] == "server" else SAMPLES_PER_S
+        ok = base is not None and base["status"] == "ok" and row["status"] == "ok" and base[measure] > 0
+        row["qps_ratio"] = row[measure] / base[measure] if ok else math.nan
+    df = pd.DataFrame(rows)
+    df["_rank"] = df["backend"].map(backend_rank)
+    df["_scenario"] = df["scenario"].map(lambda s: 0 if s == "server" else 1)
+    df = df.sort_values(["workload", "device", "_scenario", "_rank"], kind="mergesort").drop(columns=["_rank", "_scenario"])
+    return df.reset_index(drop=True)[COLUMNS]
+
+
+# ---------------------------------------------------------------------------------------------- markdown

@@ -6,6 +6,13 @@ import pytest
 from bench.serve.paired import CANDIDATE, HOLD, REFERENCE, SEARCH, interleave, order
 from bench.serve.qps_search import search_plan
 from bench.serve.scenario import round_qps
+from tests.test_faults import fast_cfg, fast_models  # noqa: F401 (fixtures)
+from tests.test_serve import TINY_SERVE
+
+
+@pytest.fixture
+def serve_cfg(fast_cfg):  # noqa: F811
+    return lambda *more: fast_cfg(*TINY_SERVE, *more)
 
 
 def judge(limit):
@@ -83,3 +90,38 @@ def test_open_ends_when_a_bracket_is_open():
     run, _ = recorder({CANDIDATE: 137, REFERENCE: 0.1})
     p = interleave(plan(50), search_plan(50, 2.0, 0.1, 20, 20, round_qps), run)
     assert p.reference_max_qps == 0 and p.ratio is None and p.interval[1] is None
+
+
+@pytest.mark.slow
+def test_a_paired_server_job_through_loadgen(serve_cfg):
+    # int8_tbe's search and fp32's, each two targets of one run, interleaved in one process: four runs
+    # C R R C, fp32's in its own log folder; the ratio is the two max QPS's, whatever LoadGen judged.
+    from pathlib import Path
+
+    from bench.runner import run_job
+
+    record, exc = run_job(serve_cfg("backend=int8_tbe"))
+    assert exc is None and record.status == "ok", record.error
+    m = record.metrics
+    p = m["paired"]
+    assert [(r["side"], r["role"]) for r in p["runs"]][:4] == [(CANDIDATE, SEARCH), (REFERENCE, SEARCH), (REFERENCE, SEARCH), (CANDIDATE, SEARCH)]
+    ref = p["reference"]
+    assert len(m["steps"]) == 2 and len(ref["steps"]) == 2 and p["reference_backend"] == "fp32"
+    assert [s["target_qps"] for s in m["steps"]] == [r["target_qps"] for r in p["runs"] if r["side"] == CANDIDATE]
+    for s in ref["steps"]:
+        assert Path(s["log_dir"]).parent.name == "fp32" and s["validity"] in ("VALID", "INVALID") and "late" in s
+    assert m["reference_max_qps"] == ref["max_qps"] and ref["warm_up"]["capacity_samples_per_s"] > 0
+    if ref["max_qps"] > 0:
+        assert m["qps_ratio"] == pytest.approx(m["max_qps"] / ref["max_qps"])
+    else:
+        assert m["qps_ratio"] is None
+
+
+@pytest.mark.slow
+def test_serve_paired_false_runs_one_search_and_fp32_is_never_paired(serve_cfg):
+    from bench.runner import run_job
+
+    alone, _ = run_job(serve_cfg("backend=int8_tbe", "serve.paired=false"))
+    fp32, _ = run_job(serve_cfg("backend=fp32"))
+    assert "paired" not in alone.metrics and alone.metrics["unpaired"] == "serve.paired=false" and len(alone.metrics["steps"]) == 2
+    assert "paired" not in fp32.metrics and fp32.metrics["unpaired"] == "this is the reference"

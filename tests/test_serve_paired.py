@@ -90,6 +90,7 @@ def test_open_ends_when_a_bracket_is_open():
     run, _ = recorder({CANDIDATE: 137, REFERENCE: 0.1})
     p = interleave(plan(50), search_plan(50, 2.0, 0.1, 20, 20, round_qps), run)
     assert p.reference_max_qps == 0 and p.ratio is None and p.interval[1] is None
+    assert not p.holds[REFERENCE]  # a side that met no load makes no hold runs: it has no max to hold
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ from bench.metrics import LATENCY_MS, MAX_QPS, SAMPLES_PER_S, hi, lo
 from bench.record import RunRecord
 from bench.report import fmt
 from bench.results.key import BASELINE
-from bench.results.serving import latest_serving, serve_table
+from bench.results.serving import PAIRED, latest_serving, serve_table
 from bench.results.table import as_records
 from bench.serve.qps_search import disturbed
 
@@ -34,6 +34,11 @@ NOTES = [
     "0 means no target met the bound. Latencies are LoadGen's, at the max-QPS step (where none was VALID, at the lowest load tried). "
     "The queue estimate is the rate a simulated queue with the SUT's batcher and its measured batch times holds under the bound "
     "(docs/serving.md); vs Offline is max QPS over the same backend's Offline samples/s.",
+    "**Relative to fp32 (paired)**: a Server job's search ran interleaved with fp32's, run by run in ABBA order in one "
+    "process, so both met the same host; vs fp32 is its max QPS over the fp32 max QPS found in the same minutes, and "
+    "the interval is what the two brackets allow together [backend VALID / fp32 INVALID, backend INVALID / fp32 VALID]. "
+    "The ratio repeats on a host whose speed moves; an absolute max QPS still needs a quiet, dedicated host. "
+    "A side whose search ended first makes hold runs at its max beside the other's runs (\"held 3/3 at 300\").",
     "**Offline**: every query at once; samples/s as LoadGen measured it.",
     "Short runs (the default) judge fewer queries than MLPerf's 600 s runs, and early stopping tolerates fewer "
     "late queries in a short run, so a short run's max QPS is a conservative estimate, not a compliant result "
@@ -65,6 +70,27 @@ def _where(row) -> str:
     return f"{row.workload} on {row.device}, batcher {row.batch_size} rows / {row.max_wait_ms:g} ms / {row.workers} worker(s)"
 
 
+def _interval(row) -> str:
+    low, high = row.qps_ratio_lo, row.qps_ratio_hi
+    return f"[{fmt.DASH if fmt.missing(low) else f'{low:.2f}'}, {fmt.DASH if fmt.missing(high) else f'{high:.2f}'}]"
+
+
+def _paired_lines(server: pd.DataFrame) -> list[str]:
+    """The Server jobs searched beside fp32: each one's max QPS over the fp32 max QPS found in the same minutes."""
+    paired = server[server["ratio_method"] == PAIRED]
+    if paired.empty:
+        return []
+    table = [[r.backend, _ratio(r.qps_ratio), _interval(r), f"{r.max_qps:g} {_bracket(r)}",
+              f"{r.fp32_max_qps_paired:g} {r.fp32_bracket_paired}", r.evidence or fmt.DASH, r.fp32_evidence_paired or fmt.DASH,
+              fmt.DASH if fmt.missing(r.paired_runs) else f"{r.paired_runs:g}", r.paired_holds or fmt.DASH]
+             for r in paired.itertuples(index=False)]
+    return ["### Relative to fp32, paired", "",
+            "Each backend's search ran interleaved with an fp32 search, run by run in ABBA order in the job's process: "
+            "the ratio and its interval hold the host's speed phases on both sides alike.", "",
+            fmt.markdown_table(["backend", "max QPS / fp32's", "interval (both brackets)", "max QPS [bracket]", "fp32 beside it [bracket]",
+                                "evidence", "fp32 evidence", "runs (both sides)", "hold runs"], table, "lrrrrllrl"), ""]
+
+
 def console_lines(records: Iterable[RunRecord | dict[str, Any]], df: pd.DataFrame | None = None) -> list[str]:
     """What a serving sweep prints after its jobs: per backend and scenario, max QPS at the bound with its
     bracket (Server) or samples/s (Offline), and the ratio to fp32's. `df`: the records' serving table, built."""
@@ -72,6 +98,8 @@ def console_lines(records: Iterable[RunRecord | dict[str, Any]], df: pd.DataFram
     out = []
     for row in df[df["status"] == "ok"].itertuples(index=False):
         ratio = "" if fmt.missing(row.qps_ratio) else f", {row.qps_ratio:.2f}x {BASELINE}'s"
+        if row.ratio_method == PAIRED:
+            ratio += f" searched beside it {_interval(row)}"
         if row.scenario == "server":
             evidence = f" ({row.evidence})" if isinstance(row.evidence, str) and row.evidence else ""
             out.append(f"  {row.backend} server (p99 bound {row.bound_ms:g} ms): max QPS {row.max_qps:g} {_bracket(row)}{evidence}{ratio}")
@@ -101,6 +129,7 @@ def render_serve(df: pd.DataFrame, latest: dict[tuple, RunRecord], plots: list[P
                     lines.append(f"- **{r.backend}: {r.max_qps:g} QPS is {r.queue_ratio:.2f}x what a queue with its measured service "
                                  f"times holds ({r.queue_qps:g} QPS)**: {_why_below(latest_by_id(latest)[r.record_id])}")
             lines.append("")
+        lines += _paired_lines(server)
         lines += ["### Every step", ""]
         steps, by_id = [], {rec.record_id: rec for rec in latest.values()}
         for r in server.itertuples(index=False):

@@ -30,7 +30,12 @@ COLUMNS = [
     "queue_ratio", "offline_ratio", "step_queries", "step_tells", "threads_used", "load_start", "load_end", "steal_share", "cpus",
     "ref_gemm_us_start", "ref_gemm_us_end", "ref_gather_us_start", "ref_gather_us_end", "error", "config_hash",
     "fingerprint", "created_at", "record_id",
+    # Server jobs paired with fp32 (serve.paired): qps_ratio is then the paired ratio, with the interval both brackets allow
+    "ratio_method", "qps_ratio_lo", "qps_ratio_hi", "fp32_max_qps_paired", "fp32_bracket_paired", "fp32_evidence_paired",
+    "paired_runs", "paired_holds",
 ]
+PAIRED, UNPAIRED = "paired", "separate jobs"
+OPEN = "\u2014"  # an open end of a bracket
 
 
 def serving_records(records: Iterable[RunRecord | dict[str, Any]]) -> list[RunRecord]:
@@ -92,6 +97,7 @@ def _row(key: tuple, r: RunRecord) -> dict[str, Any]:
         step_queries=_num(m.get("step_queries")), step_tells=m.get("step_tells"), threads_used=_threads(m.get("threads_used")),
     )
     row["queue_ratio"] = row["max_qps"] / row["queue_qps"] if server and row["queue_qps"] and row["queue_qps"] > 0 else math.nan
+    row.update(_paired(m) if server else {})
     machine = m.get("machine") or {}
     row.update(load_start=_num(machine.get("load_start")), load_end=_num(machine.get("load_end")), steal_share=_num(machine.get("steal_share")),
                cpus=_num(machine.get("cpus")))
@@ -99,6 +105,20 @@ def _row(key: tuple, r: RunRecord) -> dict[str, Any]:
         ref = machine.get(f"reference_{end}") or {}
         row[f"ref_gemm_us_{end}"], row[f"ref_gather_us_{end}"] = _num(ref.get("gemm_wall_us")), _num(ref.get("gather_wall_us"))
     return row
+
+
+def _paired(m: dict[str, Any]) -> dict[str, Any]:
+    """A paired Server job's ratio to the fp32 search run beside it, and that search's bracket and evidence."""
+    p = m.get("paired")
+    if not p:
+        return {"ratio_method": UNPAIRED}
+    ref = p.get("reference") or {}
+    low, high = ref.get(lo(MAX_QPS)), ref.get(hi(MAX_QPS))
+    holds = "; ".join(f"{side} {p[f'hold_{side}']}" for side in ("candidate", "reference") if p.get(f"hold_{side}"))
+    return {"ratio_method": PAIRED, "paired_ratio": _num(p.get("qps_ratio")), "qps_ratio_lo": _num(p.get("qps_ratio_lo")),
+            "qps_ratio_hi": _num(p.get("qps_ratio_hi")), "fp32_max_qps_paired": _num(p.get("reference_max_qps")),
+            "fp32_bracket_paired": f"[{OPEN if low is None else f'{low:g}'}, {OPEN if high is None else f'{high:g}'}]",
+            "fp32_evidence_paired": ref.get("evidence"), "paired_runs": len(p.get("runs") or []) or math.nan, "paired_holds": holds or None}
 
 
 def _validity(m: dict[str, Any]) -> str | None:
@@ -142,11 +162,15 @@ def serve_table(records: Iterable[RunRecord | dict[str, Any]]) -> pd.DataFrame:
         measure = MAX_QPS if row["scenario"] == "server" else SAMPLES_PER_S
         ok = base is not None and base["status"] == "ok" and row["status"] == "ok" and base[measure] > 0
         row["qps_ratio"] = row[measure] / base[measure] if ok else math.nan
+        if row.get("ratio_method") == PAIRED:  # against the fp32 search run beside it, not fp32's own job
+            row["qps_ratio"] = row.pop("paired_ratio")
+        elif row["scenario"] == "server" and row["backend"] == BASELINE and row["status"] == "ok":
+            row["ratio_method"] = "reference"
     df = pd.DataFrame(rows)
     df["_rank"] = df["backend"].map(backend_rank)
     df["_scenario"] = df["scenario"].map(lambda s: 0 if s == "server" else 1)
     df = df.sort_values(["workload", "device", "_scenario", "_rank"], kind="mergesort").drop(columns=["_rank", "_scenario"])
-    return df.reset_index(drop=True)[COLUMNS]
+    return df.reset_index(drop=True).reindex(columns=COLUMNS)
 
 
 # ---------------------------------------------------------------------------------------------- markdown

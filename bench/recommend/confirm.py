@@ -46,4 +46,4 @@ def confirmation(served: RunRecord, reference: RunRecord) -> Confirmation:
     else:
         method = METHOD
     return Confirmation(qps, qps_lo, qps_hi, base, ratio, low, high, p99, method,
-                        [r.record_id for r in (reference, served) if r.record_id])
+                        [r.resumed_from or r.record_id for r in (reference, served) if r.resumed_from or r.record_id])

@@ -58,9 +58,11 @@ def budget_of(cfg: Config) -> float:
 
 
 def stage4_seconds(cfg: Config) -> float:
-    """What stage 4 may take at most: `confirm` candidates and their fp32 reference, each a Server search."""
+    """What stage 4 may take at most: `confirm` candidates' Server searches, and fp32's beside them (one per batcher
+    size and threads, shared by the candidates that have them: at most as many as the candidates)."""
     search = cfg.serve.max_search_s if cfg.serve is not None else 90.0
-    return cfg.recommend.confirm * 2 * (search + SERVE_OVERHEAD_S)
+    references = min(cfg.recommend.confirm, len(cfg.recommend.batch_sizes) * len(threads_axis(cfg)))
+    return (cfg.recommend.confirm + references) * (search + SERVE_OVERHEAD_S)
 
 
 @dataclass

@@ -190,3 +190,38 @@ def test_the_steps_table_marks_a_run_set_aside_by_the_job_s_own_steal_threshold(
         write_report([rec, *records[1:]], tmp_path / name, title="serve fixture")
         text = (tmp_path / name / "serve.md").read_text()
         assert ("| 8.0% (set aside) |" in text) is marked and "| 8.0%" in text
+
+
+def paired(rec, ratio, low, high, ref_max=300.0):
+    """int8_tbe's Server record as a paired job: an fp32 search run beside it found `ref_max`."""
+    ref = {"max_qps": ref_max, "max_qps_lo": ref_max, "max_qps_hi": 330.0, "evidence": f"VALID 2/2 at {ref_max:g}, INVALID 2/3 at 330",
+           "steps": []}
+    p = {"qps_ratio": ratio, "qps_ratio_lo": low, "qps_ratio_hi": high, "reference_max_qps": ref_max, "reference": ref,
+         "runs": [{"round": i // 2} for i in range(12)], "hold_reference": "held 2/2 at 300", "hold_candidate": None}
+    return dataclasses.replace(rec, metrics={**rec.metrics, "paired": p, "qps_ratio": ratio})
+
+
+def test_a_paired_server_job_reads_its_ratio_against_the_fp32_search_beside_it(records, tmp_path):
+    records = [*records[:2], paired(records[2], 1.2, 1.05, 1.3), records[3]]
+    df = serve_table(records)
+    fp32, int8 = row(df, "fp32", "server"), row(df, "int8_tbe", "server")
+    assert int8.ratio_method == "paired" and int8.qps_ratio == 1.2  # not 450 / fp32's own job's 300
+    assert (int8.qps_ratio_lo, int8.qps_ratio_hi, int8.fp32_max_qps_paired, int8.paired_runs) == (1.05, 1.3, 300, 12)
+    assert int8.fp32_bracket_paired == "[300, 330]" and int8.paired_holds == "reference held 2/2 at 300"
+    assert fp32.ratio_method == "reference" and fp32.qps_ratio == 1.0 and row(df, "int8_tbe", "offline").ratio_method != "paired"
+    write_report(records, tmp_path, title="serve fixture")
+    text = (tmp_path / "serve.md").read_text()
+    assert "### Relative to fp32, paired" in text
+    assert "| int8_tbe | 1.20x | [1.05, 1.30] | 450 [450, —] | 300 [300, 330] |" in text
+    assert "max QPS 450 [450, —], 1.20x fp32's searched beside it [1.05, 1.30]" in "\n".join(__import__("bench.report.serve", fromlist=["x"]).console_lines(records))
+
+
+@pytest.mark.parametrize("threshold,verdict", [(1.0, "pass"), (1.1, "inconclusive"), (1.25, "fail")])
+def test_min_qps_ratio_rules_on_the_paired_ratio_and_its_interval(records, threshold, verdict):
+    records = [*records[:2], paired(records[2], 1.2, 1.05, 1.3), records[3]]
+    v = verdicts(records, gate(int8_tbe={"min_qps_ratio": threshold}))[("int8_tbe", "server ≤60 ms, wait 2 ms ×1", "min_qps_ratio")]
+    assert v.verdict == verdict and v.value == 1.2
+    # an open upper end (the backend never INVALID): a threshold below the point and above the low end cannot pass
+    open_end = [*records[:2], paired(records[2], 1.2, 1.05, None), records[3]]
+    w = verdicts(open_end, gate(int8_tbe={"min_qps_ratio": 1.1}))[("int8_tbe", "server ≤60 ms, wait 2 ms ×1", "min_qps_ratio")]
+    assert w.verdict == "inconclusive" and "∞" in w.reason

@@ -20,6 +20,9 @@ what a record without them measured, or where they do not apply:
   (no run set aside). Its default, 0.05, changes what a Server or Offline job measures on a host that
   steals, so such a job has a new identity; records made while the rule was a constant (before the key)
   have no key and read as null: resume measures them again rather than pass them off as judged by it.
+- `serve.paired` (a Server search interleaved with fp32's): false is what records before it measured (one
+  search, alone). Its default, true, changes what a Server job measures (its runs alternate with fp32's,
+  and it reports the ratio), so such a job has a new identity.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ import copy
 from typing import Any
 
 LEGACY = {("model", "output_key"): None, ("backend", "mlp_output"): "int8", ("serve", "judgments"): 1,
-          ("serve", "step_late_share"): None, ("serve", "test_stall_ms"): None, ("serve", "max_steal"): None}
+          ("serve", "step_late_share"): None, ("serve", "test_stall_ms"): None, ("serve", "max_steal"): None,
+          ("serve", "paired"): False}
 
 
 def job_identity(resolved: dict[str, Any]) -> dict[str, Any]:

@@ -349,6 +349,9 @@ class ServeConfig:
     # A run during which the hypervisor took more than this share of the CPU time (steal) is disturbed: it
     # is kept but set aside from its target's verdict, which runs again; an Offline run is retried. null: none is.
     max_steal: Optional[float] = MAX_STEAL
+    # Server: pair each backend's search with fp32's, interleaved run by run (ABBA) in the job's process, and
+    # report max QPS relative to fp32 with the interval both brackets allow (bench.serve.paired). false: one search.
+    paired: bool = True
     # Scenarios whose job also makes a LoadGen AccuracyOnly run (every sample once) and checks its AUC.
     accuracy_scenarios: list[str] = field(default_factory=lambda: ["offline"])
     # Backends that quantize activations per batch give scores that depend on which samples share a

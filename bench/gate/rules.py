@@ -93,7 +93,7 @@ def fmt_auc(v: float) -> str:
 
 
 def fmt_speedup(v: float) -> str:
-    return f"{v:.2f}x"
+    return "∞" if v == float("inf") else f"{v:.2f}x"
 
 
 def fmt_bytes(v: float) -> str:
@@ -166,10 +166,16 @@ def qps_at_sla(row: Row) -> Measure:
 @rule("min_qps_ratio", "min", "QPS / fp32 QPS", fmt_speedup, rows=(SERVER, OFFLINE))
 def qps_ratio(row: Row) -> Measure:
     # Server: max QPS at the bound; Offline: samples/s; against fp32's with the same scenario, bound and batcher.
+    # A Server job paired with fp32 (serve.paired): the ratio to the fp32 search run beside it, with the interval
+    # both brackets allow (an open end reaches to 0 or infinity): a ratio whose interval straddles the threshold
+    # is inconclusive.
     value = finite(row.get("qps_ratio"))
     if value is None:
         return Measure(None, missing="qps_ratio is missing (no ok fp32 serving row with this scenario, bound and batcher, or fp32 met no load)")
-    return Measure(value)
+    if row.get("ratio_method") != "paired":
+        return Measure(value)
+    low, high = finite(row.get("qps_ratio_lo")), finite(row.get("qps_ratio_hi"))
+    return Measure(value, (0.0 if low is None else low, float("inf") if high is None else high))
 
 
 @rule("max_p99_ms", "max", "p99 latency at max QPS", fmt_ms, rows=(SERVER,))

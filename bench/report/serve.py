@@ -36,7 +36,11 @@ COLUMNS = [
     "queue_ratio", "offline_ratio", "step_queries", "step_tells", "threads_used", "load_start", "load_end", "steal_share", "cpus",
     "ref_gemm_us_start", "ref_gemm_us_end", "ref_gather_us_start", "ref_gather_us_end", "error", "config_hash",
     "fingerprint", "created_at", "record_id",
+    # Server jobs paired with fp32 (serve.paired): qps_ratio is then the paired ratio, with the interval both brackets allow
+    "ratio_method", "qps_ratio_lo", "qps_ratio_hi", "fp32_max_qps_paired", "fp32_bracket_paired", "fp32_evidence_paired",
+    "paired_runs", "paired_holds",
 ]
+PAIRED, UNPAIRED = "paired", "separate jobs"
 NOTES = [
     "A **sample** is one LoadGen sample: one user's group of candidate pairs (rows), as in MLPerf's DLRM-v2 "
     "(sizes drawn from its quantiles, 100-700 pairs, mean 270, unless the run fixed them). pairs/s = samples/s "
@@ -50,6 +54,11 @@ NOTES = [
     "0 means no target met the bound. Latencies are LoadGen's, at the max-QPS step (where none was VALID, at the lowest load tried). "
     "The queue estimate is the rate a simulated queue with the SUT's batcher and its measured batch times holds under the bound "
     "(docs/serving.md); vs Offline is max QPS over the same backend's Offline samples/s.",
+    "**Relative to fp32 (paired)**: a Server job's search ran interleaved with fp32's, run by run in ABBA order in one "
+    "process, so both met the same host; vs fp32 is its max QPS over the fp32 max QPS found in the same minutes, and "
+    "the interval is what the two brackets allow together [backend VALID / fp32 INVALID, backend INVALID / fp32 VALID]. "
+    "The ratio repeats on a host whose speed moves; an absolute max QPS still needs a quiet, dedicated host. "
+    "A side whose search ended first makes hold runs at its max beside the other's runs (\"held 3/3 at 300\").",
     "**Offline**: every query at once; samples/s as LoadGen measured it.",
     "Short runs (the default) judge fewer queries than MLPerf's 600 s runs, and early stopping tolerates fewer "
     "late queries in a short run, so a short run's max QPS is a conservative estimate, not a compliant result "
@@ -126,6 +135,7 @@ def _row(key: tuple, r: RunRecord) -> dict[str, Any]:
         step_queries=_num(m.get("step_queries")), step_tells=m.get("step_tells"), threads_used=_threads(m.get("threads_used")),
     )
     row["queue_ratio"] = row["max_qps"] / row["queue_qps"] if server and row["queue_qps"] and row["queue_qps"] > 0 else math.nan
+    row.update(_paired(m) if server else {})
     machine = m.get("machine") or {}
     row.update(load_start=_num(machine.get("load_start")), load_end=_num(machine.get("load_end")), steal_share=_num(machine.get("steal_share")),
                cpus=_num(machine.get("cpus")))
@@ -133,6 +143,20 @@ def _row(key: tuple, r: RunRecord) -> dict[str, Any]:
         ref = machine.get(f"reference_{end}") or {}
         row[f"ref_gemm_us_{end}"], row[f"ref_gather_us_{end}"] = _num(ref.get("gemm_wall_us")), _num(ref.get("gather_wall_us"))
     return row
+
+
+def _paired(m: dict[str, Any]) -> dict[str, Any]:
+    """A paired Server job's ratio to the fp32 search run beside it, and that search's bracket and evidence."""
+    p = m.get("paired")
+    if not p:
+        return {"ratio_method": UNPAIRED}
+    ref = p.get("reference") or {}
+    low, high = ref.get(lo(MAX_QPS)), ref.get(hi(MAX_QPS))
+    holds = "; ".join(f"{side} {p[f'hold_{side}']}" for side in ("candidate", "reference") if p.get(f"hold_{side}"))
+    return {"ratio_method": PAIRED, "paired_ratio": _num(p.get("qps_ratio")), "qps_ratio_lo": _num(p.get("qps_ratio_lo")),
+            "qps_ratio_hi": _num(p.get("qps_ratio_hi")), "fp32_max_qps_paired": _num(p.get("reference_max_qps")),
+            "fp32_bracket_paired": f"[{fmt.DASH if low is None else f'{low:g}'}, {fmt.DASH if high is None else f'{high:g}'}]",
+            "fp32_evidence_paired": ref.get("evidence"), "paired_runs": len(p.get("runs") or []) or math.nan, "paired_holds": holds or None}
 
 
 def _validity(m: dict[str, Any]) -> str | None:
@@ -176,11 +200,15 @@ def serve_table(records: Iterable[RunRecord | dict[str, Any]]) -> pd.DataFrame:
         measure = MAX_QPS if row["scenario"] == "server" else SAMPLES_PER_S
         ok = base is not None and base["status"] == "ok" and row["status"] == "ok" and base[measure] > 0
         row["qps_ratio"] = row[measure] / base[measure] if ok else math.nan
+        if row.get("ratio_method") == PAIRED:  # against the fp32 search run beside it, not fp32's own job
+            row["qps_ratio"] = row.pop("paired_ratio")
+        elif row["scenario"] == "server" and row["backend"] == BASELINE and row["status"] == "ok":
+            row["ratio_method"] = "reference"
     df = pd.DataFrame(rows)
     df["_rank"] = df["backend"].map(backend_rank)
     df["_scenario"] = df["scenario"].map(lambda s: 0 if s == "server" else 1)
     df = df.sort_values(["workload", "device", "_scenario", "_rank"], kind="mergesort").drop(columns=["_rank", "_scenario"])
-    return df.reset_index(drop=True)[COLUMNS]
+    return df.reset_index(drop=True).reindex(columns=COLUMNS)
 
 
 # ---------------------------------------------------------------------------------------------- markdown
@@ -206,6 +234,8 @@ def console_lines(records: Iterable[RunRecord | dict[str, Any]]) -> list[str]:
     out = []
     for row in df[df["status"] == "ok"].itertuples(index=False):
         ratio = "" if fmt.missing(row.qps_ratio) else f", {row.qps_ratio:.2f}x {BASELINE}'s"
+        if row.ratio_method == PAIRED:
+            ratio += f" searched beside it {_interval(row)}"
         if row.scenario == "server":
             evidence = f" ({row.evidence})" if isinstance(row.evidence, str) and row.evidence else ""
             out.append(f"  {row.backend} server (p99 bound {row.bound_ms:g} ms): max QPS {row.max_qps:g} {_bracket(row)}{evidence}{ratio}")
@@ -235,6 +265,7 @@ def render_serve(df: pd.DataFrame, latest: dict[tuple, RunRecord], plots: list[P
                     lines.append(f"- **{r.backend}: {r.max_qps:g} QPS is {r.queue_ratio:.2f}x what a queue with its measured service "
                                  f"times holds ({r.queue_qps:g} QPS)**: {_why_below(latest_by_id(latest)[r.record_id])}")
             lines.append("")
+        lines += _paired_lines(server)
         lines += ["### Every step", ""]
         steps, by_id = [], {rec.record_id: rec for rec in latest.values()}
         for r in server.itertuples(index=False):
@@ -272,6 +303,27 @@ def render_serve(df: pd.DataFrame, latest: dict[tuple, RunRecord], plots: list[P
     for r in bad.itertuples(index=False):
         lines.append(f"- {r.backend} / {r.scenario} / {r.workload} / {r.device}: **{r.status}**: {fmt.first_line(r.error) or 'no reason recorded'}")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _interval(row) -> str:
+    low, high = row.qps_ratio_lo, row.qps_ratio_hi
+    return f"[{fmt.DASH if fmt.missing(low) else f'{low:.2f}'}, {fmt.DASH if fmt.missing(high) else f'{high:.2f}'}]"
+
+
+def _paired_lines(server: pd.DataFrame) -> list[str]:
+    """The Server jobs searched beside fp32: each one's max QPS over the fp32 max QPS found in the same minutes."""
+    paired = server[server["ratio_method"] == PAIRED]
+    if paired.empty:
+        return []
+    table = [[r.backend, _ratio(r.qps_ratio), _interval(r), f"{r.max_qps:g} {_bracket(r)}",
+              f"{r.fp32_max_qps_paired:g} {r.fp32_bracket_paired}", r.evidence or fmt.DASH, r.fp32_evidence_paired or fmt.DASH,
+              fmt.DASH if fmt.missing(r.paired_runs) else f"{r.paired_runs:g}", r.paired_holds or fmt.DASH]
+             for r in paired.itertuples(index=False)]
+    return ["### Relative to fp32, paired", "",
+            "Each backend's search ran interleaved with an fp32 search, run by run in ABBA order in the job's process: "
+            "the ratio and its interval hold the host's speed phases on both sides alike.", "",
+            fmt.markdown_table(["backend", "max QPS / fp32's", "interval (both brackets)", "max QPS [bracket]", "fp32 beside it [bracket]",
+                                "evidence", "fp32 evidence", "runs (both sides)", "hold runs"], table, "lrrrrllrl"), ""]
 
 
 FAR_BELOW = 0.5  # a Server max QPS under this share of the queue estimate is flagged

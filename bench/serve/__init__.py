@@ -9,9 +9,10 @@
     late.py            why a run's late queries were late: stall, service time or queueing
     queue.py           the load a simulated queue with the measured batch times holds under the bound
     accuracy_log.py    AUC from LoadGen's accuracy log, checked against the offline AUC
+    paired.py          two searches interleaved run by run (ABBA): a backend's and fp32's, and the ratio of their max QPS
     scenario.py        measure_serving(cfg, backend, device, work) -> metrics: one serving job
 """
 
-from bench.serve.scenario import accuracy_error, measure_serving
+from bench.serve.scenario import accuracy_error, measure_serving, paired_max_qps
 
-__all__ = ["accuracy_error", "measure_serving"]
+__all__ = ["accuracy_error", "measure_serving", "paired_max_qps"]

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Generator, Optional
 
 from bench.config.schema import MAX_STEAL
 from bench.metrics import LATENCY_MS, MAX_QPS, SAMPLES_PER_S, hi, lo
@@ -186,13 +186,36 @@ def find_max_qps(run_step: Callable[[float, int], Step], start: float, factor: f
     when no lower load can meet the bound; `budget` (seconds, and a run's expected length at a target) ends
     it before a target whose first run would go past the seconds; `judgments` is the most runs per target;
     a run over `max_steal` steal is set aside (None: none is)."""
+    return drive(search_plan(start, factor, resolution, max_steps, min_qps, snap, hopeless, budget, judgments, percentile, max_steal),
+                 run_step)
+
+
+Plan = Generator[tuple[float, int], Step, Search]  # asks (qps, n), is sent each run's step, returns the Search
+
+
+def drive(plan: Plan, run_step: Callable[[float, int], Step]) -> Search:
+    """Run a search plan to its end, each run it asks for made by `run_step(qps, n)`."""
+    try:
+        ask = next(plan)
+        while True:
+            ask = plan.send(run_step(*ask))
+    except StopIteration as done:
+        return done.value
+
+
+def search_plan(start: float, factor: float, resolution: float, max_steps: int, min_qps: float, snap: Callable[[float], float] = float,
+                hopeless: Optional[str] = None, budget: Optional[tuple[float, Callable[[float], float]]] = None, judgments: int = 1,
+                percentile: float = 0.99, max_steal: Optional[float] = MAX_STEAL) -> Plan:
+    """The search of `find_max_qps` as a generator: it yields each run it needs, (qps, n: the run's number at
+    that target), is sent the run's step, and returns the Search. Another driver can interleave two plans
+    run by run (bench.serve.paired)."""
     search = Search()
     qps, spent = start, 0.0
     while True:
         judgment = Judgment(qps, max_steal=max_steal)
         search.judged.append(judgment)
         while True:
-            judgment.runs.append(run_step(qps, len(judgment.runs)))
+            judgment.runs.append((yield qps, len(judgment.runs)))
             spent += budget[1](qps) if budget else 0.0
             if judgment.settled(judgments, percentile):
                 break

@@ -14,8 +14,10 @@ per run.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -30,13 +32,16 @@ from bench.measure.figures import Held, JobFigures
 from bench.measure.memory import model_bytes
 from bench.measure.noise import LoadWatch, reference_speed
 from bench.metrics import LATENCY_MS, PAIRS_PER_S, SAMPLES_PER_S
+from bench import registry
 from bench.models.random_weights import RANDOM
-from bench.pipeline.job import PERFORMANCE_ONLY, backend_scores
+from bench.pipeline.job import PERFORMANCE_ONLY, backend_config, backend_scores
+from bench.registry import BASELINE_BACKEND
 from bench.pipeline.shared import SharedWork
 from bench.serve import late, loadgen, timeline
 from bench.serve.accuracy_log import accuracy_check
 from bench.serve.early_stopping import queries_for_share, what_a_step_tells
-from bench.serve.qps_search import disturbed, find_max_qps
+from bench.serve.paired import CANDIDATE, REFERENCE, SEARCH, interleave
+from bench.serve.qps_search import Plan, Search, disturbed, drive, search_plan
 from bench.serve.queries import QuerySet
 from bench.serve.queue import ServiceModel, max_rate
 from bench.serve.sut import ServingSystem, predict
@@ -60,13 +65,17 @@ def measure_serving(cfg: Config, backend: Backend, device: torch.device, work: S
     work.release_leftovers(cfg, backend, device)
     prepared = work.prepared(cfg, backend, model, workload, device)
     queries = QuerySet.from_eval(work.split_batches(cfg, workload, "eval"), serve, cfg.seed)
-    stall_s = serve.test_stall_ms / 1000 if serve.test_stall_ms is not None else None
-    runs = Runs(cfg, ServingSystem(prepared, queries, device, cfg.batch_size, serve.max_wait_ms / 1000, serve.workers, stall_s),
-                queries, job_dir(cfg) / "loadgen")
+    runs = serving_runs(cfg, prepared, queries, device, job_dir(cfg) / "loadgen", planted_stall=True)
+    reference, unpaired = fp32_reference(cfg, backend, model, workload, device, work)
     reference_start = reference_speed()
     with LoadWatch() as load:
         warm = warm_up(prepared, queries, device, cfg.batch_size)
-        metrics = _measure(cfg, backend, model, workload, device, work, runs, warm)
+        pair = None
+        if reference is not None:  # fp32's side of the paired search: its own SUT and log folder, warmed up beside this one
+            pair = Pair(serving_runs(cfg, reference, queries, device, runs.logs / BASELINE_BACKEND), warm_up(reference, queries, device, cfg.batch_size))
+        metrics = _measure(cfg, backend, model, workload, device, work, runs, warm, pair)
+    if unpaired is not None:
+        metrics["unpaired"] = unpaired
     # The machine's own speed at both ends of the job and its load over it: a figure that moved between
     # runs with these moves with the machine, not the backend (serve.md's machine section).
     metrics["machine"] = {**load.figures, "reference_start": reference_start, "reference_end": reference_speed()}
@@ -80,8 +89,66 @@ def measure_serving(cfg: Config, backend: Backend, device: torch.device, work: S
     return metrics
 
 
+def serving_runs(cfg: Config, module: nn.Module, queries: QuerySet, device: torch.device, logs: Path, planted_stall: bool = False) -> "Runs":
+    """LoadGen runs over `module` behind its own dynamic batcher, logged under `logs`; `planted_stall` takes
+    serve.test_stall_ms (test-only) into its SUT."""
+    serve = cfg.serve
+    stall_s = serve.test_stall_ms / 1000 if planted_stall and serve.test_stall_ms is not None else None
+    return Runs(cfg, ServingSystem(module, queries, device, cfg.batch_size, serve.max_wait_ms / 1000, serve.workers, stall_s), queries, logs)
+
+
+def fp32_reference(cfg: Config, backend: Backend, model: Any, workload: Any, device: torch.device,
+                   work: SharedWork) -> tuple[nn.Module | None, str | None]:
+    """The prepared fp32 module a Server job pairs its search with (serve.paired), or None and why not."""
+    if cfg.serve.scenario != "server":
+        return None, None
+    if backend.cfg.name == BASELINE_BACKEND:
+        return None, "this is the reference"
+    if not cfg.serve.paired:
+        return None, "serve.paired=false"
+    ref = registry.get("backend", BASELINE_BACKEND).factory(backend_config({"name": BASELINE_BACKEND}))
+    why = ref.unsupported_reason(device)
+    if why is not None:
+        return None, why
+    return work.reference(cfg, ref, model, device), None
+
+
+def paired_max_qps(cfg: Config, candidate: nn.Module, reference: nn.Module, device: torch.device, work: SharedWork,
+                   logs: Path | None = None) -> dict[str, Any]:
+    """The candidate's Server max QPS and fp32's, from their two searches interleaved run by run in ABBA order
+    in this process (bench.serve.paired), and the ratio with the interval both brackets allow.
+
+    `candidate` and `reference` are prepared modules (a backend's `prepare` output; fp32's, for instance from
+    `SharedWork.reference`); `cfg` is the candidate's job config with `serve` set (the Server scenario is
+    used whatever serve.scenario says; every other serve.* key applies to both searches); the query set is
+    cut from the eval split of cfg's workload. LoadGen's logs go under `logs` (default: the job's folder),
+    fp32's in its `fp32` subfolder. Returns:
+
+    - `max_qps`, `max_qps_lo`, `max_qps_hi`, `evidence`, `judgments`, `steps`: the candidate's search
+      (steps: each LoadGen run with its verdict, percentiles, late-query causes and steal);
+    - `reference_max_qps` and `paired.reference`: fp32's search, the same keys;
+    - `qps_ratio`, `qps_ratio_lo`, `qps_ratio_hi`: candidate max QPS / fp32's, and the ratios the two brackets
+      allow (None where an end is open, or the ratio when fp32 met no load);
+    - `paired.runs`: every run in the order it ran (round, side, role search|hold, target, verdict), and
+      `paired.hold_candidate` / `hold_reference`: how the side whose search had ended held its max;
+    - `queue_estimate` (the candidate's), `warm_up` (both: the candidate's, and `paired.reference.warm_up`).
+    """
+    serve = dataclasses.replace(cfg.serve, scenario="server")
+    cfg = dataclasses.replace(cfg, serve=serve)
+    check_serve_config(serve)
+    workload = work.workload(cfg)
+    queries = QuerySet.from_eval(work.split_batches(cfg, workload, "eval"), serve, cfg.seed)
+    logs = Path(logs) if logs is not None else job_dir(cfg) / "loadgen"
+    runs = serving_runs(cfg, candidate, queries, device, logs, planted_stall=True)
+    warm = warm_up(candidate, queries, device, cfg.batch_size)
+    pair = Pair(serving_runs(cfg, reference, queries, device, logs / BASELINE_BACKEND), warm_up(reference, queries, device, cfg.batch_size))
+    metrics: dict[str, Any] = {"warm_up": warm}
+    server(runs, warm, metrics, pair)
+    return metrics
+
+
 def _measure(cfg: Config, backend: Backend, model: nn.Module, workload: Any, device: torch.device, work: SharedWork, runs: "Runs",
-             warm: dict[str, Any]) -> dict[str, Any]:
+             warm: dict[str, Any], pair: "Pair | None" = None) -> dict[str, Any]:
     """The scenario's runs after the warm-up: the Server search or the Offline run, then the accuracy run."""
     serve, queries = cfg.serve, runs.queries
     metrics: dict[str, Any] = {
@@ -93,7 +160,7 @@ def _measure(cfg: Config, backend: Backend, model: nn.Module, workload: Any, dev
         "warm_up": warm,
         "sample": SAMPLE,
     }
-    accuracy_qps = (server if serve.scenario == "server" else offline)(runs, warm, metrics)
+    accuracy_qps = server(runs, warm, metrics, pair) if serve.scenario == "server" else offline(runs, warm, metrics)
     metrics["validity"] = [s["validity"] for s in metrics["steps"]]
     metrics["loadgen_version"] = metrics["steps"][0].get("loadgen_version")
     if model.info.get("source") == RANDOM:
@@ -129,8 +196,44 @@ class Runs:
         return step
 
 
-def server(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any]) -> float:
-    """The Server search into `metrics`; the target the accuracy run (if any) uses."""
+def server(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any], pair: "Pair | None" = None) -> float:
+    """The Server search into `metrics`; the target the accuracy run (if any) uses. With `pair` (fp32's runs and
+    warm-up), fp32's search runs interleaved with this one, run by run in ABBA order (bench.serve.paired), and
+    `metrics` gets the ratio to fp32's max QPS with its interval, and fp32's search under `paired`."""
+    plan, run = server_plan(runs, warm, metrics)
+    if pair is None:
+        search = drive(plan, run)
+    else:
+        reference: dict[str, Any] = {}
+        ref_plan, ref_run = server_plan(pair.runs, pair.warm, reference)
+        holds = {CANDIDATE: iter(range(1, 10_000)), REFERENCE: iter(range(1, 10_000))}
+
+        def run_paired(side: str, qps: float, draw: int, role: str) -> dict[str, Any]:
+            if role == SEARCH:
+                return (run if side == CANDIDATE else ref_run)(qps, draw)
+            on = runs if side == CANDIDATE else pair.runs
+            return on.run("performance", qps, f"hold{next(holds[side])}_{qps:g}qps", draw, metrics["step_queries"])
+
+        paired = interleave(plan, ref_plan, run_paired)
+        search = paired.candidate
+        server_finish(pair.runs, pair.warm, reference, paired.reference)
+        reference["warm_up"] = pair.warm
+        metrics["paired"] = {**paired.as_metrics(), "reference_backend": BASELINE_BACKEND, "reference": reference}
+        metrics.update({k: metrics["paired"][k] for k in ("qps_ratio", "qps_ratio_lo", "qps_ratio_hi", "reference_max_qps")})
+    return server_finish(runs, warm, metrics, search)
+
+
+@dataclass
+class Pair:
+    """fp32's side of a paired Server job: its runs (its own serving system and log folder) and its warm-up."""
+
+    runs: "Runs"
+    warm: dict[str, Any]
+
+
+def server_plan(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any]) -> tuple[Plan, Callable[[float, int], dict[str, Any]]]:
+    """The Server search's plan (its first target from the warm-up, its budget and rules from serve.*) and the
+    function that makes each run it asks for; what it decided before any run goes into `metrics`."""
     serve, queries = runs.cfg.serve, runs.queries
     floor = service_floor_ms(warm, queries)
     metrics["service_p99_ms"] = floor
@@ -150,6 +253,7 @@ def server(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any]) -> float:
         start = round_qps(warm["capacity_samples_per_s"] * (LIGHT_LOAD if hopeless else FIRST_LOAD))
     else:  # not below the capacity share either: a warm-up on a busy core can guess far too low, and low targets run long
         start = round_qps(max(estimate * FIRST_OF_ESTIMATE, warm["capacity_samples_per_s"] * FIRST_LOAD))
+    metrics["first_target_qps"] = start
     numbers = iter(range(1, 10_000))
 
     def seconds(qps: float) -> float:  # how long LoadGen runs at this target
@@ -159,13 +263,18 @@ def server(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any]) -> float:
         name = f"server_step{next(numbers)}_{qps:g}qps" + (f"_run{draw + 1}" if draw else "")
         return runs.run("performance", qps, name, draw, step_queries or None)
 
-    search = find_max_qps(run, start, serve.qps_factor, serve.qps_resolution, serve.max_steps, serve.min_qps, round_qps, hopeless,
-                          (serve.max_search_s, seconds), serve.judgments, max_steal=serve.max_steal)
+    plan = search_plan(start, serve.qps_factor, serve.qps_resolution, serve.max_steps, serve.min_qps, round_qps, hopeless,
+                       (serve.max_search_s, seconds), serve.judgments, max_steal=serve.max_steal)
+    return plan, run
+
+
+def server_finish(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any], search: Search) -> float:
+    """A finished search's figures into `metrics`; the target an accuracy run uses."""
     metrics.update(search.as_metrics())
     at = search.at_max() or search.steps[0]
     metrics["threads_used"] = at["threads"]  # at the max (or the lowest load tried)
-    metrics["queue_estimate"] = measured_queue(search.steps, warm, queries, runs)
-    return search.highest_valid or start
+    metrics["queue_estimate"] = measured_queue(search.steps, warm, runs.queries, runs)
+    return search.highest_valid or metrics["first_target_qps"]
 
 
 def warm_up_queue_qps(warm: dict[str, Any], queries: QuerySet, runs: Runs) -> float | None:

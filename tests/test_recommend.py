@@ -138,17 +138,24 @@ def test_an_offline_point_reads_fp32s_time_from_the_paired_job():
     assert timed_sizes([4096, 1024]) == [256, 1024, 4096]
 
 
-def serving(qps, lo, hi, status="ok"):
-    return RunRecord(status=status, workload="w", backend="b", device="cpu", batch_size=1024, config={}, config_hash="h", env={},
-                     metrics={"max_qps": qps, "max_qps_lo": lo, "max_qps_hi": hi, "latency_ms": {"p99": 30.0}}, record_id="r")
+def serving(backend, metrics, status="ok"):
+    return RunRecord(status=status, workload="w", backend=backend, device="cpu", batch_size=1024, config={}, config_hash="h", env={},
+                     metrics=metrics, record_id="r1", error=None if status == "ok" else "it broke")
 
 
-def test_the_server_ratio_spans_both_brackets():
-    c = confirmation(serving(300.0, 300.0, 330.0), serving(200.0, 200.0, 250.0))
-    assert (c.max_qps, c.fp32_max_qps, c.relative) == (300.0, 200.0, 1.5)
-    assert c.relative_lo == pytest.approx(300 / 250) and c.relative_hi == pytest.approx(330 / 200) and c.p99_ms == 30.0
-    failed = confirmation(serving(0.0, None, 40.0), serving(200.0, 200.0, 250.0))
-    assert failed.max_qps == 0.0 and failed.relative == 0.0 and decide.confirmation_fails(failed, None, 60) is not None
+def test_a_paired_serving_record_gives_the_ratio_and_its_interval():
+    c = confirmation(serving("uint4", {"max_qps": 300.0, "max_qps_lo": 300.0, "max_qps_hi": 330.0, "reference_max_qps": 200.0,
+                                       "qps_ratio": 1.5, "qps_ratio_lo": 1.2, "qps_ratio_hi": 1.65, "latency_ms": {"p99": 30.0}}))
+    assert (c.max_qps, c.max_qps_lo, c.max_qps_hi, c.fp32_max_qps) == (300.0, 300.0, 330.0, 200.0)
+    assert (c.relative, c.relative_lo, c.relative_hi, c.p99_ms, c.records) == (1.5, 1.2, 1.65, 30.0, ["r1"])
+    assert "interleaved run by run (ABBA)" in c.method
+    alone = confirmation(serving("fp32", {"max_qps": 200.0, "max_qps_lo": 200.0, "max_qps_hi": 220.0}))
+    assert (alone.fp32_max_qps, alone.relative, alone.relative_lo, alone.relative_hi) == (200.0, 1.0, 1.0, 1.0)
+    failed = confirmation(serving("uint4", {"max_qps": 0.0, "max_qps_hi": 40.0, "reference_max_qps": 200.0, "qps_ratio": 0.0,
+                                            "qps_ratio_lo": None, "qps_ratio_hi": 0.2}))
+    assert failed.max_qps == 0.0 and math.isnan(failed.relative_lo) and decide.confirmation_fails(failed, None, 60) is not None
+    broken = confirmation(serving("uint4", {}, status="error"))
+    assert broken.max_qps == 0.0 and "is error: it broke" in broken.method
 
 
 # ------------------------------------------------------------------------------------------------ on real jobs

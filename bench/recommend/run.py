@@ -3,13 +3,14 @@
 1. accuracy: each backend's ΔAUC interval against fp32 from the cached eval scores (bench.recommend.facts);
    a backend whose interval is not inside the budget is out, with how far it reaches past it.
 2. memory: its prepared model's MB against `memory.max_model_mb`.
-3. offline speed: paired offline jobs at a query's rows and at each batcher size, per thread count, turned
+3. offline speed: paired offline jobs at a query's rows and at each batcher size, every backend at the fewest
+   threads and the best `recommend.confirm` backends at the other thread counts, turned
    into a queue estimate of max QPS under the bound (bench.recommend.speed); a candidate dominated beyond
    both intervals is out. Before each backend, the time spent and the mean job's time project the stage's
    end: a backend whose jobs would take the funnel past `recommend.budget_min` (less what stage 4 needs) is
    not timed, and says so.
-4. confirmation: the best `recommend.confirm` estimates served under LoadGen's Server scenario beside fp32
-   (bench.recommend.confirm); one whose Server runs fail the bound (or the target rate) is out.
+4. confirmation: the best `recommend.confirm` estimates served under LoadGen's Server scenario, each search
+   interleaved with fp32's (bench.recommend.confirm); one whose Server runs fail the bound (or the target rate) is out.
 
 The pick is the confirmed candidate with the most Server QPS under the bound (with `slo.qps`: the fewest
 threads that hold it). Every job goes through `run_job` with `resume=true` (bench.recommend.jobs): an
@@ -58,11 +59,9 @@ def budget_of(cfg: Config) -> float:
 
 
 def stage4_seconds(cfg: Config) -> float:
-    """What stage 4 may take at most: `confirm` candidates' Server searches, and fp32's beside them (one per batcher
-    size and threads, shared by the candidates that have them: at most as many as the candidates)."""
+    """What stage 4 may take at most: `confirm` paired Server jobs, each the candidate's search and fp32's interleaved."""
     search = cfg.serve.max_search_s if cfg.serve is not None else 90.0
-    references = min(cfg.recommend.confirm, len(cfg.recommend.batch_sizes) * len(threads_axis(cfg)))
-    return (cfg.recommend.confirm + references) * (search + SERVE_OVERHEAD_S)
+    return cfg.recommend.confirm * (2 * search + SERVE_OVERHEAD_S)
 
 
 @dataclass
@@ -96,14 +95,16 @@ class Outcome:
 def plan_text(cfg: Config, backends: list[str], threads: list[int]) -> str:
     """What the recommend will run, said as it starts."""
     sizes = timed_sizes(list(cfg.recommend.batch_sizes))
-    jobs = len(backends) * len(threads) * len(sizes)
+    jobs = len(backends) * len(sizes) + cfg.recommend.confirm * (len(threads) - 1) * len(sizes)
     qps = f", at least {cfg.slo.qps:g} QPS" if cfg.slo.qps is not None else ""
     mem = f", model at most {cfg.memory.max_model_mb:g} MB" if cfg.memory.max_model_mb is not None else ""
     return (f"recommend: p99 <= {cfg.slo.p99_ms:g} ms{qps}, ΔAUC budget {budget_of(cfg):g}{mem}; {len(backends)} backends "
             f"({', '.join(backends)}) x batcher sizes {list(cfg.recommend.batch_sizes)} x threads {threads}.\n"
             f"  stage 1-2: ΔAUC from the cached eval scores and model MB, per backend; stage 3: up to {jobs} paired offline jobs "
-            f"(batch {', '.join(map(str, sizes))}) for the backends left, then a queue estimate each; stage 4: LoadGen Server "
-            f"searches for the best {cfg.recommend.confirm} beside fp32 (up to {stage4_seconds(cfg) / 60:.0f} min); "
+            f"(batch {', '.join(map(str, sizes))}) for the backends left at {threads[0]} thread{'s' if threads[0] > 1 else ''}"
+            + (f", at {', '.join(map(str, threads[1:]))} for the best {cfg.recommend.confirm}" if threads[1:] else "")
+            + f", then a queue estimate each; stage 4: LoadGen Server searches of the best {cfg.recommend.confirm}, each paired "
+            f"with fp32's (up to {stage4_seconds(cfg) / 60:.0f} min); "
             f"budget {cfg.recommend.budget_min:g} min; stored jobs are reused (resume)")
 
 
@@ -145,30 +146,48 @@ def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say
     query_sizes = np.asarray([serve.fixed_pairs] if serve.fixed_pairs else serve.pairs_quantiles, dtype=float)
     order = sorted(left["memory"], key=lambda b: (b != BASELINE_BACKEND, out.facts[b].model_mb))
     limit_s = cfg.recommend.budget_min * 60 - stage4_seconds(cfg)
-    for name in order:
+    first, more = out.threads[0], out.threads[1:]
+
+    def timed(name: str, threads: int) -> bool:
+        """Time one backend at one thread count (its jobs at every size) unless the budget says no; its candidates' estimates."""
         per_job = jobs.per_job()
-        needed = len(out.threads) * len(sizes)
-        if per_job is not None and (clock() - started) + per_job * needed > limit_s and name != BASELINE_BACKEND:
-            out.rejections.append(Rejection(name, SPEED, f"not timed: its {needed} jobs (about {per_job * needed:.0f} s) would take the "
-                                            f"funnel past recommend.budget_min={cfg.recommend.budget_min:g} less stage 4's share"))
-            continue
-        for threads in out.threads:
-            points, failed = {}, None
-            for rows_ in sizes:
-                record = jobs.run(offline_config(backend_cfgs[name], rows_, threads), f"{name} bs={rows_} threads={threads}")
-                p = point(record)
-                if p is None:
-                    failed = failed or f"its offline job at bs={rows_} threads={threads} is {record.status}: {(record.error or '').splitlines()[0] if record.error else 'no throughput'}"
-                    continue
-                points[rows_] = p
-            for m in cfg.recommend.batch_sizes:
-                c = Candidate(name, m, threads)
-                e = estimate(points, query_sizes, m, serve.max_wait_ms / 1000, cfg.slo.p99_ms) if points else None
-                if e is None:
-                    out.rejections.append(Rejection(c.label(), SPEED, failed or "no offline figure"))
-                    continue
-                out.estimates[c] = e
-                rows.append((c, e, out.facts[name]))
+        if per_job is not None and (clock() - started) + per_job * len(sizes) > limit_s and name != BASELINE_BACKEND:
+            out.rejections.append(Rejection(f"{name} threads={threads}", SPEED,
+                                            f"not timed: its {len(sizes)} jobs (about {per_job * len(sizes):.0f} s) would take the funnel "
+                                            f"past recommend.budget_min={cfg.recommend.budget_min:g} less stage 4's share"))
+            return False
+        points, failed = {}, None
+        for size in sizes:
+            record = jobs.run(offline_config(backend_cfgs[name], size, threads), f"{name} bs={size} threads={threads}")
+            p = point(record)
+            if p is None:
+                why = (record.error or "").splitlines()[0] if record.error else "no throughput"
+                failed = failed or f"its offline job at bs={size} threads={threads} is {record.status}: {why}"
+                continue
+            points[size] = p
+        for m in cfg.recommend.batch_sizes:
+            c = Candidate(name, m, threads)
+            e = estimate(points, query_sizes, m, serve.max_wait_ms / 1000, cfg.slo.p99_ms) if points else None
+            if e is None:
+                out.rejections.append(Rejection(c.label(), SPEED, failed or "no offline figure"))
+                continue
+            out.estimates[c] = e
+            rows.append((c, e, out.facts[name]))
+        return True
+
+    # every backend at the fewest threads first; the other thread counts for the backends of the best estimates only
+    for name in order:
+        timed(name, first)
+    if more:
+        leaders = list(dict.fromkeys(c.backend for c, e, _ in decide.confirm_order(rows, cfg.slo.qps)))[:cfg.recommend.confirm]
+        for name in order:
+            for threads in more:
+                if name in leaders:
+                    timed(name, threads)
+                elif any(c.backend == name for c in out.estimates):
+                    out.rejections.append(Rejection(f"{name} threads={threads}", SPEED,
+                                                    f"not timed at {threads} threads: at {first} its estimates rank below the best "
+                                                    f"{cfg.recommend.confirm} backends' (recommend.confirm)"))
     for c, r in decide.dominated(rows).items():
         out.rejections.append(r)
     out.seconds["stage 3"] = clock() - mark

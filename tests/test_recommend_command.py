@@ -83,3 +83,12 @@ def test_a_pick_then_reuse_then_a_target_beyond_reach(place):
     miss = json.loads((folder / "recommend.json").read_text())
     assert miss["pick"] is None and miss["nearest_miss"].startswith("nearest miss: ")
     assert any(r["stage"] == "4 Server confirmation" for r in miss["rejected"])
+
+
+def test_help_and_the_sweep_form_refused(tmp_path):
+    shown = run_bench("recommend", "--help", timeout=60)
+    assert shown.returncode == 0 and "slo.p99_ms=60.0" in shown.stdout and "accuracy.max_auc_drop=null" in shown.stdout
+    assert "recommend.budget_min=20.0" in shown.stdout and "Exit codes: 0 a pick; 1 no candidate" in shown.stdout
+    refused = run_bench("+sweep=recommend", f"reports_dir={tmp_path / 'reports'}", timeout=60)
+    assert refused.returncode == 2 and "recommend is a command, not a sweep: python -m bench recommend" in refused.stderr
+    assert not (tmp_path / "reports").exists()

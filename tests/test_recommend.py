@@ -219,3 +219,42 @@ def test_job_configs_keep_what_the_stage_needs(make):
     assert (srv.batch_size, srv.threads, srv.serve.scenario, srv.serve.bound_ms, srv.serve.accuracy_scenarios) == (1024, 1, "server", 45.0, [])
     assert srv.serve.min_query_count == 500  # the command line's serve.* keys reach stage 4
     assert math.isfinite(cfg.recommend.budget_min)
+
+
+@pytest.mark.slow
+def test_stage_3_stops_timing_backends_the_budget_cannot_hold(make, tmp_path):
+    """An injected clock where every reading is 30 s later: after fp32's jobs the next backend's would pass the budget
+    (1 min, less stage 4's share), so it is not timed and the answer says so; fp32 is timed whatever the budget."""
+    cfg = make(*RECOMMEND, "recommend.backends=[int8_tbe,uint4]", "recommend.confirm=1", "recommend.budget_min=1")
+    ticks = iter(range(0, 10_000_000, 30))
+
+    def clock():
+        return float(next(ticks))
+
+    jobs = Jobs(Session(), tmp_path / "jobs", clock=clock)
+    told = []
+    out = run_recommend(cfg, lambda name: make(*RECOMMEND, f"backend={name}"), jobs, say=told.append, clock=clock)
+    cut = [r for r in out.rejections if r.stage == SPEED and "not timed" in r.reason]
+    passed = [b for b in ("int8_tbe", "uint4") if b not in {r.what for r in out.rejections if r.stage == ACCURACY}]
+    assert sorted(r.what for r in cut) == sorted(f"{b} threads=1" for b in passed)
+    assert all("would take the funnel past recommend.budget_min=1" in r.reason for r in cut)
+    assert {c.backend for c in out.estimates} == {"fp32"} and out.chosen is not None and out.chosen.backend == "fp32"
+    assert told[0].startswith("recommend: p99 <= 60 ms") and "budget 1 min" in told[0]
+
+
+def test_the_pick_reads_server_qps_through_the_ratio_to_fp32():
+    """Two candidates at one batcher size whose paired fp32 searches saw the host at different speeds: the one with the
+    higher ratio is picked, though its absolute max QPS is lower; the runner-up says which constraint would pick it."""
+    a, b = Candidate("a", 1024, 1), Candidate("b", 1024, 1)
+    fast_host = Confirmation(556.0, 556.0, 585.0, 278.0, 2.0, 1.9, 2.1, 28.0, "paired")
+    slow_host = Confirmation(383.0, 383.0, 403.0, 164.0, 2.34, 2.23, 2.46, 13.0, "paired")
+    confirmed = [(a, fast_host, facts("a", -0.00013, -0.00022, -0.00003, mb=2.88)), (b, slow_host, facts("b", -0.00007, -0.00015, 0.00001, mb=2.87))]
+    anchored = decide.anchored_qps(confirmed)
+    assert anchored[a] == pytest.approx(2.0 * 221.0) and anchored[b] == pytest.approx(2.34 * 221.0)
+    chosen = decide.pick(confirmed, None)
+    assert chosen[0] == b
+    lines = decide.runner_up_lines(chosen, confirmed)
+    assert lines == ["runner-up, no tighter constraint favours it: a bs=1024 threads=1 (556 QPS under the bound, 2.00x fp32's [1.90, 2.10], "
+                     "ΔAUC -0.00013, 2.88 MB)"]
+    lines = decide.runner_up_lines(confirmed[0], confirmed)  # were a the pick, b is the more accurate and the smaller
+    assert lines[0].startswith("with a budget below 0.00022 (the pick's ΔAUC interval reaches -0.00022): b bs=1024 threads=1")

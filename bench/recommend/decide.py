@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -158,14 +159,51 @@ def confirmation_fails(conf: Confirmation, qps_target: Optional[float], bound_ms
     return None
 
 
+def anchored_qps(confirmed: list[tuple[Candidate, Confirmation, Facts]]) -> dict[Candidate, float]:
+    """Each confirmed candidate's Server max QPS as its ratio to fp32's times fp32's median max QPS at the same batcher
+    size and threads over these confirmations: the ratio (paired run by run, so the host's speed phases cancel)
+    orders the candidates that share fp32's configuration, and one fp32 level per configuration, rather than each
+    job's own, sets the scale between configurations. A candidate without a ratio keeps its absolute max QPS."""
+    levels: dict[tuple[int, int], list[float]] = {}
+    for c, conf, _ in confirmed:
+        if conf.fp32_max_qps > 0:
+            levels.setdefault((c.batch_size, c.threads), []).append(conf.fp32_max_qps)
+    out = {}
+    for c, conf, _ in confirmed:
+        level = levels.get((c.batch_size, c.threads))
+        ok = level and not math.isnan(conf.relative)
+        out[c] = conf.relative * statistics.median(level) if ok else conf.max_qps
+    return out
+
+
 def pick(confirmed: list[tuple[Candidate, Confirmation, Facts]], qps_target: Optional[float]) -> Optional[tuple[Candidate, Confirmation, Facts]]:
-    """The answer among the confirmed that passed: the most Server QPS under the bound (on a tie the smaller
-    ΔAUC drop, then fewer MB); with a target rate, the fewest threads that meet it, then the most QPS."""
+    """The answer among the confirmed that passed: the most Server QPS under the bound, read through the ratio to fp32
+    (`anchored_qps`; on a tie the smaller ΔAUC drop, then fewer MB); with a target rate, the fewest threads that meet
+    it, then the most QPS."""
     if not confirmed:
         return None
+    qps = anchored_qps(confirmed)
     if qps_target is None:
-        return max(confirmed, key=lambda r: (r[1].max_qps, r[2].auc_delta, -r[2].model_mb))
-    return min(confirmed, key=lambda r: (r[0].threads, -r[1].max_qps, -r[2].auc_delta))
+        return max(confirmed, key=lambda r: (qps[r[0]], r[2].auc_delta, -r[2].model_mb))
+    return min(confirmed, key=lambda r: (r[0].threads, -qps[r[0]], -r[2].auc_delta))
+
+
+def runner_up_lines(chosen: tuple[Candidate, Confirmation, Facts], confirmed: list[tuple[Candidate, Confirmation, Facts]]) -> list[str]:
+    """For each other confirmed candidate, which tighter constraint would have made it the pick instead."""
+    c0, _, f0 = chosen
+    lines = []
+    for c, conf, f in confirmed:
+        if c == c0:
+            continue
+        ratio = "" if math.isnan(conf.relative) else f", {conf.relative:.2f}x fp32's [{conf.relative_lo:.2f}, {conf.relative_hi:.2f}]"
+        said = f"{c.label()} ({conf.max_qps:,.4g} QPS under the bound{ratio}, ΔAUC {f.auc_delta:+.5f}, {f.model_mb:.2f} MB)"
+        if f.auc_delta_lo > f0.auc_delta_lo:
+            lines.append(f"with a budget below {-f0.auc_delta_lo:.5f} (the pick's ΔAUC interval reaches {f0.auc_delta_lo:+.5f}): {said}")
+        elif f.model_mb < f0.model_mb:
+            lines.append(f"with memory.max_model_mb below {f0.model_mb:.2f} (the pick's model): {said}")
+        else:
+            lines.append(f"runner-up, no tighter constraint favours it: {said}")
+    return lines
 
 
 @dataclass(frozen=True)

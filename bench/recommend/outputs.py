@@ -108,9 +108,11 @@ HOW = ("How it was decided: a funnel, cheapest stage first. (1) Each backend's �
        "(2) The prepared model's MB against the limit. (3) Paired offline jobs (fp32 and the backend alternating in one "
        "process) at a query's rows and at each batcher size give the backend's batch times as fp32's over the speedup; a "
        "simulated batcher on Poisson arrivals turns them into the max QPS under the bound, with the speedups' interval. "
-       "A candidate beaten beyond both intervals at the same threads, with no less ΔAUC and MB, is out. (4) The best "
-       "estimates are served under LoadGen's Server scenario beside fp32 at the same batcher and threads; the pick is the "
-       "confirmed one with the most Server QPS under the bound (with a target rate: the fewest threads that hold it).")
+       "A candidate beaten beyond both intervals at the same threads, by one whose ΔAUC interval reaches no lower and whose model is no larger, is out. (4) The best "
+       "estimates are served under LoadGen's Server scenario, each search interleaved run by run with fp32's at the same batcher and threads; the pick is the "
+       "confirmed one with the most Server QPS under the bound, read through its paired ratio to fp32 (the ratio times fp32's "
+       "median max QPS at the same batcher and threads: the host's speed phases cancel in the ratio); with a target rate, "
+       "the fewest threads that hold it.")
 
 
 def markdown(out: Outcome) -> str:

@@ -222,7 +222,8 @@ def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say
     points = front_points(out)
     out.front = decide.pareto_front(points)
     chosen_point = next((p for p in points if p.candidate == out.chosen), None)
-    out.changes = decide.what_would_change(chosen_point, out.rejections, out.front, out.facts)
+    out.changes = (decide.runner_up_lines(chosen, confirmed) if chosen else []) + decide.what_would_change(
+        chosen_point, out.rejections, out.front, out.facts)
     if out.chosen is None:
         out.miss = decide.nearest_miss(out.rejections, out.confirmations, cfg.slo.qps, out.facts, out.budget)
     out.jobs_measured, out.jobs_resumed = len(jobs.seconds), jobs.resumed

@@ -90,6 +90,7 @@ def test_open_ends_when_a_bracket_is_open():
     run, _ = recorder({CANDIDATE: 137, REFERENCE: 0.1})
     p = interleave(plan(50), search_plan(50, 2.0, 0.1, 20, 20, round_qps), run)
     assert p.reference_max_qps == 0 and p.ratio is None and p.interval[1] is None
+    assert not p.holds[REFERENCE]  # a side that met no load makes no hold runs: it has no max to hold
 
 
 @pytest.mark.slow
@@ -111,6 +112,9 @@ def test_a_paired_server_job_through_loadgen(serve_cfg):
     for s in ref["steps"]:
         assert Path(s["log_dir"]).parent.name == "fp32" and s["validity"] in ("VALID", "INVALID") and "late" in s
     assert m["reference_max_qps"] == ref["max_qps"] and ref["warm_up"]["capacity_samples_per_s"] > 0
+    from bench.report.summary import serving_summary
+
+    assert "  fp32 searched beside it: max QPS " in serving_summary(record)
     if ref["max_qps"] > 0:
         assert m["qps_ratio"] == pytest.approx(m["max_qps"] / ref["max_qps"])
     else:
@@ -125,3 +129,29 @@ def test_serve_paired_false_runs_one_search_and_fp32_is_never_paired(serve_cfg):
     fp32, _ = run_job(serve_cfg("backend=fp32"))
     assert "paired" not in alone.metrics and alone.metrics["unpaired"] == "serve.paired=false" and len(alone.metrics["steps"]) == 2
     assert "paired" not in fp32.metrics and fp32.metrics["unpaired"] == "this is the reference"
+
+
+@pytest.mark.slow
+def test_paired_max_qps_over_two_prepared_modules(serve_cfg, tmp_path):
+    # The public call a caller outside a serving sweep makes: two prepared modules, both searches, the ratio.
+    import torch
+
+    from bench import registry
+    from bench.pipeline.job import backend_config
+    from bench.pipeline.shared import SharedWork
+    from bench.serve import paired_max_qps
+
+    cfg = serve_cfg("backend=uint4", "serve.scenario=offline")  # the Server scenario is used whatever it says
+    work, device = SharedWork(), torch.device("cpu")
+    workload = work.workload(cfg)
+    model = work.model(cfg, workload)
+    uint4 = registry.get("backend", "uint4").factory(backend_config({"name": "uint4"}))
+    candidate = work.prepared(cfg, uint4, model, workload, device)
+    reference = work.reference(cfg, registry.get("backend", "fp32").factory(backend_config({"name": "fp32"})), model, device)
+    m = paired_max_qps(cfg, candidate, reference, device, work, logs=tmp_path / "logs")
+    ref = m["paired"]["reference"]
+    assert len(m["steps"]) == 2 and len(ref["steps"]) == 2 and all(s["scenario"] == "Server" for s in m["steps"] + ref["steps"])
+    assert m["reference_max_qps"] == ref["max_qps"] and m["max_qps"] == (m["max_qps_lo"] or 0.0)
+    assert (m["qps_ratio"] is None) == (ref["max_qps"] == 0)
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["fp32", "server_step1_150qps", "server_step2_" + m["steps"][1]["log_dir"].split("server_step2_")[1]]
+    assert m["warm_up"]["capacity_samples_per_s"] > 0 and ref["warm_up"]["capacity_samples_per_s"] > 0

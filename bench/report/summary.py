@@ -116,6 +116,13 @@ def serving_summary(record: RunRecord) -> str:
         lines.append(f"  max QPS at the bound {m.get(MAX_QPS):g}, bracket [{'-' if low is None else f'{low:g}'}, "
                      f"{'-' if high is None else f'{high:g}'}]" + (f", {m['evidence']}" if m.get("evidence") else "")
                      + f" ({m.get('search_stop')})")
+        paired = m.get("paired")
+        if paired:  # the fp32 search run beside this one, interleaved run by run (bench.serve.paired)
+            ref, ratio = paired.get("reference") or {}, paired.get("qps_ratio")
+            ends = [("-" if x is None else f"{x:.2f}") for x in (paired.get("qps_ratio_lo"), paired.get("qps_ratio_hi"))]
+            lines.append(f"  fp32 searched beside it: max QPS {paired.get('reference_max_qps'):g}" + (f", {ref['evidence']}" if ref.get("evidence") else "")
+                         + f"; ratio {'-' if ratio is None else f'{ratio:.2f}x'} [{ends[0]}, {ends[1]}] over {len(paired.get('runs') or [])} "
+                         f"interleaved runs")
     if "auc_loadgen" in m:
         lines.append(f"  accuracy mode: AUC {m['auc_loadgen']:.6f} vs offline {m['auc_offline']:.6f} (shift {m['auc_shift']:+.2e}, "
                      f"allowed {m['auc_tolerance']:g}): {m['auc_check']}")

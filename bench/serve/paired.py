@@ -8,8 +8,8 @@ is linear over two rounds falls on both sides alike. Each search is the ordinary
 (`bench.serve.qps_search.search_plan`): its own start, targets, verdicts, steal rule and budget.
 
 When one search has ended and the other goes on, the ended side's partner runs are *hold* runs: one
-run at its max QPS (or, when none was VALID, its lowest target), on a fresh schedule, so each of the
-other side's runs still sits beside a run of it. A hold run does not change its side's verdict; the
+run at its max QPS, on a fresh schedule, so each of the other side's runs still sits beside a run of it
+(none when the ended side met no load: it has no max to hold). A hold run does not change its side's verdict; the
 record keeps it and says how many held ("fp32 held its max in 3/3 hold runs").
 
 The ratio is candidate max QPS / fp32 max QPS. Its interval is what the two brackets allow together:
@@ -128,7 +128,6 @@ def interleave(candidate: Plan, reference: Plan, run: RunPaired) -> PairedSearch
 
 
 def hold_target(search: Search) -> Optional[float]:
-    """Where an ended search's hold runs go: its max QPS, or its lowest target when none was VALID."""
-    if search.highest_valid is not None:
-        return search.highest_valid
-    return min((j.target_qps for j in search.judged), default=None)
+    """Where an ended search's hold runs go: its max QPS; None (no hold runs) when no target was VALID: there is
+    no max to hold, and a run at a low target is long (its queries / QPS)."""
+    return search.highest_valid

@@ -71,7 +71,7 @@ def help_text() -> str:
         "Groups (GROUP=OPTION; * the default):",
     ]
     for group in config_groups():
-        options, families = _families(group, group_options(group))
+        options, families = _families(group, SWEEPS() if group == "sweep" else group_options(group))
         width = max(len(o) for o in options) + 2
         lines.append(f"  {group_key(group)}=")
         for option in options:

@@ -136,6 +136,29 @@ def _task(cfg: DictConfig) -> str:
     return record.status
 
 
+def recommend(argv: list[str]) -> int:
+    """`python -m bench recommend ARGS`: bad input is one line and exit 2 before any work; then the funnel."""
+    if {"--help", "-h"} & set(argv):
+        from bench.help import recommend_help
+
+        print(recommend_help())
+        return EXIT_OK
+    try:
+        if any(a.startswith("-") for a in argv):
+            raise UserError(f"recommend takes KEY=VALUE overrides only, got {next(a for a in argv if a.startswith('-'))!r} "
+                            "(python -m bench recommend --help)")
+        args = ["+sweep=recommend", *argv]
+        check_overrides(args)
+        preflight.check(args)
+        register_configs()
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    from bench.recommend import main as recommend_main  # torch: imported after the pre-flight checks
+
+    return recommend_main(argv)
+
+
 def main() -> None:
     sys.exit(run(sys.argv[1:]))
 
@@ -154,12 +177,16 @@ def run(argv: list[str]) -> int:
         from bench.report.dashboard import main as dashboard
 
         return dashboard(argv[1:])
+    if argv[:1] == ["recommend"]:  # a command word: the funnel composes its own jobs (bench.recommend)
+        return recommend(argv[1:])
     if {"--help", "-h"} & set(argv):
         from bench.help import help_text
 
         print(help_text())
         return EXIT_OK
     try:
+        if any(a.lstrip("+") == "sweep=recommend" for a in argv):
+            raise UserError("recommend is a command, not a sweep: python -m bench recommend slo.p99_ms=60 accuracy.max_auc_drop=0.001")
         check_overrides(argv)
         preflight.check(argv)  # bad keys, values, combinations, inputs and output places: refused before any work
         ready = preflight.sweep_ready(argv)  # a backend.KEY beside a swept backend group: applied in each job

@@ -31,6 +31,7 @@ COMMANDS = """\
   python -m bench +sweep=quant resume=true           finish an interrupted sweep (measured jobs are kept)
   python -m bench +sweep=nightly                     the nightly sweep, then the accuracy gate (exit 1 when it fails)
   python -m bench +sweep=serve                       max QPS under a p99 bound per backend, through MLPerf LoadGen (docs/serving.md)
+  python -m bench recommend slo.p99_ms=60 accuracy.max_auc_drop=0.001   the deployment to ship, with its evidence (docs/recommend.md)
   python -m bench -m backend=fp32,uint4 batch_size=256,1024   a sweep of your own (Hydra multirun)
   python -m bench model.checkpoint=model.pt          your own weights (a state dict, or a facebookresearch/dlrm file)
   python -m bench backend=fake_quant --cfg job       print the composed config: every key of that choice
@@ -60,7 +61,7 @@ def help_text() -> str:
         "python -m bench: measure what each quantization backend of a DLRM costs and buys (TorchRec + FBGEMM):",
         "throughput, latency, memory, and AUC against the fp32 model with confidence intervals; records and reports.",
         "",
-        f"Usage: python -m bench [GROUP=OPTION ...] [KEY=VALUE ...] [+sweep={'|'.join(group_options('sweep'))}]",
+        f"Usage: python -m bench [GROUP=OPTION ...] [KEY=VALUE ...] [+sweep={'|'.join(SWEEPS())}]",
         "",
         FIRST_RUN,
         "",
@@ -70,7 +71,7 @@ def help_text() -> str:
         "Groups (GROUP=OPTION; * the default):",
     ]
     for group in config_groups():
-        options, families = _families(group, group_options(group))
+        options, families = _families(group, SWEEPS() if group == "sweep" else group_options(group))
         width = max(len(o) for o in options) + 2
         lines.append(f"  {group_key(group)}=")
         for option in options:
@@ -97,6 +98,47 @@ def help_text() -> str:
     ]
     return "\n".join(lines)
 
+
+
+def SWEEPS() -> list[str]:  # noqa: N802 - the sweeps of conf/sweep/, less the node a command composes
+    return [s for s in group_options("sweep") if s != "recommend"]
+
+
+# The config nodes `python -m bench recommend` adds (conf/sweep/recommend.yaml), each with its schema.
+RECOMMEND_NODES = {"slo": schemas.SloConfig, "accuracy": schemas.AccuracyBudgetConfig, "memory": schemas.MemoryLimitConfig,
+                   "recommend": schemas.RecommendConfig}
+
+
+def recommend_help() -> str:
+    """`python -m bench recommend --help`: what it answers, its options with their defaults, its outputs and exit codes."""
+    lines = [
+        "python -m bench recommend [KEY=VALUE ...]: for this model on this machine, the deployment to ship under a p99",
+        "latency bound and an AUC budget: backend, batcher size and threads, with its max QPS under the bound (absolute and",
+        "against fp32), its ΔAUC and model MB, the Pareto front it was picked from, and every rejected candidate with why.",
+        "",
+        "  python -m bench recommend slo.p99_ms=60 accuracy.max_auc_drop=0.001",
+        "  python -m bench recommend slo.qps=2000 memory.max_model_mb=50 recommend.backends=[fp32,int8_tbe,uint4]",
+        "",
+        "A funnel, cheapest stage first: (1) ΔAUC from the cached eval scores, (2) model MB, (3) paired offline speed",
+        "and a queue estimate of max QPS under the bound, (4) LoadGen Server runs of the best few beside fp32's.",
+        "Model, workload, device and every other key of `python -m bench --help` apply as in a job.",
+        "",
+        "Options (KEY=VALUE, with their defaults):",
+    ]
+    for node, cls in RECOMMEND_NODES.items():
+        notes = field_notes(cls)
+        for f in dataclasses.fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            lines.append(f"  {node}.{f.name}={'null' if default is None else default}" + (f"  ({notes[f.name]})" if notes.get(f.name) else ""))
+    lines += [
+        "  serve.KEY=VALUE  the Server searches of stage 4 (serve.max_search_s, serve.max_wait_ms, ...: docs/serving.md)",
+        "",
+        "Outputs: <reports_dir>/recommend/<timestamp>/ (recommend.md, recommend.json, front.png, jobs/), <reports_dir>/recommend/latest;",
+        "  every job's record in <reports_dir>/records.jsonl: a second identical recommend reuses them.",
+        "Exit codes: 0 a pick; 1 no candidate meets the constraints (the nearest miss and what it would need);",
+        "  2 bad input, one line before any work; 130 interrupted (the same command resumes).",
+    ]
+    return "\n".join(lines)
 
 
 def describe(group: str, option: str) -> str:
@@ -172,7 +214,7 @@ def plain_options() -> list[tuple[str, str, str]]:
     for cls, prefix in ((schemas.Config, ""), (schemas.TimingConfig, "timing.")):
         notes = field_notes(cls)
         for f in dataclasses.fields(cls):
-            if f.name in config_groups() or f.name in ("timing", "sweep_name", "run_gate"):
+            if f.name in config_groups() or f.name in ("timing", "sweep_name", "run_gate", *RECOMMEND_NODES):
                 continue
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
             out.append((prefix + f.name, "null" if default is None else str(default).lower() if isinstance(default, bool) else str(default), notes.get(f.name, "")))

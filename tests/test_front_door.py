@@ -110,8 +110,9 @@ def test_help_explains_the_tool(tmp_path):
     for text in ("Main commands:", "+sweep=quant", "+sweep=nightly", "python -m bench.report", "backend=", "uint4", "criteo_kaggle",
                  "batch_size=2048", "<reports_dir>/<sweep>/latest", "2 bad input", "3 the", "store check"):
         assert text in out, text
-    sweeps = sorted(p.stem for p in (REPO / "conf" / "sweep").glob("*.yaml"))
+    sweeps = sorted(p.stem for p in (REPO / "conf" / "sweep").glob("*.yaml") if p.stem != "recommend")  # recommend: a command's node
     assert f"[+sweep={'|'.join(sweeps)}]" in out and len(sweeps) == 8  # every sweep of conf/sweep/
+    assert "python -m bench recommend slo.p99_ms=60 accuracy.max_auc_drop=0.001" in out
     assert ("ao_embeddingbag, ao_embeddingbag4, compiled_fp32, inc_int8_static, onnxruntime_{fp32,int8_dynamic,int8_static,w4}, "
             "openvino_{fp32,int8,w4,w8}, quark_w8a8  the quantization toolkits' backends") in out
     for text in ("throughput± (samples/s ↑)", "speedup± (x ↑)", "peak_rss_bytes (bytes ↓)", "latency_ms (ms ↓)", "(unit ↑) higher is better",
@@ -119,7 +120,7 @@ def test_help_explains_the_tool(tmp_path):
         assert text in out, text  # each metric's unit and direction; the first run's cost
     assert "trains in seconds" not in out
     assert "base_" not in out and "_target_" not in out  # no schema names, no config dump
-    assert len(out.splitlines()) < 145  # two or three screens: every config group, its options and the metrics
+    assert len(out.splitlines()) < 146  # two or three screens: every config group, its options and the metrics
 
 
 def test_the_docs_describe_backend_bits_as_the_error_does():

@@ -65,6 +65,9 @@ DOCS_LONG = {
         "python -m bench --multirun model=dlrm_v2_full backend=fp32,fp16_tbe,int8_tbe,uint4,int2_tbe,uint4_mixed threads=1 timing.clock=thread_cpu",
     )},
     "python -m bench model.checkpoint=model.pt": "needs the user's own model.pt; tests/test_cli.py runs a job from a checkpoint",
+    **{c: "a recommend on the default model, minutes as written; tests/test_recommend_command.py runs the command on a tiny model"
+       for c in ("python -m bench recommend slo.p99_ms=60 accuracy.max_auc_drop=0.001", "python -m bench recommend slo.qps=2000 memory.max_model_mb=4",
+                 "python -m bench recommend accuracy.max_auc_drop=0.00001")},
     "python -m bench backend=uint4 backend.per_table_file=reports/tune/latest/per_table.yaml": "needs a tune's output: tests/test_tune.py runs it",
     **{c: "a sweep, minutes as written; its machinery runs tiny in tests/test_nightly_command.py and the per-sweep tests" for c in (
         "python -m bench +sweep=quant batch_size=2048 device=cpu", "python -m bench +sweep=quant resume=true", "python -m bench +sweep=ps",

@@ -23,7 +23,7 @@ RECORDS_FILE = "records.jsonl"  # the record store in reports_dir (bench.store)
 # Keys that change where output goes or what happens after measuring, never what a job measures: not
 # part of a job's identity (its config hash, bench.runner) nor of a sweep's variant (bench.sweep).
 NOT_THE_JOB = ("reports_dir", "cache_dir", "sweep_name", "gate", "compare", "run_gate", "resume", "memory_fraction", "tune",
-               "one_job_per_host", "kernel_health", "attribute_layers")
+               "one_job_per_host", "kernel_health", "attribute_layers", "slo", "accuracy", "memory", "recommend")
 
 
 @dataclass
@@ -402,6 +402,81 @@ def check_serve_config(cfg) -> None:
 
 
 @dataclass
+class SloConfig:
+    """`python -m bench recommend`: the service-level objective the deployment must meet."""
+
+    p99_ms: float = 60.0  # the p99 latency bound of a query under load (MLPerf DLRM-v2: 60 ms)
+    # A target rate (queries/s) the deployment must hold under the bound; null: the most QPS under the bound.
+    # Given, the pick is the candidate with the fewest threads that meets it.
+    qps: Optional[float] = None
+
+
+@dataclass
+class AccuracyBudgetConfig:
+    """`python -m bench recommend`: the accuracy a deployment may give up against fp32."""
+
+    # The largest AUC drop against fp32 a deployment may show: its whole paired 95% interval must lie above
+    # minus this. null: compare.max_auc_drop (0.001), the budget report.md's bottom line reads.
+    max_auc_drop: Optional[float] = None
+
+
+@dataclass
+class MemoryLimitConfig:
+    """`python -m bench recommend`: the memory a deployment may hold."""
+
+    max_model_mb: Optional[float] = None  # the most MB (10^6 bytes) the prepared model may hold; null: no limit
+
+
+@dataclass
+class RecommendConfig:
+    """`python -m bench recommend`: the candidates, the funnel's sizes and the time budget (bench.recommend)."""
+
+    # Backends to consider; null: every registered backend of the default and toolkit sweeps (one that cannot
+    # run here is named with its reason).
+    backends: Optional[list[str]] = None
+    # The serving batcher's most rows per model call, one candidate each (the offline timing adds 256 rows,
+    # about one query, so the batch times span what the batcher forms).
+    batch_sizes: list[int] = field(default_factory=lambda: [1024, 4096])
+    # Torch threads per deployment, one candidate each; null: 1, and the machine's core count where it has more.
+    threads: Optional[list[int]] = None
+    confirm: int = 3  # candidates confirmed under LoadGen's Server scenario, best estimates first
+    budget_min: float = 20.0  # minutes the funnel may take; stage 3 stops timing new candidates when they would pass it
+
+    def validate(self) -> None:
+        check_recommend_config(self)
+
+
+def check_recommend_config(cfg) -> None:
+    """The recommend settings that cannot run, before any work."""
+    if not cfg.batch_sizes or any(not isinstance(b, int) or isinstance(b, bool) or b < 1 for b in cfg.batch_sizes):
+        raise UserError(f"recommend.batch_sizes must be a non-empty list of positive row counts, got {list(cfg.batch_sizes)} "
+                        "(recommend.batch_sizes=[1024,4096])")
+    if cfg.threads is not None and (not cfg.threads or any(not isinstance(t, int) or isinstance(t, bool) or t < 1 for t in cfg.threads)):
+        raise UserError(f"recommend.threads must be a non-empty list of positive thread counts, got {list(cfg.threads)} "
+                        "(recommend.threads=[1,2], or null)")
+    if cfg.backends is not None and not cfg.backends:
+        raise UserError("recommend.backends is empty: name some backends (recommend.backends=[fp32,int8_tbe]) or null for all")
+    if not isinstance(cfg.confirm, int) or cfg.confirm < 1:
+        raise UserError(f"recommend.confirm must be a positive integer, got {cfg.confirm!r} (recommend.confirm=3)")
+    if not cfg.budget_min > 0:
+        raise UserError(f"recommend.budget_min must be positive (minutes), got {cfg.budget_min} (recommend.budget_min=20)")
+
+
+def check_objectives(slo, accuracy, memory) -> None:
+    """The SLO, accuracy budget and memory limit of `python -m bench recommend`, before any work."""
+    if not slo.p99_ms > 0:
+        raise UserError(f"slo.p99_ms must be a positive latency in ms, got {slo.p99_ms} (slo.p99_ms=60)")
+    if slo.qps is not None and not slo.qps > 0:
+        raise UserError(f"slo.qps must be a positive rate in queries/s, or null for the most under the bound, got {slo.qps} (slo.qps=500)")
+    if accuracy.max_auc_drop is not None and not 0 <= accuracy.max_auc_drop < 1:
+        raise UserError(f"accuracy.max_auc_drop must be an AUC drop between 0 and 1, got {accuracy.max_auc_drop} "
+                        "(accuracy.max_auc_drop=0.001)")
+    if memory.max_model_mb is not None and not memory.max_model_mb > 0:
+        raise UserError(f"memory.max_model_mb must be a positive size in MB, or null for no limit, got {memory.max_model_mb} "
+                        "(memory.max_model_mb=100)")
+
+
+@dataclass
 class Config:
     workload: WorkloadConfig = MISSING
     model: ModelConfig = MISSING
@@ -444,6 +519,11 @@ class Config:
     tune: Optional[TuneConfig] = None
     # Set by `+sweep=serve` (conf/sweep/serve.yaml): the job serves the backend through MLPerf LoadGen (bench.serve).
     serve: Optional[ServeConfig] = None
+    # Set by `python -m bench recommend` (conf/sweep/recommend.yaml): the objectives and the candidates (bench.recommend).
+    slo: Optional[SloConfig] = None
+    accuracy: Optional[AccuracyBudgetConfig] = None
+    memory: Optional[MemoryLimitConfig] = None
+    recommend: Optional[RecommendConfig] = None
     # Hold this host's job lock while a job runs, so parallel launchers never measure two jobs at once
     # (bench.distributed.host).
     one_job_per_host: bool = True
@@ -498,6 +578,12 @@ __all__ = [
     "SCENARIOS",
     "ServeConfig",
     "check_serve_config",
+    "SloConfig",
+    "AccuracyBudgetConfig",
+    "MemoryLimitConfig",
+    "RecommendConfig",
+    "check_recommend_config",
+    "check_objectives",
     "Config",
     "register_configs",
 ]

@@ -1,0 +1,266 @@
+"""The funnel's decisions, as pure functions of what the stages measured: nothing is measured here.
+
+    inside_budget     stage 1: a backend passes when its whole ΔAUC interval lies above minus the budget
+    within_memory     stage 2: its prepared model's MB against the limit
+    dominated         stage 3: a candidate beaten beyond both intervals, at no cost in ΔAUC, MB or threads
+    pick              stage 4: among the confirmed that meet the bound (and the target rate), the answer
+    pareto_front      the candidates no other beats on QPS under the bound, ΔAUC and model MB at once
+    what_would_change the budget, limit or target that would let a stopped candidate in
+    nearest_miss      with no pick: the candidate closest to the constraints, and what it would need
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Optional
+
+ACCURACY, MEMORY, SPEED, CONFIRM, RUNNABLE = "1 accuracy", "2 memory", "3 offline speed", "4 Server confirmation", "0 runnable"
+FP32_EQUIVALENT = 1e-5  # a ΔAUC interval within ±this of 0: the fp32 model's scores up to rounding
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One deployment: a backend, the serving batcher's most rows per call, and torch's threads."""
+
+    backend: str
+    batch_size: int
+    threads: int
+
+    def label(self) -> str:
+        return f"{self.backend} bs={self.batch_size} threads={self.threads}"
+
+
+@dataclass
+class Facts:
+    """What stages 1 and 2 know of a backend: its ΔAUC against fp32 with the paired 95% interval, its model MB;
+    or why it cannot run here."""
+
+    backend: str
+    auc_delta: float = math.nan
+    auc_delta_lo: float = math.nan
+    auc_delta_hi: float = math.nan
+    auc_fp32: float = math.nan
+    model_mb: float = math.nan
+    embedding_mb: float = math.nan
+    skipped: Optional[str] = None
+
+    @property
+    def fp32_equivalent(self) -> bool:
+        return max(abs(self.auc_delta_lo), abs(self.auc_delta_hi)) <= FP32_EQUIVALENT
+
+
+@dataclass
+class Estimate:
+    """Stage 3: the queue estimate of a candidate's max QPS under the bound, from its paired offline batch
+    times (absolute, and relative to fp32 timed in the same jobs, each with the interval the paired
+    speedups give)."""
+
+    qps: float
+    qps_lo: float
+    qps_hi: float
+    relative: float
+    relative_lo: float
+    relative_hi: float
+    fp32_qps: float
+    points: dict = field(default_factory=dict)  # batch rows -> (fp32 ms, speedup, lo, hi) behind it
+
+
+@dataclass
+class Confirmation:
+    """Stage 4: LoadGen Server's max QPS under the bound (the highest VALID target; the bracket up to the lowest
+    INVALID) for the candidate and for fp32 at the same batcher and threads, and their ratio with its interval."""
+
+    max_qps: float
+    max_qps_lo: Optional[float]
+    max_qps_hi: Optional[float]
+    fp32_max_qps: float
+    relative: float
+    relative_lo: float
+    relative_hi: float
+    p99_ms: Optional[float]
+    method: str
+    records: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Rejection:
+    what: str  # a backend, or a candidate's label
+    stage: str
+    reason: str
+    needs: Optional[str] = None  # what would let it through (a budget, a limit, a rate)
+
+
+def budget_shortfall(f: Facts, budget: float) -> float:
+    """How far the ΔAUC interval's low end lies below minus the budget (0 or less: inside)."""
+    return -budget - f.auc_delta_lo
+
+
+def inside_budget(f: Facts, budget: float) -> Optional[Rejection]:
+    """Stage 1: None when the whole ΔAUC interval lies at or above -budget; else the rejection, saying by how much."""
+    if math.isnan(f.auc_delta_lo):
+        return Rejection(f.backend, ACCURACY, "no ΔAUC was measured (no accuracy to judge)")
+    short = budget_shortfall(f, budget)
+    if short <= 0:
+        return None
+    return Rejection(f.backend, ACCURACY,
+                     f"ΔAUC {f.auc_delta:+.5f} [{f.auc_delta_lo:+.5f}, {f.auc_delta_hi:+.5f}]: its interval reaches "
+                     f"{short:.5f} past the {budget:g} budget", needs=f"accuracy.max_auc_drop={-f.auc_delta_lo:.5f}")
+
+
+def within_memory(f: Facts, max_mb: Optional[float]) -> Optional[Rejection]:
+    """Stage 2: None when the prepared model fits the limit (or there is none)."""
+    if max_mb is None or f.model_mb <= max_mb:
+        return None
+    return Rejection(f.backend, MEMORY, f"its model holds {f.model_mb:.2f} MB, {f.model_mb - max_mb:.2f} MB over the {max_mb:g} MB limit",
+                     needs=f"memory.max_model_mb={math.ceil(f.model_mb * 100) / 100:g}")
+
+
+def beats(b: tuple[Candidate, Estimate, Facts], a: tuple[Candidate, Estimate, Facts]) -> bool:
+    """b beats a beyond the intervals: at the same threads (relative figures share their fp32), b's relative
+    QPS interval lies wholly above a's, b's ΔAUC interval reaches no lower than a's (it may give up no more
+    accuracy), and b holds no more MB."""
+    (cb, eb, fb), (ca, ea, fa) = b, a
+    return (cb.threads == ca.threads and eb.relative_lo > ea.relative_hi and fb.auc_delta_lo >= fa.auc_delta_lo
+            and fb.model_mb <= fa.model_mb)
+
+
+def dominated(rows: list[tuple[Candidate, Estimate, Facts]]) -> dict[Candidate, Rejection]:
+    """Stage 3: each candidate another beats beyond both intervals, with the one that beats it."""
+    out = {}
+    for a in rows:
+        winner = next((b for b in rows if b[0] != a[0] and beats(b, a)), None)
+        if winner is not None:
+            cb, eb, _ = winner
+            out[a[0]] = Rejection(a[0].label(), SPEED,
+                                  f"dominated by {cb.label()}: {a[1].relative:.2f}x fp32 [{a[1].relative_lo:.2f}, {a[1].relative_hi:.2f}] "
+                                  f"against {eb.relative:.2f}x [{eb.relative_lo:.2f}, {eb.relative_hi:.2f}], with a ΔAUC interval reaching no lower and no more MB")
+    return out
+
+
+def confirm_order(rows: list[tuple[Candidate, Estimate, Facts]], qps_target: Optional[float]) -> list[tuple[Candidate, Estimate, Facts]]:
+    """The order stage 4 confirms in: the highest estimate first; with a target rate, those whose estimate
+    reaches it first, fewest threads first among them."""
+    def key(row):
+        c, e, f = row
+        if qps_target is None:
+            return (-e.qps, -f.auc_delta, f.model_mb)
+        return (e.qps_hi < qps_target, c.threads if e.qps_hi >= qps_target else 0, -e.qps, -f.auc_delta)
+    return sorted(rows, key=key)
+
+
+def confirmation_fails(conf: Confirmation, qps_target: Optional[float], bound_ms: float) -> Optional[str]:
+    """Why a confirmed candidate is out: no load met the bound, or its max QPS falls short of the target."""
+    if not conf.max_qps > 0:
+        return f"no target QPS met the {bound_ms:g} ms p99 bound under LoadGen's Server scenario"
+    if qps_target is not None and conf.max_qps < qps_target:
+        return f"its Server max QPS {conf.max_qps:g} under {bound_ms:g} ms falls {qps_target / conf.max_qps:.2f}x short of slo.qps={qps_target:g}"
+    return None
+
+
+def anchored_qps(confirmed: list[tuple[Candidate, Confirmation, Facts]]) -> dict[Candidate, float]:
+    """Each confirmed candidate's Server max QPS as its ratio to fp32's times fp32's median max QPS at the same batcher
+    size and threads over these confirmations: the ratio (paired run by run, so the host's speed phases cancel)
+    orders the candidates that share fp32's configuration, and one fp32 level per configuration, rather than each
+    job's own, sets the scale between configurations. A candidate without a ratio keeps its absolute max QPS."""
+    levels: dict[tuple[int, int], list[float]] = {}
+    for c, conf, _ in confirmed:
+        if conf.fp32_max_qps > 0:
+            levels.setdefault((c.batch_size, c.threads), []).append(conf.fp32_max_qps)
+    out = {}
+    for c, conf, _ in confirmed:
+        level = levels.get((c.batch_size, c.threads))
+        ok = level and not math.isnan(conf.relative)
+        out[c] = conf.relative * statistics.median(level) if ok else conf.max_qps
+    return out
+
+
+def pick(confirmed: list[tuple[Candidate, Confirmation, Facts]], qps_target: Optional[float]) -> Optional[tuple[Candidate, Confirmation, Facts]]:
+    """The answer among the confirmed that passed: the most Server QPS under the bound, read through the ratio to fp32
+    (`anchored_qps`; on a tie the smaller ΔAUC drop, then fewer MB); with a target rate, the fewest threads that meet
+    it, then the most QPS."""
+    if not confirmed:
+        return None
+    qps = anchored_qps(confirmed)
+    if qps_target is None:
+        return max(confirmed, key=lambda r: (qps[r[0]], r[2].auc_delta, -r[2].model_mb))
+    return min(confirmed, key=lambda r: (r[0].threads, -qps[r[0]], -r[2].auc_delta))
+
+
+def runner_up_lines(chosen: tuple[Candidate, Confirmation, Facts], confirmed: list[tuple[Candidate, Confirmation, Facts]]) -> list[str]:
+    """For each other confirmed candidate, which tighter constraint would have made it the pick instead."""
+    c0, _, f0 = chosen
+    lines = []
+    for c, conf, f in confirmed:
+        if c == c0:
+            continue
+        ratio = "" if math.isnan(conf.relative) else f", {conf.relative:.2f}x fp32's [{conf.relative_lo:.2f}, {conf.relative_hi:.2f}]"
+        said = f"{c.label()} ({conf.max_qps:,.4g} QPS under the bound{ratio}, ΔAUC {f.auc_delta:+.5f}, {f.model_mb:.2f} MB)"
+        if f.auc_delta_lo > f0.auc_delta_lo:
+            lines.append(f"with a budget below {-f0.auc_delta_lo:.5f} (the pick's ΔAUC interval reaches {f0.auc_delta_lo:+.5f}): {said}")
+        elif f.model_mb < f0.model_mb:
+            lines.append(f"with memory.max_model_mb below {f0.model_mb:.2f} (the pick's model): {said}")
+        else:
+            lines.append(f"runner-up, no tighter constraint favours it: {said}")
+    return lines
+
+
+@dataclass(frozen=True)
+class Point:
+    """One candidate on the front: QPS under the bound (stage 3's estimate; 0 where Server met the bound at no load), ΔAUC, MB."""
+
+    candidate: Candidate
+    qps: float
+    auc_delta: float
+    model_mb: float
+    confirmed: bool
+
+
+def pareto_front(points: list[Point]) -> list[Point]:
+    """The points no other point matches or beats on all three (more QPS, higher ΔAUC, fewer MB) and beats on one."""
+    def dominates(b: Point, a: Point) -> bool:
+        ge = b.qps >= a.qps and b.auc_delta >= a.auc_delta and b.model_mb <= a.model_mb
+        return ge and (b.qps > a.qps or b.auc_delta > a.auc_delta or b.model_mb < a.model_mb)
+    front = [a for a in points if not any(dominates(b, a) for b in points if b is not a)]
+    return sorted(front, key=lambda p: -p.qps)
+
+
+def what_would_change(chosen: Optional[Point], rejections: list[Rejection], front: list[Point], facts: dict[str, Facts]) -> list[str]:
+    """Sentences on what would move the pick: a front candidate estimated faster than the pick that LoadGen did not
+    serve, and a wider budget or limit letting a stopped backend in."""
+    lines = []
+    if chosen is not None:
+        for p in front:
+            if p.candidate == chosen.candidate or p.qps <= chosen.qps or p.confirmed:
+                continue
+            lines.append(f"serving more candidates (recommend.confirm): {p.candidate.label()} ({p.model_mb:.2f} MB, ΔAUC {p.auc_delta:+.5f}) "
+                         f"is estimated at {p.qps / chosen.qps:.2f}x the pick's QPS but was not served under LoadGen")
+    for r in rejections:
+        if r.stage in (ACCURACY, MEMORY) and r.needs:
+            f = facts.get(r.what)
+            size = f" ({f.model_mb:.2f} MB)" if f is not None and not math.isnan(f.model_mb) else ""
+            lines.append(f"with {r.needs}, {r.what}{size} would pass stage {r.stage.split()[0]}; its speed was not measured")
+    return lines
+
+
+def nearest_miss(rejections: list[Rejection], confirmations: dict[Candidate, Confirmation], qps_target: Optional[float],
+                 facts: dict[str, Facts], budget: float) -> str:
+    """With no pick: the candidate that came closest, and what it would need."""
+    if confirmations:
+        c, conf = max(confirmations.items(), key=lambda kv: kv[1].max_qps)
+        if conf.max_qps > 0 and qps_target is not None:
+            return (f"nearest miss: {c.label()} holds {conf.max_qps:g} QPS under the bound ({qps_target / conf.max_qps:.2f}x short of "
+                    f"slo.qps={qps_target:g}); it would need slo.qps={conf.max_qps:g} or lower, more threads (recommend.threads) "
+                    "or a looser slo.p99_ms")
+        return f"nearest miss: {c.label()}: no load met the bound; it would need a looser slo.p99_ms or a smaller batcher size"
+    accuracy = [r for r in rejections if r.stage == ACCURACY and r.what in facts]
+    if accuracy:
+        r = min(accuracy, key=lambda r: budget_shortfall(facts[r.what], budget))
+        return f"nearest miss: {r.what}: {r.reason}; it would need {r.needs}"
+    memory = [r for r in rejections if r.stage == MEMORY and r.what in facts]
+    if memory:
+        r = min(memory, key=lambda r: facts[r.what].model_mb)
+        return f"nearest miss: {r.what}: {r.reason}; it would need {r.needs}"
+    first = rejections[0] if rejections else None
+    return f"nearest miss: {first.what}: {first.reason}" if first else "no candidate ran"

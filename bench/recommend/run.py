@@ -1,0 +1,244 @@
+"""`run_recommend(...) -> Outcome`: the funnel's stages in order, cheapest first.
+
+1. accuracy: each backend's ΔAUC interval against fp32 from the cached eval scores (bench.recommend.facts);
+   a backend whose interval is not inside the budget is out, with how far it reaches past it.
+2. memory: its prepared model's MB against `memory.max_model_mb`.
+3. offline speed: paired offline jobs at a query's rows and at each batcher size, every backend at the fewest
+   threads and the best `recommend.confirm` backends at the other thread counts, turned
+   into a queue estimate of max QPS under the bound (bench.recommend.speed); a candidate dominated beyond
+   both intervals is out. Before each backend, the time spent and the mean job's time project the stage's
+   end: a backend whose jobs would take the funnel past `recommend.budget_min` (less what stage 4 needs) is
+   not timed, and says so.
+4. confirmation: the best `recommend.confirm` estimates served under LoadGen's Server scenario, each search
+   interleaved with fp32's (bench.recommend.confirm); one whose Server runs fail the bound (or the target rate) is out.
+
+The pick is the confirmed candidate with the most Server QPS under the bound (with `slo.qps`: the fewest
+threads that hold it). Every job goes through `run_job` with `resume=true` (bench.recommend.jobs): an
+interrupted recommend resumes, an identical one reuses the first's records.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+from bench import registry
+from bench.config import Config
+from bench.recommend import decide
+from bench.recommend.confirm import confirm as serve_beside_fp32
+from bench.recommend.decide import (ACCURACY, CONFIRM, RUNNABLE, SPEED, Candidate, Confirmation, Estimate, Facts, Point,
+                                    Rejection)
+from bench.recommend.facts import backend_facts, is_measured
+from bench.recommend.jobs import Jobs, offline_config, server_config
+from bench.recommend.speed import estimate, point, timed_sizes
+from bench.registry import BASELINE_BACKEND
+
+SERVE_OVERHEAD_S = 20.0  # a serving job's time beyond its search: building, the warm-up, the queue estimate
+
+
+def default_backends() -> list[str]:
+    """Every backend of the default sweeps and of the toolkit sweep, fp32 first, each once."""
+    names = [*registry.sweep_backends(), *registry.toolkit_sweep_backends()]
+    return list(dict.fromkeys(names))
+
+
+def threads_axis(cfg: Config) -> list[int]:
+    """`recommend.threads`, or 1 and the machine's cores where it has more than one."""
+    if cfg.recommend.threads:
+        return sorted(set(cfg.recommend.threads))
+    cores = os.cpu_count() or 1
+    return [1, cores] if cores > 1 else [1]
+
+
+def budget_of(cfg: Config) -> float:
+    return cfg.accuracy.max_auc_drop if cfg.accuracy.max_auc_drop is not None else cfg.compare.max_auc_drop
+
+
+def stage4_seconds(cfg: Config) -> float:
+    """What stage 4 may take at most: `confirm` paired Server jobs, each the candidate's search and fp32's interleaved."""
+    search = cfg.serve.max_search_s if cfg.serve is not None else 90.0
+    return cfg.recommend.confirm * (2 * search + SERVE_OVERHEAD_S)
+
+
+@dataclass
+class Outcome:
+    cfg: Config
+    budget: float
+    backends: list[str]
+    threads: list[int]
+    facts: dict[str, Facts] = field(default_factory=dict)
+    facts_reused: int = 0
+    rejections: list[Rejection] = field(default_factory=list)
+    estimates: dict[Candidate, Estimate] = field(default_factory=dict)
+    confirmations: dict[Candidate, Confirmation] = field(default_factory=dict)
+    chosen: Optional[Candidate] = None
+    front: list[Point] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)
+    miss: Optional[str] = None
+    notes: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+    jobs_measured: int = 0
+    jobs_resumed: int = 0
+
+    @property
+    def survivors(self) -> dict[str, list[str]]:
+        """Backends left after each of stages 1 and 2."""
+        out_acc = {r.what for r in self.rejections if r.stage in (RUNNABLE, ACCURACY)}
+        out_mem = out_acc | {r.what for r in self.rejections if r.stage == decide.MEMORY}
+        return {"accuracy": [b for b in self.backends if b not in out_acc], "memory": [b for b in self.backends if b not in out_mem]}
+
+
+def plan_text(cfg: Config, backends: list[str], threads: list[int]) -> str:
+    """What the recommend will run, said as it starts."""
+    sizes = timed_sizes(list(cfg.recommend.batch_sizes))
+    jobs = len(backends) * len(sizes) + cfg.recommend.confirm * (len(threads) - 1) * len(sizes)
+    qps = f", at least {cfg.slo.qps:g} QPS" if cfg.slo.qps is not None else ""
+    mem = f", model at most {cfg.memory.max_model_mb:g} MB" if cfg.memory.max_model_mb is not None else ""
+    return (f"recommend: p99 <= {cfg.slo.p99_ms:g} ms{qps}, ΔAUC budget {budget_of(cfg):g}{mem}; {len(backends)} backends "
+            f"({', '.join(backends)}) x batcher sizes {list(cfg.recommend.batch_sizes)} x threads {threads}.\n"
+            f"  stage 1-2: ΔAUC from the cached eval scores and model MB, per backend; stage 3: up to {jobs} paired offline jobs "
+            f"(batch {', '.join(map(str, sizes))}) for the backends left at {threads[0]} thread{'s' if threads[0] > 1 else ''}"
+            + (f", at {', '.join(map(str, threads[1:]))} for the best {cfg.recommend.confirm}" if threads[1:] else "")
+            + f", then a queue estimate each; stage 4: LoadGen Server searches of the best {cfg.recommend.confirm}, each paired "
+            f"with fp32's (up to {stage4_seconds(cfg) / 60:.0f} min); "
+            f"budget {cfg.recommend.budget_min:g} min; stored jobs are reused (resume)")
+
+
+def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say: Callable[[str], None] = print,
+                  confirm: Callable[[Config, Config, Jobs, str], Confirmation] = serve_beside_fp32,
+                  clock: Callable[[], float] = time.perf_counter) -> Outcome:
+    """The funnel. `configs(backend)` is the recommend's config with that backend chosen (as the command line
+    composes it); `confirm` is stage 4's seam (bench.recommend.confirm)."""
+    started = clock()
+    names = list(dict.fromkeys([BASELINE_BACKEND, *(cfg.recommend.backends or default_backends())]))
+    out = Outcome(cfg, budget_of(cfg), names, threads_axis(cfg))
+    say(plan_text(cfg, names, out.threads))
+    backend_cfgs = {name: configs(name) for name in names}
+
+    # stages 1 and 2
+    for name in names:
+        f, reused = backend_facts(backend_cfgs[name], jobs.session)
+        out.facts[name], out.facts_reused = f, out.facts_reused + reused
+        if f.skipped is not None:
+            out.rejections.append(Rejection(name, RUNNABLE, f"cannot run here: {f.skipped}"))
+            continue
+        r = decide.inside_budget(f, out.budget) or decide.within_memory(f, cfg.memory.max_model_mb)
+        if r is not None:
+            out.rejections.append(r)
+    left = out.survivors
+    equivalent = [b for b in left["accuracy"] if is_measured(out.facts[b]) and out.facts[b].fp32_equivalent]
+    say(f"stage 1 (accuracy): {len(left['accuracy'])} of {len(names)} backends inside the {out.budget:g} budget: {', '.join(left['accuracy']) or 'none'}"
+        + (f" (only fp32-equivalent ones: ΔAUC within ±{decide.FP32_EQUIVALENT:g}, fp32's scores up to rounding)"
+           if left["accuracy"] and len(equivalent) == len(left["accuracy"]) else ""))
+    if cfg.memory.max_model_mb is not None:
+        say(f"stage 2 (memory): {len(left['memory'])} within {cfg.memory.max_model_mb:g} MB: {', '.join(left['memory']) or 'none'}")
+    out.seconds["stages 1-2"] = clock() - started
+
+    # stage 3
+    mark = clock()
+    rows: list[tuple[Candidate, Estimate, Facts]] = []
+    sizes = timed_sizes(list(cfg.recommend.batch_sizes))
+    serve = server_config(cfg, cfg.recommend.batch_sizes[0], 1, cfg.slo.p99_ms).serve
+    query_sizes = np.asarray([serve.fixed_pairs] if serve.fixed_pairs else serve.pairs_quantiles, dtype=float)
+    order = sorted(left["memory"], key=lambda b: (b != BASELINE_BACKEND, out.facts[b].model_mb))
+    limit_s = cfg.recommend.budget_min * 60 - stage4_seconds(cfg)
+    first, more = out.threads[0], out.threads[1:]
+
+    def timed(name: str, threads: int) -> bool:
+        """Time one backend at one thread count (its jobs at every size) unless the budget says no; its candidates' estimates."""
+        per_job = jobs.per_job()
+        if per_job is not None and (clock() - started) + per_job * len(sizes) > limit_s and name != BASELINE_BACKEND:
+            out.rejections.append(Rejection(f"{name} threads={threads}", SPEED,
+                                            f"not timed: its {len(sizes)} jobs (about {per_job * len(sizes):.0f} s) would take the funnel "
+                                            f"past recommend.budget_min={cfg.recommend.budget_min:g} less stage 4's share"))
+            return False
+        points, failed = {}, None
+        for size in sizes:
+            record = jobs.run(offline_config(backend_cfgs[name], size, threads), f"{name} bs={size} threads={threads}")
+            p = point(record)
+            if p is None:
+                why = (record.error or "").splitlines()[0] if record.error else "no throughput"
+                failed = failed or f"its offline job at bs={size} threads={threads} is {record.status}: {why}"
+                continue
+            points[size] = p
+        for m in cfg.recommend.batch_sizes:
+            c = Candidate(name, m, threads)
+            e = estimate(points, query_sizes, m, serve.max_wait_ms / 1000, cfg.slo.p99_ms) if points else None
+            if e is None:
+                out.rejections.append(Rejection(c.label(), SPEED, failed or "no offline figure"))
+                continue
+            out.estimates[c] = e
+            rows.append((c, e, out.facts[name]))
+        return True
+
+    # every backend at the fewest threads first; the other thread counts for the backends of the best estimates only
+    for name in order:
+        timed(name, first)
+    if more:
+        leaders = list(dict.fromkeys(c.backend for c, e, _ in decide.confirm_order(rows, cfg.slo.qps)))[:cfg.recommend.confirm]
+        for name in order:
+            for threads in more:
+                if name in leaders:
+                    timed(name, threads)
+                elif any(c.backend == name for c in out.estimates):
+                    out.rejections.append(Rejection(f"{name} threads={threads}", SPEED,
+                                                    f"not timed at {threads} threads: at {first} its estimates rank below the best "
+                                                    f"{cfg.recommend.confirm} backends' (recommend.confirm)"))
+    for c, r in decide.dominated(rows).items():
+        out.rejections.append(r)
+    out.seconds["stage 3"] = clock() - mark
+    out.jobs_measured, out.jobs_resumed = len(jobs.seconds), jobs.resumed
+    dominated = {r.what for r in out.rejections if r.stage == SPEED}
+    alive = [row for row in rows if row[0].label() not in dominated]
+    say(f"stage 3 (offline speed): {len(rows)} candidates estimated, {len(alive)} not dominated"
+        f" ({jobs.count} jobs: {len(jobs.seconds)} measured, {jobs.resumed} reused)")
+
+    # stage 4
+    mark = clock()
+    ranked = decide.confirm_order(alive, cfg.slo.qps)
+    confirmed = []
+    for k, (c, e, f) in enumerate(ranked):
+        if k >= cfg.recommend.confirm:
+            out.rejections.append(Rejection(c.label(), CONFIRM, f"not confirmed: its estimate ranks {k + 1}, below the best "
+                                            f"{cfg.recommend.confirm} (recommend.confirm)"))
+            continue
+        say(f"stage 4: serving {c.label()} beside fp32 under LoadGen's Server scenario (estimate {e.qps:,.0f} QPS, "
+            f"{e.relative:.2f}x fp32)")
+        conf = confirm(server_config(backend_cfgs[c.backend], c.batch_size, c.threads, cfg.slo.p99_ms),
+                       server_config(backend_cfgs[BASELINE_BACKEND], c.batch_size, c.threads, cfg.slo.p99_ms), jobs, c.label())
+        out.confirmations[c] = conf
+        why = decide.confirmation_fails(conf, cfg.slo.qps, cfg.slo.p99_ms)
+        if why is not None:
+            out.rejections.append(Rejection(c.label(), CONFIRM, why))
+        else:
+            confirmed.append((c, conf, f))
+    out.seconds["stage 4"] = clock() - mark
+    chosen = decide.pick(confirmed, cfg.slo.qps)
+    out.chosen = chosen[0] if chosen else None
+    points = front_points(out)
+    out.front = decide.pareto_front(points)
+    chosen_point = next((p for p in points if p.candidate == out.chosen), None)
+    out.changes = (decide.runner_up_lines(chosen, confirmed) if chosen else []) + decide.what_would_change(
+        chosen_point, out.rejections, out.front, out.facts)
+    if out.chosen is None:
+        out.miss = decide.nearest_miss(out.rejections, out.confirmations, cfg.slo.qps, out.facts, out.budget)
+    out.jobs_measured, out.jobs_resumed = len(jobs.seconds), jobs.resumed
+    out.seconds["total"] = clock() - started
+    return out
+
+
+
+
+def front_points(out: Outcome) -> list[Point]:
+    """Every estimated candidate as a point at stage 3's estimate of its QPS under the bound (one measure for all of
+    them: Server's figures exist for the confirmed few only), and at 0 where LoadGen's Server runs met the bound at
+    no load."""
+    def qps(c: Candidate, e: Estimate) -> float:
+        conf = out.confirmations.get(c)
+        return 0.0 if conf is not None and not conf.max_qps > 0 else e.qps
+    return [Point(c, qps(c, e), out.facts[c.backend].auc_delta, out.facts[c.backend].model_mb, c in out.confirmations)
+            for c, e in out.estimates.items()]

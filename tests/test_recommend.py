@@ -1,0 +1,260 @@
+"""bench.recommend: the funnel's decisions (pure), stage 3's estimate, stage 4's ratio, the cached accuracy figures,
+and the funnel on real jobs, where a candidate whose offline figure is best but whose Server runs fail the bound
+is not picked."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from bench.config import MLPERF_PAIRS
+from bench.record import RunRecord
+from bench.recommend import decide
+from bench.recommend.confirm import confirm, confirmation
+from bench.recommend.decide import (ACCURACY, CONFIRM, MEMORY, SPEED, Candidate, Confirmation, Estimate, Facts, Point,
+                                    Rejection)
+from bench.recommend.facts import backend_facts
+from bench.recommend.jobs import Jobs, offline_config, server_config
+from bench.recommend.run import run_recommend
+from bench.recommend.speed import estimate, point, timed_sizes
+from bench.runner import Session
+from tests.support.models import FAST, config_maker, train_once
+
+SIZES = np.asarray(MLPERF_PAIRS, dtype=float)
+# Short Server searches: runs of 500 queries (enough for LoadGen's early stopping to pass a run with none late),
+# each target judged once, no run set aside for the host's steal.
+SHORT_SERVE = ["serve.min_duration_s=0.5", "serve.min_query_count=500", "serve.step_late_share=null", "serve.judgments=1",
+               "serve.max_steps=3", "serve.max_search_s=10", "serve.max_steal=null"]
+
+
+def facts(name, delta=0.0, lo=None, hi=None, mb=10.0):
+    lo = delta if lo is None else lo
+    hi = delta if hi is None else hi
+    return Facts(name, delta, lo, hi, 0.75, mb, mb)
+
+
+def est(rel, lo=None, hi=None, qps=None):
+    lo, hi = rel if lo is None else lo, rel if hi is None else hi
+    q = 100 * rel if qps is None else qps
+    return Estimate(q, 100 * lo, 100 * hi, rel, lo, hi, 100.0)
+
+
+# ------------------------------------------------------------------------------------------------ decide
+
+
+def test_stage_1_wants_the_whole_interval_inside_the_budget_and_says_by_how_much():
+    assert decide.inside_budget(facts("a", -0.0005, -0.0009, -0.0001), 0.001) is None
+    r = decide.inside_budget(facts("b", -0.0008, -0.0013, -0.0003), 0.001)
+    assert r.stage == ACCURACY and "0.00030 past the 0.001 budget" in r.reason and r.needs == "accuracy.max_auc_drop=0.00130"
+    assert decide.inside_budget(Facts("c"), 0.001).stage == ACCURACY  # nothing measured: nothing to judge
+
+
+def test_stage_2_holds_the_model_to_the_limit():
+    assert decide.within_memory(facts("a", mb=5.0), None) is None
+    assert decide.within_memory(facts("a", mb=5.0), 5.0) is None
+    r = decide.within_memory(facts("a", mb=7.5), 5.0)
+    assert r.stage == MEMORY and "2.50 MB over the 5 MB limit" in r.reason and r.needs == "memory.max_model_mb=7.5"
+
+
+def test_dominated_only_beyond_both_intervals_at_the_same_threads():
+    a, b, c, d = (Candidate("a", 1024, 1), Candidate("b", 1024, 1), Candidate("c", 1024, 1), Candidate("d", 1024, 2))
+    rows = [(a, est(1.0, 0.95, 1.05), facts("a", 0.0, mb=10)),
+            (b, est(1.5, 1.4, 1.6), facts("b", 0.0, mb=3)),  # beats a beyond both intervals, smaller, no less accurate
+            (c, est(1.45, 1.02, 1.9), facts("c", 0.0, mb=3)),  # faster than a by its point, not beyond a's interval
+            (d, est(0.5, 0.4, 0.6), facts("d", 0.0, mb=10))]  # slower, but at other threads: another fp32 behind its ratio
+    out = decide.dominated(rows)
+    assert set(out) == {a} and out[a].stage == SPEED and "dominated by b bs=1024 threads=1" in out[a].reason
+    # a candidate whose ΔAUC interval reaches lower is not beaten by a faster one that gives up less
+    rows = [(a, est(1.0, 0.95, 1.05), facts("a", 0.0, -0.0001, 0.0001)), (b, est(1.5, 1.4, 1.6), facts("b", 0.0, -0.0005, 0.0005))]
+    assert decide.dominated(rows) == {}
+
+
+def test_confirm_order_and_pick():
+    a, b, c = Candidate("a", 1024, 2), Candidate("b", 1024, 1), Candidate("c", 4096, 1)
+    rows = [(a, est(2.0), facts("a")), (b, est(1.5), facts("b")), (c, est(1.0), facts("c"))]
+    assert [r[0] for r in decide.confirm_order(rows, None)] == [a, b, c]
+    # with a target rate, those whose estimate reaches it come first, fewest threads first
+    assert [r[0] for r in decide.confirm_order(rows, 140)] == [b, a, c]
+
+    def conf(qps):
+        return Confirmation(qps, qps, qps * 1.1, 100.0, qps / 100, qps / 110, qps * 1.1 / 100, 20.0, "test")
+    confirmed = [(a, conf(300.0), facts("a")), (b, conf(200.0), facts("b"))]
+    assert decide.pick(confirmed, None)[0] == a  # the most Server QPS
+    assert decide.pick(confirmed, 150.0)[0] == b  # the fewest threads that hold the target
+    assert decide.pick([], None) is None
+    assert decide.confirmation_fails(conf(0.0), None, 60) .startswith("no target QPS met the 60 ms")
+    assert "falls 1.50x short of slo.qps=300" in decide.confirmation_fails(conf(200.0), 300.0, 60)
+    assert decide.confirmation_fails(conf(200.0), 150.0, 60) is None
+
+
+def test_pareto_front_and_what_would_change():
+    a, b, c, d = (Candidate(n, 1024, 1) for n in "abcd")
+    pts = [Point(a, 100, 0.0, 10, True), Point(b, 150, -0.0005, 3, True), Point(c, 90, -0.0006, 4, False),
+           Point(d, 200, -0.0008, 2, False)]
+    front = decide.pareto_front(pts)
+    assert [p.candidate for p in front] == [d, b, a]  # c is beaten by b on all three
+    lines = decide.what_would_change(pts[1], [Rejection("e", ACCURACY, "x", needs="accuracy.max_auc_drop=0.002")], front,
+                                     {"e": facts("e", mb=1.5)})
+    assert lines[0].startswith("serving more candidates (recommend.confirm): d bs=1024 threads=1") and "1.33x the pick's" in lines[0]
+    assert lines[1] == "with accuracy.max_auc_drop=0.002, e (1.50 MB) would pass stage 1; its speed was not measured"
+
+
+def test_nearest_miss_names_what_it_would_need():
+    a = Candidate("a", 1024, 1)
+    conf = Confirmation(400.0, 400.0, 420.0, 300.0, 1.33, 1.2, 1.4, 30.0, "test")
+    miss = decide.nearest_miss([], {a: conf}, 1000.0, {}, 0.001)
+    assert "a bs=1024 threads=1 holds 400 QPS" in miss and "2.50x short of slo.qps=1000" in miss and "slo.qps=400 or lower" in miss
+    f = {"u": facts("u", -0.001, -0.0015, -0.0005), "v": facts("v", -0.002, -0.003, -0.001)}
+    rej = [decide.inside_budget(f["v"], 0.001), decide.inside_budget(f["u"], 0.001)]
+    assert decide.nearest_miss(rej, {}, None, f, 0.001).startswith("nearest miss: u: ")
+    assert decide.nearest_miss(rej, {}, None, f, 0.001).endswith("accuracy.max_auc_drop=0.00150")
+
+
+# ------------------------------------------------------------------------------------------------ speed, confirm
+
+
+def test_the_estimate_follows_the_speedup_and_is_relative_to_the_same_fp32():
+    fp32 = {256: (4.0, 1.0, 1.0, 1.0), 1024: (12.0, 1.0, 1.0, 1.0)}
+    base = estimate(fp32, SIZES, 1024, 0.002, 60.0)
+    assert base.relative == pytest.approx(1.0) and base.qps == pytest.approx(base.fp32_qps) and base.qps > 0
+    faster = estimate({r: (ms, 1.5, 1.3, 1.7) for r, (ms, *_) in fp32.items()}, SIZES, 1024, 0.002, 60.0)
+    assert faster.qps_lo < faster.qps < faster.qps_hi and faster.relative_lo < faster.relative < faster.relative_hi
+    assert faster.relative > 1.2 and faster.fp32_qps == pytest.approx(base.fp32_qps)
+    assert estimate(fp32, SIZES, 128, 0.002, 60.0) is None  # no offline point within the batcher's size
+    assert estimate(fp32, SIZES, 1024, 0.002, 2.0).qps < base.qps  # a tighter bound holds less
+
+
+def test_an_offline_point_reads_fp32s_time_from_the_paired_job():
+    r = RunRecord(status="ok", workload="w", backend="uint4", device="cpu", batch_size=1024, config={}, config_hash="h", env={},
+                  metrics={"throughput": 200_000.0, "speedup": 2.0, "speedup_lo": 1.8, "speedup_hi": 2.2, "reference_throughput": 100_000.0})
+    assert point(r) == (pytest.approx(10.24), 2.0, 1.8, 2.2)
+    r.metrics = {"throughput": 100_000.0}  # fp32's own job: unpaired
+    assert point(r) == (pytest.approx(10.24), 1.0, 1.0, 1.0)
+    r.status = "error"
+    assert point(r) is None
+    assert timed_sizes([4096, 1024]) == [256, 1024, 4096]
+
+
+def serving(backend, metrics, status="ok"):
+    return RunRecord(status=status, workload="w", backend=backend, device="cpu", batch_size=1024, config={}, config_hash="h", env={},
+                     metrics=metrics, record_id="r1", error=None if status == "ok" else "it broke")
+
+
+def test_a_paired_serving_record_gives_the_ratio_and_its_interval():
+    c = confirmation(serving("uint4", {"max_qps": 300.0, "max_qps_lo": 300.0, "max_qps_hi": 330.0, "reference_max_qps": 200.0,
+                                       "qps_ratio": 1.5, "qps_ratio_lo": 1.2, "qps_ratio_hi": 1.65, "latency_ms": {"p99": 30.0}}))
+    assert (c.max_qps, c.max_qps_lo, c.max_qps_hi, c.fp32_max_qps) == (300.0, 300.0, 330.0, 200.0)
+    assert (c.relative, c.relative_lo, c.relative_hi, c.p99_ms, c.records) == (1.5, 1.2, 1.65, 30.0, ["r1"])
+    assert "interleaved run by run (ABBA)" in c.method
+    alone = confirmation(serving("fp32", {"max_qps": 200.0, "max_qps_lo": 200.0, "max_qps_hi": 220.0}))
+    assert (alone.fp32_max_qps, alone.relative, alone.relative_lo, alone.relative_hi) == (200.0, 1.0, 1.0, 1.0)
+    failed = confirmation(serving("uint4", {"max_qps": 0.0, "max_qps_hi": 40.0, "reference_max_qps": 200.0, "qps_ratio": 0.0,
+                                            "qps_ratio_lo": None, "qps_ratio_hi": 0.2}))
+    assert failed.max_qps == 0.0 and math.isnan(failed.relative_lo) and decide.confirmation_fails(failed, None, 60) is not None
+    broken = confirmation(serving("uint4", {}, status="error"))
+    assert broken.max_qps == 0.0 and "is error: it broke" in broken.method
+
+
+# ------------------------------------------------------------------------------------------------ on real jobs
+
+
+@pytest.fixture(scope="module")
+def fast_models(tmp_path_factory):
+    return train_once(tmp_path_factory.mktemp("recommend-models"), FAST)
+
+
+@pytest.fixture
+def make(tmp_path, fast_models):
+    return config_maker(tmp_path, fast_models, FAST)
+
+
+RECOMMEND = ["+sweep=recommend", "recommend.batch_sizes=[1024]", "recommend.threads=[1]", "timing.max_rounds=2", *SHORT_SERVE]
+
+
+@pytest.mark.slow
+def test_accuracy_and_size_are_measured_once_then_read_back(make):
+    cfg = make(*RECOMMEND, "backend=int8_tbe")
+    session = Session()
+    first, reused = backend_facts(cfg, session)
+    assert not reused and first.skipped is None and first.auc_delta_lo <= first.auc_delta <= first.auc_delta_hi
+    assert 0 < first.embedding_mb <= first.model_mb
+    again, reused = backend_facts(cfg, Session())
+    assert reused and again == first
+    fp32, _ = backend_facts(make(*RECOMMEND, "backend=fp32"), session)
+    assert fp32.auc_delta == fp32.auc_delta_lo == fp32.auc_delta_hi == 0.0 and fp32.fp32_equivalent and fp32.model_mb > first.model_mb
+
+
+@pytest.mark.slow
+def test_a_candidate_best_offline_whose_server_runs_fail_the_bound_is_not_picked(make, tmp_path):
+    """The candidate stage 3 ranks first is served under a bound no load can meet (0.01 ms): its LoadGen Server runs
+    really fail; stage 4 must reject it and pick the next confirmed one."""
+    cfg = make(*RECOMMEND, "recommend.backends=[int8_tbe,uint4]", "recommend.confirm=2")
+    planted = []
+
+    def confirm_planting(candidate, fp32, jobs, label):
+        if not planted:  # stage 4 confirms the best estimate first
+            planted.append(label)
+            candidate = dataclasses.replace(candidate, serve=dataclasses.replace(candidate.serve, bound_ms=0.01))
+        return confirm(candidate, fp32, jobs, label)
+
+    jobs = Jobs(Session(), tmp_path / "jobs")
+    out = run_recommend(cfg, lambda name: make(*RECOMMEND, f"backend={name}"), jobs, say=lambda _: None, confirm=confirm_planting)
+    best = max(out.estimates.items(), key=lambda kv: kv[1].qps)[0]
+    assert planted == [best.label()] and best in out.confirmations and out.confirmations[best].max_qps == 0.0
+    assert out.chosen is not None and out.chosen != best and out.confirmations[out.chosen].max_qps > 0
+    rejected = [r for r in out.rejections if r.what == best.label()]
+    assert [r.stage for r in rejected] == [CONFIRM] and "no target QPS met the 60 ms p99 bound" in rejected[0].reason
+    # every job left its record in the store and its folder
+    assert (tmp_path / "reports" / "records.jsonl").is_file() and len(list((tmp_path / "jobs").glob("*/record.json"))) == jobs.count
+
+
+def test_job_configs_keep_what_the_stage_needs(make):
+    cfg = make(*RECOMMEND, "backend=uint4")
+    off = offline_config(cfg, 256, 2)
+    assert (off.batch_size, off.threads, off.timing.threads, off.serve, off.resume) == (256, 2, 2, None, True)
+    srv = server_config(cfg, 1024, 1, 45.0)
+    assert (srv.batch_size, srv.threads, srv.serve.scenario, srv.serve.bound_ms, srv.serve.accuracy_scenarios) == (1024, 1, "server", 45.0, [])
+    assert srv.serve.min_query_count == 500  # the command line's serve.* keys reach stage 4
+    assert math.isfinite(cfg.recommend.budget_min)
+
+
+@pytest.mark.slow
+def test_stage_3_stops_timing_backends_the_budget_cannot_hold(make, tmp_path):
+    """An injected clock where every reading is 30 s later: after fp32's jobs the next backend's would pass the budget
+    (1 min, less stage 4's share), so it is not timed and the answer says so; fp32 is timed whatever the budget."""
+    cfg = make(*RECOMMEND, "recommend.backends=[int8_tbe,uint4]", "recommend.confirm=1", "recommend.budget_min=1")
+    ticks = iter(range(0, 10_000_000, 30))
+
+    def clock():
+        return float(next(ticks))
+
+    jobs = Jobs(Session(), tmp_path / "jobs", clock=clock)
+    told = []
+    out = run_recommend(cfg, lambda name: make(*RECOMMEND, f"backend={name}"), jobs, say=told.append, clock=clock)
+    cut = [r for r in out.rejections if r.stage == SPEED and "not timed" in r.reason]
+    passed = [b for b in ("int8_tbe", "uint4") if b not in {r.what for r in out.rejections if r.stage == ACCURACY}]
+    assert sorted(r.what for r in cut) == sorted(f"{b} threads=1" for b in passed)
+    assert all("would take the funnel past recommend.budget_min=1" in r.reason for r in cut)
+    assert {c.backend for c in out.estimates} == {"fp32"} and out.chosen is not None and out.chosen.backend == "fp32"
+    assert told[0].startswith("recommend: p99 <= 60 ms") and "budget 1 min" in told[0]
+
+
+def test_the_pick_reads_server_qps_through_the_ratio_to_fp32():
+    """Two candidates at one batcher size whose paired fp32 searches saw the host at different speeds: the one with the
+    higher ratio is picked, though its absolute max QPS is lower; the runner-up says which constraint would pick it."""
+    a, b = Candidate("a", 1024, 1), Candidate("b", 1024, 1)
+    fast_host = Confirmation(556.0, 556.0, 585.0, 278.0, 2.0, 1.9, 2.1, 28.0, "paired")
+    slow_host = Confirmation(383.0, 383.0, 403.0, 164.0, 2.34, 2.23, 2.46, 13.0, "paired")
+    confirmed = [(a, fast_host, facts("a", -0.00013, -0.00022, -0.00003, mb=2.88)), (b, slow_host, facts("b", -0.00007, -0.00015, 0.00001, mb=2.87))]
+    anchored = decide.anchored_qps(confirmed)
+    assert anchored[a] == pytest.approx(2.0 * 221.0) and anchored[b] == pytest.approx(2.34 * 221.0)
+    chosen = decide.pick(confirmed, None)
+    assert chosen[0] == b
+    lines = decide.runner_up_lines(chosen, confirmed)
+    assert lines == ["runner-up, no tighter constraint favours it: a bs=1024 threads=1 (556 QPS under the bound, 2.00x fp32's [1.90, 2.10], "
+                     "ΔAUC -0.00013, 2.88 MB)"]
+    lines = decide.runner_up_lines(confirmed[0], confirmed)  # were a the pick, b is the more accurate and the smaller
+    assert lines[0].startswith("with a budget below 0.00022 (the pick's ΔAUC interval reaches -0.00022): b bs=1024 threads=1")

@@ -1,0 +1,94 @@
+"""`python -m bench recommend` as a user runs it: exit 2 for bad input (one line, nothing stored), exit 0 with a pick and
+its folder, a second identical run that reuses the first's records, exit 1 with the nearest miss when the target rate
+is beyond reach."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from tests.conftest import run_bench
+from tests.support.models import FAST, train_once
+from tests.test_recommend import SHORT_SERVE
+
+pytestmark = pytest.mark.slow
+
+SMALL = ["recommend.backends=[int8_tbe,uint4]", "recommend.batch_sizes=[1024]", "recommend.threads=[1]", "recommend.confirm=1",
+         "timing.max_rounds=2", *SHORT_SERVE]
+
+
+@pytest.fixture(scope="module")
+def place(tmp_path_factory):
+    root = tmp_path_factory.mktemp("recommend-command")
+    models = train_once(root / "trained", FAST)
+    shutil.copytree(models, root / "cache" / "models")
+    return root
+
+
+def recommend(place, *more, timeout=600):
+    return run_bench("recommend", *FAST, f"cache_dir={place / 'cache'}", f"reports_dir={place / 'reports'}", *SMALL, *more, timeout=timeout)
+
+
+@pytest.mark.parametrize("bad, says", [
+    ("slo.p99_ms=0", "slo.p99_ms must be a positive latency in ms"),
+    ("accuracy.max_auc_drop=1.5", "accuracy.max_auc_drop must be an AUC drop between 0 and 1"),
+    ("slo.qps=-3", "slo.qps must be a positive rate"),
+    ("memory.max_model_mb=0", "memory.max_model_mb must be a positive size"),
+    ("recommend.backends=[int8_tbe,nosuch]", "unknown backend 'nosuch'"),
+    ("recommend.batch_sizes=[1024,999999]", "recommend.batch_sizes reaches 999999 rows, more than the eval split"),
+    ("recommend.confirm=0", "recommend.confirm must be a positive integer"),
+    ("slo.p99ms=60", "slo.p99ms"),
+])
+def test_bad_input_is_one_line_and_exit_2_before_any_work(tmp_path, bad, says):
+    result = run_bench("recommend", *FAST, f"cache_dir={tmp_path / 'cache'}", f"reports_dir={tmp_path / 'reports'}", bad, timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert says in result.stderr and result.stderr.strip().count("\n") == 0, result.stderr
+    assert not (tmp_path / "reports").exists() and not (tmp_path / "cache").exists()
+
+
+def test_a_pick_then_reuse_then_a_target_beyond_reach(place):
+    first = recommend(place)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    out = first.stdout
+    assert out.startswith("recommend: p99 <= 60 ms, ΔAUC budget 0.001; 3 backends (fp32, int8_tbe, uint4)")  # what it will run, first
+    assert "stage 1 (accuracy): " in out and "\npick: " in out and "Server max QPS under 60 ms: " in out and "front (" in out
+    folder = place / "reports" / "recommend" / "latest"
+    for name in ("recommend.md", "recommend.json", "front.png"):
+        assert (folder / name).is_file(), name
+    answer = json.loads((folder / "recommend.json").read_text())
+    pick = answer["pick"]
+    assert pick["backend"] in ("fp32", "int8_tbe", "uint4") and pick["batch_size"] == 1024 and pick["threads"] == 1
+    assert pick["server"]["max_qps"] > 0 and pick["server"]["fp32_max_qps"] > 0 and answer["front"]
+    md = (folder / "recommend.md").read_text()
+    for heading in ("## The pick", "## Pareto front", "## Rejected", "## What would change the pick", "## Cost"):
+        assert heading in md, heading
+    records = (place / "reports" / "records.jsonl").read_text().splitlines()
+    measured = answer["jobs"]["measured"]
+    timed = [b for b in ("fp32", "int8_tbe", "uint4") if b not in {r["what"] for r in answer["rejected"]}]
+    assert measured >= 2 * len(timed) + 1 and len(records) == measured  # 2 offline jobs per backend past stage 1, the Server jobs
+
+    again = recommend(place)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "(0 jobs measured, " in again.stdout and "3 of 3 backends' accuracy read back" in again.stdout, again.stdout[-2000:]
+    assert len((place / "reports" / "records.jsonl").read_text().splitlines()) == len(records)  # nothing measured twice
+    second = json.loads((folder / "recommend.json").read_text())
+    assert second["pick"]["backend"] == pick["backend"] and second["pick"]["server"] == pick["server"]  # the same stored records
+
+    beyond = recommend(place, "slo.qps=1000000")
+    assert beyond.returncode == 1, beyond.stdout[-3000:] + beyond.stderr[-3000:]
+    assert "no pick: no candidate meets p99 <= 60 ms at 1e+06 QPS" in beyond.stdout
+    assert "nearest miss: " in beyond.stdout and "short of slo.qps=1e+06" in beyond.stdout
+    miss = json.loads((folder / "recommend.json").read_text())
+    assert miss["pick"] is None and miss["nearest_miss"].startswith("nearest miss: ")
+    assert any(r["stage"] == "4 Server confirmation" for r in miss["rejected"])
+
+
+def test_help_and_the_sweep_form_refused(tmp_path):
+    shown = run_bench("recommend", "--help", timeout=60)
+    assert shown.returncode == 0 and "slo.p99_ms=60.0" in shown.stdout and "accuracy.max_auc_drop=null" in shown.stdout
+    assert "recommend.budget_min=20.0" in shown.stdout and "Exit codes: 0 a pick; 1 no candidate" in shown.stdout
+    refused = run_bench("+sweep=recommend", f"reports_dir={tmp_path / 'reports'}", timeout=60)
+    assert refused.returncode == 2 and "recommend is a command, not a sweep: python -m bench recommend" in refused.stderr
+    assert not (tmp_path / "reports").exists()

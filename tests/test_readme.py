@@ -78,7 +78,7 @@ DOCS_LONG = {
         "python -m bench +sweep=serve backend=fp32,uint4 serve.scenario=server", "python -m bench +sweep=serve serve.bound_ms=80",
         "python -m bench +sweep=serve batch_size=512,2048 serve.max_wait_ms=1,5",
         "python -m bench +sweep=serve serve.min_duration_s=600 serve.min_query_count=null serve.loadgen_seeds=mlperf",
-        "python -m bench +sweep=serve gate.rules.uint4.min_qps_ratio=1.2 run_gate=true", "python -m bench +sweep=serve resume=true",
+        "python -m bench +sweep=serve gate.rules.uint4.min_qps_ratio=0.9 run_gate=true", "python -m bench +sweep=serve resume=true",
         "python -m bench +sweep=sharded hydra/launcher=submitit_slurm hydra.launcher.partition=cpu hydra.launcher.cpus_per_task=16 "
         "hydra.launcher.mem_gb=64 hydra.launcher.timeout_min=120 hydra.launcher.array_parallelism=1",
     )},

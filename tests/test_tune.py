@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import shutil
+from collections import Counter
 from types import SimpleNamespace
 
 import numpy as np
@@ -31,6 +33,8 @@ from bench.tune.outputs import CSV_COLUMNS
 from bench.tune.search import search
 from bench.tune.sensitivity import sensitivity
 from bench.tune.sizes import Table, map_bytes
+from bench.tune.stored import SUMMARY
+from bench.store import read_records
 from bench.tune.validate import holdout_rows
 from tests.support.planted import (
     DIM,
@@ -248,7 +252,7 @@ def test_tiny_tune_end_to_end(tune_cfg, tmp_path, capsys, caplog):
     assert probes and all(m.endswith(("passes", "does not pass")) for m in probes)
     assert any(m.startswith("tune: held-out check: uniform int8 (int8_tbe, int8 dynamic MLP)") for m in said)
     folder = tmp_path / "reports" / "tune" / "latest"
-    assert {p.name for p in folder.iterdir()} == {"tune.md", "tune.csv", "per_table.yaml", "frontier.png"}
+    assert {p.name for p in folder.iterdir()} == {"tune.md", "tune.csv", "per_table.yaml", "frontier.png", "records.jsonl"}
     csv = pd.read_csv(folder / "tune.csv")
     assert list(csv.columns) == CSV_COLUMNS and set(csv["split"]) == {"search", "holdout"}
     [emulation] = csv[csv["kind"] == "emulation"].itertuples()  # the chosen map's emulation, held out, never chosen
@@ -271,6 +275,40 @@ def test_tiny_tune_end_to_end(tune_cfg, tmp_path, capsys, caplog):
     # a second tune with another budget reads the sensitivities from the cache
     again = tune_main(tune_cfg("tune.max_auc_drop_relative=0.01"), SharedWork())
     assert again in (0, 1) and "read from the cache" in (folder.resolve().parent / "latest" / "tune.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("left", [0.5, 0.1], ids=["in the sensitivities", "in the held-out check"])
+def test_an_interrupted_tune_resumed_measures_no_candidate_twice(tune_cfg, tmp_path, left):
+    cfg = tune_cfg("tune.max_auc_drop=0.002", "resume=true")
+    code = tune_main(cfg, SharedWork())
+    folder = tmp_path / "reports" / "tune" / "latest"
+    store = tmp_path / "reports" / "tune" / "records.jsonl"
+    whole = store.read_text().splitlines()
+    first = read_records(folder / "records.jsonl")
+    assert len(first) == len(whole) + 1 and first[-1].metrics[SUMMARY]["measured"] == len(whole)  # every row, then the summary
+    assert len(pd.read_csv(folder / "tune.csv")) == len(whole)
+    first_md = (folder / "tune.md").read_text().replace(str(folder.resolve()), "FOLDER")
+
+    # interrupted: only the first candidates stored (a kill leaves whole lines), no sensitivity cache either
+    kept = len(whole) - max(int(left * len(whole)), 1)
+    store.write_text("\n".join(whole[:kept]) + "\n")
+    shutil.rmtree(tmp_path / "cache" / "tune")
+    assert tune_main(cfg, SharedWork()) == code
+    stored = read_records(store)
+    assert len(stored) == len(whole) and max(Counter(r.config_hash for r in stored).values()) == 1  # none measured twice
+    again = read_records(folder / "records.jsonl")
+    assert again[-1].metrics[SUMMARY]["measured"] == len(whole) - kept
+    assert sum(r.resumed_from is not None for r in again) == kept
+    assert [r.metrics for r in again[:-1]] == [r.metrics for r in first[:-1]]
+    timed = lambda md: [line for line in md.splitlines() if not line.startswith("Tune time")]  # noqa: E731
+    assert timed((folder / "tune.md").read_text().replace(str(folder.resolve()), "FOLDER")) == timed(first_md)
+
+    # once more: everything is stored, nothing is measured, the store is unchanged
+    before = store.read_bytes()
+    assert tune_main(cfg, SharedWork()) == code
+    assert read_records(folder / "records.jsonl")[-1].metrics[SUMMARY]["measured"] == 0
+    assert store.read_bytes() == before
 
 
 def test_sizes_only_when_the_fp32_model_cannot_be_built(tune_cfg, tmp_path, capsys):

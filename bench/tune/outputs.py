@@ -1,4 +1,4 @@
-"""A tune's folder `reports/tune/<timestamp>/`: tune.md, per_table.yaml, tune.csv and frontier.png."""
+"""A tune's folder `reports/tune/<timestamp>/`: tune.md, per_table.yaml, tune.csv, frontier.png and records.jsonl."""
 
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from bench.io import write_text_atomic
+from bench.store import RECORDS, write_records
 from bench.metrics import AUC_DELTA, AUC_DELTA_P, AUC_FP32, EMBEDDING_BYTES, hi, lo
 from bench.report import fmt
 from bench.report.publish import fresh_report_dir, point_latest
 from bench.tune.measured import Row
 from bench.tune.run import NOTHING_COMPRESSED, TuneResult, nothing_compressed
 from bench.tune.sizes import PRECISIONS, map_bytes, uniform
+from bench.tune.stored import tune_records
 
 CSV_COLUMNS = ["candidate", "split", EMBEDDING_BYTES, AUC_DELTA, lo(AUC_DELTA), hi(AUC_DELTA), "chosen",
                "kind", "dense", "measured_by", AUC_DELTA_P, AUC_FP32, "per_table"]  # fmt: skip
@@ -84,6 +86,8 @@ def frontier_plot(result: TuneResult, path: Path) -> Path:
 def write_tune(result: TuneResult, reports_dir: Path) -> Path:
     """Write the folder under `<reports_dir>/tune/<timestamp>/`, point `latest` at it; returns the folder."""
     out = fresh_report_dir(Path(reports_dir), "tune")
+    if result.records is not None:  # every candidate as a run record, and the summary: what a re-render reads
+        write_records(tune_records(result), out / RECORDS)
     write_text_atomic(out / "tune.csv", csv_frame(result.rows).to_csv(index=False))
     if result.search is not None:
         write_text_atomic(out / "per_table.yaml", per_table_yaml(result.search.chosen))

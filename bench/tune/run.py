@@ -37,7 +37,8 @@ from bench.tune.measured import Budget, Row
 from bench.tune.search import SearchResult, search
 from bench.tune.sensitivity import cached, sensitivity
 from bench.tune.sizes import PRECISIONS, Table, map_bytes, tables_of, uniform
-from bench.tune.validate import CHOSEN_BACKEND, holdout_rows
+from bench.tune.stored import TuneRecords
+from bench.tune.validate import CHOSEN_BACKEND, chosen_rows, holdout_rows
 
 
 @dataclass
@@ -56,6 +57,7 @@ class TuneResult:
     holdout: list[Row] = field(default_factory=list)
     emulation_gap: float = float("nan")  # largest |logit| difference of the chosen map's emulation and real backend
     seconds: dict[str, float] = field(default_factory=dict)
+    records: Optional[TuneRecords] = None  # every measured candidate as a stored run record (bench.tune.stored)
 
     @property
     def chosen(self) -> Optional[Row]:
@@ -129,6 +131,9 @@ def run_tune(cfg: Config, work: SharedWork, clock: Callable[[], float] = time.pe
     workload = work.workload(cfg)
     result = TuneResult(cfg, tables_of(workload.tables, cfg.model.embedding_dim))
     result.sizes_only = sizes_only_reason(cfg, work, workload, device)
+    # sizes only: no candidate is measured, but its rows are the folder's records all the same
+    result.records = TuneRecords(cfg, device, {"workload": plain(cfg.workload), "seed": cfg.seed, "device": device.type},
+                                 result.tables)
     if result.sizes_only:
         result.holdout = sizes_rows(result.tables, tune.precisions)
         result.seconds["total"] = clock() - started
@@ -143,11 +148,15 @@ def run_tune(cfg: Config, work: SharedWork, clock: Callable[[], float] = time.pe
     model = work.model(cfg, workload)
     calibration = work.split_batches(cfg, workload, "calibration")
     result.seconds["model and data"] = clock() - started
+    base = {"model": model.key, "workload": plain(cfg.workload), "seed": cfg.seed, "device": device.type,
+            "calibration_batch_size": cfg.calibration_batch_size, "code": code_digest()}
+    result.records = TuneRecords(cfg, device, base, result.tables)
     holdout_base, emulated = _search_half(result, model, split, calibration, device, clock)
 
     mark = clock()
     result.holdout, result.emulation_gap = holdout_rows(result.search.chosen, result.tables, tune, model.module,
-                                                        calibration, device, split[HOLDOUT], holdout_base, emulated)
+                                                        calibration, device, split[HOLDOUT], holdout_base, emulated,
+                                                        records=result.records)
     result.seconds["holdout"] = clock() - mark
     result.seconds["total"] = clock() - started
     return result
@@ -168,20 +177,26 @@ def _search_half(result: TuneResult, model: TrainedModel, split, calibration, de
     key = config_hash({"model": model.key, "workload": plain(cfg.workload), "seed": cfg.seed, "device": device.type,
                        "precisions": list(tune.precisions), "calibration_batch_size": cfg.calibration_batch_size,
                        "samples": PLAN, "code": code_digest()})
+    records = result.records
     result.sensitivity, result.sensitivity_cached = cached(
         Path(cfg.cache_dir) / "tune" / f"{key}.json",
-        lambda: sensitivity(swappable, result.tables, tune.precisions, split[PLAN], plan_base),
+        lambda: sensitivity(swappable, result.tables, tune.precisions, split[PLAN], plan_base, records.measure),
     )
+    if result.sensitivity_cached:  # measured by an earlier tune: their records join this one's
+        for row in result.sensitivity:
+            records.adopt(row)
     result.seconds["sensitivity"] = clock() - mark
 
     mark = clock()
     dense = dense_name(tune.mlp, tune.mlp_mode)
     check_base = swappable.logits("fp32", split[CHECK], result.n_check)
     result.search = search(swappable, result.tables, tune.precisions, result.sensitivity, dense, result.budget,
-                           split[CHECK], check_base, ratio=result.n_check / result.n_holdout)
+                           split[CHECK], check_base, ratio=result.n_check / result.n_holdout, measure=records.measure)
     result.seconds["search"] = clock() - mark
     swappable.set_tables({})
     holdout_base = swappable.logits("fp32", split[HOLDOUT], result.n_holdout)
+    if records.all_stored(chosen_rows(result.search.chosen, result.tables, tune)):
+        return holdout_base, None  # resumed: the emulation was measured and stored with the chosen map
     swappable.set_tables(result.search.chosen)
     _, emulated = swappable.logits(dense, split[HOLDOUT], result.n_holdout)
     return holdout_base, emulated

@@ -16,7 +16,6 @@ the result holds table sizes at every precision and says why.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -31,62 +30,15 @@ from bench.pipeline.guard import memory_estimate
 from bench.pipeline.job import backend_config
 from bench.pipeline.scores import code_digest
 from bench.pipeline.shared import SharedWork, TrainedModel
+from bench.results.tune import NOTHING_COMPRESSED, TuneResult, nothing_compressed
 from bench.tune.candidate import SwappableModel, dense_name
 from bench.tune.holdout import CHECK, HOLDOUT, PLAN, num_samples, split_by_index
 from bench.tune.measured import Budget, Row
-from bench.tune.search import SearchResult, search
+from bench.tune.search import search
 from bench.tune.sensitivity import cached, sensitivity
 from bench.tune.sizes import PRECISIONS, Table, map_bytes, tables_of, uniform
 from bench.tune.stored import TuneRecords
 from bench.tune.validate import CHOSEN_BACKEND, chosen_rows, holdout_rows
-
-
-@dataclass
-class TuneResult:
-    cfg: Config
-    tables: list[Table]
-    budget: Optional[Budget] = None
-    sizes_only: Optional[str] = None  # why accuracy was not measured
-    n_plan: int = 0  # the search half's plan quarter (sensitivity)
-    n_check: int = 0  # the search half's check quarter (search probes)
-    n_holdout: int = 0
-    sensitivity: list[Row] = field(default_factory=list)
-    sensitivity_cached: bool = False
-    search: Optional[SearchResult] = None
-    # the chosen map first, then its emulation, then the uniform maps (sizes only: sizes)
-    holdout: list[Row] = field(default_factory=list)
-    emulation_gap: float = float("nan")  # largest |logit| difference of the chosen map's emulation and real backend
-    seconds: dict[str, float] = field(default_factory=dict)
-    records: Optional[TuneRecords] = None  # every measured candidate as a stored run record (bench.tune.stored)
-
-    @property
-    def chosen(self) -> Optional[Row]:
-        return self.holdout[0] if self.holdout and self.holdout[0].chosen else None
-
-    @property
-    def n_search(self) -> int:
-        return self.n_plan + self.n_check
-
-    @property
-    def verdict(self) -> Optional[str]:
-        return self.budget.verdict(self.chosen) if self.chosen else None
-
-    @property
-    def rows(self) -> list[Row]:
-        """Every measured candidate and split, in the order measured (tune.csv)."""
-        probes = self.search.probes if self.search else []
-        return [*self.sensitivity, *probes, *self.holdout]
-
-
-NOTHING_COMPRESSED = ("The search could not show any cheaper precision within the budget on its check quarter "
-                      "({n_check} samples): too few samples to tell a small drop from none (a +preset=tiny eval split is). "
-                      "A larger eval split (workload.eval_samples=N) or a wider budget lets it compress.")
-
-
-def nothing_compressed(result: TuneResult) -> bool:
-    """The chosen map keeps every table in fp32: trivially within any budget, and nothing quantized."""
-    chosen = result.chosen
-    return chosen is not None and bool(chosen.per_table) and all(p == "fp32" for p in chosen.per_table.values())
 
 
 def check_tune(tune) -> None:

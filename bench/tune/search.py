@@ -13,9 +13,9 @@ held-out check likely to pass too (`Budget.guard`, with the check's and the held
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from typing import Sequence
 
+from bench.results.tune import SearchResult
 from bench.tune.candidate import SwappableModel
 from bench.tune.measured import Budget, Row, delta
 from bench.tune.policy import (
@@ -29,18 +29,6 @@ from bench.tune.sizes import Table, map_bytes
 from bench.tune.stored import Measure, measure_now
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class SearchResult:
-    candidates: list[Candidate]
-    allowance: float  # predicted loss the tables may spend
-    predicted: int  # the first probe: the last candidate predicted to fit
-    passed: int  # the last candidate measured to pass; -1 when not even candidate 0 (every table fp32) did
-    chosen: dict[str, str]
-    ratio: float  # check samples / held-out samples: the guard's variance ratio
-    probes: list[Row] = field(default_factory=list)  # measured candidates, in candidate order
-    probed: list[int] = field(default_factory=list)  # their indices into `candidates`
 
 
 def table_options(tables: Sequence[Table], precisions: Sequence[str], rows: Sequence[Row]) -> dict[str, list[Option]]:

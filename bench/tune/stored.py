@@ -34,6 +34,7 @@ from bench.config import Config, workload_label
 from bench.hashing import config_hash
 from bench.measure.environment import environment
 from bench.record import RunRecord
+from bench.results.tune import CANDIDATE, LABELS, MEASURED, ROW, SUMMARY
 from bench.store import RECORDS, Claims, StoreIndex, append_records
 from bench.tune.holdout import CHECK, HOLDOUT, PLAN
 from bench.tune.measured import Row
@@ -42,12 +43,6 @@ from bench.tune.sizes import Table
 log = logging.getLogger(__name__)
 
 TUNE = "tune"  # the tune's store: <reports_dir>/tune/records.jsonl
-CANDIDATE = "tune_candidate"  # a candidate record's config key: what identifies the measurement
-SUMMARY = "tune_summary"  # the summary record's metrics key: what the tune decided from its candidates
-# the Row fields a candidate record keeps as its metrics (the rest name the candidate in this tune)
-MEASURED = ("embedding_bytes", "auc_delta", "auc_delta_lo", "auc_delta_hi", "auc_delta_p", "auc_fp32")
-# Row fields that say what the row is in this tune (its label, kind, split, chosen); stored beside the measurement
-LABELS = ("candidate", "kind", "split", "dense", "measured_by", "per_table", "chosen")
 
 
 def part_of(kind: str) -> str:
@@ -91,7 +86,7 @@ class TuneRecords:
         metrics = {k: getattr(row, k) for k in MEASURED}
         return RunRecord(status="ok", workload=workload_label(self.cfg.workload), backend=row.measured_by,
                          device=self.device.type, batch_size=self.cfg.batch_size,
-                         config={CANDIDATE: {**self.base, **identity}, "row": {k: getattr(row, k) for k in LABELS}},
+                         config={CANDIDATE: {**self.base, **identity}, ROW: {k: getattr(row, k) for k in LABELS}},
                          config_hash=config_hash({**self.base, **identity}), env=self.env,
                          metrics={**metrics, **(extra or {})})
 
@@ -156,7 +151,7 @@ class TuneRecords:
         out = []
         for row in rows:
             record = self.by_key.get(self.key(row)) or self._record(row)  # sizes only: a row with no measurement
-            record.config["row"] = {k: getattr(row, k) for k in LABELS}
+            record.config[ROW] = {k: getattr(row, k) for k in LABELS}
             out.append(record)
         return out
 
@@ -170,7 +165,8 @@ def summary_record(result, records: TuneRecords) -> RunRecord:
     summary = {"tables": [[t.name, t.rows, t.dim] for t in result.tables], "sizes_only": result.sizes_only,
                "n_plan": result.n_plan, "n_check": result.n_check, "n_holdout": result.n_holdout,
                "sensitivity_cached": result.sensitivity_cached, "emulation_gap": result.emulation_gap,
-               "seconds": dict(result.seconds), "search": search, "measured": records.measured}
+               "seconds": list(result.seconds.items()),  # pairs: the stored form sorts keys, tune.md keeps this order
+               "search": search, "measured": records.measured}
     cfg = result.cfg
     return RunRecord(status="ok", workload=workload_label(cfg.workload), backend=TUNE, device=records.device.type,
                      batch_size=cfg.batch_size, config=dataclasses.asdict(cfg), config_hash=config_hash(records.base),

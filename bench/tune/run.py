@@ -23,13 +23,11 @@ from bench import registry
 from bench.backends.linear import MLP_CHOICES, MODES, check_choice
 from bench.config import Config
 from bench.errors import UserError
-from bench.hardware import prepare_process, resolve
 from bench.hashing import config_hash, plain
-from bench.measure.memory import memory_skip_reason
-from bench.pipeline.guard import memory_estimate
 from bench.pipeline.job import backend_config
 from bench.pipeline.scores import code_digest
 from bench.pipeline.shared import SharedWork, TrainedModel
+from bench.runner import device_of, memory_skip
 from bench.results.tune import NOTHING_COMPRESSED, TuneResult, nothing_compressed
 from bench.tune.candidate import SwappableModel, dense_name
 from bench.tune.holdout import CHECK, HOLDOUT, PLAN, num_samples, split_by_index
@@ -52,11 +50,8 @@ def check_tune(tune) -> None:
 def sizes_only_reason(cfg: Config, work: SharedWork, workload, device) -> Optional[str]:
     if cfg.tune.sizes_only:
         return "tune.sizes_only=true"
-    if cfg.memory_fraction is None:
-        return None
     fp32 = registry.get("backend", "fp32").factory(backend_config({"name": "fp32"}))
-    estimate = memory_estimate(cfg, fp32, workload, work.model_resident(cfg), device)
-    reason = memory_skip_reason(estimate, device, cfg.memory_fraction)
+    reason = memory_skip(cfg, fp32, device, work)  # the memory guard every job passes
     return None if reason is None else f"the fp32 model cannot be built here to measure accuracy: {reason}"
 
 
@@ -71,8 +66,7 @@ def run_tune(cfg: Config, work: SharedWork, clock: Callable[[], float] = time.pe
     check_tune(tune)
     budget = None if tune.sizes_only else Budget.of(tune, cfg.compare.max_auc_drop)  # bad input fails before anything is built
     started = clock()
-    prepare_process(cfg.device, cfg.threads)
-    device, skip = resolve(cfg.device)
+    device, skip = device_of(cfg)  # the device path every job takes
     if skip is not None:
         raise UserError(skip)
     held_out = registry.get("backend", CHOSEN_BACKEND).factory(

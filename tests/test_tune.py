@@ -278,6 +278,10 @@ def test_tiny_tune_end_to_end(tune_cfg, tmp_path, capsys, caplog):
 
     # re-rendered from its stored records alone: the same tune.md, tune.csv and per_table.yaml
     _assert_rerenders(folder)
+    # the tune's store of candidates is not a tune: one line naming the folder to give, exit 2
+    capsys.readouterr()
+    assert report_main([str(tmp_path / "reports" / "tune")]) == 2
+    assert "give a tune folder" in capsys.readouterr().err
 
     # a second tune with another budget reads the sensitivities from the cache
     again = tune_main(tune_cfg("tune.max_auc_drop_relative=0.01"), SharedWork())

@@ -31,7 +31,7 @@ from bench.report.baseline import nothing_compared, summary, write_compare
 from bench.results.load import load_many, load_records, records_file, stored_compare
 from bench.report.publish import write_report
 from bench.report.tune import rerender as rerender_tune
-from bench.results.tune import is_tune
+from bench.results.tune import is_tune, is_tune_store
 
 PROG = "python -m bench.report"
 
@@ -80,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
             in_place = (Path(out) / "records.jsonl").resolve() == records_file(args.dirs[0]).resolve()
             print(f"tune: {rerender_tune(records, out, write_records_file=not in_place)}")
             return 0
+        if is_tune_store(records):
+            raise UserError(f"{args.dirs[0]} holds the tune's stored candidates, not a tune: give a tune folder, "
+                            "e.g. reports/tune/latest")
         baseline = load_records(args.baseline) if args.baseline is not None else None
         stored = stored_compare(records_file(args.dirs[0]).parent) if len(args.dirs) == 1 else None
         if stored is not None and args.compare is None and not compare_overrides(args):

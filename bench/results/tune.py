@@ -251,6 +251,11 @@ def is_tune(records: Iterable[RunRecord]) -> bool:
     return any(SUMMARY in (r.metrics or {}) for r in records)
 
 
+def is_tune_store(records: Iterable[RunRecord]) -> bool:
+    """Whether these are the tune's store of candidates (`<reports_dir>/tune/records.jsonl`): no tune of their own."""
+    return any(CANDIDATE in (r.config or {}) for r in records) and not is_tune(records)
+
+
 def _namespace(data: Any) -> Any:
     """A stored config read by attribute, as the renderer reads a Config."""
     return json.loads(json.dumps(data), object_hook=lambda d: SimpleNamespace(**d))

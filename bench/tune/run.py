@@ -8,6 +8,10 @@
    backends (`validate`), and the chosen map's emulation beside it; the verdict comes from the chosen
    map's held-out interval (real backend) alone.
 
+Every candidate measured is a run record stored as it is measured, and with `resume=true` one stored
+before is read instead of measured (bench.tune.stored). The device and the memory guard are every job's
+(`runner.device_of`, `runner.memory_skip`).
+
 Where the fp32 model cannot be built here (its estimated memory exceeds `memory_fraction` of what is
 available, e.g. the full-size DLRM-v2 tables) or `tune.sizes_only=true`, accuracy is not measured:
 the result holds table sizes at every precision and says why.

@@ -15,8 +15,8 @@ again, measures only what it had not stored. A re-emitted record names the store
 
 Why not through `runner.run_job`: a job builds a backend from the config, times it and scores the whole
 eval split, once per job; a tune candidate is a map written into one shared copy of the fp32 model and
-scored on a quarter of the split, hundreds per tune in milliseconds each, and the search decides the next
-candidate from the last one's measurement. So the tune keeps its own loop and stores its candidates
+scored once on a part of the split, hundreds per tune, and the search decides the next candidate from
+the last one's measurement. So the tune keeps its own loop and stores its candidates
 through the same record and store API (`RunRecord`, `append_records`, `StoreIndex`, `Claims`).
 """
 

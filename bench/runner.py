@@ -194,6 +194,27 @@ def first_run_words(steps: dict[str, float]) -> str:
     return f"first run on this machine: about {sum(steps.values()):.0f} s more for {names} (cached after)"
 
 
+def device_of(cfg: Config) -> tuple[torch.device | None, str | None]:
+    """The process set up for the job (threads, allocator) and its device resolved: (device, None), or (None or the
+    device, why it cannot run here). Every job takes this path, and the tune too."""
+    prepare_process(cfg.device, cfg.threads)
+    return resolve(cfg.device)
+
+
+def memory_skip(cfg: Config, backend, device: torch.device, work: SharedWork) -> str | None:
+    """Why the job's model would not fit in `memory_fraction` of the memory available (None: it fits, or no
+    fraction is set). Earlier jobs' leftovers are freed first, and a prepared module already held is reused, not
+    estimated again. Every job takes this path, and the tune for its fp32 model too."""
+    if cfg.memory_fraction is None:
+        return None
+    work.release_leftovers(cfg, backend, device)  # earlier jobs' leftovers are not in the way
+    workload = work.workload(cfg)
+    if work.prepared_resident(cfg, backend, device):  # a held module is reused, not built again
+        return None
+    estimate = memory_estimate(cfg, backend, workload, work.model_resident(cfg), device)
+    return memory_skip_reason(estimate, device, cfg.memory_fraction)
+
+
 def run_one(cfg: Config, session: Session | None = None) -> RunRecord:
     return run_job(cfg, session)[0]
 
@@ -222,8 +243,7 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
         if inputs:
             record.config["inputs"] = inputs
             record.config_hash = job_hash(record.config)
-        prepare_process(cfg.device, cfg.threads)
-        device, skip = resolve(cfg.device)
+        device, skip = device_of(cfg)
         if skip is None:
             backend = registry.get("backend", cfg.backend.name).factory(cfg.backend)
             record.backend = backend.record_name()
@@ -247,12 +267,8 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
             prior = session.resume.stored(cfg.reports_dir, record.config_hash, fingerprint)
             if prior is not None:
                 return resumed(prior, record), None
-        if skip is None and cfg.memory_fraction is not None:
-            session.work.release_leftovers(cfg, backend, device)  # earlier jobs' leftovers are not in the way
-            workload = session.work.workload(cfg)
-            if not session.work.prepared_resident(cfg, backend, device):  # a held module is reused, not built again
-                estimate = memory_estimate(cfg, backend, workload, session.work.model_resident(cfg), device)
-                skip = memory_skip_reason(estimate, device, cfg.memory_fraction)
+        if skip is None:
+            skip = memory_skip(cfg, backend, device, session.work)
         if skip is not None:
             record.status, record.error = "skipped", skip
         else:

@@ -4,8 +4,11 @@ model code, per_table files, the ΔAUC attribution of every sweep, and a tiny tu
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
+import shutil
+from collections import Counter
 from types import SimpleNamespace
 
 import numpy as np
@@ -31,6 +34,11 @@ from bench.tune.outputs import CSV_COLUMNS
 from bench.tune.search import search
 from bench.tune.sensitivity import sensitivity
 from bench.tune.sizes import Table, map_bytes
+from bench.tune.stored import SUMMARY
+from bench.record import RunRecord
+from bench.results.tune import CANDIDATE, LABELS, MEASURED, ROW, row_of
+from bench.store import read_records
+from bench.report.__main__ import main as report_main
 from bench.tune.validate import holdout_rows
 from tests.support.planted import (
     DIM,
@@ -248,7 +256,7 @@ def test_tiny_tune_end_to_end(tune_cfg, tmp_path, capsys, caplog):
     assert probes and all(m.endswith(("passes", "does not pass")) for m in probes)
     assert any(m.startswith("tune: held-out check: uniform int8 (int8_tbe, int8 dynamic MLP)") for m in said)
     folder = tmp_path / "reports" / "tune" / "latest"
-    assert {p.name for p in folder.iterdir()} == {"tune.md", "tune.csv", "per_table.yaml", "frontier.png"}
+    assert {p.name for p in folder.iterdir()} == {"tune.md", "tune.csv", "per_table.yaml", "frontier.png", "records.jsonl"}
     csv = pd.read_csv(folder / "tune.csv")
     assert list(csv.columns) == CSV_COLUMNS and set(csv["split"]) == {"search", "holdout"}
     [emulation] = csv[csv["kind"] == "emulation"].itertuples()  # the chosen map's emulation, held out, never chosen
@@ -268,15 +276,68 @@ def test_tiny_tune_end_to_end(tune_cfg, tmp_path, capsys, caplog):
     assert compose(["backend=uint4", f"+backend.per_table={text}"]).backend.per_table == per_table
     assert _tbe({"per_table_file": str(folder / "per_table.yaml")}).cfg.per_table == per_table
 
+    # re-rendered from its stored records alone: the same tune.md, tune.csv and per_table.yaml
+    _assert_rerenders(folder)
+    # the tune's store of candidates is not a tune: one line naming the folder to give, exit 2
+    capsys.readouterr()
+    assert report_main([str(tmp_path / "reports" / "tune")]) == 2
+    assert "give a tune folder" in capsys.readouterr().err
+
     # a second tune with another budget reads the sensitivities from the cache
     again = tune_main(tune_cfg("tune.max_auc_drop_relative=0.01"), SharedWork())
     assert again in (0, 1) and "read from the cache" in (folder.resolve().parent / "latest" / "tune.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("left", [0.5, 0.1], ids=["in the sensitivities", "in the held-out check"])
+def test_an_interrupted_tune_resumed_measures_no_candidate_twice(tune_cfg, tmp_path, left):
+    cfg = tune_cfg("tune.max_auc_drop=0.002", "resume=true")
+    code = tune_main(cfg, SharedWork())
+    folder = tmp_path / "reports" / "tune" / "latest"
+    store = tmp_path / "reports" / "tune" / "records.jsonl"
+    whole = store.read_text().splitlines()
+    first = read_records(folder / "records.jsonl")
+    assert len(first) == len(whole) + 1 and first[-1].metrics[SUMMARY]["measured"] == len(whole)  # every row, then the summary
+    assert len(pd.read_csv(folder / "tune.csv")) == len(whole)
+    first_md = (folder / "tune.md").read_text().replace(str(folder.resolve()), "FOLDER")
+
+    # interrupted: only the first candidates stored (a kill leaves whole lines), no sensitivity cache either
+    kept = len(whole) - max(int(left * len(whole)), 1)
+    store.write_text("\n".join(whole[:kept]) + "\n")
+    shutil.rmtree(tmp_path / "cache" / "tune")
+    assert tune_main(cfg, SharedWork()) == code
+    stored = read_records(store)
+    assert len(stored) == len(whole) and max(Counter(r.config_hash for r in stored).values()) == 1  # none measured twice
+    again = read_records(folder / "records.jsonl")
+    assert again[-1].metrics[SUMMARY]["measured"] == len(whole) - kept
+    assert sum(r.resumed_from is not None for r in again) == kept
+    assert [r.metrics for r in again[:-1]] == [r.metrics for r in first[:-1]]
+    timed = lambda md: [line for line in md.splitlines() if not line.startswith("Tune time")]  # noqa: E731
+    assert timed((folder / "tune.md").read_text().replace(str(folder.resolve()), "FOLDER")) == timed(first_md)
+
+    # once more: everything is stored, nothing is measured, the store is unchanged
+    before = store.read_bytes()
+    assert tune_main(cfg, SharedWork()) == code
+    assert read_records(folder / "records.jsonl")[-1].metrics[SUMMARY]["measured"] == 0
+    assert store.read_bytes() == before
+
+
+def _assert_rerenders(folder):
+    """`python -m bench.report FOLDER` writes the tune's files again from its records.jsonl, the same as the tune did."""
+    files = [name for name in ("tune.md", "tune.csv", "per_table.yaml") if (folder / name).exists()]
+    before = {name: (folder / name).read_text() for name in files}
+    for name in [*files, "frontier.png"]:
+        (folder / name).unlink(missing_ok=True)
+    assert report_main([str(folder)]) == 0
+    assert {name: (folder / name).read_text() for name in files} == before
+    assert (folder / "frontier.png").exists() == ("per_table.yaml" in files)
 
 
 def test_sizes_only_when_the_fp32_model_cannot_be_built(tune_cfg, tmp_path, capsys):
     code = tune_main(tune_cfg("tune.max_auc_drop=0.001", "memory_fraction=1e-9"), SharedWork())
     assert code == 0 and "sizes only" in capsys.readouterr().out
     folder = tmp_path / "reports" / "tune" / "latest"
+    _assert_rerenders(folder)
     assert not (folder / "per_table.yaml").exists()
     md = (folder / "tune.md").read_text()
     assert "**Sizes only**" in md and "not enough host memory" in md
@@ -334,3 +395,16 @@ def test_an_all_fp32_choice_does_not_read_as_a_quantized_map_within_budget(tmp_p
     assert "could not show any cheaper precision within the budget on its check quarter (2048 samples)" in fp32
     plain = summary(result("int4"), tmp_path)
     assert plain.splitlines()[0].startswith("tune: within budget on the held-out half") and "cheaper precision" not in plain
+
+
+def test_a_stored_row_reads_back_in_the_tables_order():
+    """The stored form sorts keys (t_10 before t_2): a re-render puts each map back in the tables' order."""
+    names = [f"t_{i}" for i in range(12)]
+    row = Row("candidate 3/9", "probe", "search", 123, "fp32", "emulation", {n: "int8" for n in names}, auc_delta=-0.001,
+              auc_delta_lo=-0.002, auc_delta_hi=0.0, auc_delta_p=math.nan, auc_fp32=0.75)
+    stored = RunRecord(status="ok", workload="w", backend="emulation", device="cpu", batch_size=1,
+                       config={CANDIDATE: {}, ROW: {k: getattr(row, k) for k in LABELS}}, config_hash="h", env={},
+                       metrics={k: getattr(row, k) for k in MEASURED})
+    back = row_of(RunRecord.from_dict(json.loads(json.dumps(stored.stored_form(), sort_keys=True))), names)
+    assert list(back.per_table) == names and back.embedding_bytes == 123 and math.isnan(back.auc_delta_p)
+    assert dataclasses.replace(back, auc_delta_p=0.0) == dataclasses.replace(row, auc_delta_p=0.0)

@@ -3,6 +3,9 @@
 `python -m bench.report F.json [--out DIR]` renders a pytest-benchmark JSON file (`pytest suites/
 --benchmark-json=F.json`) into benchmarks.md next to F (`bench.report.benchmark_json`).
 
+A tune folder (`+sweep=tune`, `reports/tune/<timestamp>/`) re-renders its tune.md, tune.csv,
+per_table.yaml and frontier.png from its records.jsonl alone (`bench.report.tune`).
+
 Each DIR holds a records.jsonl (or `latest/records.jsonl`), or is such a file. Without --out a
 single DIR is re-rendered in place (its records.jsonl left as it is). With --baseline the
 sweep is compared row by row with the baseline sweep by the comparison engine: compare.md in the
@@ -27,6 +30,8 @@ from bench.report import benchmark_json
 from bench.report.baseline import nothing_compared, summary, write_compare
 from bench.results.load import load_many, load_records, records_file, stored_compare
 from bench.report.publish import write_report
+from bench.report.tune import rerender as rerender_tune
+from bench.results.tune import is_tune, is_tune_store
 
 PROG = "python -m bench.report"
 
@@ -68,6 +73,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"benchmarks: {benchmark_json.render_cli(args.dirs, args.out, args.title, args.baseline)}")
             return 0
         records = load_many(args.dirs)
+        if is_tune(records):  # a tune folder (`+sweep=tune`): its tune.md and files again, from its records
+            if len(args.dirs) != 1 or args.baseline is not None:
+                raise UserError("a tune folder re-renders on its own: give one tune folder, without --baseline")
+            out = args.out if args.out is not None else _default_out(args.dirs)
+            in_place = (Path(out) / "records.jsonl").resolve() == records_file(args.dirs[0]).resolve()
+            print(f"tune: {rerender_tune(records, out, write_records_file=not in_place)}")
+            return 0
+        if is_tune_store(records):
+            raise UserError(f"{args.dirs[0]} holds the tune's stored candidates, not a tune: give a tune folder, "
+                            "e.g. reports/tune/latest")
         baseline = load_records(args.baseline) if args.baseline is not None else None
         stored = stored_compare(records_file(args.dirs[0]).parent) if len(args.dirs) == 1 else None
         if stored is not None and args.compare is None and not compare_overrides(args):

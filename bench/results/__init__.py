@@ -6,5 +6,6 @@
 - `serving`: the serving table;
 - `load`: finding and reading a folder's stored records;
 - `readable`: what counts as missing, and when an interval is too wide to read;
-- `machine`: the table's columns of where each job stood against the machine.
+- `machine`: the table's columns of where each job stood against the machine;
+- `tune`: a tune's rows, budget, sizes and result, and that result read back from a tune folder's records.
 """

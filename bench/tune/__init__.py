@@ -8,8 +8,12 @@
     policy.py       the pure search policy: a knapsack over predicted losses, bisection over its candidates
     search.py       combined candidates measured on the check quarter, backed off until one passes
     validate.py     the chosen map and the uniform maps on the held-out half, with the real integer backends
+    stored.py       every measured candidate a run record in reports/tune/records.jsonl; resume=true finds it there
     run.py          run_tune(cfg, work) -> TuneResult, the steps in order
-    outputs.py      reports/tune/<timestamp>/: tune.md, per_table.yaml, tune.csv, frontier.png
+    outputs.py      reports/tune/<timestamp>/: records.jsonl, and tune.md, per_table.yaml, tune.csv, frontier.png
+
+The rows, budget, sizes and result live in bench.results.tune, and tune.md's renderer in bench.report.tune,
+so `python -m bench.report reports/tune/latest` re-renders a tune folder from its records.jsonl.
 """
 
 from __future__ import annotations

@@ -18,19 +18,14 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from bench.results.tune import Candidate
+
 
 @dataclass(frozen=True)
 class Option:
     precision: str
     bytes: int
     loss: float  # predicted AUC loss, >= 0
-
-
-@dataclass(frozen=True)
-class Candidate:
-    per_table: dict[str, str]
-    bytes: int
-    predicted_loss: float
 
 
 def frontier(options: Mapping[str, Sequence[Option]], unit: float, max_loss: float) -> list[Candidate]:

@@ -8,6 +8,10 @@
    backends (`validate`), and the chosen map's emulation beside it; the verdict comes from the chosen
    map's held-out interval (real backend) alone.
 
+Every candidate measured is a run record stored as it is measured, and with `resume=true` one stored
+before is read instead of measured (bench.tune.stored). The device and the memory guard are every job's
+(`runner.device_of`, `runner.memory_skip`).
+
 Where the fp32 model cannot be built here (its estimated memory exceeds `memory_fraction` of what is
 available, e.g. the full-size DLRM-v2 tables) or `tune.sizes_only=true`, accuracy is not measured:
 the result holds table sizes at every precision and says why.
@@ -16,7 +20,6 @@ the result holds table sizes at every precision and says why.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -24,67 +27,20 @@ from bench import registry
 from bench.backends.linear import MLP_CHOICES, MODES, check_choice
 from bench.config import Config
 from bench.errors import UserError
-from bench.hardware import prepare_process, resolve
 from bench.hashing import config_hash, plain
-from bench.measure.memory import memory_skip_reason
-from bench.pipeline.guard import memory_estimate
 from bench.pipeline.job import backend_config
 from bench.pipeline.scores import code_digest
 from bench.pipeline.shared import SharedWork, TrainedModel
+from bench.runner import device_of, memory_skip
+from bench.results.tune import NOTHING_COMPRESSED, TuneResult, nothing_compressed
 from bench.tune.candidate import SwappableModel, dense_name
 from bench.tune.holdout import CHECK, HOLDOUT, PLAN, num_samples, split_by_index
 from bench.tune.measured import Budget, Row
-from bench.tune.search import SearchResult, search
+from bench.tune.search import search
 from bench.tune.sensitivity import cached, sensitivity
 from bench.tune.sizes import PRECISIONS, Table, map_bytes, tables_of, uniform
-from bench.tune.validate import CHOSEN_BACKEND, holdout_rows
-
-
-@dataclass
-class TuneResult:
-    cfg: Config
-    tables: list[Table]
-    budget: Optional[Budget] = None
-    sizes_only: Optional[str] = None  # why accuracy was not measured
-    n_plan: int = 0  # the search half's plan quarter (sensitivity)
-    n_check: int = 0  # the search half's check quarter (search probes)
-    n_holdout: int = 0
-    sensitivity: list[Row] = field(default_factory=list)
-    sensitivity_cached: bool = False
-    search: Optional[SearchResult] = None
-    # the chosen map first, then its emulation, then the uniform maps (sizes only: sizes)
-    holdout: list[Row] = field(default_factory=list)
-    emulation_gap: float = float("nan")  # largest |logit| difference of the chosen map's emulation and real backend
-    seconds: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def chosen(self) -> Optional[Row]:
-        return self.holdout[0] if self.holdout and self.holdout[0].chosen else None
-
-    @property
-    def n_search(self) -> int:
-        return self.n_plan + self.n_check
-
-    @property
-    def verdict(self) -> Optional[str]:
-        return self.budget.verdict(self.chosen) if self.chosen else None
-
-    @property
-    def rows(self) -> list[Row]:
-        """Every measured candidate and split, in the order measured (tune.csv)."""
-        probes = self.search.probes if self.search else []
-        return [*self.sensitivity, *probes, *self.holdout]
-
-
-NOTHING_COMPRESSED = ("The search could not show any cheaper precision within the budget on its check quarter "
-                      "({n_check} samples): too few samples to tell a small drop from none (a +preset=tiny eval split is). "
-                      "A larger eval split (workload.eval_samples=N) or a wider budget lets it compress.")
-
-
-def nothing_compressed(result: TuneResult) -> bool:
-    """The chosen map keeps every table in fp32: trivially within any budget, and nothing quantized."""
-    chosen = result.chosen
-    return chosen is not None and bool(chosen.per_table) and all(p == "fp32" for p in chosen.per_table.values())
+from bench.tune.stored import TuneRecords
+from bench.tune.validate import CHOSEN_BACKEND, chosen_rows, holdout_rows
 
 
 def check_tune(tune) -> None:
@@ -98,11 +54,8 @@ def check_tune(tune) -> None:
 def sizes_only_reason(cfg: Config, work: SharedWork, workload, device) -> Optional[str]:
     if cfg.tune.sizes_only:
         return "tune.sizes_only=true"
-    if cfg.memory_fraction is None:
-        return None
     fp32 = registry.get("backend", "fp32").factory(backend_config({"name": "fp32"}))
-    estimate = memory_estimate(cfg, fp32, workload, work.model_resident(cfg), device)
-    reason = memory_skip_reason(estimate, device, cfg.memory_fraction)
+    reason = memory_skip(cfg, fp32, device, work)  # the memory guard every job passes
     return None if reason is None else f"the fp32 model cannot be built here to measure accuracy: {reason}"
 
 
@@ -117,8 +70,7 @@ def run_tune(cfg: Config, work: SharedWork, clock: Callable[[], float] = time.pe
     check_tune(tune)
     budget = None if tune.sizes_only else Budget.of(tune, cfg.compare.max_auc_drop)  # bad input fails before anything is built
     started = clock()
-    prepare_process(cfg.device, cfg.threads)
-    device, skip = resolve(cfg.device)
+    device, skip = device_of(cfg)  # the device path every job takes
     if skip is not None:
         raise UserError(skip)
     held_out = registry.get("backend", CHOSEN_BACKEND).factory(
@@ -129,6 +81,9 @@ def run_tune(cfg: Config, work: SharedWork, clock: Callable[[], float] = time.pe
     workload = work.workload(cfg)
     result = TuneResult(cfg, tables_of(workload.tables, cfg.model.embedding_dim))
     result.sizes_only = sizes_only_reason(cfg, work, workload, device)
+    # sizes only: no candidate is measured, but its rows are the folder's records all the same
+    result.records = TuneRecords(cfg, device, {"workload": plain(cfg.workload), "seed": cfg.seed, "device": device.type},
+                                 result.tables)
     if result.sizes_only:
         result.holdout = sizes_rows(result.tables, tune.precisions)
         result.seconds["total"] = clock() - started
@@ -143,11 +98,15 @@ def run_tune(cfg: Config, work: SharedWork, clock: Callable[[], float] = time.pe
     model = work.model(cfg, workload)
     calibration = work.split_batches(cfg, workload, "calibration")
     result.seconds["model and data"] = clock() - started
+    base = {"model": model.key, "workload": plain(cfg.workload), "seed": cfg.seed, "device": device.type,
+            "calibration_batch_size": cfg.calibration_batch_size, "code": code_digest()}
+    result.records = TuneRecords(cfg, device, base, result.tables)
     holdout_base, emulated = _search_half(result, model, split, calibration, device, clock)
 
     mark = clock()
     result.holdout, result.emulation_gap = holdout_rows(result.search.chosen, result.tables, tune, model.module,
-                                                        calibration, device, split[HOLDOUT], holdout_base, emulated)
+                                                        calibration, device, split[HOLDOUT], holdout_base, emulated,
+                                                        records=result.records)
     result.seconds["holdout"] = clock() - mark
     result.seconds["total"] = clock() - started
     return result
@@ -168,20 +127,26 @@ def _search_half(result: TuneResult, model: TrainedModel, split, calibration, de
     key = config_hash({"model": model.key, "workload": plain(cfg.workload), "seed": cfg.seed, "device": device.type,
                        "precisions": list(tune.precisions), "calibration_batch_size": cfg.calibration_batch_size,
                        "samples": PLAN, "code": code_digest()})
+    records = result.records
     result.sensitivity, result.sensitivity_cached = cached(
         Path(cfg.cache_dir) / "tune" / f"{key}.json",
-        lambda: sensitivity(swappable, result.tables, tune.precisions, split[PLAN], plan_base),
+        lambda: sensitivity(swappable, result.tables, tune.precisions, split[PLAN], plan_base, records.measure),
     )
+    if result.sensitivity_cached:  # measured by an earlier tune: their records join this one's
+        for row in result.sensitivity:
+            records.adopt(row)
     result.seconds["sensitivity"] = clock() - mark
 
     mark = clock()
     dense = dense_name(tune.mlp, tune.mlp_mode)
     check_base = swappable.logits("fp32", split[CHECK], result.n_check)
     result.search = search(swappable, result.tables, tune.precisions, result.sensitivity, dense, result.budget,
-                           split[CHECK], check_base, ratio=result.n_check / result.n_holdout)
+                           split[CHECK], check_base, ratio=result.n_check / result.n_holdout, measure=records.measure)
     result.seconds["search"] = clock() - mark
     swappable.set_tables({})
     holdout_base = swappable.logits("fp32", split[HOLDOUT], result.n_holdout)
+    if records.all_stored(chosen_rows(result.search.chosen, result.tables, tune)):
+        return holdout_base, None  # resumed: the emulation was measured and stored with the chosen map
     swappable.set_tables(result.search.chosen)
     _, emulated = swappable.logits(dense, split[HOLDOUT], result.n_holdout)
     return holdout_base, emulated

@@ -13,9 +13,9 @@ held-out check likely to pass too (`Budget.guard`, with the check's and the held
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from typing import Sequence
 
+from bench.results.tune import SearchResult
 from bench.tune.candidate import SwappableModel
 from bench.tune.measured import Budget, Row, delta
 from bench.tune.policy import (
@@ -26,20 +26,9 @@ from bench.tune.policy import (
     predicted_index,
 )
 from bench.tune.sizes import Table, map_bytes
+from bench.tune.stored import Measure, measure_now
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class SearchResult:
-    candidates: list[Candidate]
-    allowance: float  # predicted loss the tables may spend
-    predicted: int  # the first probe: the last candidate predicted to fit
-    passed: int  # the last candidate measured to pass; -1 when not even candidate 0 (every table fp32) did
-    chosen: dict[str, str]
-    ratio: float  # check samples / held-out samples: the guard's variance ratio
-    probes: list[Row] = field(default_factory=list)  # measured candidates, in candidate order
-    probed: list[int] = field(default_factory=list)  # their indices into `candidates`
 
 
 def table_options(tables: Sequence[Table], precisions: Sequence[str], rows: Sequence[Row]) -> dict[str, list[Option]]:
@@ -52,9 +41,9 @@ def table_options(tables: Sequence[Table], precisions: Sequence[str], rows: Sequ
 
 
 def search(model: SwappableModel, tables: Sequence[Table], precisions: Sequence[str], sensitivity: Sequence[Row],
-           dense: str, budget: Budget, batches, base, ratio: float = 1.0) -> SearchResult:
+           dense: str, budget: Budget, batches, base, ratio: float = 1.0, measure: Measure = measure_now) -> SearchResult:
     """Probe candidates on `batches` (the check quarter; `base` = its (labels, fp32 logits)); `ratio` = its
-    sample count / the held-out half's."""
+    sample count / the held-out half's; each probe measured through `measure` (bench.tune.stored)."""
     labels, base_logits = base
     dense_rows = [r for r in sensitivity if r.kind == "dense" and r.dense == dense]
     dense_loss = max(0.0, -dense_rows[0].auc_delta) if dense_rows else 0.0
@@ -65,10 +54,14 @@ def search(model: SwappableModel, tables: Sequence[Table], precisions: Sequence[
 
     def passes(k: int) -> bool:
         per_table = candidates[k].per_table
-        model.set_tables(per_table)
-        _, logits = model.logits(dense, batches, len(labels))
         row = Row(f"candidate {k}/{len(candidates) - 1}", "probe", "search", map_bytes(tables, per_table), dense, "emulation", per_table)
-        probes[k] = row.with_delta(delta(labels, base_logits, logits))
+
+        def compute() -> Row:
+            model.set_tables(per_table)
+            _, logits = model.logits(dense, batches, len(labels))
+            return row.with_delta(delta(labels, base_logits, logits))
+
+        probes[k] = measure(row, compute)
         ok = budget.passes(probes[k], ratio)
         r = probes[k]
         log.info("tune: search probe %d (%s): %.3f MB, ΔAUC %+.5f [%+.5f, %+.5f]: %s", len(probes), row.candidate,

@@ -20,12 +20,15 @@ from bench.io import write_text_atomic
 from bench.tune.candidate import DENSE, SwappableModel
 from bench.tune.measured import Row, delta
 from bench.tune.sizes import Table, map_bytes, uniform
+from bench.tune.stored import Measure, measure_now
 
 log = logging.getLogger(__name__)
 
 
-def sensitivity(model: SwappableModel, tables: Sequence[Table], precisions: Sequence[str], search, base) -> list[Row]:
-    """Rows for every (table, packable precision), then the int8 dense variants; `base` = (labels, fp32 logits)."""
+def sensitivity(model: SwappableModel, tables: Sequence[Table], precisions: Sequence[str], search, base,
+                measure: Measure = measure_now) -> list[Row]:
+    """Rows for every (table, packable precision), then the int8 dense variants; `base` = (labels, fp32 logits);
+    each row measured through `measure` (bench.tune.stored: stored, or found stored on resume)."""
     labels, base_logits = base
     n = len(labels)
     fp32_map = uniform(tables, "fp32")
@@ -33,19 +36,28 @@ def sensitivity(model: SwappableModel, tables: Sequence[Table], precisions: Sequ
     for i, table in enumerate(tables, 1):
         mine = []
         for precision in (p for p in precisions if table.packs(p)):
-            model.set_tables({table.name: precision})
-            _, logits = model.logits("fp32", search, n)
             row = Row(f"{table.name}={precision}", "sensitivity", "search", map_bytes(tables, {table.name: precision}),
                       "fp32", "emulation", {table.name: precision})
-            mine.append(row.with_delta(delta(labels, base_logits, logits)))
+
+            def compute(row=row, precision=precision) -> Row:
+                model.set_tables({table.name: precision})
+                _, logits = model.logits("fp32", search, n)
+                return row.with_delta(delta(labels, base_logits, logits))
+
+            mine.append(measure(row, compute))
         rows += mine
         log.info("tune: sensitivity %d/%d: %s: %s", i, len(tables), table.name,
                  ", ".join(f"{r.per_table[table.name]} ΔAUC {r.auc_delta:+.5f}" for r in mine) or "no lower precision packs")
     model.set_tables({})
     for name in (d for d in DENSE if d != "fp32" and d in model.dense):
-        _, logits = model.logits(name, search, n)
         row = Row(f"dense {name}", "dense", "search", map_bytes(tables, fp32_map), name, "emulation")
-        rows.append(row.with_delta(delta(labels, base_logits, logits)))
+
+        def compute(row=row, name=name) -> Row:
+            model.set_tables({})
+            _, logits = model.logits(name, search, n)
+            return row.with_delta(delta(labels, base_logits, logits))
+
+        rows.append(measure(row, compute))
         log.info("tune: sensitivity: dense layers %s, tables fp32: ΔAUC %+.5f", name, rows[-1].auc_delta)
     return rows
 

@@ -28,6 +28,7 @@ from bench.measure.accuracy import score
 from bench.pipeline.job import backend_config
 from bench.tune.measured import Row, delta
 from bench.tune.sizes import Table, map_bytes, uniform
+from bench.tune.stored import TuneRecords, measure_now
 
 log = logging.getLogger(__name__)
 
@@ -75,23 +76,47 @@ def dense_label(tune) -> str:
     return "fp32" if tune.mlp == "fp32" else f"int8 {tune.mlp_mode}"
 
 
+def chosen_rows(chosen: dict[str, str], tables: Sequence[Table], tune) -> tuple[Row, Row]:
+    """The chosen map's two held-out rows, not yet measured: with the real backend (marked chosen), and its emulation."""
+    first = Row("chosen", "chosen", "holdout", 0, dense_label(tune), CHOSEN_BACKEND, dict(chosen), chosen=True)
+    emulation = Row("chosen (emulation)", "emulation", "holdout", map_bytes(tables, chosen), dense_label(tune), "emulation", dict(chosen))
+    return first, emulation
+
+
 def holdout_rows(chosen: dict[str, str], tables: Sequence[Table], tune, model: nn.Module, calibration, device,
-                 batches, base, emulated: Optional[np.ndarray] = None) -> tuple[list[Row], float]:
+                 batches, base, emulated: Optional[np.ndarray] = None,
+                 records: Optional[TuneRecords] = None) -> tuple[list[Row], float]:
     """The chosen map (first, marked chosen), its emulation when `emulated` (its logits) is given, then every
     uniform precision of the tune that packs; and the largest |logit| difference of emulation and real (nan
-    without one)."""
-    first, logits = real_row("chosen", "chosen", CHOSEN_BACKEND, chosen, tune, model, calibration, device, batches, base)
-    first.chosen = True
-    rows, gap = [first], float("nan")
-    if emulated is not None:
-        labels, base_logits = base
-        rows.append(Row("chosen (emulation)", "emulation", "holdout", map_bytes(tables, chosen), first.dense, "emulation",
-                        dict(chosen)).with_delta(delta(labels, base_logits, emulated)))
+    without one). With `records` each is stored as measured, or found stored (resume): the chosen map and its
+    emulation together (`TuneRecords.measure_together`), their logit difference kept with them."""
+    labels, base_logits = base
+    first_row, emulation_row = chosen_rows(chosen, tables, tune)
+    both = emulated is not None or (records is not None and records.all_stored([first_row, emulation_row]))
+
+    def measure_chosen() -> tuple[list[Row], dict]:
+        first, logits = real_row("chosen", "chosen", CHOSEN_BACKEND, chosen, tune, model, calibration, device, batches, base)
+        first.chosen = True
+        if emulated is None:
+            return [first], {}
         gap = float(np.max(np.abs(emulated - logits)))
+        return [first, emulation_row.with_delta(delta(labels, base_logits, emulated))], {"emulation_gap": gap}
+
+    wanted = [first_row, emulation_row] if both else [first_row]
+    if records is None:
+        rows, extra = measure_chosen()
+    else:
+        rows = records.measure_together(wanted, measure_chosen)
+        extra = {"emulation_gap": records.stored_extra(rows[0], "emulation_gap")}
+    gap = extra.get("emulation_gap")
+    gap = float("nan") if gap is None else float(gap)
+    measure = records.measure if records is not None else measure_now
     backends = uniform_backends()
     for precision in tune.precisions:
         if precision in backends and all(t.packs(precision) for t in tables):
             backend = backends[precision]
-            rows.append(real_row(f"uniform {precision} ({backend}, {dense_label(tune)} MLP)", "uniform", backend, uniform(tables, precision),
-                                 tune, model, calibration, device, batches, base)[0])
+            name = f"uniform {precision} ({backend}, {dense_label(tune)} MLP)"
+            row = Row(name, "uniform", "holdout", 0, dense_label(tune), backend, uniform(tables, precision))
+            rows.append(measure(row, lambda: real_row(name, "uniform", backend, uniform(tables, precision), tune, model,
+                                                      calibration, device, batches, base)[0]))
     return rows, gap

@@ -12,6 +12,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from bench.io import to_json, write_text_atomic
+from bench.metrics import AUC_DELTA
 from bench.recommend.decide import Candidate
 from bench.recommend.run import Outcome, front_points
 from bench.report import fmt
@@ -90,7 +91,7 @@ def as_json(out: Outcome) -> dict[str, Any]:
                                                  "estimate": dataclasses.asdict(out.estimates[out.chosen]),
                                                  "accuracy_and_size": dataclasses.asdict(out.facts[out.chosen.backend])},
         "nearest_miss": out.miss,
-        "front": [{**_candidate(p.candidate), "qps": p.qps, "auc_delta": p.auc_delta, "model_mb": p.model_mb, "confirmed": p.confirmed}
+        "front": [{**_candidate(p.candidate), "qps": p.qps, AUC_DELTA: p.auc_delta, "model_mb": p.model_mb, "confirmed": p.confirmed}
                   for p in out.front],
         "facts": {k: dataclasses.asdict(f) for k, f in out.facts.items()},
         "estimates": [{**_candidate(c), **dataclasses.asdict(e)} for c, e in out.estimates.items()],

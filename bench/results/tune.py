@@ -23,6 +23,7 @@ import numpy as np
 
 from bench.backends.tbe import BITS
 from bench.config import MAX_AUC_DROP
+from bench.metrics import AUC_DELTA, AUC_DELTA_P, AUC_FP32, EMBEDDING_BYTES, with_interval
 from bench.errors import UserError
 from bench.measure.memory import row_bytes
 from bench.record import RunRecord
@@ -32,7 +33,7 @@ CANDIDATE = "tune_candidate"  # a candidate record's config key: what identifies
 SUMMARY = "tune_summary"  # the summary record's metrics key: what the tune decided from its candidates
 ROW = "row"  # a candidate record's config key: the row's labels in its tune
 # the Row fields a candidate record keeps as its metrics (the rest name the candidate in this tune)
-MEASURED = ("embedding_bytes", "auc_delta", "auc_delta_lo", "auc_delta_hi", "auc_delta_p", "auc_fp32")
+MEASURED = (EMBEDDING_BYTES, *with_interval(AUC_DELTA), AUC_DELTA_P, AUC_FP32)
 # Row fields that say what the row is in this tune (its label, kind, split, chosen); stored beside the measurement
 LABELS = ("candidate", "kind", "split", "dense", "measured_by", "per_table", "chosen")
 
@@ -271,7 +272,7 @@ def row_of(record: RunRecord, names: Sequence[str]) -> Row:
     labels = {**record.config[ROW]}
     labels["per_table"] = _in_order(labels["per_table"], names)
     measured = {k: math.nan if record.metrics.get(k) is None else record.metrics[k] for k in MEASURED}
-    measured["embedding_bytes"] = int(measured["embedding_bytes"])
+    measured[EMBEDDING_BYTES] = int(measured[EMBEDDING_BYTES])
     return Row(**{k: labels[k] for k in LABELS}, **measured)
 
 

@@ -28,21 +28,22 @@ def test_the_layers_hold_and_nothing_goes_round_in_circles():
     assert "Contracts: 3 kept, 0 broken." in result.stdout
 
 
-def test_the_results_import_neither_the_report_nor_the_gate(tmp_path):
+def lint_with(tmp_path: Path, module: str, line: str) -> subprocess.CompletedProcess:
+    """lint-imports over a copy of `bench` with `line` appended to `module` (a path under bench/)."""
     shutil.copytree(REPO / "bench", tmp_path / "bench", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "pyproject.toml", tmp_path)
-    with open(tmp_path / "bench" / "results" / "key.py", "a") as f:
-        f.write("\nimport bench.report.fmt  # the results importing their renderer\n")
-    result = lint(tmp_path)
+    with open(tmp_path / "bench" / module, "a") as f:
+        f.write(f"\n{line}\n")
+    return lint(tmp_path)
+
+
+def test_the_results_import_neither_the_report_nor_the_gate(tmp_path):
+    result = lint_with(tmp_path, "results/key.py", "import bench.report.fmt  # the results importing their renderer")
     assert result.returncode == 1
     assert "bench.results is not allowed to import bench.report" in result.stdout
 
 
 def test_an_upward_import_breaks_the_contract(tmp_path):
-    shutil.copytree(REPO / "bench", tmp_path / "bench", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / "pyproject.toml", tmp_path)
-    with open(tmp_path / "bench" / "config" / "schema.py", "a") as f:
-        f.write("\nimport bench.gate  # the config importing the gate: upward\n")
-    result = lint(tmp_path)
+    result = lint_with(tmp_path, "config/schema.py", "import bench.gate  # the config importing the gate: upward")
     assert result.returncode == 1
     assert "bench.config is not allowed to import bench.gate" in result.stdout

@@ -73,7 +73,8 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
         if performance_only:
             reference, why_unpaired = None, "performance only (random weights): no fp32 reference is built"
         else:
-            reference, why_unpaired = _reference(cfg, backend, model, workload, device, shared)
+            reference, why_unpaired = reference_module(cfg, backend, model, workload, device, shared, cfg.timing.paired,
+                                                       "timing.paired=false")
         backend.before_timing(prepared, max(1, cfg.timing.warmup_batches))
         faults = hardware.minor_faults()
         with hardware.timing_threads(cfg.timing.threads) as threads, LoadWatch() as load:
@@ -246,13 +247,15 @@ def _all_threads(cfg: Config, prepared: nn.Module, inputs: list[tuple], device: 
     return {THREADS: torch.get_num_threads(), THROUGHPUT: alone.throughput, "trial_cv": alone.trial_cv}
 
 
-def _reference(cfg: Config, backend: Backend, model: TrainedModel, workload: Workload, device: torch.device,
-               shared: SharedWork) -> tuple[nn.Module | None, str | None]:
-    """The fp32 module a paired speedup is timed against, or None and why not."""
+def reference_module(cfg: Config, backend: Backend, model: TrainedModel, workload: Workload, device: torch.device,
+                     shared: SharedWork, paired: bool, unpaired_reason: str) -> tuple[nn.Module | None, str | None]:
+    """The prepared fp32 module a paired measurement (a speedup, a serving search) runs beside, or None and why
+    not: the job is fp32 itself, pairing is off (`paired`, `unpaired_reason` says which key), fp32 cannot run
+    on the device, or there is no room for its copy."""
     if backend.cfg.name == BASELINE_BACKEND:
         return None, "this is the reference"
-    if not cfg.timing.paired:
-        return None, "timing.paired=false"
+    if not paired:
+        return None, unpaired_reason
     ref = registry.get("backend", BASELINE_BACKEND).factory(backend_config({"name": BASELINE_BACKEND}))
     why = ref.unsupported_reason(device)
     if why is None and cfg.memory_fraction is not None:

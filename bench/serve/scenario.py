@@ -32,9 +32,8 @@ from bench.measure.figures import Held, JobFigures
 from bench.measure.memory import model_bytes
 from bench.measure.noise import LoadWatch, reference_speed
 from bench.metrics import LATENCY_MS, PAIRS_PER_S, SAMPLES_PER_S
-from bench import registry
 from bench.models.random_weights import RANDOM
-from bench.pipeline.job import PERFORMANCE_ONLY, backend_config, backend_scores
+from bench.pipeline.job import PERFORMANCE_ONLY, backend_scores, reference_module
 from bench.registry import BASELINE_BACKEND
 from bench.pipeline.shared import SharedWork
 from bench.serve import late, loadgen, timeline
@@ -99,18 +98,11 @@ def serving_runs(cfg: Config, module: nn.Module, queries: QuerySet, device: torc
 
 def fp32_reference(cfg: Config, backend: Backend, model: Any, workload: Any, device: torch.device,
                    work: SharedWork) -> tuple[nn.Module | None, str | None]:
-    """The prepared fp32 module a Server job pairs its search with (serve.paired), or None and why not."""
+    """The prepared fp32 module a Server job pairs its search with (serve.paired), or None and why not: the
+    same reference, and the same reasons, as a paired offline timing's (bench.pipeline.job.reference_module)."""
     if cfg.serve.scenario != "server":
         return None, None
-    if backend.cfg.name == BASELINE_BACKEND:
-        return None, "this is the reference"
-    if not cfg.serve.paired:
-        return None, "serve.paired=false"
-    ref = registry.get("backend", BASELINE_BACKEND).factory(backend_config({"name": BASELINE_BACKEND}))
-    why = ref.unsupported_reason(device)
-    if why is not None:
-        return None, why
-    return work.reference(cfg, ref, model, device), None
+    return reference_module(cfg, backend, model, workload, device, work, cfg.serve.paired, "serve.paired=false")
 
 
 def paired_max_qps(cfg: Config, candidate: nn.Module, reference: nn.Module, device: torch.device, work: SharedWork,

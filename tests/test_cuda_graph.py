@@ -146,3 +146,16 @@ def test_a_cpu_job_with_cuda_graphs_records_why_there_is_no_graphed_figure(tiny_
     cfg = _timing_cfg(tiny_cfg)
     metrics = measure(cfg, make_backend("int8_tbe"), CPU, SharedWork())
     assert metrics[CUDA_GRAPH_NOTE] == "a cpu job: CUDA graphs replay GPU work only" and CUDA_GRAPH_THROUGHPUT not in metrics
+
+
+def test_a_job_that_leaves_cuda_graphs_off_keeps_the_identity_of_records_made_before_the_key():
+    import dataclasses
+
+    from bench.config.compose import compose
+    from bench.runner import job_hash
+
+    resolved = dataclasses.asdict(compose(["+preset=tiny"]))
+    stored_before = {**resolved, "timing": {k: v for k, v in resolved["timing"].items() if k != "cuda_graphs"}}
+    assert job_hash(resolved) == job_hash(stored_before)
+    graphed = dataclasses.asdict(compose(["+preset=tiny", "timing.cuda_graphs=true"]))
+    assert job_hash(graphed) != job_hash(resolved)  # a second, graphed timing: a new measurement

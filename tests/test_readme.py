@@ -42,6 +42,8 @@ DOCS_LONG = {
     "make docs": "the documentation site: tests/test_docs.py builds it strictly",
     "OUT=<a folder to copy back> bash benchmarks/scripts/gpu_check_run.sh": "on a GPU machine only: tests/test_gpu_check.py runs it with "
                                                                            "stand-ins for .gpu/run.sh",
+    "OUT=<a folder to copy back> BUDGET_S=540 bash benchmarks/scripts/gpu_session.sh":
+        "on a lent GPU machine only: tests/test_gpu_check.py runs it with stand-ins for .gpu/run.sh",
     "pip install -e '.[onnxruntime]'": SETUP,
     "python -m bench +sweep=toolkits": "a sweep, minutes as written; tests/test_toolkits.py runs its backends on a tiny model",
     "python -m bench +sweep=toolkits model=custom model.factory=examples.torchrec_models.dlrm_dcn:build hydra.sweeper.params.batch_size=1024":

@@ -81,6 +81,7 @@ DOCS_LONG = {
         "python -m bench +sweep=serve batch_size=512,2048 serve.max_wait_ms=1,5",
         "python -m bench +sweep=serve serve.min_duration_s=600 serve.min_query_count=null serve.loadgen_seeds=mlperf",
         "python -m bench +sweep=serve gate.rules.uint4.min_qps_ratio=0.9 run_gate=true", "python -m bench +sweep=serve resume=true",
+        "python -m bench +sweep=serve serve.paired=false",
         "python -m bench +sweep=sharded hydra/launcher=submitit_slurm hydra.launcher.partition=cpu hydra.launcher.cpus_per_task=16 "
         "hydra.launcher.mem_gb=64 hydra.launcher.timeout_min=120 hydra.launcher.array_parallelism=1",
     )},
@@ -157,6 +158,8 @@ def test_every_docs_command_is_run_here_or_named_with_where_it_runs():
     assert set(SHORT) <= set(quick_docs_commands()), set(SHORT) - set(quick_docs_commands())
     quick = quick_docs_commands()
     assert all(c.startswith("python -m ") for c in quick), quick
+    # a sweep as written takes minutes: one run here is shortened (SHORT) or tiny
+    assert all(c in SHORT or "+preset=tiny" in c for c in quick if "+sweep=" in c), quick
     assert "python -m bench dashboard reports --out site/nightly compare.throughput_tolerance=0.1" in quick
     print(f"docs pages: {len(every)} distinct commands on {len(pages)} pages: {len(quick)} run here, "
           f"{len(every) - len(quick)} named with where they run instead")

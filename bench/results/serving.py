@@ -32,7 +32,7 @@ COLUMNS = [
     "fingerprint", "created_at", "record_id",
     # Server jobs paired with fp32 (serve.paired): qps_ratio is then the paired ratio, with the interval both brackets allow
     "ratio_method", "qps_ratio_lo", "qps_ratio_hi", "fp32_max_qps_paired", "fp32_bracket_paired", "fp32_evidence_paired",
-    "paired_runs", "paired_holds",
+    "paired_runs", "paired_confirm", "paired_overturned", "paired_no_load",
 ]
 PAIRED, UNPAIRED = "paired", "separate jobs"
 OPEN = "\u2014"  # an open end of a bracket
@@ -114,11 +114,13 @@ def _paired(m: dict[str, Any]) -> dict[str, Any]:
         return {"ratio_method": UNPAIRED}
     ref = p.get("reference") or {}
     low, high = ref.get(lo(MAX_QPS)), ref.get(hi(MAX_QPS))
-    holds = "; ".join(f"{side} {p[f'hold_{side}']}" for side in ("candidate", "reference") if p.get(f"hold_{side}"))
+    confirm = "; ".join(f"{side}: {p[f'confirm_{side}']}" for side in ("candidate", "reference") if p.get(f"confirm_{side}"))
+    overturned = "; ".join(f"{side} {', '.join(f'{q:g}' for q in qs)}" for side, qs in (p.get("overturned") or {}).items() if qs)
     return {"ratio_method": PAIRED, "paired_ratio": _num(p.get("qps_ratio")), "qps_ratio_lo": _num(p.get("qps_ratio_lo")),
             "qps_ratio_hi": _num(p.get("qps_ratio_hi")), "fp32_max_qps_paired": _num(p.get("reference_max_qps")),
             "fp32_bracket_paired": f"[{OPEN if low is None else f'{low:g}'}, {OPEN if high is None else f'{high:g}'}]",
-            "fp32_evidence_paired": ref.get("evidence"), "paired_runs": len(p.get("runs") or []) or math.nan, "paired_holds": holds or None}
+            "fp32_evidence_paired": ref.get("evidence"), "paired_runs": len(p.get("runs") or []) or math.nan, "paired_confirm": confirm or None,
+            "paired_overturned": overturned or None, "paired_no_load": p.get("no_load")}
 
 
 def _validity(m: dict[str, Any]) -> str | None:

@@ -52,6 +52,10 @@ class Judgment:
     target_qps: float
     runs: list[Step] = field(default_factory=list)
     max_steal: Optional[float] = MAX_STEAL  # None: no run is set aside for steal
+    # Runs made after the search at this target, when it is a bracket end of a paired search (bench.serve.paired),
+    # and whether they overturned the search's verdict: then the verdict is the other one.
+    confirmations: list[Step] = field(default_factory=list)
+    overturned: bool = False
 
     def disturbed(self, step: Step) -> bool:
         return disturbed(step, self.max_steal)
@@ -70,15 +74,34 @@ class Judgment:
         return sum(1 for s in self.counted if s["validity"] == "VALID")
 
     @property
-    def verdict(self) -> str:
+    def searched(self) -> str:
+        """The verdict of the search's own runs, by their majority."""
         return "VALID" if 2 * self.valid_runs > len(self.counted) else "INVALID"
 
+    @property
+    def verdict(self) -> str:
+        """The search's verdict, or the other one when paired confirmation runs overturned it."""
+        return ("INVALID" if self.searched == "VALID" else "VALID") if self.overturned else self.searched
+
+    @property
+    def counted_confirmations(self) -> list[Step]:
+        """The confirmation runs that count: the undisturbed ones, or all of them when every one was disturbed."""
+        return [s for s in self.confirmations if not self.disturbed(s)] or self.confirmations
+
     def agreeing(self) -> int:
-        return self.valid_runs if self.verdict == "VALID" else len(self.counted) - self.valid_runs
+        """The search's runs that agree with its own majority."""
+        return self.valid_runs if self.searched == "VALID" else len(self.counted) - self.valid_runs
 
     def evidence(self) -> str:
         aside = f" ({self.set_aside} set aside: steal)" if self.set_aside else ""
-        return f"{self.verdict} {self.agreeing()}/{len(self.counted)} at {self.target_qps:g}{aside}"
+        text = f"{self.searched} {self.agreeing()}/{len(self.counted)} at {self.target_qps:g}{aside}"
+        if self.confirmations:
+            conf = self.counted_confirmations
+            valid = sum(1 for s in conf if s["validity"] == "VALID")
+            text += f", confirmed {'VALID' if 2 * valid > len(conf) else 'INVALID'} {max(valid, len(conf) - valid)}/{len(conf)}"
+            if self.overturned:
+                text += f": overturned to {self.verdict}"
+        return text
 
     def settled(self, judgments: int, percentile: float) -> bool:
         if len(self.runs) == 1 and not self.disturbed(self.runs[0]) and clear(self.runs[0], percentile):
@@ -89,8 +112,12 @@ class Judgment:
         return undisturbed > 0 and (self.agreeing() * 2 > judgments or undisturbed >= judgments)
 
     def as_metrics(self) -> dict[str, Any]:
-        return {"target_qps": self.target_qps, "verdict": self.verdict, "runs": len(self.runs),
-                "valid_runs": self.valid_runs, "set_aside": self.set_aside, "evidence": self.evidence()}
+        out = {"target_qps": self.target_qps, "verdict": self.verdict, "runs": len(self.runs),
+               "valid_runs": self.valid_runs, "set_aside": self.set_aside, "evidence": self.evidence()}
+        if self.confirmations:
+            out.update(searched=self.searched, overturned=self.overturned, confirm_runs=len(self.confirmations),
+                       confirm_valid=sum(1 for s in self.confirmations if s["validity"] == "VALID"))
+        return out
 
 
 def disturbed(step: Step, max_steal: Optional[float] = MAX_STEAL) -> bool:
@@ -151,8 +178,8 @@ class Search:
     def at_max(self) -> Optional[Step]:
         """The last VALID run at the max QPS, or, when none was VALID, the last run at the lowest load tried."""
         j = self.judgment(self.highest_valid)
-        if j is not None:
-            return [s for s in j.runs if s["validity"] == "VALID"][-1]
+        if j is not None:  # a target overturned to VALID by paired confirmation runs has its VALID runs among them
+            return ([s for s in j.runs + j.confirmations if s["validity"] == "VALID"] or j.runs)[-1]
         low = min(self.judged, key=lambda j: j.target_qps, default=None)
         return low.runs[-1] if low else None
 

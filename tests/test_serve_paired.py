@@ -4,7 +4,7 @@ limits (with transients injected as scripted verdicts, no timing), and paired jo
 
 import pytest
 
-from bench.serve.paired import CANDIDATE, CONFIRM, CONFIRM_DRAW, HIGH, LOW, REFERENCE, SEARCH, interleave, order
+from bench.serve.paired import CANDIDATE, CONFIRM, CONFIRM_DRAW, HIGH, HOLD, LOW, REFERENCE, REOPEN_STEPS, SEARCH, interleave, order
 from bench.serve.qps_search import search_plan
 from bench.serve.scenario import round_qps
 from tests.test_faults import fast_cfg, fast_models  # noqa: F401 (fixtures)
@@ -130,6 +130,45 @@ def test_a_max_that_fails_its_confirmations_falls_to_the_next_valid_target():
     j = p.candidate.judgment(152)
     assert j.overturned and j.verdict == "INVALID" and {s["validity"] for s in j.confirmations} == {"INVALID"}
     assert p.max_qps == 137 and p.candidate.lowest_invalid == 152
+
+
+def reopen(side, search, left):
+    return search_plan(0.0, 1.5, 0.1, len(search.judged) + REOPEN_STEPS, 1, round_qps, prior=search)
+
+
+def test_a_max_overturned_with_no_valid_target_below_reopens_its_search_downwards():
+    # The candidate (limit 140) starts at 150, where a transient passes its one run: VALID 150, then INVALID
+    # 225, 184, 166, 158. Its two confirmations at 150 fail: 150 is overturned, and no target below it was judged.
+    flips = {(CANDIDATE, SEARCH, 150, 0)}
+    run, _ = scripted({CANDIDATE: 140, REFERENCE: 211}, flips)
+    folded = interleave(plan(150), plan(50), run)
+    assert folded.candidate.judgment(150).overturned and folded.max_qps == 0 and folded.ratio is None  # without re-opening
+    run, made = scripted({CANDIDATE: 140, REFERENCE: 211}, flips)
+    p = interleave(plan(150), plan(50), run, reopen=reopen)
+    # re-opened: down by the factor from the overturned 150 (100, VALID), then the bracket's middle (122, VALID)
+    assert p.reopened == {CANDIDATE: [100, 122], REFERENCE: []} and p.max_qps == 122 and p.candidate.lowest_invalid == 150
+    assert p.ratio == pytest.approx(122 / p.reference_max_qps) and p.as_metrics()["reopened"][CANDIDATE] == [100, 122]
+    tail = made[-4:]  # the re-opened search's runs, each beside an fp32 hold run at its max, in ABBA order
+    assert sorted((m[0], m[2]) for m in tail) == sorted([(CANDIDATE, SEARCH)] * 2 + [(REFERENCE, HOLD)] * 2)
+    assert all(m[1] == p.reference_max_qps for m in tail if m[2] == HOLD)
+    sides = [m[0] for m in made]
+    assert all(tuple(sides[i:i + 2]) == order(i // 2) for i in range(0, len(sides), 2))
+
+
+def test_the_serving_job_reopens_with_its_own_search_rules_and_the_seconds_left():
+    # bench.serve.scenario.reopener: a search whose max 150 was overturned goes on down by serve.qps_factor,
+    # its first target made whatever the seconds left, the next one only if it fits in them.
+    from bench.config.schema import ServeConfig
+    from bench.serve.qps_search import Judgment, Search
+    from bench.serve.scenario import reopener
+
+    search = Search([Judgment(150, [{"target_qps": 150, "validity": "VALID"}], overturned=True),
+                     Judgment(225, [{"target_qps": 225, "validity": "INVALID"}])])
+    plan = reopener(ServeConfig(judgments=1), lambda qps: 10.0)("candidate", search, 5.0)
+    assert next(plan) == (100, 0)  # 150 / 1.5, though one run (10 s) is more than the 5 s left
+    with pytest.raises(StopIteration) as end:
+        plan.send({"target_qps": 100, "validity": "VALID"})
+    assert "past 5 s" in end.value.value.stop and end.value.value.highest_valid == 100
 
 
 def test_ends_that_both_sides_reverse_the_same_way_are_kept():

@@ -45,14 +45,17 @@ from bench.serve.qps_search import Judgment, Plan, Search, Step
 
 CANDIDATE, REFERENCE = "candidate", "reference"
 SIDES = (CANDIDATE, REFERENCE)
-SEARCH, CONFIRM = "search", "confirm"
+SEARCH, CONFIRM, HOLD = "search", "confirm", "hold"
+REOPEN_STEPS = 2  # a re-opened search judges at most this many more targets
 LOW, HIGH = "low", "high"  # a bracket's VALID end (the max) and its INVALID end above it
 CONFIRM_DRAW = 100  # a confirmation run's LoadGen draw starts here: its schedule differs from every search run's at that target
 CONFIRM_RUNS = 2  # the default of serve.confirm_runs
 
-# run(side, qps, draw, role) -> the step; side is CANDIDATE or REFERENCE, role SEARCH or CONFIRM
+# run(side, qps, draw, role) -> the step; side is CANDIDATE or REFERENCE, role SEARCH, CONFIRM or HOLD
 RunPaired = Callable[[str, float, int, str], Step]
 Budget = tuple[float, Callable[[float], float]]  # seconds per side, and how long one run at a target lasts
+# reopen(side, search, seconds left to it or None) -> the plan that goes on from the search's revised judgments
+Reopen = Callable[[str, Search, Optional[float]], Plan]
 
 
 def order(round_: int) -> tuple[str, str]:
@@ -98,6 +101,7 @@ class PairedSearch:
     runs: list[dict[str, Any]] = field(default_factory=list)  # every run in the order it ran: round, side, role, target, verdict
     ends: dict[str, dict[str, Judgment]] = field(default_factory=dict)  # each side's bracket ends when its search ended
     kept: dict[str, list[float]] = field(default_factory=lambda: {CANDIDATE: [], REFERENCE: []})  # reversed, but the partner too
+    reopened: dict[str, list[float]] = field(default_factory=lambda: {CANDIDATE: [], REFERENCE: []})  # targets judged after re-opening
 
     @property
     def max_qps(self) -> float:
@@ -172,16 +176,20 @@ class PairedSearch:
             "overturned": {side: [j.target_qps for j in self.ends.get(side, {}).values() if j.overturned] for side in SIDES},
             "kept": self.kept,
             "no_load": self.no_load(),
+            "reopened": self.reopened,
             "confirm_steps": {side: [s for j in self.ends.get(side, {}).values() for s in j.confirmations] for side in SIDES},
         }
 
 
 def interleave(candidate: Plan, reference: Plan, run: RunPaired, confirm_runs: int = CONFIRM_RUNS,
-               budget: Optional[Budget] = None) -> PairedSearch:
+               budget: Optional[Budget] = None, reopen: Optional[Reopen] = None) -> PairedSearch:
     """Drive both search plans to their ends, one run of each per round in ABBA order, a side whose search has
     ended making confirmation runs at its bracket ends while the other goes on; then paired confirmation rounds
     until every end has `confirm_runs` of them or the next round would take a side past `budget` (seconds per
-    side, its search's runs and its confirmations together); then the ends are judged again (`PairedSearch.judge`)."""
+    side, its search's runs and its confirmations together); then the ends are judged again (`PairedSearch.judge`).
+    With `reopen`, a side with an end overturned goes on searching from its revised bracket (`reopen` makes that
+    plan: at least its first target, at most `REOPEN_STEPS` more, in the time its budget has left), its partner
+    making hold runs at its max beside it (they change no verdict); nothing is confirmed a second time."""
     plans = {CANDIDATE: candidate, REFERENCE: reference}
     paired = PairedSearch(Search(), Search(), confirm_runs)
     asks: dict[str, tuple[float, int]] = {}
@@ -229,7 +237,46 @@ def interleave(candidate: Plan, reference: Plan, run: RunPaired, confirm_runs: i
         round_ += 1
     paired.candidate, paired.reference = done[CANDIDATE], done[REFERENCE]
     paired.judge()
+    if reopen is not None:
+        round_ = _reopen(paired, run, reopen, round_, record, budget, spent)
     return paired
+
+
+def _reopen(paired: PairedSearch, run: RunPaired, reopen: Reopen, round_: int, record: Callable[[int, str, str, float, Step], None],
+            budget: Optional[Budget], spent: dict[str, float]) -> int:
+    """The re-opened searches of the sides with an end overturned, in ABBA rounds beside the partner's hold runs."""
+    searches = {CANDIDATE: paired.candidate, REFERENCE: paired.reference}
+    plans: dict[str, Plan] = {}
+    asks: dict[str, tuple[float, int]] = {}
+    before = {side: len(searches[side].judged) for side in SIDES}
+    for side in SIDES:
+        if any(j.overturned for j in paired.ends[side].values()):
+            plan = reopen(side, searches[side], max(budget[0] - spent[side], 0.0) if budget else None)
+            try:
+                asks[side] = next(plan)
+                plans[side] = plan
+            except StopIteration:
+                pass
+    holds = 0
+    while asks:
+        for side in order(round_):
+            if side in asks:
+                qps, draw = asks[side]
+                step = run(side, qps, draw, SEARCH)
+                record(round_, side, SEARCH, qps, step)
+                try:
+                    asks[side] = plans[side].send(step)
+                except StopIteration:
+                    del asks[side]
+            elif searches[side].highest_valid is not None:  # not searching (any more): a hold run at its max
+                qps = searches[side].highest_valid
+                step = run(side, qps, CONFIRM_DRAW + 50 + holds, HOLD)
+                holds += 1
+                record(round_, side, HOLD, qps, step)
+        round_ += 1
+    for side in plans:
+        paired.reopened[side] = [j.target_qps for j in searches[side].judged[before[side]:]]
+    return round_
 
 
 def fits(paired: PairedSearch, spent: dict[str, float], budget: Optional[Budget]) -> bool:

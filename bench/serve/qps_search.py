@@ -232,12 +232,20 @@ def drive(plan: Plan, run_step: Callable[[float, int], Step]) -> Search:
 
 def search_plan(start: float, factor: float, resolution: float, max_steps: int, min_qps: float, snap: Callable[[float], float] = float,
                 hopeless: Optional[str] = None, budget: Optional[tuple[float, Callable[[float], float]]] = None, judgments: int = 1,
-                percentile: float = 0.99, max_steal: Optional[float] = MAX_STEAL) -> Plan:
+                percentile: float = 0.99, max_steal: Optional[float] = MAX_STEAL, prior: Optional[Search] = None) -> Plan:
     """The search of `find_max_qps` as a generator: it yields each run it needs, (qps, n: the run's number at
     that target), is sent the run's step, and returns the Search. Another driver can interleave two plans
-    run by run (bench.serve.paired)."""
-    search = Search()
+    run by run (bench.serve.paired). With `prior` (a search whose verdicts were revised afterwards: a paired
+    confirmation overturned an end), it goes on from that search's judgments instead of from `start`: its
+    first target is the one the revised bracket asks for, made whatever the budget (the budget counts from
+    then), and `max_steps` counts the prior targets too."""
+    search = prior if prior is not None else Search()
     qps, spent = start, 0.0
+    if prior is not None:
+        qps, stop = next_target(search, factor, resolution, max_steps, min_qps, snap)
+        if qps is None:
+            search.stop = stop
+            return search
     while True:
         judgment = Judgment(qps, max_steal=max_steal)
         search.judged.append(judgment)
@@ -246,32 +254,36 @@ def search_plan(start: float, factor: float, resolution: float, max_steps: int, 
             spent += budget[1](qps) if budget else 0.0
             if judgment.settled(judgments, percentile):
                 break
-        lo, hi = search.highest_valid, search.lowest_invalid
         if hopeless and judgment.verdict != "VALID":
             search.stop = hopeless
             return search
-        if not search.monotonic:
-            search.stop = (f"a load of {hi:g} QPS was judged INVALID below a VALID "
-                           f"{max(j.target_qps for j in search.judged if j.verdict == 'VALID'):g} QPS: the machine's load changed between runs")
+        qps, stop = next_target(search, factor, resolution, max_steps, min_qps, snap)
+        if qps is not None and budget and spent + budget[1](qps) > budget[0]:
+            qps, stop = None, f"the next target ({qps:g} QPS) would take the search past {budget[0]:g} s (serve.max_search_s)"
+        if qps is None:
+            search.stop = stop
             return search
-        if lo is not None and hi is not None:
-            if hi / lo <= 1 + resolution:
-                search.stop = f"bracket within {resolution:.0%}"
-                return search
-            qps = snap(math.sqrt(lo * hi))
-        elif lo is None:
-            qps = snap(hi / factor)
-            if qps < min_qps:
-                search.stop = f"no target QPS down to {hi:g} met the bound (serve.min_qps={min_qps:g})"
-                return search
-        else:
-            qps = snap(lo * factor)
-        if search.judgment(qps) is not None:
-            search.stop = f"the next target rounds to {qps:g} QPS, already judged"
-            return search
-        if len(search.judged) >= max_steps:
-            search.stop = f"{max_steps} targets (serve.max_steps)"
-            return search
-        if budget and spent + budget[1](qps) > budget[0]:
-            search.stop = f"the next target ({qps:g} QPS) would take the search past {budget[0]:g} s (serve.max_search_s)"
-            return search
+
+
+def next_target(search: Search, factor: float, resolution: float, max_steps: int, min_qps: float,
+                snap: Callable[[float], float] = float) -> tuple[Optional[float], str]:
+    """The next target a search's judgments ask for, or None and why the search ends there."""
+    lo, hi = search.highest_valid, search.lowest_invalid
+    if not search.monotonic:
+        return None, (f"a load of {hi:g} QPS was judged INVALID below a VALID "
+                      f"{max(j.target_qps for j in search.judged if j.verdict == 'VALID'):g} QPS: the machine's load changed between runs")
+    if lo is not None and hi is not None:
+        if hi / lo <= 1 + resolution:
+            return None, f"bracket within {resolution:.0%}"
+        qps = snap(math.sqrt(lo * hi))
+    elif lo is None:
+        qps = snap(hi / factor)
+        if qps < min_qps:
+            return None, f"no target QPS down to {hi:g} met the bound (serve.min_qps={min_qps:g})"
+    else:
+        qps = snap(lo * factor)
+    if search.judgment(qps) is not None:
+        return None, f"the next target rounds to {qps:g} QPS, already judged"
+    if len(search.judged) >= max_steps:
+        return None, f"{max_steps} targets (serve.max_steps)"
+    return qps, ""

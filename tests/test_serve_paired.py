@@ -2,6 +2,8 @@
 and the ends they overturn, the time budget, and the ratio's interval, driven by stand-in steps that judge fixed
 limits (with transients injected as scripted verdicts, no timing), and paired jobs through the real LoadGen."""
 
+from pathlib import Path
+
 import pytest
 
 from bench.serve.paired import CANDIDATE, CONFIRM, CONFIRM_DRAW, HIGH, HOLD, LOW, REFERENCE, REOPEN_STEPS, SEARCH, interleave, order
@@ -260,8 +262,15 @@ def test_a_paired_server_job_through_loadgen(serve_cfg):
     p = m["paired"]
     assert [(r["side"], r["role"]) for r in p["runs"]][:4] == [(CANDIDATE, SEARCH), (REFERENCE, SEARCH), (REFERENCE, SEARCH), (CANDIDATE, SEARCH)]
     ref = p["reference"]
-    assert len(m["steps"]) == 2 and len(ref["steps"]) == 2 and p["reference_backend"] == "fp32"
-    assert [s["target_qps"] for s in m["steps"]] == [r["target_qps"] for r in p["runs"] if r["side"] == CANDIDATE]
+    assert len(m["steps"]) >= 2 and len(ref["steps"]) >= 2 and p["reference_backend"] == "fp32"
+    assert [s["target_qps"] for s in m["steps"]] == [r["target_qps"] for r in p["runs"] if r["side"] == CANDIDATE and r["role"] == SEARCH][:2]
+    # then each side's bracket ends confirmed (2 runs at each, a re-opened search's runs and hold runs after them)
+    confirmed = p["confirm_steps"]
+    for side in (CANDIDATE, REFERENCE):
+        assert len(confirmed[side]) >= 2 and all(s["validity"] in ("VALID", "INVALID") and s["draw"] >= CONFIRM_DRAW for s in confirmed[side])
+        assert [r["target_qps"] for r in p["runs"] if r["side"] == side and r["role"] == CONFIRM] == [s["target_qps"] for s in confirmed[side]]
+    assert [Path(s["log_dir"]).name.split("_")[0] for s in confirmed[CANDIDATE]] == [f"confirm{n}" for n in range(1, len(confirmed[CANDIDATE]) + 1)]
+    assert all(Path(s["log_dir"]).parent.name == "fp32" for s in confirmed[REFERENCE])
     for s in ref["steps"]:
         assert Path(s["log_dir"]).parent.name == "fp32" and s["validity"] in ("VALID", "INVALID") and "late" in s
     assert m["reference_max_qps"] == ref["max_qps"] and ref["warm_up"]["capacity_samples_per_s"] > 0
@@ -303,8 +312,12 @@ def test_paired_max_qps_over_two_prepared_modules(serve_cfg, tmp_path):
     reference = work.reference(cfg, registry.get("backend", "fp32").factory(backend_config({"name": "fp32"})), model, device)
     m = paired_max_qps(cfg, candidate, reference, device, work, logs=tmp_path / "logs")
     ref = m["paired"]["reference"]
-    assert len(m["steps"]) == 2 and len(ref["steps"]) == 2 and all(s["scenario"] == "Server" for s in m["steps"] + ref["steps"])
+    assert len(m["steps"]) >= 2 and len(ref["steps"]) >= 2 and all(s["scenario"] == "Server" for s in m["steps"] + ref["steps"])
     assert m["reference_max_qps"] == ref["max_qps"] and m["max_qps"] == (m["max_qps_lo"] or 0.0)
     assert (m["qps_ratio"] is None) == (ref["max_qps"] == 0)
-    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["fp32", "server_step1_150qps", "server_step2_" + m["steps"][1]["log_dir"].split("server_step2_")[1]]
+    names = {p.name for p in (tmp_path / "logs").iterdir()}
+    made = [m["steps"], m["paired"]["confirm_steps"]["candidate"]]
+    assert names == {"fp32"} | {Path(s["log_dir"]).name for steps in made for s in steps} | {
+        f"hold{n}_{r['target_qps']:g}qps" for n, r in enumerate((r for r in m["paired"]["runs"] if r["side"] == CANDIDATE and r["role"] == "hold"), 1)}
+    assert "server_step1_150qps" in names
     assert m["warm_up"]["capacity_samples_per_s"] > 0 and ref["warm_up"]["capacity_samples_per_s"] > 0

@@ -125,8 +125,9 @@ def _paired(m: dict[str, Any]) -> dict[str, Any]:
 
 def _validity(m: dict[str, Any]) -> str | None:
     """Each target's verdict: with its runs where the target was judged ('410:VALID 3/3'), else each run's."""
-    if m.get("judgments"):
-        return " ".join(f"{j['target_qps']:g}:{j['verdict']} {j['valid_runs'] if j['verdict'] == 'VALID' else j['runs'] - j['valid_runs']}/{j['runs']}"
+    if m.get("judgments"):  # a verdict that paired confirmation runs overturned reads with its evidence
+        return " ".join(f"{j['target_qps']:g}:{j['verdict']} ({j['evidence']})" if j.get("overturned") else
+                        f"{j['target_qps']:g}:{j['verdict']} {j['valid_runs'] if j['verdict'] == 'VALID' else j['runs'] - j['valid_runs']}/{j['runs']}"
                         for j in m["judgments"])
     return " ".join(f"{s.get('target_qps'):g}:{s.get('validity')}" for s in m.get("steps") or []) or None
 

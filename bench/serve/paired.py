@@ -27,6 +27,10 @@ again, paired:
   has an end reversed the same way in the same minutes: then the host moved both sides, the ratio
   stands, and both verdicts are kept (the record names them). A single transient on one side's
   confirmation run cannot reverse an end on its own: with two runs both must disagree.
+- **Re-opening.** A side with an end overturned goes on searching from its revised bracket, with its own
+  search's rules (at most `REOPEN_STEPS` more targets, the first made whatever time its budget has left),
+  while its partner makes hold runs at its max beside it (they change no verdict). Without it, a max
+  overturned with no VALID target below would leave the side with no max at all.
 
 The ratio is candidate max QPS / fp32 max QPS. Its interval is what the two brackets allow together:
 the candidate's limit lies in [highest VALID, lowest INVALID] and so does fp32's, so the ratio lies in

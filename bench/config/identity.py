@@ -23,6 +23,9 @@ what a record without them measured, or where they do not apply:
 - `serve.paired` (a Server search interleaved with fp32's): false is what records before it measured (one
   search, alone). Its default, true, changes what a Server job measures (its runs alternate with fp32's,
   and it reports the ratio), so such a job has a new identity.
+- `serve.confirm_runs` (paired confirmation runs at each bracket end): 0 is what paired records before it
+  measured (the ends as the searches left them; the side whose search ended first ran beside the other's
+  runs without re-judging anything). Its default, 2, can overturn an end, so such a job has a new identity.
 - `timing.cuda_graphs`: false is what every earlier job measured (eager calls only), and still the default,
   so a job that leaves it keeps its identity and resumes from records made before the key.
 """
@@ -34,7 +37,8 @@ from typing import Any
 
 LEGACY = {("model", "output_key"): None, ("backend", "mlp_output"): "int8", ("serve", "judgments"): 1,
           ("serve", "step_late_share"): None, ("serve", "test_stall_ms"): None, ("serve", "max_steal"): None,
-          ("serve", "paired"): False, ("timing", "cuda_graphs"): False}
+          ("serve", "paired"): False, ("serve", "confirm_runs"): 0,
+          ("timing", "cuda_graphs"): False}
 
 
 def job_identity(resolved: dict[str, Any]) -> dict[str, Any]:

@@ -346,7 +346,7 @@ class ServeConfig:
     qps_factor: float = 1.5
     qps_resolution: float = 0.1
     max_steps: int = 6
-    max_search_s: float = 90.0
+    max_search_s: float = 70.0
     judgments: int = 3
     step_late_share: Optional[float] = 0.3
     min_qps: float = 0.5  # the search gives up below this: no load meets the bound
@@ -356,6 +356,12 @@ class ServeConfig:
     # Server: pair each backend's search with fp32's, interleaved run by run (ABBA) in the job's process, and
     # report max QPS relative to fp32 with the interval both brackets allow (bench.serve.paired). false: one search.
     paired: bool = True
+    # Paired: once a side's search has ended, its runs confirm its bracket ends (its max and the INVALID target
+    # above it), then both sides confirm theirs in ABBA rounds, within each side's max_search_s (its search's
+    # runs and its confirmations together: 70 s, down from 90 s before confirmation, pays for them), until each end
+    # has this many; an end that a majority of them reverses is overturned unless the partner's moved the same
+    # way (bench.serve.paired). 0: the ends stay as the searches left them.
+    confirm_runs: int = 2
     # Scenarios whose job also makes a LoadGen AccuracyOnly run (every sample once) and checks its AUC.
     accuracy_scenarios: list[str] = field(default_factory=lambda: ["offline"])
     # Backends that quantize activations per batch give scores that depend on which samples share a
@@ -397,6 +403,8 @@ def check_serve_config(cfg) -> None:
     for key, value in counts.items():
         if value is not None and value < 1:
             raise UserError(f"serve.{key} must be a positive integer, got {value}")
+    if cfg.confirm_runs < 0:
+        raise UserError(f"serve.confirm_runs must be 0 (no confirmation) or a positive integer, got {cfg.confirm_runs}")
     if not cfg.pairs_quantiles or min(cfg.pairs_quantiles) < 1:
         raise UserError(f"serve.pairs_quantiles must be a non-empty list of positive sizes, got {list(cfg.pairs_quantiles)}")
 

@@ -38,7 +38,10 @@ NOTES = [
     "process, so both met the same host; vs fp32 is its max QPS over the fp32 max QPS found in the same minutes, and "
     "the interval is what the two brackets allow together [backend VALID / fp32 INVALID, backend INVALID / fp32 VALID]. "
     "The ratio repeats on a host whose speed moves; an absolute max QPS still needs a quiet, dedicated host. "
-    "A side whose search ended first makes hold runs at its max beside the other's runs (\"held 3/3 at 300\").",
+    "Then each bracket end is re-judged by paired confirmation runs (`serve.confirm_runs`, first beside the other side's "
+    "remaining search runs, then in ABBA rounds within each side's time budget): an end a majority of them reverses is "
+    "overturned (\"INVALID 2/2 at 125, confirmed VALID 2/2: overturned to VALID\"), unless the partner's end moved the same "
+    "way in the same minutes (the host, not one side). A side that met no load has no ratio (not 0).",
     "**Offline**: every query at once; samples/s as LoadGen measured it.",
     "Short runs (the default) judge fewer queries than MLPerf's 600 s runs, and early stopping tolerates fewer "
     "late queries in a short run, so a short run's max QPS is a conservative estimate, not a compliant result "
@@ -80,15 +83,16 @@ def _paired_lines(server: pd.DataFrame) -> list[str]:
     paired = server[server["ratio_method"] == PAIRED]
     if paired.empty:
         return []
-    table = [[r.backend, _ratio(r.qps_ratio), _interval(r), f"{r.max_qps:g} {_bracket(r)}",
+    table = [[r.backend, f"{fmt.DASH} ({r.paired_no_load})" if isinstance(r.paired_no_load, str) else _ratio(r.qps_ratio), _interval(r), f"{r.max_qps:g} {_bracket(r)}",
               f"{r.fp32_max_qps_paired:g} {r.fp32_bracket_paired}", r.evidence or fmt.DASH, r.fp32_evidence_paired or fmt.DASH,
-              fmt.DASH if fmt.missing(r.paired_runs) else f"{r.paired_runs:g}", r.paired_holds or fmt.DASH]
+              fmt.DASH if fmt.missing(r.paired_runs) else f"{r.paired_runs:g}", r.paired_overturned or fmt.DASH]
              for r in paired.itertuples(index=False)]
     return ["### Relative to fp32, paired", "",
             "Each backend's search ran interleaved with an fp32 search, run by run in ABBA order in the job's process: "
-            "the ratio and its interval hold the host's speed phases on both sides alike.", "",
+            "the ratio and its interval hold the host's speed phases on both sides alike; each bracket end was re-judged "
+            "by paired confirmation runs (the evidence says how they went; overturned: the ends they reversed).", "",
             fmt.markdown_table(["backend", "max QPS / fp32's", "interval (both brackets)", "max QPS [bracket]", "fp32 beside it [bracket]",
-                                "evidence", "fp32 evidence", "runs (both sides)", "hold runs"], table, "lrrrrllrl"), ""]
+                                "evidence", "fp32 evidence", "runs (both sides)", "overturned"], table, "lrrrrllrl"), ""]
 
 
 def console_lines(records: Iterable[RunRecord | dict[str, Any]], df: pd.DataFrame | None = None) -> list[str]:

@@ -32,7 +32,7 @@ COLUMNS = [
     "fingerprint", "created_at", "record_id",
     # Server jobs paired with fp32 (serve.paired): qps_ratio is then the paired ratio, with the interval both brackets allow
     "ratio_method", "qps_ratio_lo", "qps_ratio_hi", "fp32_max_qps_paired", "fp32_bracket_paired", "fp32_evidence_paired",
-    "paired_runs", "paired_holds",
+    "paired_runs", "paired_confirm", "paired_overturned", "paired_no_load",
 ]
 PAIRED, UNPAIRED = "paired", "separate jobs"
 OPEN = "\u2014"  # an open end of a bracket
@@ -114,17 +114,20 @@ def _paired(m: dict[str, Any]) -> dict[str, Any]:
         return {"ratio_method": UNPAIRED}
     ref = p.get("reference") or {}
     low, high = ref.get(lo(MAX_QPS)), ref.get(hi(MAX_QPS))
-    holds = "; ".join(f"{side} {p[f'hold_{side}']}" for side in ("candidate", "reference") if p.get(f"hold_{side}"))
+    confirm = "; ".join(f"{side}: {p[f'confirm_{side}']}" for side in ("candidate", "reference") if p.get(f"confirm_{side}"))
+    overturned = "; ".join(f"{side} {', '.join(f'{q:g}' for q in qs)}" for side, qs in (p.get("overturned") or {}).items() if qs)
     return {"ratio_method": PAIRED, "paired_ratio": _num(p.get("qps_ratio")), "qps_ratio_lo": _num(p.get("qps_ratio_lo")),
             "qps_ratio_hi": _num(p.get("qps_ratio_hi")), "fp32_max_qps_paired": _num(p.get("reference_max_qps")),
             "fp32_bracket_paired": f"[{OPEN if low is None else f'{low:g}'}, {OPEN if high is None else f'{high:g}'}]",
-            "fp32_evidence_paired": ref.get("evidence"), "paired_runs": len(p.get("runs") or []) or math.nan, "paired_holds": holds or None}
+            "fp32_evidence_paired": ref.get("evidence"), "paired_runs": len(p.get("runs") or []) or math.nan, "paired_confirm": confirm or None,
+            "paired_overturned": overturned or None, "paired_no_load": p.get("no_load")}
 
 
 def _validity(m: dict[str, Any]) -> str | None:
     """Each target's verdict: with its runs where the target was judged ('410:VALID 3/3'), else each run's."""
-    if m.get("judgments"):
-        return " ".join(f"{j['target_qps']:g}:{j['verdict']} {j['valid_runs'] if j['verdict'] == 'VALID' else j['runs'] - j['valid_runs']}/{j['runs']}"
+    if m.get("judgments"):  # a verdict that paired confirmation runs overturned reads with its evidence
+        return " ".join(f"{j['target_qps']:g}:{j['verdict']} ({j['evidence']})" if j.get("overturned") else
+                        f"{j['target_qps']:g}:{j['verdict']} {j['valid_runs'] if j['verdict'] == 'VALID' else j['runs'] - j['valid_runs']}/{j['runs']}"
                         for j in m["judgments"])
     return " ".join(f"{s.get('target_qps'):g}:{s.get('validity')}" for s in m.get("steps") or []) or None
 

@@ -39,7 +39,7 @@ from bench.pipeline.shared import SharedWork
 from bench.serve import late, loadgen, timeline
 from bench.serve.accuracy_log import accuracy_check
 from bench.serve.early_stopping import queries_for_share, what_a_step_tells
-from bench.serve.paired import CANDIDATE, REFERENCE, SEARCH, interleave
+from bench.serve.paired import CANDIDATE, REOPEN_STEPS, SEARCH, interleave
 from bench.serve.qps_search import Plan, Search, disturbed, drive, search_plan
 from bench.serve.queries import QuerySet
 from bench.serve.queue import ServiceModel, max_rate
@@ -120,9 +120,11 @@ def paired_max_qps(cfg: Config, candidate: nn.Module, reference: nn.Module, devi
       (steps: each LoadGen run with its verdict, percentiles, late-query causes and steal);
     - `reference_max_qps` and `paired.reference`: fp32's search, the same keys;
     - `qps_ratio`, `qps_ratio_lo`, `qps_ratio_hi`: candidate max QPS / fp32's, and the ratios the two brackets
-      allow (None where an end is open, or the ratio when fp32 met no load);
-    - `paired.runs`: every run in the order it ran (round, side, role search|hold, target, verdict), and
-      `paired.hold_candidate` / `hold_reference`: how the side whose search had ended held its max;
+      allow (None where an end is open; the ratio is None when either side met no load, `paired.no_load` says which);
+      each bracket end is first re-judged by `serve.confirm_runs` paired confirmation runs, which may overturn it;
+    - `paired.runs`: every run in the order it ran (round, side, role search|confirm, target, verdict), and
+      `paired.confirm_candidate` / `confirm_reference`: each side's ends with their confirmations, and
+      `paired.overturned`: the targets whose verdict the confirmations overturned, per side;
     - `queue_estimate` (the candidate's), `warm_up` (both: the candidate's, and `paired.reference.warm_up`).
     """
     serve = dataclasses.replace(cfg.serve, scenario="server")
@@ -198,21 +200,36 @@ def server(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any], pair: "Pai
     else:
         reference: dict[str, Any] = {}
         ref_plan, ref_run = server_plan(pair.runs, pair.warm, reference)
-        holds = {CANDIDATE: iter(range(1, 10_000)), REFERENCE: iter(range(1, 10_000))}
+        serve = runs.cfg.serve
+
+        made: dict[tuple[str, str], int] = {}
 
         def run_paired(side: str, qps: float, draw: int, role: str) -> dict[str, Any]:
             if role == SEARCH:
                 return (run if side == CANDIDATE else ref_run)(qps, draw)
             on = runs if side == CANDIDATE else pair.runs
-            return on.run("performance", qps, f"hold{next(holds[side])}_{qps:g}qps", draw, metrics["step_queries"])
+            n = made[side, role] = made.get((side, role), 0) + 1
+            return on.run("performance", qps, f"{role}{n}_{qps:g}qps", draw, metrics["step_queries"])
 
-        paired = interleave(plan, ref_plan, run_paired)
+        def seconds(qps: float) -> float:  # how long LoadGen runs at this target (as the search counts it)
+            return max(serve.min_duration_s, (metrics["step_queries"] or 0) / qps)
+
+        paired = interleave(plan, ref_plan, run_paired, serve.confirm_runs, (serve.max_search_s, seconds), reopener(serve, seconds))
         search = paired.candidate
         server_finish(pair.runs, pair.warm, reference, paired.reference)
         reference["warm_up"] = pair.warm
         metrics["paired"] = {**paired.as_metrics(), "reference_backend": BASELINE_BACKEND, "reference": reference}
         metrics.update({k: metrics["paired"][k] for k in ("qps_ratio", "qps_ratio_lo", "qps_ratio_hi", "reference_max_qps")})
     return server_finish(runs, warm, metrics, search)
+
+
+def reopener(serve: Any, seconds: Callable[[float], float]) -> Callable[[str, Search, float | None], Plan]:
+    """How a paired side whose bracket end was overturned goes on searching (bench.serve.paired): the search's
+    own rules from serve.*, from its revised judgments, at most REOPEN_STEPS more targets, in the seconds left."""
+    def reopen(side: str, search: Search, left: float | None) -> Plan:
+        return search_plan(0.0, serve.qps_factor, serve.qps_resolution, len(search.judged) + REOPEN_STEPS, serve.min_qps, round_qps,
+                           None, (left, seconds) if left is not None else None, serve.judgments, max_steal=serve.max_steal, prior=search)
+    return reopen
 
 
 @dataclass

@@ -250,7 +250,8 @@ def test_the_pick_reads_server_qps_through_the_ratio_to_fp32():
     slow_host = Confirmation(383.0, 383.0, 403.0, 164.0, 2.34, 2.23, 2.46, 13.0, "paired")
     confirmed = [(a, fast_host, facts("a", -0.00013, -0.00022, -0.00003, mb=2.88)), (b, slow_host, facts("b", -0.00007, -0.00015, 0.00001, mb=2.87))]
     anchored = decide.anchored_qps(confirmed)
-    assert anchored[a] == pytest.approx(2.0 * 221.0) and anchored[b] == pytest.approx(2.34 * 221.0)
+    assert anchored[a] == pytest.approx((2.0 * 221.0, 1.9 * 221.0, 2.1 * 221.0))
+    assert anchored[b] == pytest.approx((2.34 * 221.0, 2.23 * 221.0, 2.46 * 221.0))
     chosen = decide.pick(confirmed, None)
     assert chosen[0] == b
     lines = decide.runner_up_lines(chosen, confirmed)
@@ -258,3 +259,40 @@ def test_the_pick_reads_server_qps_through_the_ratio_to_fp32():
                      "ΔAUC -0.00013, 2.88 MB)"]
     lines = decide.runner_up_lines(confirmed[0], confirmed)  # were a the pick, b is the more accurate and the smaller
     assert lines[0].startswith("with a budget below 0.00022 (the pick's ΔAUC interval reaches -0.00022): b bs=1024 threads=1")
+
+
+def test_an_open_bracket_never_outranks_a_closed_one():
+    """The records of a run on the idle machine: compiled_fp32 at 387 QPS beside an fp32 search whose budget ended at
+    40.3 VALID (both brackets open, ratio 9.60x with no interval) against inc_int8_static at 894 [894, 939] QPS,
+    1.42x [1.35, 1.49] of a closed fp32. The closed one is the pick and says why; the open one is picked only alone."""
+    compiled, inc = Candidate("compiled_fp32", 4096, 2), Candidate("inc_int8_static", 4096, 2)
+    open_conf = Confirmation(387.0, 387.0, None, 40.3, 9.603, float("nan"), float("nan"), 21.7, "paired")
+    closed = Confirmation(894.0, 894.0, 939.0, 630.0, 1.419, 1.348, 1.490, 51.5, "paired")
+    assert "fp32's search beside it found no INVALID target above 40.3 QPS" in decide.open_bracket(open_conf)
+    assert decide.open_bracket(closed) is None
+    own_open = Confirmation(500.0, 500.0, None, 300.0, 1.6, 1.5, 1.7, 20.0, "paired")
+    assert "its own Server search found no INVALID target above 500 QPS" in decide.open_bracket(own_open)
+    confirmed = [(compiled, open_conf, facts("compiled_fp32", 0.0, mb=2.9)), (inc, closed, facts("inc_int8_static", -0.0001, mb=1.0))]
+    for rows in (confirmed, confirmed[::-1]):
+        assert decide.pick(rows, None)[0] == inc
+        assert decide.pick(rows, 100.0)[0] == inc  # with a target rate too
+    why = decide.why_pick(confirmed, None)
+    assert len(why) == 1 and why[0].startswith("why: inc_int8_static bs=4096 threads=2 894 [849.2, 938.7] QPS against the runner-up "
+                                                "compiled_fp32 bs=4096 threads=2 387 [387, -]")
+    assert "the runner-up is not confirmed (its own Server search found no INVALID target above 387 QPS" in why[0] and "a closed bracket outranks an open one" in why[0]
+    assert decide.pick([confirmed[0]], None)[0] == compiled  # nothing closed met the constraints
+    assert decide.why_pick([confirmed[0]], None)[0].startswith("the pick is not confirmed: its own Server search found no INVALID target above 387 QPS")
+
+
+def test_closed_candidates_rank_by_the_low_end_of_their_interval():
+    """Two closed candidates at one configuration: the higher point with the wider interval loses to the higher low end,
+    and the why line says the intervals overlap."""
+    a, b = Candidate("a", 1024, 1), Candidate("b", 1024, 1)
+    wide = Confirmation(600.0, 600.0, 700.0, 300.0, 2.0, 1.5, 2.5, 30.0, "paired")
+    narrow = Confirmation(570.0, 570.0, 600.0, 300.0, 1.9, 1.8, 2.0, 30.0, "paired")
+    confirmed = [(a, wide, facts("a")), (b, narrow, facts("b"))]
+    assert decide.pick(confirmed, None)[0] == b
+    why = decide.why_pick(confirmed, None)
+    assert why[0].startswith("why: the higher low end") and "the intervals overlap" in why[0]
+    apart = Confirmation(900.0, 900.0, 950.0, 300.0, 3.0, 2.9, 3.1, 30.0, "paired")
+    assert "the intervals are apart" in decide.why_pick([(a, apart, facts("a")), (b, narrow, facts("b"))], None)[0]

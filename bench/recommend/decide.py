@@ -159,33 +159,88 @@ def confirmation_fails(conf: Confirmation, qps_target: Optional[float], bound_ms
     return None
 
 
-def anchored_qps(confirmed: list[tuple[Candidate, Confirmation, Facts]]) -> dict[Candidate, float]:
-    """Each confirmed candidate's Server max QPS as its ratio to fp32's times fp32's median max QPS at the same batcher
-    size and threads over these confirmations: the ratio (paired run by run, so the host's speed phases cancel)
-    orders the candidates that share fp32's configuration, and one fp32 level per configuration, rather than each
-    job's own, sets the scale between configurations. A candidate without a ratio keeps its absolute max QPS."""
+def open_bracket(conf: Confirmation) -> Optional[str]:
+    """Why a served candidate's Server figure is not closed, or None when it is: its own bracket (the highest VALID
+    target with an INVALID one above it) and fp32's (through the ratio's interval) must both be closed. An open
+    bracket is a lower bound that the search's budget or steps cut off, not a capacity, and a ratio with an open side
+    has no interval to rank by."""
+    why = []
+    if conf.max_qps_lo is None or conf.max_qps_hi is None:
+        why.append(f"its own Server search found no INVALID target above {conf.max_qps:,.4g} QPS (the bracket is open: "
+                   "a lower bound, not its max)")
+    if math.isnan(conf.relative_lo) or math.isnan(conf.relative_hi):
+        why.append(f"fp32's search beside it found no INVALID target above {conf.fp32_max_qps:,.4g} QPS, so its ratio "
+                   f"{conf.relative:.2f}x has no interval")
+    return "; ".join(why) or None
+
+
+def anchored_qps(confirmed: list[tuple[Candidate, Confirmation, Facts]]) -> dict[Candidate, tuple[float, float, float]]:
+    """Each confirmed candidate's Server max QPS read through its paired ratio to fp32: (point, low, high) = the ratio
+    and its interval times fp32's median max QPS at the same batcher size and threads over the closed confirmations
+    (the ratio, paired run by run, cancels the host's speed phases; one fp32 level per configuration sets the scale
+    between configurations). Without a closed fp32 level or a ratio interval: its own max QPS and bracket."""
     levels: dict[tuple[int, int], list[float]] = {}
     for c, conf, _ in confirmed:
-        if conf.fp32_max_qps > 0:
+        if conf.fp32_max_qps > 0 and open_bracket(conf) is None:
             levels.setdefault((c.batch_size, c.threads), []).append(conf.fp32_max_qps)
     out = {}
     for c, conf, _ in confirmed:
         level = levels.get((c.batch_size, c.threads))
-        ok = level and not math.isnan(conf.relative)
-        out[c] = conf.relative * statistics.median(level) if ok else conf.max_qps
+        if level and open_bracket(conf) is None:
+            m = statistics.median(level)
+            out[c] = (conf.relative * m, conf.relative_lo * m, conf.relative_hi * m)
+        else:
+            out[c] = (conf.max_qps, conf.max_qps_lo or conf.max_qps, conf.max_qps_hi or math.inf)
     return out
 
 
-def pick(confirmed: list[tuple[Candidate, Confirmation, Facts]], qps_target: Optional[float]) -> Optional[tuple[Candidate, Confirmation, Facts]]:
-    """The answer among the confirmed that passed: the most Server QPS under the bound, read through the ratio to fp32
-    (`anchored_qps`; on a tie the smaller ΔAUC drop, then fewer MB); with a target rate, the fewest threads that meet
-    it, then the most QPS."""
-    if not confirmed:
-        return None
+def ranked(confirmed: list[tuple[Candidate, Confirmation, Facts]], qps_target: Optional[float]) -> list[tuple[Candidate, Confirmation, Facts]]:
+    """The confirmed that passed, best first. Closed ones (`open_bracket` None) always rank above open ones; among
+    each, the highest low end of the Server QPS interval read through the paired ratio (`anchored_qps`: what the
+    evidence guarantees, not its point), then the smaller ΔAUC drop, then fewer MB. With a target rate: the fewest
+    threads first, then the same order."""
     qps = anchored_qps(confirmed)
-    if qps_target is None:
-        return max(confirmed, key=lambda r: (qps[r[0]], r[2].auc_delta, -r[2].model_mb))
-    return min(confirmed, key=lambda r: (r[0].threads, -qps[r[0]], -r[2].auc_delta))
+
+    def key(r):
+        c, conf, f = r
+        return (open_bracket(conf) is not None, c.threads if qps_target is not None else 0, -qps[c][1], -f.auc_delta, f.model_mb)
+    return sorted(confirmed, key=key)
+
+
+def pick(confirmed: list[tuple[Candidate, Confirmation, Facts]], qps_target: Optional[float]) -> Optional[tuple[Candidate, Confirmation, Facts]]:
+    """The answer: the first of `ranked`. A candidate whose bracket is open is picked only when no closed one passed."""
+    order = ranked(confirmed, qps_target)
+    return order[0] if order else None
+
+
+def why_pick(confirmed: list[tuple[Candidate, Confirmation, Facts]], qps_target: Optional[float]) -> list[str]:
+    """Why the pick beat the runner-up, in the intervals the rule used; and a warning when the pick itself is open."""
+    order = ranked(confirmed, qps_target)
+    if not order:
+        return []
+    qps = anchored_qps(confirmed)
+    c0, conf0, _ = order[0]
+    q0 = qps[c0]
+    lines = []
+    why_open = open_bracket(conf0)
+    if why_open is not None:
+        lines.append(f"the pick is not confirmed: {why_open}; no candidate with closed brackets met the constraints")
+    if len(order) > 1:
+        c1, conf1, _ = order[1]
+        q1 = qps[c1]
+        said = f"{c0.label()} {q0[0]:,.4g} [{q0[1]:,.4g}, {_end(q0[2])}] QPS against the runner-up {c1.label()} {q1[0]:,.4g} [{q1[1]:,.4g}, {_end(q1[2])}]"
+        if open_bracket(conf1) is not None and why_open is None:
+            lines.append(f"why: {said}; the runner-up is not confirmed ({open_bracket(conf1)}), and a closed bracket outranks an open one")
+        elif qps_target is not None and c0.threads < c1.threads:
+            lines.append(f"why: {c0.threads} thread{'s' if c0.threads > 1 else ''} hold slo.qps={qps_target:g} against the runner-up's {c1.threads}; {said}")
+        else:
+            apart = "the intervals are apart" if q0[1] > q1[2] else "the intervals overlap: the order is by the low end, not beyond doubt"
+            lines.append(f"why: the higher low end of the Server QPS interval read through the paired ratio to fp32: {said}; {apart}")
+    return lines
+
+
+def _end(x: float) -> str:
+    return "-" if math.isinf(x) else f"{x:,.4g}"
 
 
 def runner_up_lines(chosen: tuple[Candidate, Confirmation, Facts], confirmed: list[tuple[Candidate, Confirmation, Facts]]) -> list[str]:

@@ -58,7 +58,7 @@ def front_rows(out: Outcome) -> list[list[str]]:
 
 
 def console_lines(out: Outcome, folder: Path) -> list[str]:
-    lines = pick_lines(out)
+    lines = pick_lines(out) + [f"  {w}" for w in out.why] + [f"  {n}" for n in out.notes if " not confirmed: " in n]
     if out.front:
         lines.append("front (estimated QPS under the bound, ΔAUC, model MB): " + "; ".join(
             f"{p.candidate.label()} {p.qps:,.0f}, {p.auc_delta:+.5f}, {p.model_mb:.2f} MB" for p in out.front[:6]))
@@ -111,9 +111,10 @@ HOW = ("How it was decided: a funnel, cheapest stage first. (1) Each backend's �
        "simulated batcher on Poisson arrivals turns them into the max QPS under the bound, with the speedups' interval. "
        "A candidate beaten beyond both intervals at the same threads, by one whose ΔAUC interval reaches no lower and whose model is no larger, is out. (4) The best "
        "estimates are served under LoadGen's Server scenario, each search interleaved run by run with fp32's at the same batcher and threads; the pick is the "
-       "confirmed one with the most Server QPS under the bound, read through its paired ratio to fp32 (the ratio times fp32's "
+       "confirmed one with the highest low end of its Server QPS interval read through its paired ratio to fp32 (the ratio's interval times fp32's "
        "median max QPS at the same batcher and threads: the host's speed phases cancel in the ratio); with a target rate, "
-       "the fewest threads that hold it.")
+       "the fewest threads that hold it. A candidate whose bracket or fp32's is open (no INVALID target above its max) is not confirmed: "
+       "it ranks below every closed one.")
 
 
 def markdown(out: Outcome) -> str:

@@ -12,8 +12,9 @@
 4. confirmation: the best `recommend.confirm` estimates served under LoadGen's Server scenario, each search
    interleaved with fp32's (bench.recommend.confirm); one whose Server runs fail the bound (or the target rate) is out.
 
-The pick is the confirmed candidate with the most Server QPS under the bound (with `slo.qps`: the fewest
-threads that hold it). Every job goes through `run_job` with `resume=true` (bench.recommend.jobs): an
+The pick is the confirmed candidate with the highest low end of its Server QPS interval read through the paired
+ratio to fp32 (with `slo.qps`: the fewest threads that hold it); one whose bracket or fp32's is open is "not
+confirmed" and ranks below every closed one (bench.recommend.decide.ranked). Every job goes through `run_job` with `resume=true` (bench.recommend.jobs): an
 interrupted recommend resumes, an identical one reuses the first's records.
 """
 
@@ -80,6 +81,7 @@ class Outcome:
     changes: list[str] = field(default_factory=list)
     miss: Optional[str] = None
     notes: list[str] = field(default_factory=list)
+    why: list[str] = field(default_factory=list)  # why the pick beat the runner-up (decide.why_pick)
     seconds: dict[str, float] = field(default_factory=dict)
     jobs_measured: int = 0
     jobs_resumed: int = 0
@@ -216,12 +218,16 @@ def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say
             out.rejections.append(Rejection(c.label(), CONFIRM, why))
         else:
             confirmed.append((c, conf, f))
+            why_open = decide.open_bracket(conf)
+            if why_open is not None:
+                out.notes.append(f"{c.label()} not confirmed: {why_open}; it ranks below every closed candidate")
     out.seconds["stage 4"] = clock() - mark
     chosen = decide.pick(confirmed, cfg.slo.qps)
     out.chosen = chosen[0] if chosen else None
     points = front_points(out)
     out.front = decide.pareto_front(points)
     chosen_point = next((p for p in points if p.candidate == out.chosen), None)
+    out.why = decide.why_pick(confirmed, cfg.slo.qps)
     out.changes = (decide.runner_up_lines(chosen, confirmed) if chosen else []) + decide.what_would_change(
         chosen_point, out.rejections, out.front, out.facts)
     if out.chosen is None:

@@ -215,9 +215,7 @@ def server(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any], pair: "Pai
             n = made[side, role] = made.get((side, role), 0) + 1
             return on.run("performance", qps, f"{role}{n}_{qps:g}qps", draw, metrics["step_queries"])
 
-        def seconds(qps: float) -> float:  # how long LoadGen runs at this target (as the search counts it)
-            return max(serve.min_duration_s, (metrics["step_queries"] or 0) / qps)
-
+        seconds = run_seconds(serve, metrics["step_queries"])
         paired = interleave(plan, ref_plan, run_paired, serve.confirm_runs, (serve.max_search_s, seconds), reopener(serve, seconds))
         search = paired.candidate
         server_finish(pair.runs, pair.warm, reference, paired.reference)
@@ -231,8 +229,7 @@ def reopener(serve: Any, seconds: Callable[[float], float]) -> Callable[[str, Se
     """How a paired side whose bracket end was overturned goes on searching (bench.serve.paired): the search's
     own rules from serve.*, from its revised judgments, at most REOPEN_STEPS more targets, in the seconds left."""
     def reopen(side: str, search: Search, left: float | None) -> Plan:
-        return search_plan(0.0, serve.qps_factor, serve.qps_resolution, len(search.judged) + REOPEN_STEPS, serve.min_qps, round_qps,
-                           None, (left, seconds) if left is not None else None, serve.judgments, max_steal=serve.max_steal, prior=search)
+        return plan_from(serve, 0.0, len(search.judged) + REOPEN_STEPS, None, (left, seconds) if left is not None else None, prior=search)
     return reopen
 
 
@@ -269,16 +266,25 @@ def server_plan(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any]) -> tu
     metrics["first_target_qps"] = start
     numbers = iter(range(1, 10_000))
 
-    def seconds(qps: float) -> float:  # how long LoadGen runs at this target
-        return max(serve.min_duration_s, step_queries / qps)
-
     def run(qps: float, draw: int) -> dict[str, Any]:
         name = f"server_step{next(numbers)}_{qps:g}qps" + (f"_run{draw + 1}" if draw else "")
         return runs.run("performance", qps, name, draw, step_queries or None)
 
-    plan = search_plan(start, serve.qps_factor, serve.qps_resolution, serve.max_steps, serve.min_qps, round_qps, hopeless,
-                       (serve.max_search_s, seconds), serve.judgments, max_steal=serve.max_steal)
+    plan = plan_from(serve, start, serve.max_steps, hopeless, (serve.max_search_s, run_seconds(serve, step_queries)))
     return plan, run
+
+
+def run_seconds(serve: Any, step_queries: int | None) -> Callable[[float], float]:
+    """How long LoadGen runs at a target, as the search's budget counts it: min_duration_s, or the step's queries at that rate."""
+    return lambda qps: max(serve.min_duration_s, (step_queries or 0) / qps)
+
+
+def plan_from(serve: Any, start: float, max_steps: int, hopeless: str | None, budget: tuple[float, Callable[[float], float]] | None,
+              prior: Search | None = None) -> Plan:
+    """A Server search plan with the rules from serve.* (factor, resolution, judgments, steal), from `start`, or going on
+    from a `prior` search's judgments."""
+    return search_plan(start, serve.qps_factor, serve.qps_resolution, max_steps, serve.min_qps, round_qps, hopeless, budget,
+                       serve.judgments, max_steal=serve.max_steal, prior=prior)
 
 
 def server_finish(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any], search: Search) -> float:

@@ -26,6 +26,13 @@ what a record without them measured, or where they do not apply:
 - `serve.confirm_runs` (paired confirmation runs at each bracket end): 0 is what paired records before it
   measured (the ends as the searches left them; the side whose search ended first ran beside the other's
   runs without re-judging anything). Its default, 2, can overturn an end, so such a job has a new identity.
+- `serve.track_rounds`, `serve.track_step`, `serve.paired_judgments` (paired tracking after the searches,
+  and the runs per target of a paired search): track_rounds 0 with paired_judgments null is what paired
+  records before them measured (the ratio of the two searches' max QPS, each target judged by
+  serve.judgments); track_step matters only with tracking, so its default reads as absent. The defaults
+  (12 rounds, 1 run per target) change what a paired job measures, so such a job has a new identity.
+  serve.confirm_runs (confirmation runs at the bracket ends, then overturning) is gone: records made with
+  it keep their identity, and a job now never matches them.
 - `timing.cuda_graphs`: false is what every earlier job measured (eager calls only), and still the default,
   so a job that leaves it keeps its identity and resumes from records made before the key.
 """
@@ -38,6 +45,7 @@ from typing import Any
 LEGACY = {("model", "output_key"): None, ("backend", "mlp_output"): "int8", ("serve", "judgments"): 1,
           ("serve", "step_late_share"): None, ("serve", "test_stall_ms"): None, ("serve", "max_steal"): None,
           ("serve", "paired"): False, ("serve", "confirm_runs"): 0,
+          ("serve", "track_rounds"): 0, ("serve", "track_step"): 0.04, ("serve", "paired_judgments"): None,
           ("timing", "cuda_graphs"): False}
 
 

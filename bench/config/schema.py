@@ -353,15 +353,20 @@ class ServeConfig:
     # A run during which the hypervisor took more than this share of the CPU time (steal) is disturbed: it
     # is kept but set aside from its target's verdict, which runs again; an Offline run is retried. null: none is.
     max_steal: Optional[float] = MAX_STEAL
-    # Server: pair each backend's search with fp32's, interleaved run by run (ABBA) in the job's process, and
-    # report max QPS relative to fp32 with the interval both brackets allow (bench.serve.paired). false: one search.
+    # Server: pair each backend's search with fp32's, interleaved run by run (ABBA) in the job's process, then
+    # track both sides' limits in the same rounds and report max QPS relative to fp32 from them (bench.serve.paired).
+    # false: one search, no ratio.
     paired: bool = True
-    # Paired: once a side's search has ended, its runs confirm its bracket ends (its max and the INVALID target
-    # above it), then both sides confirm theirs in ABBA rounds, within each side's max_search_s (its search's
-    # runs and its confirmations together: 70 s, down from 90 s before confirmation, pays for them), until each end
-    # has this many; an end that a majority of them reverses is overturned unless the partner's moved the same
-    # way (bench.serve.paired). 0: the ends stay as the searches left them.
-    confirm_runs: int = 2
+    # Paired tracking: once a side's search has ended, its runs follow a 1-up-1-down staircase from its max (up
+    # by a factor of 1 + track_step after a VALID run, down after an INVALID one), beside the other side's search
+    # runs and then in ABBA rounds with it, within each side's max_search_s (its search's and its tracking runs
+    # together) and at most track_rounds rounds of both tracking. The ratio is the geometric mean of the per-round
+    # ratios of the two sides' loads. track_rounds 0: no tracking (the ratio of the two searches' max QPS).
+    track_step: float = 0.04
+    track_rounds: int = 12
+    # Paired: the most runs that judge each target of the two searches (null: judgments). Fewer than an unpaired
+    # search's, since the tracking after it re-runs the limit; the time goes to tracking.
+    paired_judgments: Optional[int] = 1
     # Scenarios whose job also makes a LoadGen AccuracyOnly run (every sample once) and checks its AUC.
     accuracy_scenarios: list[str] = field(default_factory=lambda: ["offline"])
     # Backends that quantize activations per batch give scores that depend on which samples share a
@@ -399,12 +404,14 @@ def check_serve_config(cfg) -> None:
     if cfg.step_late_share is not None and not 0 <= cfg.step_late_share < 1:
         raise UserError(f"serve.step_late_share must be in [0, 1) (a share of the late queries the percentile allows), got {cfg.step_late_share}")
     counts = {"workers": cfg.workers, "max_steps": cfg.max_steps, "fixed_pairs": cfg.fixed_pairs, "judgments": cfg.judgments,
-              "max_samples": cfg.max_samples, "min_query_count": cfg.min_query_count}
+              "max_samples": cfg.max_samples, "min_query_count": cfg.min_query_count, "paired_judgments": cfg.paired_judgments}
     for key, value in counts.items():
         if value is not None and value < 1:
             raise UserError(f"serve.{key} must be a positive integer, got {value}")
-    if cfg.confirm_runs < 0:
-        raise UserError(f"serve.confirm_runs must be 0 (no confirmation) or a positive integer, got {cfg.confirm_runs}")
+    if cfg.track_rounds < 0:
+        raise UserError(f"serve.track_rounds must be 0 (no tracking) or a positive integer, got {cfg.track_rounds}")
+    if not 0 < cfg.track_step < 1:
+        raise UserError(f"serve.track_step must be in (0, 1) (a staircase step's share of the load, e.g. 0.04), got {cfg.track_step}")
     if not cfg.pairs_quantiles or min(cfg.pairs_quantiles) < 1:
         raise UserError(f"serve.pairs_quantiles must be a non-empty list of positive sizes, got {list(cfg.pairs_quantiles)}")
 

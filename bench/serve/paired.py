@@ -1,65 +1,76 @@
-"""Two Server searches interleaved run by run in ABBA order: the backend's and fp32's, in one process,
-their bracket ends then re-judged by paired confirmation runs.
+"""Two Server searches interleaved run by run in ABBA order, the backend's and fp32's, in one process,
+then a paired up-down staircase at both sides' limits that measures the ratio of their capacities directly.
 
 On a host whose speed moves in phases of seconds to minutes, one backend's max QPS measured in one
-minute and fp32's measured in another differ by the host as much as by the backends. Here both searches
+minute and fp32's measured in another differ by the host as much as by the backends. Here both sides
 run together: each round makes one run of each, the candidate first in even rounds and fp32 first in
 odd ones (C R R C C R R C ...), so every run of either sits beside a run of the other, and a drift that
 is linear over two rounds falls on both sides alike. Each search is the ordinary re-judged search
-(`bench.serve.qps_search.search_plan`): its own start, targets, verdicts, steal rule and budget.
+(`bench.serve.qps_search.search_plan`): its own start, targets, verdicts, steal rule and budget; its
+bracket is each side's absolute figure (max QPS with its ends).
 
-Pairing the runs in time does not pair what they decide. The two searches sit at different points of
-their paths when a stall or a slow phase comes, and one run's verdict often settles a bracket end (a
-target judged by one clear run, or 2 of 3): a transient that fails the run at one side's end, and not
-the partner's run beside it, sets that side's max for the rest of its search. So the ends are judged
-again, paired:
+Pairing the runs in time does not pair what a search decides: a slow phase that fails the run at one
+side's bracket end, and not the partner's run beside it at another point of its path, sets that side's
+max. So the ratio is not read from the two brackets but measured by **tracking**, a transformed
+up-down staircase (Levitt's method) run by both sides in the same rounds:
 
-- **Confirmation runs.** Once a side's search has ended, each of its runs is a confirmation run at one of
-  its bracket ends: its max (the VALID end) and the lowest INVALID target above it, the end with fewer
-  confirmations first; a side that met no load confirms its lowest target. While the other side's
-  search goes on, these runs sit beside its search runs; after both searches have ended, both sides
-  make confirmation runs in ABBA rounds until each end has `confirm_runs` of them, or the next round
-  would take a side past its time budget (the search's and its confirmations' runs together).
-- **Overturning.** An end is *reversed* when at least `confirm_runs` confirmation runs were made at it
-  and a strict majority of them disagree with the search's verdict there (a VALID max failing, an
-  INVALID end passing). A reversed end is overturned, and the bracket is read again from the verdicts
-  (the max falls to the next VALID target below, or rises to the overturned one), unless the partner
-  has an end reversed the same way in the same minutes: then the host moved both sides, the ratio
-  stands, and both verdicts are kept (the record names them). A single transient on one side's
-  confirmation run cannot reverse an end on its own: with two runs both must disagree.
-- **Re-opening.** A side with an end overturned goes on searching from its revised bracket, with its own
-  search's rules (at most `REOPEN_STEPS` more targets, the first made whatever time its budget has left),
-  while its partner makes hold runs at its max beside it (they change no verdict). Without it, a max
-  overturned with no VALID target below would leave the side with no max at all.
+- Once a side's search has ended, its *level* starts at its max (the VALID end). Each tracking run is made
+  at the level (snapped like the search's targets); after a VALID run the level goes up one step
+  (x (1 + `track_step`)), after an INVALID one down one step. A side that met no load does not track.
+- While the other side still searches, the ended side tracks beside its search runs; after both searches
+  have ended, both track in ABBA rounds until a side's time budget (its search's runs and its tracking
+  runs together) would be passed by the next round, or `track_rounds` rounds of tracking were made.
+- When the host slows, both sides fail in the same round and both step down: their ratio is kept. A
+  transient that fails one side's run moves that side's level one step (`track_step`), and no more.
+- A *disturbed* tracking run (steal over `max_steal`, bench.serve.qps_search.disturbed) is shown but does
+  not move its level: a neighbour on the host, not the load, set its verdict. Its round still counts,
+  since the load it ran is the level.
 
-The ratio is candidate max QPS / fp32 max QPS. Its interval is what the two brackets allow together:
-the candidate's limit lies in [highest VALID, lowest INVALID] and so does fp32's, so the ratio lies in
-[candidate VALID / fp32 INVALID, candidate INVALID / fp32 VALID]. An end is open (None) where a bracket
-is: no INVALID target above a search's max (its upper end unknown), or no VALID one (its max is 0).
-A side that met no load, even at its lowest target after confirmation, has no max: the ratio is None
-(not 0), and the interval says only that it lies below that target's share of the partner's.
+The ratio is measured in the *joint* rounds (both sides tracked): each round's ratio is the candidate's
+load over fp32's. The estimate is the geometric mean of the per-round ratios over the joint rounds from
+the round in which both sides have made their first reversal (a level's first change of direction:
+before it, a level walks from where its search left it towards the limit), or over all joint rounds when
+that leaves fewer than `MIN_ROUNDS`. All levels after the first reversal are averaged, not only the levels
+at reversals: with the few runs a Server budget holds (a run lasts 4-5 s), a staircase has two or three
+reversals, and averaging every trial after the first reversals is the less variable estimate of the same
+point (the 50% point for this 1-up-1-down rule).
+
+Its interval: staircase levels are autocorrelated (each is the last one plus or minus a step), so a
+t-interval on the per-round ratios as if independent would be too narrow. The interval given is the
+range (lowest, highest) of the per-round ratios it averages: every joint round's ratio, each from two
+runs in the same seconds, lies in it, and it widens with the host's and the verdicts' noise rather than
+narrowing as 1/sqrt(n) with runs that are not independent. The brackets' interval (what both searches'
+brackets allow together) is kept beside it (`qps_ratio_bracket_lo`/`_hi`); with no joint round (tracking
+off, `track_rounds` 0, or no time left for it) the ratio is the two searches' max QPS over each other and
+its interval what both brackets allow. A side that met no load has no ratio (None, not 0).
+
+Since tracking re-runs the limit many times, a paired search judges each target by fewer runs
+(`serve.paired_judgments`, 1 by default, instead of `serve.judgments`): the budget goes to the staircase.
+
+Each side's tracked level (the geometric mean of its tracking loads over the same rounds) is reported
+beside its bracket: an absolute figure from the same runs as the ratio.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from bench.serve.qps_search import Judgment, Plan, Search, Step
+from bench.config.schema import MAX_STEAL
+from bench.serve.qps_search import Plan, Search, Step, disturbed
 
 CANDIDATE, REFERENCE = "candidate", "reference"
 SIDES = (CANDIDATE, REFERENCE)
-SEARCH, CONFIRM, HOLD = "search", "confirm", "hold"
-REOPEN_STEPS = 2  # a re-opened search judges at most this many more targets
-LOW, HIGH = "low", "high"  # a bracket's VALID end (the max) and its INVALID end above it
-CONFIRM_DRAW = 100  # a confirmation run's LoadGen draw starts here: its schedule differs from every search run's at that target
-CONFIRM_RUNS = 2  # the default of serve.confirm_runs
+SEARCH, TRACK = "search", "track"
+TRACK_DRAW = 100  # a tracking run's LoadGen draw starts here: its schedule differs from every search run's at that target
+TRACK_STEP = 0.04  # the default of serve.track_step
+TRACK_ROUNDS = 12  # the default of serve.track_rounds
+MIN_ROUNDS = 3  # fewer joint rounds after the first reversals than this: all joint rounds are averaged
 
-# run(side, qps, draw, role) -> the step; side is CANDIDATE or REFERENCE, role SEARCH, CONFIRM or HOLD
+# run(side, qps, draw, role) -> the step; side is CANDIDATE or REFERENCE, role SEARCH or TRACK
 RunPaired = Callable[[str, float, int, str], Step]
 Budget = tuple[float, Callable[[float], float]]  # seconds per side, and how long one run at a target lasts
-# reopen(side, search, seconds left to it or None) -> the plan that goes on from the search's revised judgments
-Reopen = Callable[[str, Search, Optional[float]], Plan]
 
 
 def order(round_: int) -> tuple[str, str]:
@@ -67,45 +78,58 @@ def order(round_: int) -> tuple[str, str]:
     return (CANDIDATE, REFERENCE) if round_ % 2 == 0 else (REFERENCE, CANDIDATE)
 
 
-def bracket_ends(search: Search) -> dict[str, Judgment]:
-    """The judgments a confirmation re-judges: the max (LOW) and the INVALID target above it (HIGH, when there
-    is one); for a search that met no load, its lowest target (LOW, an INVALID one)."""
-    ends: dict[str, Judgment] = {}
-    top = search.judgment(search.highest_valid)
-    if top is not None:
-        ends[LOW] = top
-        above = search.judgment(search.lowest_invalid)
-        if above is not None:
-            ends[HIGH] = above
-    elif search.judged:
-        ends[LOW] = min(search.judged, key=lambda j: j.target_qps)
-    return ends
+@dataclass
+class Staircase:
+    """One side's tracking: its level, and each run made at it (round, load, verdict, whether it moved the level)."""
+
+    level: float
+    step: float
+    snap: Callable[[float], float] = float
+    max_steal: Optional[float] = MAX_STEAL
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)  # each tracking run's step, as LoadGen's log tells it
+
+    @property
+    def target(self) -> float:
+        return self.snap(self.level)
+
+    def move(self, round_: int, qps: float, step: Step) -> None:
+        """After a run at `qps`: up one step after VALID, down one after INVALID; a disturbed run does not move it."""
+        moved = 0
+        if not disturbed(step, self.max_steal):
+            moved = 1 if step.get("validity") == "VALID" else -1
+            self.level *= (1 + self.step) ** moved
+        self.runs.append({"round": round_, "target_qps": qps, "validity": step.get("validity"), "moved": moved})
+        self.steps.append(step)
+
+    @property
+    def first_reversal(self) -> Optional[int]:
+        """The round of the first run whose move went the other way from the first move; None before one."""
+        moves = [(r["round"], r["moved"]) for r in self.runs if r["moved"]]
+        first = moves[0][1] if moves else 0
+        return next((round_ for round_, m in moves if m != first), None)
+
+    @property
+    def reversals(self) -> int:
+        moves = [r["moved"] for r in self.runs if r["moved"]]
+        return sum(1 for a, b in zip(moves, moves[1:]) if a != b)
+
+    def at(self, round_: int) -> Optional[float]:
+        return next((r["target_qps"] for r in self.runs if r["round"] == round_), None)
 
 
-def next_end(ends: dict[str, Judgment]) -> Optional[Judgment]:
-    """The end a side's next confirmation run goes to: the one with fewer confirmations, its max first."""
-    return min((ends[e] for e in (LOW, HIGH) if e in ends), key=lambda j: len(j.confirmations), default=None)
-
-
-def reversed_by(judgment: Judgment, confirm_runs: int) -> Optional[str]:
-    """The verdict a strict majority of at least `confirm_runs` confirmation runs gave against the search's
-    verdict at this end; None when they did not reverse it."""
-    runs = judgment.counted_confirmations
-    against = [s for s in runs if s["validity"] != judgment.searched]
-    if confirm_runs > 0 and len(runs) >= confirm_runs and 2 * len(against) > len(runs):
-        return "VALID" if judgment.searched == "INVALID" else "INVALID"
-    return None
+def geomean(values: list[float]) -> Optional[float]:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
 @dataclass
 class PairedSearch:
     candidate: Search
     reference: Search
-    confirm_runs: int = CONFIRM_RUNS
+    track_step: float = TRACK_STEP
     runs: list[dict[str, Any]] = field(default_factory=list)  # every run in the order it ran: round, side, role, target, verdict
-    ends: dict[str, dict[str, Judgment]] = field(default_factory=dict)  # each side's bracket ends when its search ended
-    kept: dict[str, list[float]] = field(default_factory=lambda: {CANDIDATE: [], REFERENCE: []})  # reversed, but the partner too
-    reopened: dict[str, list[float]] = field(default_factory=lambda: {CANDIDATE: [], REFERENCE: []})  # targets judged after re-opening
+    tracks: dict[str, Staircase] = field(default_factory=dict)  # the sides that track (met load)
+    stop: str = ""  # why tracking ended
 
     @property
     def max_qps(self) -> float:
@@ -116,49 +140,74 @@ class PairedSearch:
         return self.reference.highest_valid or 0.0
 
     @property
+    def joint_rounds(self) -> list[int]:
+        """The rounds in which both sides made a tracking run."""
+        if len(self.tracks) < 2:
+            return []
+        ref = {r["round"] for r in self.tracks[REFERENCE].runs}
+        return [r["round"] for r in self.tracks[CANDIDATE].runs if r["round"] in ref]
+
+    @property
+    def used_rounds(self) -> list[int]:
+        """The joint rounds the estimate averages: from both sides' first reversals, or all of them when that leaves too few."""
+        joint = self.joint_rounds
+        firsts = [t.first_reversal for t in self.tracks.values()]
+        if all(f is not None for f in firsts):
+            after = [r for r in joint if r >= max(firsts)]
+            if len(after) >= MIN_ROUNDS:
+                return after
+        return joint
+
+    def round_ratios(self, rounds: Optional[list[int]] = None) -> list[float]:
+        c, r = self.tracks.get(CANDIDATE), self.tracks.get(REFERENCE)
+        return [c.at(n) / r.at(n) for n in (self.used_rounds if rounds is None else rounds)] if c and r else []
+
+    @property
     def ratio(self) -> Optional[float]:
-        """Candidate max QPS over fp32's; None when either met no load (a 0 is not a figure: its max is below
-        its lowest target, which the interval's upper end says)."""
-        return self.max_qps / self.reference_max_qps if self.max_qps > 0 and self.reference_max_qps > 0 else None
+        """The geometric mean of the per-round ratios over the used joint rounds; with no joint round (no tracking,
+        or no time left for it), the two searches' max QPS over each other; None when a side met no load."""
+        ratios = self.round_ratios()
+        return geomean(ratios) if ratios else self.bracket_ratio
 
     @property
     def interval(self) -> tuple[Optional[float], Optional[float]]:
-        """(low, high) the two brackets allow together; None for an open end."""
+        """(lowest, highest) per-round ratio the estimate averages; with no joint round, what both brackets allow."""
+        ratios = self.round_ratios()
+        return (min(ratios), max(ratios)) if ratios else self.bracket_interval
+
+    @property
+    def bracket_interval(self) -> tuple[Optional[float], Optional[float]]:
+        """(low, high) the two searches' brackets allow together; None for an open end."""
         c_lo, c_hi = self.candidate.highest_valid or 0.0, self.candidate.lowest_invalid
         r_lo, r_hi = self.reference.highest_valid or 0.0, self.reference.lowest_invalid
         low = c_lo / r_hi if r_hi else None
         high = c_hi / r_lo if c_hi is not None and r_lo > 0 else None
         return low, high
 
-    def confirmations(self, side: str) -> int:
-        return sum(len(j.confirmations) for j in self.ends.get(side, {}).values())
+    @property
+    def bracket_ratio(self) -> Optional[float]:
+        """The two searches' max QPS over each other, as the brackets alone would give it."""
+        return self.max_qps / self.reference_max_qps if self.max_qps > 0 and self.reference_max_qps > 0 else None
 
-    def needs_confirmation(self) -> bool:
-        return any(len(j.confirmations) < self.confirm_runs for ends in self.ends.values() for j in ends.values())
-
-    def judge(self) -> None:
-        """Overturn each end its confirmation runs reversed, unless the partner has an end reversed the same way."""
-        reversed_ = {side: [(j, reversed_by(j, self.confirm_runs)) for j in self.ends.get(side, {}).values()] for side in SIDES}
-        for side, partner in ((CANDIDATE, REFERENCE), (REFERENCE, CANDIDATE)):
-            partner_ways = {way for _, way in reversed_[partner] if way}
-            for j, way in reversed_[side]:
-                if way is None:
-                    continue
-                if way in partner_ways:
-                    self.kept[side].append(j.target_qps)
-                else:
-                    j.overturned = True
-
-    def confirm_evidence(self, side: str) -> Optional[str]:
-        """'VALID 1/1 at 227, confirmed VALID 2/2; INVALID 2/2 at 239, confirmed VALID 2/2: overturned to VALID'."""
-        ends = [j for j in self.ends.get(side, {}).values() if j.confirmations]
-        if not ends:
+    def tracked(self, side: str) -> Optional[float]:
+        """A side's tracked level: the geometric mean of its tracking loads over the used joint rounds (all its
+        tracking runs when there is no joint round)."""
+        track = self.tracks.get(side)
+        if track is None:
             return None
-        text = "; ".join(j.evidence() for j in ends)
-        kept = self.kept[side]
-        if kept:
-            text += f" (kept at {', '.join(f'{q:g}' for q in kept)}: the partner's end moved the same way)"
-        return text
+        rounds = set(self.used_rounds)
+        return geomean([r["target_qps"] for r in track.runs if r["round"] in rounds] or [r["target_qps"] for r in track.runs])
+
+    def track_evidence(self, side: str) -> Optional[str]:
+        """'11 runs from 404: 7 VALID, 4 INVALID, 3 reversals, tracked 415'."""
+        track = self.tracks.get(side)
+        if track is None or not track.runs:
+            return None
+        valid = sum(1 for r in track.runs if r["validity"] == "VALID")
+        still = sum(1 for r in track.runs if not r["moved"])
+        aside = f", {still} set aside: steal" if still else ""
+        return (f"{len(track.runs)} runs from {track.runs[0]['target_qps']:g}: {valid} VALID, {len(track.runs) - valid} INVALID{aside}, "
+                f"{track.reversals} reversals, tracked {self.tracked(side):.4g}")
 
     def no_load(self) -> Optional[str]:
         for side, search in ((CANDIDATE, self.candidate), (REFERENCE, self.reference)):
@@ -168,53 +217,62 @@ class PairedSearch:
 
     def as_metrics(self) -> dict[str, Any]:
         low, high = self.interval
+        b_low, b_high = self.bracket_interval
         return {
             "qps_ratio": self.ratio, "qps_ratio_lo": low, "qps_ratio_hi": high,
+            "qps_ratio_bracket": self.bracket_ratio, "qps_ratio_bracket_lo": b_low, "qps_ratio_bracket_hi": b_high,
             "reference_max_qps": self.reference_max_qps,
-            "method": "paired: the backend's and fp32's Server searches interleaved run by run (ABBA) in one process, "
-                      f"each bracket end re-judged by {self.confirm_runs} paired confirmation runs; the interval is what both brackets allow",
+            "tracked_qps": self.tracked(CANDIDATE), "reference_tracked_qps": self.tracked(REFERENCE),
+            "method": "paired: the backend's and fp32's Server searches interleaved run by run (ABBA) in one process, then both "
+                      f"tracked by a 1-up-1-down staircase (step {self.track_step:g}) in the same rounds; the ratio is the geometric mean "
+                      "of the per-round load ratios after both sides' first reversals, the interval their range",
             "rounds": max((r["round"] for r in self.runs), default=-1) + 1,
             "runs": self.runs,
-            "confirm_runs": self.confirm_runs,
-            "confirm_candidate": self.confirm_evidence(CANDIDATE), "confirm_reference": self.confirm_evidence(REFERENCE),
-            "overturned": {side: [j.target_qps for j in self.ends.get(side, {}).values() if j.overturned] for side in SIDES},
-            "kept": self.kept,
+            "track_step": self.track_step,
+            "joint_rounds": len(self.joint_rounds), "used_rounds": len(self.used_rounds),
+            "round_ratios": self.round_ratios(self.joint_rounds),
+            "track_candidate": self.track_evidence(CANDIDATE), "track_reference": self.track_evidence(REFERENCE),
+            "track_stop": self.stop,
             "no_load": self.no_load(),
-            "reopened": self.reopened,
-            "confirm_steps": {side: [s for j in self.ends.get(side, {}).values() for s in j.confirmations] for side in SIDES},
+            "track_steps": {side: t.steps for side, t in self.tracks.items()},
         }
 
 
-def interleave(candidate: Plan, reference: Plan, run: RunPaired, confirm_runs: int = CONFIRM_RUNS,
-               budget: Optional[Budget] = None, reopen: Optional[Reopen] = None) -> PairedSearch:
+def interleave(candidate: Plan, reference: Plan, run: RunPaired, budget: Optional[Budget] = None, track_step: float = TRACK_STEP,
+               track_rounds: int = TRACK_ROUNDS, snap: Callable[[float], float] = float,
+               max_steal: Optional[float] = MAX_STEAL) -> PairedSearch:
     """Drive both search plans to their ends, one run of each per round in ABBA order, a side whose search has
-    ended making confirmation runs at its bracket ends while the other goes on; then paired confirmation rounds
-    until every end has `confirm_runs` of them or the next round would take a side past `budget` (seconds per
-    side, its search's runs and its confirmations together); then the ends are judged again (`PairedSearch.judge`).
-    With `reopen`, a side with an end overturned goes on searching from its revised bracket (`reopen` makes that
-    plan: at least its first target, at most `REOPEN_STEPS` more, in the time its budget has left), its partner
-    making hold runs at its max beside it (they change no verdict); nothing is confirmed a second time."""
+    ended tracking its limit (a staircase from its max, `track_step` per run, loads rounded by `snap`) beside
+    the other's search runs while its budget allows; then both track in ABBA rounds until the next round would
+    take a side past `budget` (seconds per side, its search's and its tracking runs together) or `track_rounds`
+    rounds of joint tracking were made."""
     plans = {CANDIDATE: candidate, REFERENCE: reference}
-    paired = PairedSearch(Search(), Search(), confirm_runs)
+    paired = PairedSearch(Search(), Search(), track_step)
     asks: dict[str, tuple[float, int]] = {}
     done: dict[str, Search] = {}
     spent = {CANDIDATE: 0.0, REFERENCE: 0.0}
 
+    def seconds(qps: float) -> float:
+        return budget[1](qps) if budget else 0.0
+
+    def fits(side: str) -> bool:
+        return budget is None or spent[side] + seconds(paired.tracks[side].target) <= budget[0]
+
     def ended(side: str, search: Search) -> None:
         done[side] = search
-        paired.ends[side] = bracket_ends(search)
+        if search.highest_valid is not None:
+            paired.tracks[side] = Staircase(search.highest_valid, track_step, snap, max_steal)
 
     def record(round_: int, side: str, role: str, qps: float, step: Step) -> None:
         paired.runs.append({"round": round_, "side": side, "role": role, "target_qps": qps, "validity": step.get("validity")})
-        spent[side] += budget[1](qps) if budget else 0.0
+        spent[side] += seconds(qps)
 
-    def confirm(round_: int, side: str) -> None:
-        j = next_end(paired.ends[side])
-        if j is None:
-            return
-        step = run(side, j.target_qps, CONFIRM_DRAW + paired.confirmations(side), CONFIRM)
-        j.confirmations.append(step)
-        record(round_, side, CONFIRM, j.target_qps, step)
+    def track(round_: int, side: str) -> None:
+        staircase = paired.tracks[side]
+        qps = staircase.target
+        step = run(side, qps, TRACK_DRAW + len(staircase.runs), TRACK)
+        record(round_, side, TRACK, qps, step)
+        staircase.move(round_, qps, step)
 
     for side, plan in plans.items():
         try:
@@ -225,7 +283,8 @@ def interleave(candidate: Plan, reference: Plan, run: RunPaired, confirm_runs: i
     while len(done) < 2:
         for side in order(round_):
             if side in done:
-                confirm(round_, side)
+                if side in paired.tracks and fits(side):
+                    track(round_, side)
                 continue
             qps, draw = asks[side]
             step = run(side, qps, draw, SEARCH)
@@ -235,61 +294,21 @@ def interleave(candidate: Plan, reference: Plan, run: RunPaired, confirm_runs: i
             except StopIteration as end:
                 ended(side, end.value)
         round_ += 1
-    while paired.needs_confirmation() and fits(paired, spent, budget):
-        for side in order(round_):
-            confirm(round_, side)
-        round_ += 1
     paired.candidate, paired.reference = done[CANDIDATE], done[REFERENCE]
-    paired.judge()
-    if reopen is not None:
-        round_ = _reopen(paired, run, reopen, round_, record, budget, spent)
-    return paired
-
-
-def _reopen(paired: PairedSearch, run: RunPaired, reopen: Reopen, round_: int, record: Callable[[int, str, str, float, Step], None],
-            budget: Optional[Budget], spent: dict[str, float]) -> int:
-    """The re-opened searches of the sides with an end overturned, in ABBA rounds beside the partner's hold runs."""
-    searches = {CANDIDATE: paired.candidate, REFERENCE: paired.reference}
-    plans: dict[str, Plan] = {}
-    asks: dict[str, tuple[float, int]] = {}
-    before = {side: len(searches[side].judged) for side in SIDES}
-    for side in SIDES:
-        if any(j.overturned for j in paired.ends[side].values()):
-            plan = reopen(side, searches[side], max(budget[0] - spent[side], 0.0) if budget else None)
-            try:
-                asks[side] = next(plan)
-                plans[side] = plan
-            except StopIteration:
-                pass
-    holds = 0
-    while asks:
+    if len(paired.tracks) < 2:
+        paired.stop = paired.no_load() or "a side met no load"
+        return paired
+    joint = 0
+    while True:
+        if joint >= track_rounds:
+            paired.stop = f"{track_rounds} rounds of tracking (serve.track_rounds)"
+            break
+        late = [side for side in SIDES if not fits(side)]
+        if late:
+            paired.stop = f"the next round would take the {late[0]} past {budget[0]:g} s (serve.max_search_s)"
+            break
         for side in order(round_):
-            if side in asks:
-                qps, draw = asks[side]
-                step = run(side, qps, draw, SEARCH)
-                record(round_, side, SEARCH, qps, step)
-                try:
-                    asks[side] = plans[side].send(step)
-                except StopIteration:
-                    del asks[side]
-            elif searches[side].highest_valid is not None:  # not searching (any more): a hold run at its max
-                qps = searches[side].highest_valid
-                step = run(side, qps, CONFIRM_DRAW + 50 + holds, HOLD)
-                holds += 1
-                record(round_, side, HOLD, qps, step)
+            track(round_, side)
         round_ += 1
-    for side in plans:
-        paired.reopened[side] = [j.target_qps for j in searches[side].judged[before[side]:]]
-    return round_
-
-
-def fits(paired: PairedSearch, spent: dict[str, float], budget: Optional[Budget]) -> bool:
-    """Whether each side's next confirmation run fits in its time budget (no budget: always)."""
-    if budget is None:
-        return True
-    limit, seconds = budget
-    for side in SIDES:
-        j = next_end(paired.ends[side])
-        if j is not None and spent[side] + seconds(j.target_qps) > limit:
-            return False
-    return True
+        joint += 1
+    return paired

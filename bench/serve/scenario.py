@@ -39,7 +39,7 @@ from bench.pipeline.shared import SharedWork
 from bench.serve import late, loadgen, timeline
 from bench.serve.accuracy_log import accuracy_check
 from bench.serve.early_stopping import queries_for_share, what_a_step_tells
-from bench.serve.paired import CANDIDATE, REOPEN_STEPS, SEARCH, interleave
+from bench.serve.paired import CANDIDATE, SEARCH, interleave
 from bench.serve.qps_search import Plan, Search, disturbed, drive, search_plan
 from bench.serve.queries import QuerySet
 from bench.serve.queue import ServiceModel, max_rate
@@ -112,7 +112,7 @@ def fp32_reference(cfg: Config, backend: Backend, model: Any, workload: Any, dev
 def paired_max_qps(cfg: Config, candidate: nn.Module, reference: nn.Module, device: torch.device, work: SharedWork,
                    logs: Path | None = None) -> dict[str, Any]:
     """The candidate's Server max QPS and fp32's, from their two searches interleaved run by run in ABBA order
-    in this process (bench.serve.paired), and the ratio with the interval both brackets allow.
+    in this process, then tracked by paired staircases (bench.serve.paired), and the ratio with its interval.
 
     `candidate` and `reference` are prepared modules (a backend's `prepare` output; fp32's, for instance from
     `SharedWork.reference`); `cfg` is the candidate's job config with `serve` set (the Server scenario is
@@ -123,12 +123,12 @@ def paired_max_qps(cfg: Config, candidate: nn.Module, reference: nn.Module, devi
     - `max_qps`, `max_qps_lo`, `max_qps_hi`, `evidence`, `judgments`, `steps`: the candidate's search
       (steps: each LoadGen run with its verdict, percentiles, late-query causes and steal);
     - `reference_max_qps` and `paired.reference`: fp32's search, the same keys;
-    - `qps_ratio`, `qps_ratio_lo`, `qps_ratio_hi`: candidate max QPS / fp32's, and the ratios the two brackets
-      allow (None where an end is open; the ratio is None when either side met no load, `paired.no_load` says which);
-      each bracket end is first re-judged by `serve.confirm_runs` paired confirmation runs, which may overturn it;
-    - `paired.runs`: every run in the order it ran (round, side, role search|confirm, target, verdict), and
-      `paired.confirm_candidate` / `confirm_reference`: each side's ends with their confirmations, and
-      `paired.overturned`: the targets whose verdict the confirmations overturned, per side;
+    - `qps_ratio`, `qps_ratio_lo`, `qps_ratio_hi`: candidate / fp32 capacity from the two sides' staircases tracked
+      in the same rounds after their searches (the geometric mean of the per-round load ratios, and their range;
+      None when either side met no load, `paired.no_load` says which); `paired.qps_ratio_bracket_lo`/`_hi`: what
+      the two search brackets allow; `paired.tracked_qps` / `reference_tracked_qps`: each side's tracked level;
+    - `paired.runs`: every run in the order it ran (round, side, role search|track, target, verdict), and
+      `paired.track_candidate` / `track_reference`: each side's staircase in words, `paired.round_ratios` the joint rounds' ratios;
     - `queue_estimate` (the candidate's), `warm_up` (both: the candidate's, and `paired.reference.warm_up`).
     """
     serve = dataclasses.replace(cfg.serve, scenario="server")
@@ -198,13 +198,15 @@ def server(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any], pair: "Pai
     """The Server search into `metrics`; the target the accuracy run (if any) uses. With `pair` (fp32's runs and
     warm-up), fp32's search runs interleaved with this one, run by run in ABBA order (bench.serve.paired), and
     `metrics` gets the ratio to fp32's max QPS with its interval, and fp32's search under `paired`."""
-    plan, run = server_plan(runs, warm, metrics)
+    serve = runs.cfg.serve
+    # A paired search judges each target by fewer runs: the tracking after it re-runs the limit (bench.serve.paired).
+    judgments = None if pair is None else serve.paired_judgments
+    plan, run = server_plan(runs, warm, metrics, judgments)
     if pair is None:
         search = drive(plan, run)
     else:
         reference: dict[str, Any] = {}
-        ref_plan, ref_run = server_plan(pair.runs, pair.warm, reference)
-        serve = runs.cfg.serve
+        ref_plan, ref_run = server_plan(pair.runs, pair.warm, reference, judgments)
 
         made: dict[tuple[str, str], int] = {}
 
@@ -216,21 +218,14 @@ def server(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any], pair: "Pai
             return on.run("performance", qps, f"{role}{n}_{qps:g}qps", draw, metrics["step_queries"])
 
         seconds = run_seconds(serve, metrics["step_queries"])
-        paired = interleave(plan, ref_plan, run_paired, serve.confirm_runs, (serve.max_search_s, seconds), reopener(serve, seconds))
+        paired = interleave(plan, ref_plan, run_paired, (serve.max_search_s, seconds), serve.track_step, serve.track_rounds, round_qps,
+                            serve.max_steal)
         search = paired.candidate
         server_finish(pair.runs, pair.warm, reference, paired.reference)
         reference["warm_up"] = pair.warm
         metrics["paired"] = {**paired.as_metrics(), "reference_backend": BASELINE_BACKEND, "reference": reference}
         metrics.update({k: metrics["paired"][k] for k in ("qps_ratio", "qps_ratio_lo", "qps_ratio_hi", "reference_max_qps")})
     return server_finish(runs, warm, metrics, search)
-
-
-def reopener(serve: Any, seconds: Callable[[float], float]) -> Callable[[str, Search, float | None], Plan]:
-    """How a paired side whose bracket end was overturned goes on searching (bench.serve.paired): the search's
-    own rules from serve.*, from its revised judgments, at most REOPEN_STEPS more targets, in the seconds left."""
-    def reopen(side: str, search: Search, left: float | None) -> Plan:
-        return plan_from(serve, 0.0, len(search.judged) + REOPEN_STEPS, None, (left, seconds) if left is not None else None, prior=search)
-    return reopen
 
 
 @dataclass
@@ -241,9 +236,11 @@ class Pair:
     warm: dict[str, Any]
 
 
-def server_plan(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any]) -> tuple[Plan, Callable[[float, int], dict[str, Any]]]:
-    """The Server search's plan (its first target from the warm-up, its budget and rules from serve.*) and the
-    function that makes each run it asks for; what it decided before any run goes into `metrics`."""
+def server_plan(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any],
+                judgments: int | None = None) -> tuple[Plan, Callable[[float, int], dict[str, Any]]]:
+    """The Server search's plan (its first target from the warm-up, its budget and rules from serve.*, the most runs
+    per target `judgments` when given, else serve.judgments) and the function that makes each run it asks for; what it
+    decided before any run goes into `metrics`."""
     serve, queries = runs.cfg.serve, runs.queries
     floor = service_floor_ms(warm, queries)
     metrics["service_p99_ms"] = floor
@@ -270,7 +267,7 @@ def server_plan(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any]) -> tu
         name = f"server_step{next(numbers)}_{qps:g}qps" + (f"_run{draw + 1}" if draw else "")
         return runs.run("performance", qps, name, draw, step_queries or None)
 
-    plan = plan_from(serve, start, serve.max_steps, hopeless, (serve.max_search_s, run_seconds(serve, step_queries)))
+    plan = plan_from(serve, start, serve.max_steps, hopeless, (serve.max_search_s, run_seconds(serve, step_queries)), judgments)
     return plan, run
 
 
@@ -280,11 +277,10 @@ def run_seconds(serve: Any, step_queries: int | None) -> Callable[[float], float
 
 
 def plan_from(serve: Any, start: float, max_steps: int, hopeless: str | None, budget: tuple[float, Callable[[float], float]] | None,
-              prior: Search | None = None) -> Plan:
-    """A Server search plan with the rules from serve.* (factor, resolution, judgments, steal), from `start`, or going on
-    from a `prior` search's judgments."""
+              judgments: int | None = None) -> Plan:
+    """A Server search plan with the rules from serve.* (factor, resolution, steal, and judgments unless given), from `start`."""
     return search_plan(start, serve.qps_factor, serve.qps_resolution, max_steps, serve.min_qps, round_qps, hopeless, budget,
-                       serve.judgments, max_steal=serve.max_steal, prior=prior)
+                       judgments or serve.judgments, max_steal=serve.max_steal)
 
 
 def server_finish(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any], search: Search) -> float:

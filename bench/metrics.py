@@ -160,7 +160,7 @@ RECORD_KEYS: dict[str, str] = {
     "offline_pairs_per_s": "serving: the Offline scenario's pairs per second",
     "offline_samples_per_s": "serving: the Offline scenario's samples per second",
     "page_faults_per_call": "minor page faults per timed call",
-    "paired": "serving (serve.paired): the fp32 search run beside a Server job's, the ratio to it with its interval, every run and confirmation run",
+    "paired": "serving (serve.paired): the fp32 search run beside a Server job's, the ratio to it with its interval from both sides' tracking, every run and tracking run",
     "ps_cache_fraction": "ps_redis: the local cache's share of each table's rows",
     "ps_precision": "ps_redis: the precision of the rows it pulls (fp32, int8, int4)",
     "ps_twin": "ps_redis: the in-memory backend with the same rows and kernel",

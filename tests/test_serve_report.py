@@ -193,13 +193,13 @@ def test_the_steps_table_marks_a_run_set_aside_by_the_job_s_own_steal_threshold(
 
 
 def paired(rec, ratio, low, high, ref_max=300.0, no_load=None):
-    """int8_tbe's Server record as a paired job: an fp32 search run beside it found `ref_max` (its INVALID end at 330
-    overturned by its confirmations)."""
+    """int8_tbe's Server record as a paired job: an fp32 search run beside it found `ref_max`, then both tracked."""
     ref = {"max_qps": ref_max, "max_qps_lo": ref_max, "max_qps_hi": 330.0, "evidence": f"VALID 2/2 at {ref_max:g}, INVALID 2/3 at 330",
            "steps": []}
     p = {"qps_ratio": ratio, "qps_ratio_lo": low, "qps_ratio_hi": high, "reference_max_qps": ref_max, "reference": ref,
-         "runs": [{"round": i // 2} for i in range(12)], "confirm_reference": "VALID 2/2 at 300, confirmed VALID 2/2", "confirm_candidate": None,
-         "overturned": {"candidate": [], "reference": [315.0]}, "no_load": no_load}
+         "runs": [{"round": i // 2} for i in range(12)], "track_reference": "6 runs from 300: 3 VALID, 3 INVALID, 3 reversals, tracked 312",
+         "track_candidate": None, "qps_ratio_bracket_lo": 450 / 330, "qps_ratio_bracket_hi": None, "joint_rounds": 4,
+         "tracked_qps": None if no_load else 380.0, "reference_tracked_qps": 312.0, "no_load": no_load}
     return dataclasses.replace(rec, metrics={**rec.metrics, "paired": p, "qps_ratio": ratio})
 
 
@@ -209,15 +209,16 @@ def test_a_paired_server_job_reads_its_ratio_against_the_fp32_search_beside_it(r
     fp32, int8 = row(df, "fp32", "server"), row(df, "int8_tbe", "server")
     assert int8.ratio_method == "paired" and int8.qps_ratio == 1.2  # not 450 / fp32's own job's 300
     assert (int8.qps_ratio_lo, int8.qps_ratio_hi, int8.fp32_max_qps_paired, int8.paired_runs) == (1.05, 1.3, 300, 12)
-    assert int8.fp32_bracket_paired == "[300, 330]" and int8.paired_confirm == "reference: VALID 2/2 at 300, confirmed VALID 2/2"
-    assert int8.paired_overturned == "reference 315" and not isinstance(int8.paired_no_load, str)
+    assert int8.fp32_bracket_paired == "[300, 330]" and int8.paired_track == "reference: 6 runs from 300: 3 VALID, 3 INVALID, 3 reversals, tracked 312"
+    assert (int8.tracked_qps, int8.fp32_tracked_qps_paired, int8.paired_joint_rounds) == (380, 312, 4) and not isinstance(int8.paired_no_load, str)
+    assert int8.qps_ratio_bracket_lo == pytest.approx(450 / 330) and int8.qps_ratio_bracket_hi != int8.qps_ratio_bracket_hi
     assert fp32.ratio_method == "reference" and fp32.qps_ratio == 1.0 and row(df, "int8_tbe", "offline").ratio_method != "paired"
     write_report(records, tmp_path, title="serve fixture")
     text = (tmp_path / "serve.md").read_text()
     assert "### Relative to fp32, paired" in text
     assert "| int8_tbe | 1.20x | [1.05, 1.30] | 450 [450, —] | 300 [300, 330] |" in text
     assert "max QPS 450 [450, —], 1.20x fp32's searched beside it [1.05, 1.30]" in "\n".join(__import__("bench.report.serve", fromlist=["x"]).console_lines(records))
-    assert "| 12 | reference 315 |" in text  # the runs of both sides, and the end the confirmations overturned
+    assert "| 380 / 312 | 4 | 12 |" in text  # each side's tracked level, the joint rounds, the runs of both sides
 
 
 def test_a_paired_side_that_met_no_load_has_no_ratio_and_the_table_says_why(records, tmp_path):

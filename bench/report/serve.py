@@ -35,13 +35,14 @@ NOTES = [
     "The queue estimate is the rate a simulated queue with the SUT's batcher and its measured batch times holds under the bound "
     "(docs/serving.md); vs Offline is max QPS over the same backend's Offline samples/s.",
     "**Relative to fp32 (paired)**: a Server job's search ran interleaved with fp32's, run by run in ABBA order in one "
-    "process, so both met the same host; vs fp32 is its max QPS over the fp32 max QPS found in the same minutes, and "
-    "the interval is what the two brackets allow together [backend VALID / fp32 INVALID, backend INVALID / fp32 VALID]. "
-    "The ratio repeats on a host whose speed moves; an absolute max QPS still needs a quiet, dedicated host. "
-    "Then each bracket end is re-judged by paired confirmation runs (`serve.confirm_runs`, first beside the other side's "
-    "remaining search runs, then in ABBA rounds within each side's time budget): an end a majority of them reverses is "
-    "overturned (\"INVALID 2/2 at 125, confirmed VALID 2/2: overturned to VALID\"), unless the partner's end moved the same "
-    "way in the same minutes (the host, not one side). A side that met no load has no ratio (not 0).",
+    "process, so both met the same host. Then both sides tracked their limits in the same rounds: a staircase from each "
+    "search's max, up one step (`serve.track_step`) after a VALID run, down one after an INVALID one; a slow phase fails "
+    "both runs of a round and moves both down, so their ratio holds. vs fp32 is the geometric mean of the per-round ratios "
+    "of the two loads run, over the joint rounds after both sides' first reversals; the interval is the range of those "
+    "per-round ratios (staircase levels are autocorrelated: a t-interval would be too narrow). The two brackets' interval "
+    "[backend VALID / fp32 INVALID, backend INVALID / fp32 VALID] stands beside it, and is the ratio's when no round was "
+    "tracked jointly. The ratio repeats on a host whose speed moves; an absolute max QPS still needs a quiet, dedicated "
+    "host. A side that met no load has no ratio (not 0).",
     "**Offline**: every query at once; samples/s as LoadGen measured it.",
     "Short runs (the default) judge fewer queries than MLPerf's 600 s runs, and early stopping tolerates fewer "
     "late queries in a short run, so a short run's max QPS is a conservative estimate, not a compliant result "
@@ -85,14 +86,21 @@ def _paired_lines(server: pd.DataFrame) -> list[str]:
         return []
     table = [[r.backend, f"{fmt.DASH} ({r.paired_no_load})" if isinstance(r.paired_no_load, str) else _ratio(r.qps_ratio), _interval(r), f"{r.max_qps:g} {_bracket(r)}",
               f"{r.fp32_max_qps_paired:g} {r.fp32_bracket_paired}", r.evidence or fmt.DASH, r.fp32_evidence_paired or fmt.DASH,
-              fmt.DASH if fmt.missing(r.paired_runs) else f"{r.paired_runs:g}", r.paired_overturned or fmt.DASH]
+              _tracked(r), fmt.DASH if fmt.missing(r.paired_joint_rounds) else f"{r.paired_joint_rounds:g}",
+              fmt.DASH if fmt.missing(r.paired_runs) else f"{r.paired_runs:g}"]
              for r in paired.itertuples(index=False)]
     return ["### Relative to fp32, paired", "",
             "Each backend's search ran interleaved with an fp32 search, run by run in ABBA order in the job's process: "
-            "the ratio and its interval hold the host's speed phases on both sides alike; each bracket end was re-judged "
-            "by paired confirmation runs (the evidence says how they went; overturned: the ends they reversed).", "",
-            fmt.markdown_table(["backend", "max QPS / fp32's", "interval (both brackets)", "max QPS [bracket]", "fp32 beside it [bracket]",
-                                "evidence", "fp32 evidence", "runs (both sides)", "overturned"], table, "lrrrrllrl"), ""]
+            "then both tracked their limits in the same rounds; the ratio is the tracked loads' over the joint rounds, its "
+            "interval their per-round range (the brackets' beside it); tracked: each side's tracked level (backend / fp32).", "",
+            fmt.markdown_table(["backend", "max QPS / fp32's", "interval (rounds)", "max QPS [bracket]", "fp32 beside it [bracket]",
+                                "evidence", "fp32 evidence", "tracked", "joint rounds", "runs (both sides)"], table, "lrrrrllrrr"), ""]
+
+
+def _tracked(row) -> str:
+    """'412 / 380': each side's tracked level."""
+    values = [getattr(row, "tracked_qps", None), getattr(row, "fp32_tracked_qps_paired", None)]
+    return fmt.DASH if all(fmt.missing(v) for v in values) else " / ".join(fmt.DASH if fmt.missing(v) else f"{v:.4g}" for v in values)
 
 
 def console_lines(records: Iterable[RunRecord | dict[str, Any]], df: pd.DataFrame | None = None) -> list[str]:

@@ -30,9 +30,11 @@ COLUMNS = [
     "queue_ratio", "offline_ratio", "step_queries", "step_tells", "threads_used", "load_start", "load_end", "steal_share", "cpus",
     "ref_gemm_us_start", "ref_gemm_us_end", "ref_gather_us_start", "ref_gather_us_end", "error", "config_hash",
     "fingerprint", "created_at", "record_id",
-    # Server jobs paired with fp32 (serve.paired): qps_ratio is then the paired ratio, with the interval both brackets allow
-    "ratio_method", "qps_ratio_lo", "qps_ratio_hi", "fp32_max_qps_paired", "fp32_bracket_paired", "fp32_evidence_paired",
-    "paired_runs", "paired_confirm", "paired_overturned", "paired_no_load",
+    # Server jobs paired with fp32 (serve.paired): qps_ratio is then the paired ratio from both sides' tracking
+    # (bench.serve.paired), qps_ratio_lo/hi the range of its per-round ratios, the brackets' interval beside it
+    "ratio_method", "qps_ratio_lo", "qps_ratio_hi", "qps_ratio_bracket_lo", "qps_ratio_bracket_hi", "fp32_max_qps_paired",
+    "fp32_bracket_paired", "fp32_evidence_paired", "tracked_qps", "fp32_tracked_qps_paired", "paired_track", "paired_joint_rounds",
+    "paired_runs", "paired_no_load",
 ]
 PAIRED, UNPAIRED = "paired", "separate jobs"
 OPEN = "\u2014"  # an open end of a bracket
@@ -114,18 +116,20 @@ def _paired(m: dict[str, Any]) -> dict[str, Any]:
         return {"ratio_method": UNPAIRED}
     ref = p.get("reference") or {}
     low, high = ref.get(lo(MAX_QPS)), ref.get(hi(MAX_QPS))
-    confirm = "; ".join(f"{side}: {p[f'confirm_{side}']}" for side in ("candidate", "reference") if p.get(f"confirm_{side}"))
-    overturned = "; ".join(f"{side} {', '.join(f'{q:g}' for q in qs)}" for side, qs in (p.get("overturned") or {}).items() if qs)
+    track = "; ".join(f"{side}: {p[f'track_{side}']}" for side in ("candidate", "reference") if p.get(f"track_{side}"))
     return {"ratio_method": PAIRED, "paired_ratio": _num(p.get("qps_ratio")), "qps_ratio_lo": _num(p.get("qps_ratio_lo")),
             "qps_ratio_hi": _num(p.get("qps_ratio_hi")), "fp32_max_qps_paired": _num(p.get("reference_max_qps")),
             "fp32_bracket_paired": f"[{OPEN if low is None else f'{low:g}'}, {OPEN if high is None else f'{high:g}'}]",
-            "fp32_evidence_paired": ref.get("evidence"), "paired_runs": len(p.get("runs") or []) or math.nan, "paired_confirm": confirm or None,
-            "paired_overturned": overturned or None, "paired_no_load": p.get("no_load")}
+            "qps_ratio_bracket_lo": _num(p.get("qps_ratio_bracket_lo")), "qps_ratio_bracket_hi": _num(p.get("qps_ratio_bracket_hi")),
+            "fp32_evidence_paired": ref.get("evidence"), "tracked_qps": _num(p.get("tracked_qps")),
+            "fp32_tracked_qps_paired": _num(p.get("reference_tracked_qps")), "paired_track": track or None,
+            "paired_joint_rounds": _num(p.get("joint_rounds")),
+            "paired_runs": len(p.get("runs") or []) or math.nan, "paired_no_load": p.get("no_load")}
 
 
 def _validity(m: dict[str, Any]) -> str | None:
     """Each target's verdict: with its runs where the target was judged ('410:VALID 3/3'), else each run's."""
-    if m.get("judgments"):  # a verdict that paired confirmation runs overturned reads with its evidence
+    if m.get("judgments"):  # a verdict that paired confirmation runs overturned (records made with them) reads with its evidence
         return " ".join(f"{j['target_qps']:g}:{j['verdict']} ({j['evidence']})" if j.get("overturned") else
                         f"{j['target_qps']:g}:{j['verdict']} {j['valid_runs'] if j['verdict'] == 'VALID' else j['runs'] - j['valid_runs']}/{j['runs']}"
                         for j in m["judgments"])

@@ -11,7 +11,7 @@ import pytest
 
 from pathlib import Path
 
-from bench.serve.paired import CANDIDATE, MIN_ROUNDS, REFERENCE, SEARCH, TRACK, TRACK_DRAW, interleave, order
+from bench.serve.paired import CANDIDATE, MIN_ROUNDS, REFERENCE, SEARCH, TRACK, TRACK_DRAW, TRACK_ROUNDS, TRACK_STEP, interleave, order
 from bench.serve.qps_search import search_plan
 from bench.serve.scenario import round_qps
 from tests.test_faults import fast_cfg, fast_models  # noqa: F401 (fixtures)
@@ -201,7 +201,7 @@ def simulate(seed, judgments=1):
     capacity = {REFERENCE: rng.uniform(300, 600), CANDIDATE: rng.uniform(200, 700)}
     budget = (70.0, lambda q: max(4.0, QUERIES / q))
     plans = [search_plan(round_qps(capacity[s] * 0.6), 1.5, 0.1, 6, 0.5, round_qps, None, budget, judgments) for s in (CANDIDATE, REFERENCE)]
-    p = interleave(*plans, simulated(seed, capacity), budget, 0.04, 12, round_qps)
+    p = interleave(*plans, simulated(seed, capacity), budget, TRACK_STEP, TRACK_ROUNDS, round_qps)
     true = capacity[CANDIDATE] / capacity[REFERENCE]
     return p.ratio / true, (p.bracket_ratio or math.nan) / true
 

@@ -30,7 +30,7 @@ what a record without them measured, or where they do not apply:
   and the runs per target of a paired search): track_rounds 0 with paired_judgments null is what paired
   records before them measured (the ratio of the two searches' max QPS, each target judged by
   serve.judgments); track_step matters only with tracking, so its default reads as absent. The defaults
-  (12 rounds, 1 run per target) change what a paired job measures, so such a job has a new identity.
+  (10 rounds, 1 run per target) change what a paired job measures, so such a job has a new identity.
   serve.confirm_runs (confirmation runs at the bracket ends, then overturning) is gone: records made with
   it keep their identity, and a job now never matches them.
 - `timing.cuda_graphs`: false is what every earlier job measured (eager calls only), and still the default,

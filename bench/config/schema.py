@@ -363,7 +363,7 @@ class ServeConfig:
     # together) and at most track_rounds rounds of both tracking. The ratio is the geometric mean of the per-round
     # ratios of the two sides' loads. track_rounds 0: no tracking (the ratio of the two searches' max QPS).
     track_step: float = 0.04
-    track_rounds: int = 12
+    track_rounds: int = 10
     # Paired: the most runs that judge each target of the two searches (null: judgments). Fewer than an unpaired
     # search's, since the tracking after it re-runs the limit; the time goes to tracking.
     paired_judgments: Optional[int] = 1

@@ -65,7 +65,7 @@ SIDES = (CANDIDATE, REFERENCE)
 SEARCH, TRACK = "search", "track"
 TRACK_DRAW = 100  # a tracking run's LoadGen draw starts here: its schedule differs from every search run's at that target
 TRACK_STEP = 0.04  # the default of serve.track_step
-TRACK_ROUNDS = 12  # the default of serve.track_rounds
+TRACK_ROUNDS = 10  # the default of serve.track_rounds
 MIN_ROUNDS = 3  # fewer joint rounds after the first reversals than this: all joint rounds are averaged
 
 # run(side, qps, draw, role) -> the step; side is CANDIDATE or REFERENCE, role SEARCH or TRACK

@@ -52,10 +52,6 @@ class Judgment:
     target_qps: float
     runs: list[Step] = field(default_factory=list)
     max_steal: Optional[float] = MAX_STEAL  # None: no run is set aside for steal
-    # Runs made after the search at this target, when it is a bracket end of a paired search (bench.serve.paired),
-    # and whether they overturned the search's verdict: then the verdict is the other one.
-    confirmations: list[Step] = field(default_factory=list)
-    overturned: bool = False
 
     def disturbed(self, step: Step) -> bool:
         return disturbed(step, self.max_steal)
@@ -74,34 +70,17 @@ class Judgment:
         return sum(1 for s in self.counted if s["validity"] == "VALID")
 
     @property
-    def searched(self) -> str:
-        """The verdict of the search's own runs, by their majority."""
-        return "VALID" if 2 * self.valid_runs > len(self.counted) else "INVALID"
-
-    @property
     def verdict(self) -> str:
-        """The search's verdict, or the other one when paired confirmation runs overturned it."""
-        return ("INVALID" if self.searched == "VALID" else "VALID") if self.overturned else self.searched
-
-    @property
-    def counted_confirmations(self) -> list[Step]:
-        """The confirmation runs that count: the undisturbed ones, or all of them when every one was disturbed."""
-        return [s for s in self.confirmations if not self.disturbed(s)] or self.confirmations
+        """The verdict of the runs, by their majority."""
+        return "VALID" if 2 * self.valid_runs > len(self.counted) else "INVALID"
 
     def agreeing(self) -> int:
         """The search's runs that agree with its own majority."""
-        return self.valid_runs if self.searched == "VALID" else len(self.counted) - self.valid_runs
+        return self.valid_runs if self.verdict == "VALID" else len(self.counted) - self.valid_runs
 
     def evidence(self) -> str:
         aside = f" ({self.set_aside} set aside: steal)" if self.set_aside else ""
-        text = f"{self.searched} {self.agreeing()}/{len(self.counted)} at {self.target_qps:g}{aside}"
-        if self.confirmations:
-            conf = self.counted_confirmations
-            valid = sum(1 for s in conf if s["validity"] == "VALID")
-            text += f", confirmed {'VALID' if 2 * valid > len(conf) else 'INVALID'} {max(valid, len(conf) - valid)}/{len(conf)}"
-            if self.overturned:
-                text += f": overturned to {self.verdict}"
-        return text
+        return f"{self.verdict} {self.agreeing()}/{len(self.counted)} at {self.target_qps:g}{aside}"
 
     def settled(self, judgments: int, percentile: float) -> bool:
         if len(self.runs) == 1 and not self.disturbed(self.runs[0]) and clear(self.runs[0], percentile):
@@ -112,12 +91,8 @@ class Judgment:
         return undisturbed > 0 and (self.agreeing() * 2 > judgments or undisturbed >= judgments)
 
     def as_metrics(self) -> dict[str, Any]:
-        out = {"target_qps": self.target_qps, "verdict": self.verdict, "runs": len(self.runs),
-               "valid_runs": self.valid_runs, "set_aside": self.set_aside, "evidence": self.evidence()}
-        if self.confirmations:
-            out.update(searched=self.searched, overturned=self.overturned, confirm_runs=len(self.confirmations),
-                       confirm_valid=sum(1 for s in self.confirmations if s["validity"] == "VALID"))
-        return out
+        return {"target_qps": self.target_qps, "verdict": self.verdict, "runs": len(self.runs),
+                "valid_runs": self.valid_runs, "set_aside": self.set_aside, "evidence": self.evidence()}
 
 
 def disturbed(step: Step, max_steal: Optional[float] = MAX_STEAL) -> bool:
@@ -178,8 +153,8 @@ class Search:
     def at_max(self) -> Optional[Step]:
         """The last VALID run at the max QPS, or, when none was VALID, the last run at the lowest load tried."""
         j = self.judgment(self.highest_valid)
-        if j is not None:  # a target overturned to VALID by paired confirmation runs has its VALID runs among them
-            return ([s for s in j.runs + j.confirmations if s["validity"] == "VALID"] or j.runs)[-1]
+        if j is not None:
+            return ([s for s in j.runs if s["validity"] == "VALID"] or j.runs)[-1]
         low = min(self.judged, key=lambda j: j.target_qps, default=None)
         return low.runs[-1] if low else None
 
@@ -232,20 +207,12 @@ def drive(plan: Plan, run_step: Callable[[float, int], Step]) -> Search:
 
 def search_plan(start: float, factor: float, resolution: float, max_steps: int, min_qps: float, snap: Callable[[float], float] = float,
                 hopeless: Optional[str] = None, budget: Optional[tuple[float, Callable[[float], float]]] = None, judgments: int = 1,
-                percentile: float = 0.99, max_steal: Optional[float] = MAX_STEAL, prior: Optional[Search] = None) -> Plan:
+                percentile: float = 0.99, max_steal: Optional[float] = MAX_STEAL) -> Plan:
     """The search of `find_max_qps` as a generator: it yields each run it needs, (qps, n: the run's number at
     that target), is sent the run's step, and returns the Search. Another driver can interleave two plans
-    run by run (bench.serve.paired). With `prior` (a search whose verdicts were revised afterwards: a paired
-    confirmation overturned an end), it goes on from that search's judgments instead of from `start`: its
-    first target is the one the revised bracket asks for, made whatever the budget (the budget counts from
-    then), and `max_steps` counts the prior targets too."""
-    search = prior if prior is not None else Search()
+    run by run (bench.serve.paired)."""
+    search = Search()
     qps, spent = start, 0.0
-    if prior is not None:
-        qps, stop = next_target(search, factor, resolution, max_steps, min_qps, snap)
-        if qps is None:
-            search.stop = stop
-            return search
     while True:
         judgment = Judgment(qps, max_steal=max_steal)
         search.judged.append(judgment)

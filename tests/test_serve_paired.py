@@ -163,6 +163,20 @@ def test_the_estimate_averages_the_joint_rounds_after_both_first_reversals():
     assert p.as_metrics()["tracked_qps"] == pytest.approx(100, rel=0.05)
 
 
+def test_the_interval_is_the_per_round_range_at_least_one_step_either_side():
+    # Both sides agree every round (fixed limits 100 and 200 reached together): the per-round ratios barely move,
+    # but a staircase resolves a level only to a step, so the interval is at least the estimate / 1.05 .. x 1.05.
+    run, _ = recorder({CANDIDATE: 100, REFERENCE: 200})
+    p = interleave(iter_plan(100), iter_plan(200), run, track_step=0.05, track_rounds=8)
+    ratios = p.round_ratios()
+    assert max(ratios) / min(ratios) < 1.001
+    assert p.interval == pytest.approx((p.ratio / 1.05, p.ratio * 1.05))
+    # a round the two sides disagreed widens it to that round's ratio
+    run, _ = recorder({CANDIDATE: 100, REFERENCE: 200}, {(CANDIDATE, 5): "INVALID", (CANDIDATE, 6): "INVALID", (CANDIDATE, 7): "INVALID"})
+    q = interleave(iter_plan(100), iter_plan(200), run, track_step=0.05, track_rounds=10)
+    assert q.interval[0] == pytest.approx(min(q.round_ratios())) and q.interval[0] < q.ratio / 1.05
+
+
 # --------------------------------------------------------------------- the instrument check: a host that moves
 QUERIES, BOUND = 1157, 60.0
 SEEDS = 30

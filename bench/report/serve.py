@@ -39,7 +39,7 @@ NOTES = [
     "search's max, up one step (`serve.track_step`) after a VALID run, down one after an INVALID one; a slow phase fails "
     "both runs of a round and moves both down, so their ratio holds. vs fp32 is the geometric mean of the per-round ratios "
     "of the two loads run, over the joint rounds after both sides' first reversals; the interval is the range of those "
-    "per-round ratios (staircase levels are autocorrelated: a t-interval would be too narrow). The two brackets' interval "
+    "per-round ratios, at least one step either side (staircase levels are autocorrelated: a t-interval would be too narrow). The two brackets' interval "
     "[backend VALID / fp32 INVALID, backend INVALID / fp32 VALID] stands beside it, and is the ratio's when no round was "
     "tracked jointly. The ratio repeats on a host whose speed moves; an absolute max QPS still needs a quiet, dedicated "
     "host. A side that met no load has no ratio (not 0).",

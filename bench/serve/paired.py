@@ -39,7 +39,10 @@ Its interval: staircase levels are autocorrelated (each is the last one plus or 
 t-interval on the per-round ratios as if independent would be too narrow. The interval given is the
 range (lowest, highest) of the per-round ratios it averages: every joint round's ratio, each from two
 runs in the same seconds, lies in it, and it widens with the host's and the verdicts' noise rather than
-narrowing as 1/sqrt(n) with runs that are not independent. The brackets' interval (what both searches'
+narrowing as 1/sqrt(n) with runs that are not independent. It is widened to at least one step either
+side of the estimate: a staircase resolves a level to a step, and in rounds where both sides give the
+same verdict both move together and the per-round ratio does not change, so its range alone can be
+narrower than what the method resolves (a paired int8_tbe job's eight last rounds agreed, 0.937-0.938). The brackets' interval (what both searches'
 brackets allow together) is kept beside it (`qps_ratio_bracket_lo`/`_hi`); with no joint round (tracking
 off, `track_rounds` 0, or no time left for it) the ratio is the two searches' max QPS over each other and
 its interval what both brackets allow. A side that met no load has no ratio (None, not 0).
@@ -171,9 +174,13 @@ class PairedSearch:
 
     @property
     def interval(self) -> tuple[Optional[float], Optional[float]]:
-        """(lowest, highest) per-round ratio the estimate averages; with no joint round, what both brackets allow."""
+        """(lowest, highest) per-round ratio the estimate averages, widened to at least one step either side of the
+        estimate; with no joint round, what both brackets allow."""
         ratios = self.round_ratios()
-        return (min(ratios), max(ratios)) if ratios else self.bracket_interval
+        if not ratios:
+            return self.bracket_interval
+        point = geomean(ratios)
+        return min(*ratios, point / (1 + self.track_step)), max(*ratios, point * (1 + self.track_step))
 
     @property
     def bracket_interval(self) -> tuple[Optional[float], Optional[float]]:

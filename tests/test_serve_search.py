@@ -135,6 +135,11 @@ def test_the_new_serve_keys_keep_the_identity_of_jobs_that_leave_them_at_their_l
     assert job_hash(resolved("serve.max_steal=0.05")) == default != job_hash(resolved("serve.max_steal=null"))
     # a Server search interleaved with fp32's: a new measurement too
     assert job_hash(resolved("serve.paired=true")) == default != job_hash(resolved("serve.paired=false"))
+    # paired tracking: off with each target judged by serve.judgments is what paired records before it measured
+    untracked = resolved("serve.track_rounds=0", "serve.paired_judgments=null")
+    before_tracking = {**untracked, "serve": {k: v for k, v in untracked["serve"].items() if k not in ("track_rounds", "track_step", "paired_judgments")}}
+    assert job_hash(untracked) == job_hash(before_tracking) != default
+    assert job_hash(resolved("serve.track_step=0.08")) != default
 
 
 def stolen(step, share):

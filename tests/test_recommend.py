@@ -296,3 +296,23 @@ def test_closed_candidates_rank_by_the_low_end_of_their_interval():
     assert why[0].startswith("why: the higher low end") and "the intervals overlap" in why[0]
     apart = Confirmation(900.0, 900.0, 950.0, 300.0, 3.0, 2.9, 3.1, 30.0, "paired")
     assert "the intervals are apart" in decide.why_pick([(a, apart, facts("a")), (b, narrow, facts("b"))], None)[0]
+
+
+def test_the_serving_paths_extra_joins_each_batch_time_and_only_the_offline_part_scales_with_the_speedup():
+    from bench.recommend.speed import served_times
+    from bench.serve.path import PathCost
+
+    points = {256: (4.0, 2.0, 1.6, 2.5), 1024: (12.0, 2.0, 1.6, 2.5)}
+    path = PathCost(1.0, 0.002)  # 1.512 ms at 256 rows, 3.048 at 1024
+    assert served_times(points, 1, path) == pytest.approx({256: 2.0 + 1.512, 1024: 6.0 + 3.048})
+    assert served_times(points, 2, path) == pytest.approx({256: 2.5 + 1.512, 1024: 7.5 + 3.048})
+    assert served_times(points, 0, None) == {256: 4.0, 1024: 12.0}
+    bare = estimate(points, SIZES, 1024, 0.002, 60.0)
+    served = estimate(points, SIZES, 1024, 0.002, 60.0, path, path)
+    # a cost every backend pays moves the ratio toward 1 and every absolute figure down
+    assert 1.0 < served.relative < bare.relative and served.qps < bare.qps and served.fp32_qps < bare.fp32_qps
+    assert served.qps_lo < served.qps < served.qps_hi
+    assert served.path == {"candidate": path.as_metrics(), "fp32": path.as_metrics()} and bare.path == {}
+    # fp32's own extra sets fp32's figure: a candidate with no speedup and the same extra is fp32 again
+    same = estimate({r: (ms, 1.0, 1.0, 1.0) for r, (ms, *_) in points.items()}, SIZES, 1024, 0.002, 60.0, path, path)
+    assert same.relative == pytest.approx(1.0)

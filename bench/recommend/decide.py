@@ -65,6 +65,7 @@ class Estimate:
     relative_hi: float
     fp32_qps: float
     points: dict = field(default_factory=dict)  # batch rows -> (fp32 ms, speedup, lo, hi) behind it
+    path: dict = field(default_factory=dict)  # the serving path's extra added to the candidate's and fp32's times
 
 
 @dataclass

@@ -298,21 +298,21 @@ def test_closed_candidates_rank_by_the_low_end_of_their_interval():
     assert "the intervals are apart" in decide.why_pick([(a, apart, facts("a")), (b, narrow, facts("b"))], None)[0]
 
 
-def test_the_serving_paths_extra_joins_each_batch_time_and_only_the_offline_part_scales_with_the_speedup():
+def test_served_times_set_the_estimate_and_the_offline_speedup_only_its_interval():
     from bench.recommend.speed import served_times
-    from bench.serve.path import PathCost
+    from bench.serve.path import ServedTimes
 
-    points = {256: (4.0, 2.0, 1.6, 2.5), 1024: (12.0, 2.0, 1.6, 2.5)}
-    path = PathCost(1.0, 0.002)  # 1.512 ms at 256 rows, 3.048 at 1024
-    assert served_times(points, 1, path) == pytest.approx({256: 2.0 + 1.512, 1024: 6.0 + 3.048})
-    assert served_times(points, 2, path) == pytest.approx({256: 2.5 + 1.512, 1024: 7.5 + 3.048})
-    assert served_times(points, 0, None) == {256: 4.0, 1024: 12.0}
-    bare = estimate(points, SIZES, 1024, 0.002, 60.0)
-    served = estimate(points, SIZES, 1024, 0.002, 60.0, path, path)
-    # a cost every backend pays moves the ratio toward 1 and every absolute figure down
-    assert 1.0 < served.relative < bare.relative and served.qps < bare.qps and served.fp32_qps < bare.fp32_qps
-    assert served.qps_lo < served.qps < served.qps_hi
-    assert served.path == {"candidate": path.as_metrics(), "fp32": path.as_metrics()} and bare.path == {}
-    # fp32's own extra sets fp32's figure: a candidate with no speedup and the same extra is fp32 again
-    same = estimate({r: (ms, 1.0, 1.0, 1.0) for r, (ms, *_) in points.items()}, SIZES, 1024, 0.002, 60.0, path, path)
-    assert same.relative == pytest.approx(1.0)
+    points = {256: (4.0, 3.0, 2.5, 3.5), 1024: (12.0, 3.0, 2.5, 3.5)}  # offline: 3x fp32
+    served = {256: ServedTimes(200.0, 3.0, 4.0), 1024: ServedTimes(900.0, 6.0, 9.0)}  # served: 1.33-1.5x
+    assert served_times(points, served, 0) == {200.0: 4.0, 900.0: 9.0}
+    assert served_times(points, served, 1) == {200.0: 3.0, 900.0: 6.0}
+    assert served_times(points, served, 2) == pytest.approx({200.0: 3.0 * 3.0 / 2.5, 900.0: 6.0 * 3.0 / 2.5})
+    offline = estimate(points, SIZES, 1024, 0.002, 60.0)
+    on_path = estimate(points, SIZES, 1024, 0.002, 60.0, served)
+    assert 1.2 < on_path.relative < 1.8 < 2.5 < offline.relative  # near the served ratio, not the offline one
+    assert on_path.fp32_qps < offline.fp32_qps  # fp32's served batches are slower than its offline ones
+    assert on_path.qps_lo < on_path.qps < on_path.qps_hi and on_path.relative_lo < on_path.relative < on_path.relative_hi
+    assert on_path.served == {256: served[256].as_metrics(), 1024: served[1024].as_metrics()} and offline.served == {}
+    assert set(estimate(points, SIZES, 256, 0.002, 60.0, served).served) == {256}  # the batcher forms no larger
+    same = {r: ServedTimes(t.pairs, t.fp32_ms, t.fp32_ms) for r, t in served.items()}
+    assert estimate(points, SIZES, 1024, 0.002, 60.0, same).relative == pytest.approx(1.0)

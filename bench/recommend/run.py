@@ -4,8 +4,9 @@
    a backend whose interval is not inside the budget is out, with how far it reaches past it.
 2. memory: its prepared model's MB against `memory.max_model_mb`.
 3. offline speed: paired offline jobs at a query's rows and at each batcher size, every backend at the fewest
-   threads and the best `recommend.confirm` backends at the other thread counts, turned
-   into a queue estimate of max QPS under the bound (bench.recommend.speed); a candidate dominated beyond
+   threads and the best `recommend.confirm` backends at the other thread counts; then the serving function's own
+   batch times at those sizes, the backend's and fp32's in turn (bench.recommend.serving_path), turned into a queue
+   estimate of max QPS under the bound (bench.recommend.speed); a candidate dominated beyond
    both intervals is out. Before each backend, the time spent and the mean job's time project the stage's
    end: a backend whose jobs would take the funnel past `recommend.budget_min` (less what stage 4 needs) is
    not timed, and says so.
@@ -35,12 +36,12 @@ from bench.recommend.decide import (ACCURACY, CONFIRM, RUNNABLE, SPEED, Candidat
                                     Rejection)
 from bench.recommend.facts import backend_facts, is_measured
 from bench.recommend.jobs import Jobs, offline_config, server_config
-from bench.recommend.serving_path import measure_path
+from bench.recommend.serving_path import measure_served
 from bench.recommend.speed import estimate, point, timed_sizes
 from bench.registry import BASELINE_BACKEND
-from bench.serve.path import PathCost
+from bench.serve.path import ServedTimes
 
-PathSeam = Callable[[Config, Config, list[int]], tuple[Optional[PathCost], Optional[str]]]
+PathSeam = Callable[[Config, Config, list[int]], tuple[Optional[dict[int, ServedTimes]], Optional[str]]]
 SERVE_OVERHEAD_S = 20.0  # a serving job's time beyond its search: building, the warm-up, the queue estimate
 
 
@@ -118,8 +119,8 @@ def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say
                   clock: Callable[[], float] = time.perf_counter, path: Optional[PathSeam] = None) -> Outcome:
     """The funnel. `configs(backend)` is the recommend's config with that backend chosen (as the command line
     composes it); `confirm` is stage 4's seam (bench.recommend.confirm); `path(offline_cfg, serve_cfg, sizes)` stage
-    3's serving-path measurement (bench.recommend.serving_path; default: on the jobs' session)."""
-    path = path or (lambda c, s, sizes: measure_path(c, s, sizes, jobs.session))
+    3's served batch times (bench.recommend.serving_path; default: on the jobs' session)."""
+    path = path or (lambda c, s, sizes: measure_served(c, s, sizes, jobs.session))
     started = clock()
     names = list(dict.fromkeys([BASELINE_BACKEND, *(cfg.recommend.backends or default_backends())]))
     out = Outcome(cfg, budget_of(cfg), names, threads_axis(cfg))
@@ -154,7 +155,6 @@ def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say
     order = sorted(left["memory"], key=lambda b: (b != BASELINE_BACKEND, out.facts[b].model_mb))
     limit_s = cfg.recommend.budget_min * 60 - stage4_seconds(cfg)
     first, more = out.threads[0], out.threads[1:]
-    paths: dict[tuple[str, int], Optional[PathCost]] = {}  # each backend's serving-path extra, by threads
 
     def timed(name: str, threads: int) -> bool:
         """Time one backend at one thread count (its jobs at every size) unless the budget says no; its candidates' estimates."""
@@ -173,17 +173,15 @@ def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say
                 failed = failed or f"its offline job at bs={size} threads={threads} is {record.status}: {why}"
                 continue
             points[size] = p
-        cost = None
-        if points:  # what a served batch costs beyond the offline call, measured on the serving function
-            cost, why = path(offline_config(backend_cfgs[name], max(sizes), threads),
-                             server_config(backend_cfgs[name], max(sizes), threads, cfg.slo.p99_ms), list(cfg.recommend.batch_sizes))
-            if cost is None:
-                out.notes.append(f"{name} threads={threads}: serving path not measured ({why}); its estimate is from offline times alone")
-        paths[(name, threads)] = cost
-        fp32_cost = paths.get((BASELINE_BACKEND, threads), paths.get((BASELINE_BACKEND, first)))  # fp32 is timed at the fewest threads only
+        served = None
+        if points:  # the serving function's own batch times, the backend's and fp32's in turn (bench.serve.path)
+            served, why = path(offline_config(backend_cfgs[name], max(sizes), threads),
+                               server_config(backend_cfgs[name], max(sizes), threads, cfg.slo.p99_ms), sizes)
+            if served is None:
+                out.notes.append(f"{name} threads={threads}: served batches not timed ({why}); its estimate is from offline times alone")
         for m in cfg.recommend.batch_sizes:
             c = Candidate(name, m, threads)
-            e = estimate(points, query_sizes, m, serve.max_wait_ms / 1000, cfg.slo.p99_ms, cost, fp32_cost) if points else None
+            e = estimate(points, query_sizes, m, serve.max_wait_ms / 1000, cfg.slo.p99_ms, served) if points else None
             if e is None:
                 out.rejections.append(Rejection(c.label(), SPEED, failed or "no offline figure"))
                 continue

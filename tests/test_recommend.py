@@ -302,7 +302,7 @@ def test_served_times_set_the_estimate_and_the_offline_speedup_only_its_interval
     from bench.recommend.speed import served_times
     from bench.serve.path import ServedTimes
 
-    points = {256: (4.0, 3.0, 2.5, 3.5), 1024: (12.0, 3.0, 2.5, 3.5)}  # offline: 3x fp32
+    points = {256: (2.0, 3.0, 2.5, 3.5), 1024: (6.0, 3.0, 2.5, 3.5)}  # offline: 3x fp32
     served = {256: ServedTimes(200.0, 3.0, 4.0), 1024: ServedTimes(900.0, 6.0, 9.0)}  # served: 1.33-1.5x
     assert served_times(points, served, 0) == {200.0: 4.0, 900.0: 9.0}
     assert served_times(points, served, 1) == {200.0: 3.0, 900.0: 6.0}

@@ -109,7 +109,7 @@ def plan_text(cfg: Config, backends: list[str], threads: list[int]) -> str:
             f"  stage 1-2: ΔAUC from the cached eval scores and model MB, per backend; stage 3: up to {jobs} paired offline jobs "
             f"(batch {', '.join(map(str, sizes))}) for the backends left at {threads[0]} thread{'s' if threads[0] > 1 else ''}"
             + (f", at {', '.join(map(str, threads[1:]))} for the best {cfg.recommend.confirm}" if threads[1:] else "")
-            + f", then a queue estimate each; stage 4: LoadGen Server searches of the best {cfg.recommend.confirm}, each paired "
+            + f", then served batch times beside fp32's and a queue estimate each; stage 4: LoadGen Server searches of the best {cfg.recommend.confirm}, each paired "
             f"with fp32's (up to {stage4_seconds(cfg) / 60:.0f} min); "
             f"budget {cfg.recommend.budget_min:g} min; stored jobs are reused (resume)")
 

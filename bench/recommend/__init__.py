@@ -2,7 +2,8 @@
 
     decide.py    the funnel's decisions as pure functions: budget, memory, dominance, pick, front, what would change
     facts.py     stages 1-2: a backend's ΔAUC interval from the cached eval scores, and its model MB (cached)
-    speed.py     stage 3: paired offline batch times -> the queue estimate of max QPS under the bound
+    speed.py     stage 3: served batch times (interval from the paired offline speedups) -> the queue estimate of max QPS under the bound
+    serving_path.py  stage 3: a backend's and fp32's served batch times, on the session's prepared modules
     confirm.py   stage 4: LoadGen Server runs of a candidate beside fp32's (the one function stage 4 calls)
     jobs.py      the jobs of stages 3-4 through run_job with resume, stored as records
     run.py       run_recommend(...) -> Outcome: the stages in order, within the time budget

@@ -53,8 +53,9 @@ class Facts:
 
 @dataclass
 class Estimate:
-    """Stage 3: the queue estimate of a candidate's max QPS under the bound, from its paired offline batch
-    times (absolute, and relative to fp32 timed in the same jobs, each with the interval the paired
+    """Stage 3: the queue estimate of a candidate's max QPS under the bound, from its served batch times timed in
+    turn with fp32's (or, where those could not be, its paired offline batch times): absolute, and relative to
+    fp32's from the same timings, each with the interval the paired
     speedups give)."""
 
     qps: float
@@ -65,6 +66,7 @@ class Estimate:
     relative_hi: float
     fp32_qps: float
     points: dict = field(default_factory=dict)  # batch rows -> (fp32 ms, speedup, lo, hi) behind it
+    served: dict = field(default_factory=dict)  # batch rows -> the serving function's times behind it (bench.serve.path)
 
 
 @dataclass

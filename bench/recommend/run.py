@@ -4,8 +4,9 @@
    a backend whose interval is not inside the budget is out, with how far it reaches past it.
 2. memory: its prepared model's MB against `memory.max_model_mb`.
 3. offline speed: paired offline jobs at a query's rows and at each batcher size, every backend at the fewest
-   threads and the best `recommend.confirm` backends at the other thread counts, turned
-   into a queue estimate of max QPS under the bound (bench.recommend.speed); a candidate dominated beyond
+   threads and the best `recommend.confirm` backends at the other thread counts; then the serving function's own
+   batch times at those sizes, the backend's and fp32's in turn (bench.recommend.serving_path), turned into a queue
+   estimate of max QPS under the bound (bench.recommend.speed); a candidate dominated beyond
    both intervals is out. Before each backend, the time spent and the mean job's time project the stage's
    end: a backend whose jobs would take the funnel past `recommend.budget_min` (less what stage 4 needs) is
    not timed, and says so.
@@ -35,9 +36,12 @@ from bench.recommend.decide import (ACCURACY, CONFIRM, RUNNABLE, SPEED, Candidat
                                     Rejection)
 from bench.recommend.facts import backend_facts, is_measured
 from bench.recommend.jobs import Jobs, offline_config, server_config
+from bench.recommend.serving_path import measure_served
 from bench.recommend.speed import estimate, point, timed_sizes
 from bench.registry import BASELINE_BACKEND
+from bench.serve.path import ServedTimes
 
+PathSeam = Callable[[Config, Config, list[int]], tuple[Optional[dict[int, ServedTimes]], Optional[str]]]
 SERVE_OVERHEAD_S = 20.0  # a serving job's time beyond its search: building, the warm-up, the queue estimate
 
 
@@ -105,16 +109,18 @@ def plan_text(cfg: Config, backends: list[str], threads: list[int]) -> str:
             f"  stage 1-2: ΔAUC from the cached eval scores and model MB, per backend; stage 3: up to {jobs} paired offline jobs "
             f"(batch {', '.join(map(str, sizes))}) for the backends left at {threads[0]} thread{'s' if threads[0] > 1 else ''}"
             + (f", at {', '.join(map(str, threads[1:]))} for the best {cfg.recommend.confirm}" if threads[1:] else "")
-            + f", then a queue estimate each; stage 4: LoadGen Server searches of the best {cfg.recommend.confirm}, each paired "
+            + f", then served batch times beside fp32's and a queue estimate each; stage 4: LoadGen Server searches of the best {cfg.recommend.confirm}, each paired "
             f"with fp32's (up to {stage4_seconds(cfg) / 60:.0f} min); "
             f"budget {cfg.recommend.budget_min:g} min; stored jobs are reused (resume)")
 
 
 def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say: Callable[[str], None] = print,
                   confirm: Callable[[Config, Config, Jobs, str], Confirmation] = serve_beside_fp32,
-                  clock: Callable[[], float] = time.perf_counter) -> Outcome:
+                  clock: Callable[[], float] = time.perf_counter, path: Optional[PathSeam] = None) -> Outcome:
     """The funnel. `configs(backend)` is the recommend's config with that backend chosen (as the command line
-    composes it); `confirm` is stage 4's seam (bench.recommend.confirm)."""
+    composes it); `confirm` is stage 4's seam (bench.recommend.confirm); `path(offline_cfg, serve_cfg, sizes)` stage
+    3's served batch times (bench.recommend.serving_path; default: on the jobs' session)."""
+    path = path or (lambda c, s, sizes: measure_served(c, s, sizes, jobs.session))
     started = clock()
     names = list(dict.fromkeys([BASELINE_BACKEND, *(cfg.recommend.backends or default_backends())]))
     out = Outcome(cfg, budget_of(cfg), names, threads_axis(cfg))
@@ -167,9 +173,15 @@ def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say
                 failed = failed or f"its offline job at bs={size} threads={threads} is {record.status}: {why}"
                 continue
             points[size] = p
+        served = None
+        if points:  # the serving function's own batch times, the backend's and fp32's in turn (bench.serve.path)
+            served, why = path(offline_config(backend_cfgs[name], max(sizes), threads),
+                               server_config(backend_cfgs[name], max(sizes), threads, cfg.slo.p99_ms), sizes)
+            if served is None:
+                out.notes.append(f"{name} threads={threads}: served batches not timed ({why}); its estimate is from offline times alone")
         for m in cfg.recommend.batch_sizes:
             c = Candidate(name, m, threads)
-            e = estimate(points, query_sizes, m, serve.max_wait_ms / 1000, cfg.slo.p99_ms) if points else None
+            e = estimate(points, query_sizes, m, serve.max_wait_ms / 1000, cfg.slo.p99_ms, served) if points else None
             if e is None:
                 out.rejections.append(Rejection(c.label(), SPEED, failed or "no offline figure"))
                 continue

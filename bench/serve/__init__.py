@@ -8,6 +8,7 @@
     qps_search.py      the bracketed search for the highest VALID target QPS, each target judged by its runs' majority
     late.py            why a run's late queries were late: stall, service time or queueing
     queue.py           the load a simulated queue with the measured batch times holds under the bound
+    path.py            the SUT's batch function timed on packed query-set batches, a backend's beside fp32's
     accuracy_log.py    AUC from LoadGen's accuracy log, checked against the offline AUC
     paired.py          two searches interleaved run by run (ABBA): a backend's and fp32's, and the ratio of their max QPS
     scenario.py        measure_serving(cfg, backend, device, work) -> metrics: one serving job

@@ -40,7 +40,7 @@ def pick_lines(out: Outcome) -> list[str]:
             f"{out.cfg.serve.max_wait_ms:g} ms)" if out.cfg.serve is not None else f"pick: {c.label()}",
             f"  Server max QPS under {out.cfg.slo.p99_ms:g} ms: {conf.max_qps:,.4g} [{_num(conf.max_qps_lo, ',.4g')}, "
             f"{_num(conf.max_qps_hi, ',.4g')}], {_ratio(conf.relative, conf.relative_lo, conf.relative_hi)} fp32's "
-            f"({conf.fp32_max_qps:,.4g}); offline estimate {e.qps:,.0f} QPS, {_ratio(e.relative, e.relative_lo, e.relative_hi)} fp32's",
+            f"({conf.fp32_max_qps:,.4g}); stage-3 estimate {e.qps:,.0f} QPS, {_ratio(e.relative, e.relative_lo, e.relative_hi)} fp32's",
             f"  ΔAUC {fmt.delta_ci(f.auc_delta, f.auc_delta_lo, f.auc_delta_hi, 5)} (budget {out.budget:g}); model {f.model_mb:.2f} MB "
             f"(embeddings {f.embedding_mb:.2f} MB)"]
 

@@ -32,19 +32,9 @@ from bench import registry
 from bench.batch import fresh_inputs, take_rows
 from bench.config.compose import compose
 from bench.pipeline.shared import SharedWork
+from bench.serve.path import packed
 from bench.serve.queries import QuerySet
 from bench.serve.sut import predict
-
-
-def packed(queries: QuerySet, max_rows: int, rng: np.random.Generator) -> list[int]:
-    """Random samples, in draw order, up to max_rows rows (at least one)."""
-    out, rows = [], 0
-    while True:
-        i = int(rng.integers(len(queries)))
-        if out and rows + int(queries.sizes[i]) > max_rows:
-            return out
-        out.append(i)
-        rows += int(queries.sizes[i])
 
 
 def stages(backend, module, queries: QuerySet, indices: list[int], device, max_rows: int) -> dict[str, float]:

@@ -188,6 +188,28 @@ def test_accuracy_and_size_are_measured_once_then_read_back(make):
 
 
 @pytest.mark.slow
+def test_served_times_are_timed_once_then_read_back(make):
+    """Stage 3's served batch times are stored like the accuracy facts: a second session reads them back (the same
+    figures, nothing prepared); other sizes or another query set are timed again."""
+    from bench.recommend.serving_path import served_path, served_times
+    cfg = make(*RECOMMEND, "backend=int8_tbe")
+    off, srv = offline_config(cfg, 1024, 1), server_config(cfg, 1024, 1, 60.0)
+    first, why, reused = served_times(off, srv, [256, 1024], Session())
+    assert why is None and not reused and sorted(first) == [256, 1024]
+    assert all(t.ms > 0 and t.fp32_ms > 0 and 0 < t.pairs <= size for size, t in first.items())
+    again, why, reused = served_times(off, srv, [256, 1024], Session())
+    assert why is None and reused and again == first
+    _, _, reused = served_times(off, srv, [1024], Session())
+    assert not reused  # other sizes: timed
+    fixed = dataclasses.replace(srv, serve=dataclasses.replace(srv.serve, fixed_pairs=100))
+    assert served_path(off, fixed, [1024], "m") != served_path(off, srv, [1024], "m") != served_path(off, srv, [1024], "n")
+    for stored in served_path(off, srv, [256, 1024], "m").parent.glob("served-*.json"):
+        stored.write_text("{damaged")
+    _, why, reused = served_times(off, srv, [256, 1024], Session())
+    assert why is None and not reused  # a damaged file is timed again
+
+
+@pytest.mark.slow
 def test_a_candidate_best_offline_whose_server_runs_fail_the_bound_is_not_picked(make, tmp_path):
     """The candidate stage 3 ranks first is served under a bound no load can meet (0.01 ms): its LoadGen Server runs
     really fail; stage 4 must reject it and pick the next confirmed one."""

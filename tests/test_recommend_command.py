@@ -71,7 +71,9 @@ def test_a_pick_then_reuse_then_a_target_beyond_reach(place):
 
     again = recommend(place)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "(0 jobs measured, " in again.stdout and "3 of 3 backends' accuracy read back" in again.stdout, again.stdout[-2000:]
+    assert "(0 jobs measured, " in again.stdout and "3 of 3 backends' accuracy and " in again.stdout, again.stdout[-2000:]
+    served = answer["served_times"]["timed"]
+    assert served >= 1 and f"{served} of {served} served batch times read back" in again.stdout  # nothing timed again
     assert len((place / "reports" / "records.jsonl").read_text().splitlines()) == len(records)  # nothing measured twice
     second = json.loads((folder / "recommend.json").read_text())
     assert second["pick"]["backend"] == pick["backend"] and second["pick"]["server"] == pick["server"]  # the same stored records

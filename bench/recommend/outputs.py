@@ -67,7 +67,8 @@ def console_lines(out: Outcome, folder: Path) -> list[str]:
         stages[r.stage] = stages.get(r.stage, 0) + 1
     lines.append("rejected: " + (", ".join(f"{n} at stage {s}" for s, n in sorted(stages.items())) or "none"))
     lines.append(f"took {out.seconds.get('total', 0):.0f} s ({out.jobs_measured} jobs measured, {out.jobs_resumed} reused from the store, "
-                 f"{out.facts_reused} of {len(out.facts)} backends' accuracy read back); report: {folder / 'recommend.md'}")
+                 f"{out.facts_reused} of {len(out.facts)} backends' accuracy and {out.served_reused} of {out.served_reused + out.served_timed} "
+                 f"served batch times read back); report: {folder / 'recommend.md'}")
     return lines
 
 
@@ -101,6 +102,7 @@ def as_json(out: Outcome) -> dict[str, Any]:
         "notes": out.notes,
         "seconds": out.seconds,
         "jobs": {"measured": out.jobs_measured, "reused": out.jobs_resumed},
+        "served_times": {"timed": out.served_timed, "read_back": out.served_reused},
     }
 
 
@@ -153,7 +155,8 @@ def markdown(out: Outcome) -> str:
     lines += [f"- {c}" for c in out.changes] or ["- nothing measured here would: every stopped candidate was stopped by its own figures"]
     lines += ["", "## Cost", "", f"{out.seconds.get('total', 0):.0f} s in all: " + ", ".join(f"{k} {v:.0f} s" for k, v in out.seconds.items() if k != "total")
               + f"; {out.jobs_measured} jobs measured, {out.jobs_resumed} reused from the store; {out.facts_reused} of {len(out.facts)} "
-              "backends' accuracy and size read back from the cache.", "", HOW, ""]
+              f"backends' accuracy and size, and {out.served_reused} of {out.served_reused + out.served_timed} served batch times, read back "
+              "from the cache.", "", HOW, ""]
     return "\n".join(lines)
 
 

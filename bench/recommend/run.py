@@ -36,12 +36,12 @@ from bench.recommend.decide import (ACCURACY, CONFIRM, RUNNABLE, SPEED, Candidat
                                     Rejection)
 from bench.recommend.facts import backend_facts, is_measured
 from bench.recommend.jobs import Jobs, offline_config, server_config
-from bench.recommend.serving_path import measure_served
+from bench.recommend.serving_path import served_times
 from bench.recommend.speed import estimate, point, timed_sizes
 from bench.registry import BASELINE_BACKEND
 from bench.serve.path import ServedTimes
 
-PathSeam = Callable[[Config, Config, list[int]], tuple[Optional[dict[int, ServedTimes]], Optional[str]]]
+PathSeam = Callable[[Config, Config, list[int]], tuple[Optional[dict[int, ServedTimes]], Optional[str], bool]]
 SERVE_OVERHEAD_S = 20.0  # a serving job's time beyond its search: building, the warm-up, the queue estimate
 
 
@@ -89,6 +89,8 @@ class Outcome:
     seconds: dict[str, float] = field(default_factory=dict)
     jobs_measured: int = 0
     jobs_resumed: int = 0
+    served_timed: int = 0  # backends (at a thread count) whose served batches stage 3 timed now
+    served_reused: int = 0  # ... and whose served times it read back (bench.recommend.serving_path)
 
     @property
     def survivors(self) -> dict[str, list[str]]:
@@ -120,7 +122,7 @@ def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say
     """The funnel. `configs(backend)` is the recommend's config with that backend chosen (as the command line
     composes it); `confirm` is stage 4's seam (bench.recommend.confirm); `path(offline_cfg, serve_cfg, sizes)` stage
     3's served batch times (bench.recommend.serving_path; default: on the jobs' session)."""
-    path = path or (lambda c, s, sizes: measure_served(c, s, sizes, jobs.session))
+    path = path or (lambda c, s, sizes: served_times(c, s, sizes, jobs.session))
     started = clock()
     names = list(dict.fromkeys([BASELINE_BACKEND, *(cfg.recommend.backends or default_backends())]))
     out = Outcome(cfg, budget_of(cfg), names, threads_axis(cfg))
@@ -175,9 +177,12 @@ def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say
             points[size] = p
         served = None
         if points:  # the serving function's own batch times, the backend's and fp32's in turn (bench.serve.path)
-            served, why = path(offline_config(backend_cfgs[name], max(sizes), threads),
-                               server_config(backend_cfgs[name], max(sizes), threads, cfg.slo.p99_ms), sizes)
-            if served is None:
+            served, why, reused = path(offline_config(backend_cfgs[name], max(sizes), threads),
+                                       server_config(backend_cfgs[name], max(sizes), threads, cfg.slo.p99_ms), sizes)
+            if served is not None:
+                out.served_reused += reused
+                out.served_timed += not reused
+            else:
                 out.notes.append(f"{name} threads={threads}: served batches not timed ({why}); its estimate is from offline times alone")
         for m in cfg.recommend.batch_sizes:
             c = Candidate(name, m, threads)
@@ -209,7 +214,8 @@ def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say
     dominated = {r.what for r in out.rejections if r.stage == SPEED}
     alive = [row for row in rows if row[0].label() not in dominated]
     say(f"stage 3 (offline speed): {len(rows)} candidates estimated, {len(alive)} not dominated"
-        f" ({jobs.count} jobs: {len(jobs.seconds)} measured, {jobs.resumed} reused)")
+        f" ({jobs.count} jobs: {len(jobs.seconds)} measured, {jobs.resumed} reused; served batch times: {out.served_timed} timed, "
+        f"{out.served_reused} read back)")
 
     # stage 4
     mark = clock()

@@ -67,6 +67,14 @@ def test_dominated_only_beyond_both_intervals_at_the_same_threads():
             (d, est(0.5, 0.4, 0.6), facts("d", 0.0, mb=10))]  # slower, but at other threads: another fp32 behind its ratio
     out = decide.dominated(rows)
     assert set(out) == {a} and out[a].stage == SPEED and "dominated by b bs=1024 threads=1" in out[a].reason
+    # ratios over different fp32s: a higher ratio at batcher 1024 is not more QPS than a lower one at 4096, whose fp32
+    # serves 2.5x more; read through fp32's estimate at each size, the 4096 candidate is the faster, beyond both intervals
+    small, large = Candidate("s", 1024, 1), Candidate("l", 4096, 1)
+    rows = [(small, Estimate(154, 146, 163, 1.54, 1.46, 1.63, 100.0), facts("s", 0.0, mb=10)),
+            (large, Estimate(330, 315, 348, 1.32, 1.26, 1.39, 250.0), facts("l", 0.0, mb=10))]
+    out = decide.dominated(rows)
+    assert set(out) == {small} and "dominated by l bs=4096 threads=1: an estimated 154 QPS [146, 163] against 330 [315, 348]" in out[small].reason
+    assert [c for c, _, _ in decide.confirm_order(rows, None)] == [large, small]
     # a candidate whose ΔAUC interval reaches lower is not beaten by a faster one that gives up less
     rows = [(a, est(1.0, 0.95, 1.05), facts("a", 0.0, -0.0001, 0.0001)), (b, est(1.5, 1.4, 1.6), facts("b", 0.0, -0.0005, 0.0005))]
     assert decide.dominated(rows) == {}

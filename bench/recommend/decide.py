@@ -119,36 +119,63 @@ def within_memory(f: Facts, max_mb: Optional[float]) -> Optional[Rejection]:
                      needs=f"memory.max_model_mb={math.ceil(f.model_mb * 100) / 100:g}")
 
 
-def beats(b: tuple[Candidate, Estimate, Facts], a: tuple[Candidate, Estimate, Facts]) -> bool:
-    """b beats a beyond the intervals: at the same threads (relative figures share their fp32), b's relative
-    QPS interval lies wholly above a's, b's ΔAUC interval reaches no lower than a's (it may give up no more
+def anchored_estimates(rows: list[tuple[Candidate, Estimate, Facts]]) -> dict[Candidate, tuple[float, float, float]]:
+    """Each estimate's QPS read through its ratio to fp32: (point, low, high) = the ratio and its interval times fp32's
+    median estimate at the same batcher size and threads. A ratio is only comparable to another over the same fp32
+    (fp32 at batcher 1024 is not fp32 at 4096); read through one fp32 level per configuration, candidates at different
+    batcher sizes compare in QPS, and the host's speed still cancels in each ratio. Without an fp32 estimate: its own."""
+    levels: dict[tuple[int, int], list[float]] = {}
+    for c, e, _ in rows:
+        if e.fp32_qps > 0:
+            levels.setdefault((c.batch_size, c.threads), []).append(e.fp32_qps)
+    out = {}
+    for c, e, _ in rows:
+        level = levels.get((c.batch_size, c.threads))
+        if level and math.isfinite(e.relative):
+            m = statistics.median(level)
+            out[c] = (e.relative * m, e.relative_lo * m, e.relative_hi * m)
+        else:
+            out[c] = (e.qps, e.qps_lo, e.qps_hi)
+    return out
+
+
+def beats(b: tuple[Candidate, Estimate, Facts], a: tuple[Candidate, Estimate, Facts],
+          qps: dict[Candidate, tuple[float, float, float]]) -> bool:
+    """b beats a beyond the intervals: at the same threads, b's QPS interval read through its ratio to fp32
+    (`anchored_estimates`) lies wholly above a's, b's ΔAUC interval reaches no lower than a's (it may give up no more
     accuracy), and b holds no more MB."""
     (cb, eb, fb), (ca, ea, fa) = b, a
-    return (cb.threads == ca.threads and eb.relative_lo > ea.relative_hi and fb.auc_delta_lo >= fa.auc_delta_lo
+    return (cb.threads == ca.threads and qps[cb][1] > qps[ca][2] and fb.auc_delta_lo >= fa.auc_delta_lo
             and fb.model_mb <= fa.model_mb)
 
 
 def dominated(rows: list[tuple[Candidate, Estimate, Facts]]) -> dict[Candidate, Rejection]:
     """Stage 3: each candidate another beats beyond both intervals, with the one that beats it."""
+    qps = anchored_estimates(rows)
     out = {}
     for a in rows:
-        winner = next((b for b in rows if b[0] != a[0] and beats(b, a)), None)
+        winner = next((b for b in rows if b[0] != a[0] and beats(b, a, qps)), None)
         if winner is not None:
-            cb, eb, _ = winner
+            cb = winner[0]
+            (pa, la, ha), (pb, lb, hb) = qps[a[0]], qps[cb]
             out[a[0]] = Rejection(a[0].label(), SPEED,
-                                  f"dominated by {cb.label()}: {a[1].relative:.2f}x fp32 [{a[1].relative_lo:.2f}, {a[1].relative_hi:.2f}] "
-                                  f"against {eb.relative:.2f}x [{eb.relative_lo:.2f}, {eb.relative_hi:.2f}], with a ΔAUC interval reaching no lower and no more MB")
+                                  f"dominated by {cb.label()}: an estimated {pa:,.0f} QPS [{la:,.0f}, {ha:,.0f}] against {pb:,.0f} "
+                                  f"[{lb:,.0f}, {hb:,.0f}] (each its ratio to fp32 times fp32's estimate at its batcher size), "
+                                  "with a ΔAUC interval reaching no lower and no more MB")
     return out
 
 
 def confirm_order(rows: list[tuple[Candidate, Estimate, Facts]], qps_target: Optional[float]) -> list[tuple[Candidate, Estimate, Facts]]:
-    """The order stage 4 confirms in: the highest estimate first; with a target rate, those whose estimate
-    reaches it first, fewest threads first among them."""
+    """The order stage 4 confirms in: the highest estimate (read through its ratio to fp32, `anchored_estimates`)
+    first; with a target rate, those whose estimate reaches it first, fewest threads first among them."""
+    qps = anchored_estimates(rows)
+
     def key(row):
         c, e, f = row
+        point, _, high = qps[c]
         if qps_target is None:
-            return (-e.qps, -f.auc_delta, f.model_mb)
-        return (e.qps_hi < qps_target, c.threads if e.qps_hi >= qps_target else 0, -e.qps, -f.auc_delta)
+            return (-point, -f.auc_delta, f.model_mb)
+        return (high < qps_target, c.threads if high >= qps_target else 0, -point, -f.auc_delta)
     return sorted(rows, key=key)
 
 

@@ -261,8 +261,10 @@ def front_points(out: Outcome) -> list[Point]:
     """Every estimated candidate as a point at stage 3's estimate of its QPS under the bound (one measure for all of
     them: Server's figures exist for the confirmed few only), and at 0 where LoadGen's Server runs met the bound at
     no load."""
-    def qps(c: Candidate, e: Estimate) -> float:
+    anchored = decide.anchored_estimates([(c, e, out.facts[c.backend]) for c, e in out.estimates.items()])
+
+    def qps(c: Candidate) -> float:
         conf = out.confirmations.get(c)
-        return 0.0 if conf is not None and not conf.max_qps > 0 else e.qps
-    return [Point(c, qps(c, e), out.facts[c.backend].auc_delta, out.facts[c.backend].model_mb, c in out.confirmations)
-            for c, e in out.estimates.items()]
+        return 0.0 if conf is not None and not conf.max_qps > 0 else anchored[c][0]
+    return [Point(c, qps(c), out.facts[c.backend].auc_delta, out.facts[c.backend].model_mb, c in out.confirmations)
+            for c in out.estimates]

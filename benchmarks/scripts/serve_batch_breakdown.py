@@ -75,6 +75,9 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
+    for name in args.backends:  # --backends takes every word after it: overrides go before it
+        if name not in registry.names("backend"):
+            parser.error(f"unknown backend {name!r}: name backends after --backends and overrides (key=value) before it")
     torch.set_num_threads(1)
     work, device = SharedWork(), torch.device("cpu")
     modules, backends, queries = {}, {}, None

@@ -17,6 +17,7 @@ median ms of each stage per batch and per 1000 pairs.
 
     python benchmarks/scripts/serve_batch_breakdown.py cache_dir=/work/cache-45 [--backends fp32 onnxruntime_int8_dynamic]
         [--sizes 1024 4096] [--batches 40]
+Overrides (key=value) go before --backends, which takes every word after it.
 """
 
 from __future__ import annotations

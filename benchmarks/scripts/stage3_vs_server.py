@@ -6,6 +6,7 @@ to fp32, and LoadGen's figures.
 
     python benchmarks/scripts/stage3_vs_server.py /work/reports-45b/records.jsonl cache_dir=/work/cache-45
         [--backends onnxruntime_int8_dynamic inc_int8_static compiled_fp32 openvino_fp32]
+Overrides (key=value) go before --backends, which takes every word after it.
 """
 
 from __future__ import annotations

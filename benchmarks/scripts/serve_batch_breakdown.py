@@ -17,6 +17,7 @@ median ms of each stage per batch and per 1000 pairs.
 
     python benchmarks/scripts/serve_batch_breakdown.py cache_dir=/work/cache-45 [--backends fp32 onnxruntime_int8_dynamic]
         [--sizes 1024 4096] [--batches 40]
+Overrides (key=value) go before --backends, which takes every word after it.
 """
 
 from __future__ import annotations
@@ -75,6 +76,9 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
+    for name in args.backends:  # --backends takes every word after it: overrides go before it
+        if name not in registry.names("backend"):
+            parser.error(f"unknown backend {name!r}: name backends after --backends and overrides (key=value) before it")
     torch.set_num_threads(1)
     work, device = SharedWork(), torch.device("cpu")
     modules, backends, queries = {}, {}, None

@@ -6,6 +6,7 @@ to fp32, and LoadGen's figures.
 
     python benchmarks/scripts/stage3_vs_server.py /work/reports-45b/records.jsonl cache_dir=/work/cache-45
         [--backends onnxruntime_int8_dynamic inc_int8_static compiled_fp32 openvino_fp32]
+Overrides (key=value) go before --backends, which takes every word after it.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import json
 
 import numpy as np
 
+from bench import registry
 from bench.config.compose import compose
 from bench.record import RunRecord
+from bench.recommend.confirm import confirmation
 from bench.recommend.jobs import offline_config, server_config
 from bench.recommend.serving_path import measure_served
 from bench.recommend.speed import estimate, point, timed_sizes
@@ -25,19 +28,27 @@ from bench.runner import Session
 COMMAND = "+sweep=recommend"
 
 
+def ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else float("nan")  # a Server search with no target inside the bound holds 0 QPS
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("records")
     parser.add_argument("--backends", nargs="+", default=["onnxruntime_int8_dynamic", "inc_int8_static", "compiled_fp32", "openvino_fp32"])
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
+    for name in args.backends:  # --backends takes every word after it: overrides go before it
+        if name not in registry.names("backend"):
+            parser.error(f"unknown backend {name!r}: name backends after --backends and overrides (key=value) before it")
     offline, served = {}, {}
     for line in open(args.records):
         d = json.loads(line)
         if d.get("status") != "ok" or (d["config"].get("threads") or 1) != 1:
             continue
         if d["config"].get("serve"):
-            served[(d["backend"], d["batch_size"])] = (d["metrics"].get("max_qps"), d["metrics"].get("reference_max_qps"))
+            c = confirmation(RunRecord.from_dict(d))  # as stage 4 reads it: fp32 served alone is its own reference
+            served[(d["backend"], d["batch_size"])] = (c.max_qps, c.fp32_max_qps)
         else:
             offline.setdefault(d["backend"], {})[d["batch_size"]] = RunRecord.from_dict(d)
     cfg = compose([COMMAND, *args.overrides])
@@ -60,7 +71,7 @@ def main() -> None:
             new = estimate(points, query_sizes, m, serve.max_wait_ms / 1000, cfg.slo.p99_ms, costs[name])
             qps, ref = served[(name, m)]
             print(f"{name + ' bs=' + str(m):34s} {bare.qps:9.0f} {bare.relative:7.2f} {new.qps:9.0f} {new.relative:7.2f} "
-                  f"{qps:7.0f} {ref:8.0f} {qps / ref:7.2f} {new.qps / qps:7.2f}")
+                  f"{qps:7.0f} {ref:8.0f} {ratio(qps, ref):7.2f} {ratio(new.qps, qps):7.2f}")
 
 
 if __name__ == "__main__":

@@ -62,7 +62,9 @@ def test_a_pick_then_reuse_then_a_target_beyond_reach(place):
     assert pick["backend"] in ("fp32", "int8_tbe", "uint4") and pick["batch_size"] == 1024 and pick["threads"] == 1
     assert pick["server"]["max_qps"] > 0 and pick["server"]["fp32_max_qps"] > 0 and answer["front"]
     md = (folder / "recommend.md").read_text()
-    for heading in ("## The pick", "## Pareto front", "## Rejected", "## What would change the pick", "## Cost"):
+    through = [e["qps_through_ratio"] for e in answer["estimates"]]
+    assert through and all(0 <= t["lo"] <= t["point"] <= t["hi"] and t["point"] > 0 for t in through)  # what stage 3 compares and orders by
+    for heading in ("## The pick", "## Pareto front", "## Stage 3 estimates", "## Rejected", "## What would change the pick", "## Cost"):
         assert heading in md, heading
     records = (place / "reports" / "records.jsonl").read_text().splitlines()
     measured = answer["jobs"]["measured"]

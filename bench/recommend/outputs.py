@@ -48,11 +48,13 @@ def pick_lines(out: Outcome) -> list[str]:
 
 def front_rows(out: Outcome) -> list[list[str]]:
     rows = []
+    anchored = decide.anchored_estimates([(c, e, out.facts[c.backend]) for c, e in out.estimates.items()])
     for p in out.front:
         e, f = out.estimates.get(p.candidate), out.facts[p.candidate.backend]
         conf = out.confirmations.get(p.candidate)
+        q, lo, hi = anchored[p.candidate]
         rows.append([p.candidate.label() + (" (pick)" if p.candidate == out.chosen else ""),
-                     f"{e.qps:,.0f} [{e.qps_lo:,.0f}, {e.qps_hi:,.0f}]", _ratio(e.relative, e.relative_lo, e.relative_hi),
+                     f"{q:,.0f} [{lo:,.0f}, {hi:,.0f}]", _ratio(e.relative, e.relative_lo, e.relative_hi),
                      f"{conf.max_qps:,.4g}, {_ratio(conf.relative, conf.relative_lo, conf.relative_hi)} fp32's" if conf else "not served",
                      fmt.delta_ci(f.auc_delta, f.auc_delta_lo, f.auc_delta_hi, 5), f"{f.model_mb:.2f}"])
     return rows
@@ -133,7 +135,8 @@ def markdown(out: Outcome) -> str:
         conf = out.confirmations[out.chosen]
         lines += [f"Confirmation: {conf.method}; records {', '.join(conf.records)}. p99 at the max QPS: {_num(conf.p99_ms, '.1f')} ms.", ""]
     lines += ["## Pareto front (QPS under the bound, ΔAUC, model MB)", "",
-              "The QPS axis is stage 3's queue estimate for every candidate (one measure for all; LoadGen Server figures exist for the "
+              "The QPS axis is stage 3's queue estimate for every candidate, read through its ratio to fp32 (the ratio times fp32's "
+              "median estimate at that batcher size and threads; one measure for all; LoadGen Server figures exist for the "
               "few confirmed, shown beside it); a candidate whose Server runs met the bound at no load sits at 0.", "",
               fmt.markdown_table(["candidate", "est. QPS under the bound [95% CI]", "est. vs fp32", "Server max QPS", "ΔAUC [95% CI]",
                                   "model MB"], front_rows(out)), "",

@@ -258,8 +258,8 @@ def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say
 
 
 def front_points(out: Outcome) -> list[Point]:
-    """Every estimated candidate as a point at stage 3's estimate of its QPS under the bound (one measure for all of
-    them: Server's figures exist for the confirmed few only), and at 0 where LoadGen's Server runs met the bound at
+    """Every estimated candidate as a point at stage 3's estimate of its QPS under the bound, read through its ratio to
+    fp32 (decide.anchored_estimates; one measure for all of them: Server's figures exist for the confirmed few only), and at 0 where LoadGen's Server runs met the bound at
     no load."""
     anchored = decide.anchored_estimates([(c, e, out.facts[c.backend]) for c, e in out.estimates.items()])
 

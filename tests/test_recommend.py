@@ -5,6 +5,7 @@ is not picked."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import numpy as np
@@ -215,6 +216,35 @@ def test_served_times_are_timed_once_then_read_back(make):
         stored.write_text("{damaged")
     _, why, reused = served_times(off, srv, [256, 1024], Session())
     assert why is None and not reused  # a damaged file is timed again
+
+
+@pytest.mark.slow
+def test_a_tune_map_joins_the_candidates_under_its_own_name(make, tmp_path):
+    """A tune's per_table.yaml in the reports_dir joins the default candidates as uint4 with the map's types; named
+    with `recommend.tune_map` it joins a given list too. Its facts, jobs and estimates carry its own name and its
+    records the map."""
+    from bench.recommend.run import TUNED, candidate_overrides, tune_map
+    left = tmp_path / "reports" / "tune" / "latest" / "per_table.yaml"
+    assert tune_map(make(*RECOMMEND)) is None
+    left.parent.mkdir(parents=True)
+    left.write_text("{t_cat_0: int8, t_cat_1: fp16}\n")
+    assert tune_map(make(*RECOMMEND)) == left  # default candidates: the tune's map joins them
+    assert tune_map(make(*RECOMMEND, "recommend.backends=[int8_tbe]")) is None  # a given list: only when named
+    cfg = make(*RECOMMEND, "recommend.backends=[int8_tbe]", f"recommend.tune_map={left}", "accuracy.max_auc_drop=0.5",
+               "recommend.confirm=1")
+    assert candidate_overrides(cfg, TUNED) == ["backend=uint4", f"backend.per_table_file={left}"]
+    jobs = Jobs(Session(), tmp_path / "jobs")
+    told = []
+    out = run_recommend(cfg, lambda name: make(*RECOMMEND, f"recommend.tune_map={left}", *candidate_overrides(cfg, name)), jobs,
+                        say=told.append, confirm=lambda *args: Confirmation(0.0, None, None, 0.0, math.nan, math.nan, math.nan, None, "stage 4 left out: this test is about stages 1-3"))
+    assert out.backends == ["fp32", "int8_tbe", TUNED] and f"{TUNED}: uint4 with the per-table map {left}" in told[0]
+    assert out.facts[TUNED].backend == TUNED and out.facts[TUNED].skipped is None
+    assert out.facts[TUNED].model_mb != out.facts["int8_tbe"].model_mb  # its own tables' types, not another backend's
+    assert any(c.backend == TUNED for c in out.estimates)
+    records = [json.loads(line) for line in (tmp_path / "reports" / "records.jsonl").read_text().splitlines()]
+    tuned = [r for r in records if r["config"]["backend"].get("per_table_file") == str(left)]
+    assert tuned and all(r["backend"] == "uint4" and r["config"]["backend"]["per_table"] == {"t_cat_0": "int8", "t_cat_1": "fp16"}
+                         for r in tuned)
 
 
 @pytest.mark.slow

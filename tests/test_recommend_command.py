@@ -40,6 +40,7 @@ def recommend(place, *more, timeout=600):
     ("recommend.batch_sizes=[1024,999999]", "recommend.batch_sizes reaches 999999 rows, more than the eval split"),
     ("recommend.confirm=0", "recommend.confirm must be a positive integer"),
     ("slo.p99ms=60", "slo.p99ms"),
+    ("recommend.tune_map=/no/such/per_table.yaml", "recommend.tune_map='/no/such/per_table.yaml': no such file"),
 ])
 def test_bad_input_is_one_line_and_exit_2_before_any_work(tmp_path, bad, says):
     result = run_bench("recommend", *FAST, f"cache_dir={tmp_path / 'cache'}", f"reports_dir={tmp_path / 'reports'}", bad, timeout=120)

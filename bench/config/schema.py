@@ -456,6 +456,9 @@ class RecommendConfig:
     threads: Optional[list[int]] = None
     confirm: int = 3  # candidates confirmed under LoadGen's Server scenario, best estimates first
     budget_min: float = 20.0  # minutes the funnel may take; stage 3 stops timing new candidates when they would pass it
+    # a tune's per_table.yaml as one more candidate (uint4 with the map's types); null: the one a tune left in
+    # <reports_dir>/tune/latest, with the default candidates only
+    tune_map: Optional[str] = None
 
     def validate(self) -> None:
         check_recommend_config(self)

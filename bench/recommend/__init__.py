@@ -20,13 +20,14 @@ import sys
 from pathlib import Path
 
 from bench import registry
+from bench.backends.tbe import read_per_table_file
 from bench.config import Config, check_objectives, check_recommend_config
 from bench.config.compose import compose
 from bench.console import quiet_library_noise
 from bench.errors import EXIT_GATE_FAILED, EXIT_INTERRUPTED, EXIT_OK, UserError
 from bench.recommend.jobs import Jobs
 from bench.recommend.outputs import console_lines, write_recommend
-from bench.recommend.run import Outcome, run_recommend
+from bench.recommend.run import Outcome, candidate_overrides, run_recommend
 from bench.recommend.speed import timed_sizes
 from bench.report.publish import fresh_report_dir, point_latest
 from bench.runner import Session
@@ -42,6 +43,11 @@ def check(cfg: Config) -> None:
     check_recommend_config(cfg.recommend)
     for name in cfg.recommend.backends or ():
         registry.get("backend", name)  # an unknown name: one line naming the choices
+    if cfg.recommend.tune_map:  # a missing or malformed map: one line naming it
+        try:
+            read_per_table_file(cfg.recommend.tune_map)
+        except UserError as exc:
+            raise UserError(str(exc).replace("backend.per_table_file=", "recommend.tune_map=", 1)) from exc
     largest = max(timed_sizes(list(cfg.recommend.batch_sizes)))
     if largest > cfg.workload.eval_samples:
         raise UserError(f"recommend.batch_sizes reaches {largest} rows, more than the eval split's {cfg.workload.eval_samples} samples: "
@@ -60,7 +66,7 @@ def main(overrides: list[str]) -> int:
     folder = fresh_report_dir(Path(cfg.reports_dir), "recommend")
     jobs = Jobs(Session(), folder / "jobs")
     try:
-        out = run_recommend(cfg, lambda name: compose([COMMAND, *overrides, f"backend={name}"]), jobs)
+        out = run_recommend(cfg, lambda name: compose([COMMAND, *overrides, *candidate_overrides(cfg, name)]), jobs)
     except KeyboardInterrupt:
         print("interrupted: the jobs measured so far keep their records; the same command reuses them and measures the rest",
               file=sys.stderr)

@@ -21,9 +21,11 @@ interrupted recommend resumes, an identical one reuses the first's records.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
@@ -42,6 +44,8 @@ from bench.registry import BASELINE_BACKEND
 from bench.serve.path import ServedTimes
 
 PathSeam = Callable[[Config, Config, list[int]], tuple[Optional[dict[int, ServedTimes]], Optional[str], bool]]
+TUNED_BASE = "uint4"  # the TBE backend a tune's per-table map is served with (docs/tuning.md)
+TUNED = "uint4+tune_map"  # the candidate name of the tune's map
 SERVE_OVERHEAD_S = 20.0  # a serving job's time beyond its search: building, the warm-up, the queue estimate
 
 
@@ -49,6 +53,22 @@ def default_backends() -> list[str]:
     """Every backend of the default sweeps and of the toolkit sweep, fp32 first, each once."""
     names = [*registry.sweep_backends(), *registry.toolkit_sweep_backends()]
     return list(dict.fromkeys(names))
+
+
+def tune_map(cfg: Config) -> Optional[Path]:
+    """The per-table map that joins the candidates: `recommend.tune_map`, or where the candidates are the default
+    ones, the map a tune sweep left in this reports_dir (`+sweep=tune`, docs/tuning.md); None without one."""
+    if cfg.recommend.tune_map:
+        return Path(cfg.recommend.tune_map)
+    left = Path(cfg.reports_dir) / "tune" / "latest" / "per_table.yaml"
+    return left if cfg.recommend.backends is None and left.is_file() else None
+
+
+def candidate_overrides(cfg: Config, name: str) -> list[str]:
+    """The command-line overrides that choose candidate backend `name` (the tune map's: uint4 with the map's types)."""
+    if name == TUNED:
+        return [f"backend={TUNED_BASE}", f"backend.per_table_file={tune_map(cfg)}"]
+    return [f"backend={name}"]
 
 
 def threads_axis(cfg: Config) -> list[int]:
@@ -106,8 +126,9 @@ def plan_text(cfg: Config, backends: list[str], threads: list[int]) -> str:
     jobs = len(backends) * len(sizes) + cfg.recommend.confirm * (len(threads) - 1) * len(sizes)
     qps = f", at least {cfg.slo.qps:g} QPS" if cfg.slo.qps is not None else ""
     mem = f", model at most {cfg.memory.max_model_mb:g} MB" if cfg.memory.max_model_mb is not None else ""
+    tuned = f"; {TUNED}: {TUNED_BASE} with the per-table map {tune_map(cfg)}" if TUNED in backends else ""
     return (f"recommend: p99 <= {cfg.slo.p99_ms:g} ms{qps}, ΔAUC budget {budget_of(cfg):g}{mem}; {len(backends)} backends "
-            f"({', '.join(backends)}) x batcher sizes {list(cfg.recommend.batch_sizes)} x threads {threads}.\n"
+            f"({', '.join(backends)}{tuned}) x batcher sizes {list(cfg.recommend.batch_sizes)} x threads {threads}.\n"
             f"  stage 1-2: ΔAUC from the cached eval scores and model MB, per backend; stage 3: up to {jobs} paired offline jobs "
             f"(batch {', '.join(map(str, sizes))}) for the backends left at {threads[0]} thread{'s' if threads[0] > 1 else ''}"
             + (f", at {', '.join(map(str, threads[1:]))} for the best {cfg.recommend.confirm}" if threads[1:] else "")
@@ -124,7 +145,7 @@ def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say
     3's served batch times (bench.recommend.serving_path; default: on the jobs' session)."""
     path = path or (lambda c, s, sizes: served_times(c, s, sizes, jobs.session))
     started = clock()
-    names = list(dict.fromkeys([BASELINE_BACKEND, *(cfg.recommend.backends or default_backends())]))
+    names = list(dict.fromkeys([BASELINE_BACKEND, *(cfg.recommend.backends or default_backends()), *([TUNED] if tune_map(cfg) else [])]))
     out = Outcome(cfg, budget_of(cfg), names, threads_axis(cfg))
     say(plan_text(cfg, names, out.threads))
     backend_cfgs = {name: configs(name) for name in names}
@@ -132,6 +153,7 @@ def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say
     # stages 1 and 2
     for name in names:
         f, reused = backend_facts(backend_cfgs[name], jobs.session)
+        f = dataclasses.replace(f, backend=name)  # the candidate's name (the tune map's is not its backend's)
         out.facts[name], out.facts_reused = f, out.facts_reused + reused
         if f.skipped is not None:
             out.rejections.append(Rejection(name, RUNNABLE, f"cannot run here: {f.skipped}"))

@@ -245,6 +245,15 @@ def test_a_tune_map_joins_the_candidates_under_its_own_name(make, tmp_path):
     tuned = [r for r in records if r["config"]["backend"].get("per_table_file") == str(left)]
     assert tuned and all(r["backend"] == "uint4" and r["config"]["backend"]["per_table"] == {"t_cat_0": "int8", "t_cat_1": "fp16"}
                          for r in tuned)
+    # a tune run again into the same file: its facts and served times are another backend's, not read back
+    from bench.recommend.facts import facts_path
+    from bench.recommend.serving_path import served_path
+    tuned_cfg = make(*RECOMMEND, *candidate_overrides(cfg, TUNED))
+    keys = (facts_path(tuned_cfg), served_path(offline_config(tuned_cfg, 1024, 1), server_config(tuned_cfg, 1024, 1, 60.0), [256, 1024], "m"))
+    assert keys[0].is_file()
+    left.write_text("{t_cat_0: int2}\n")
+    again = (facts_path(tuned_cfg), served_path(offline_config(tuned_cfg, 1024, 1), server_config(tuned_cfg, 1024, 1, 60.0), [256, 1024], "m"))
+    assert again[0] != keys[0] and again[1] != keys[1]
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ from pathlib import Path
 from bench import registry
 from bench.backends.backend import NotApplicable
 from bench.backends.tables import embedding_bytes
+from bench.backends.tbe import read_per_table_file
 from bench.config import Config
 from bench.errors import UserError, one_line
 from bench.hardware import prepare_process, resolve
@@ -35,9 +36,18 @@ MB = 1e6
 NOT_ACCURACY = ("batch_size", "threads", "timing", "serve")  # what a backend's accuracy and size do not depend on
 
 
+def resolved(cfg: Config, leave_out: tuple[str, ...]) -> dict:
+    """The config as data less `leave_out`, a per_table_file's mapping joined to per_table as a job resolves it
+    (bench.runner): two contents of one file (a tune run again into reports/tune/latest) are two backends."""
+    out = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in leave_out}
+    path = getattr(cfg.backend, "per_table_file", None)
+    if path and "backend" in out:
+        out["backend"]["per_table"] = {**read_per_table_file(path), **(out["backend"].get("per_table") or {})}
+    return out
+
+
 def facts_path(cfg: Config) -> Path:
-    resolved = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_ACCURACY}
-    key = config_hash({"job": job_hash(resolved), "code": code_digest()})
+    key = config_hash({"job": job_hash(resolved(cfg, NOT_ACCURACY)), "code": code_digest()})
     return Path(cfg.cache_dir) / "recommend" / f"facts-{key}.json"
 
 

@@ -21,6 +21,7 @@ from bench.io import write_json_atomic
 from bench.measure.environment import environment
 from bench.pipeline.job import reference_module
 from bench.pipeline.scores import code_digest
+from bench.recommend.facts import resolved
 from bench.registry import BASELINE_BACKEND
 from bench.runner import Session, device_of, job_hash
 from bench.serve.path import BATCHES, ServedTimes, paired_served_times
@@ -31,9 +32,8 @@ NOT_SERVED = ("batch_size", "serve")  # the job identity less what the sizes and
 
 
 def served_path(cfg: Config, serve_cfg: Config, sizes: list[int], fingerprint: str) -> Path:
-    resolved = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_SERVED}
     queries = {k: getattr(serve_cfg.serve, k) for k in QUERY_SET}
-    key = config_hash({"job": job_hash(resolved), "queries": queries, "sizes": sorted(sizes), "batches": BATCHES,
+    key = config_hash({"job": job_hash(resolved(cfg, NOT_SERVED)), "queries": queries, "sizes": sorted(sizes), "batches": BATCHES,
                        "machine": fingerprint, "code": code_digest()})
     return Path(cfg.cache_dir) / "recommend" / f"served-{key}.json"
 

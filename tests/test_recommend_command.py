@@ -5,12 +5,11 @@ is beyond reach."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
 from tests.conftest import run_bench
-from tests.support.models import FAST, train_once
+from tests.support.models import FAST, trained_place
 from tests.test_recommend import SHORT_SERVE
 
 pytestmark = pytest.mark.slow
@@ -21,10 +20,7 @@ SMALL = ["recommend.backends=[int8_tbe,uint4]", "recommend.batch_sizes=[1024]", 
 
 @pytest.fixture(scope="module")
 def place(tmp_path_factory):
-    root = tmp_path_factory.mktemp("recommend-command")
-    models = train_once(root / "trained", FAST)
-    shutil.copytree(models, root / "cache" / "models")
-    return root
+    return trained_place(tmp_path_factory.mktemp("recommend-command"), FAST)
 
 
 def recommend(place, *more, timeout=600):

@@ -10,7 +10,6 @@ import os
 import math
 import re
 import runpy
-import shutil
 import subprocess
 import sys
 
@@ -18,7 +17,7 @@ import pytest
 
 from bench.recommend.speed import timed_sizes
 from tests.conftest import REPO, run_bench
-from tests.support.models import FAST, train_once
+from tests.support.models import FAST, trained_place
 from tests.test_recommend import SHORT_SERVE
 
 pytestmark = pytest.mark.slow
@@ -33,10 +32,7 @@ NUMBER = r"(-?\d+(?:\.\d+)?|nan|inf)"  # as the scripts print them: 12.34, 5227,
 
 @pytest.fixture(scope="module")
 def place(tmp_path_factory):
-    root = tmp_path_factory.mktemp("recommend-scripts")
-    models = train_once(root / "trained", FAST)
-    shutil.copytree(models, root / "cache" / "models")
-    return root
+    return trained_place(tmp_path_factory.mktemp("recommend-scripts"), FAST)
 
 
 def where(place) -> list[str]:

@@ -95,9 +95,9 @@ class TbeConfig(BackendConfig):
         check_config(self)
 
 
-def read_per_table_file(path: str) -> dict[str, str]:
-    """The table -> weight type mapping of a YAML file (`backend.per_table_file=`)."""
-    key = f"backend.per_table_file={path!r}"
+def read_per_table_file(path: str, option: str = "backend.per_table_file") -> dict[str, str]:
+    """The table -> weight type mapping of a YAML file (`backend.per_table_file=`, or the `option` that named it)."""
+    key = f"{option}={path!r}"
     if not Path(path).is_file():
         raise UserError(f"{key}: no such file; give the per_table.yaml that `+sweep=tune` wrote")
     try:
@@ -107,6 +107,11 @@ def read_per_table_file(path: str) -> dict[str, str]:
     if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
         raise UserError(f"{key} must hold a mapping of table name -> weight type, one `table: dtype` per line")
     return data
+
+
+def joined_per_table(cfg) -> dict[str, str]:
+    """`per_table` with a `per_table_file`'s mapping under it (`per_table` entries win), as the backend resolves it."""
+    return {**read_per_table_file(cfg.per_table_file), **cfg.per_table} if cfg.per_table_file else dict(cfg.per_table)
 
 
 ENGINES = ("torch_ao", "torchao")
@@ -197,8 +202,7 @@ class TbeBackend(Backend):
     def __init__(self, cfg) -> None:
         # The file's mapping joins `per_table` here, so every cache key built from `self.cfg` (prepared
         # module, scores) covers the file's contents, not just its path.
-        if cfg.per_table_file:
-            cfg = dataclasses.replace(cfg, per_table={**read_per_table_file(cfg.per_table_file), **cfg.per_table})
+        cfg = dataclasses.replace(cfg, per_table=joined_per_table(cfg))
         super().__init__(cfg)
 
     def unsupported_reason(self, device: torch.device) -> str | None:

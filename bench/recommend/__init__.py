@@ -44,10 +44,7 @@ def check(cfg: Config) -> None:
     for name in cfg.recommend.backends or ():
         registry.get("backend", name)  # an unknown name: one line naming the choices
     if cfg.recommend.tune_map:  # a missing or malformed map: one line naming it
-        try:
-            read_per_table_file(cfg.recommend.tune_map)
-        except UserError as exc:
-            raise UserError(str(exc).replace("backend.per_table_file=", "recommend.tune_map=", 1)) from exc
+        read_per_table_file(cfg.recommend.tune_map, "recommend.tune_map")
     largest = max(timed_sizes(list(cfg.recommend.batch_sizes)))
     if largest > cfg.workload.eval_samples:
         raise UserError(f"recommend.batch_sizes reaches {largest} rows, more than the eval split's {cfg.workload.eval_samples} samples: "

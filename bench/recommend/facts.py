@@ -18,7 +18,7 @@ from pathlib import Path
 from bench import registry
 from bench.backends.backend import NotApplicable
 from bench.backends.tables import embedding_bytes
-from bench.backends.tbe import read_per_table_file
+from bench.backends.tbe import joined_per_table
 from bench.config import Config
 from bench.errors import UserError, one_line
 from bench.hardware import prepare_process, resolve
@@ -40,9 +40,8 @@ def resolved(cfg: Config, leave_out: tuple[str, ...]) -> dict:
     """The config as data less `leave_out`, a per_table_file's mapping joined to per_table as a job resolves it
     (bench.runner): two contents of one file (a tune run again into reports/tune/latest) are two backends."""
     out = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in leave_out}
-    path = getattr(cfg.backend, "per_table_file", None)
-    if path and "backend" in out:
-        out["backend"]["per_table"] = {**read_per_table_file(path), **(out["backend"].get("per_table") or {})}
+    if getattr(cfg.backend, "per_table_file", None) and "backend" in out:
+        out["backend"]["per_table"] = joined_per_table(cfg.backend)
     return out
 
 

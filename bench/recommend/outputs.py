@@ -13,7 +13,6 @@ from matplotlib.figure import Figure
 
 from bench.io import to_json, write_text_atomic
 from bench.metrics import AUC_DELTA
-from bench.recommend import decide
 from bench.recommend.decide import Candidate
 from bench.recommend.run import Outcome, front_points
 from bench.report import fmt
@@ -48,7 +47,7 @@ def pick_lines(out: Outcome) -> list[str]:
 
 def front_rows(out: Outcome) -> list[list[str]]:
     rows = []
-    anchored = decide.anchored_estimates([(c, e, out.facts[c.backend]) for c, e in out.estimates.items()])
+    anchored = out.through_ratio
     for p in out.front:
         e, f = out.estimates.get(p.candidate), out.facts[p.candidate.backend]
         conf = out.confirmations.get(p.candidate)
@@ -88,7 +87,7 @@ def _candidate(c: Candidate) -> dict[str, Any]:
 
 def as_json(out: Outcome) -> dict[str, Any]:
     cfg = out.cfg
-    anchored = decide.anchored_estimates([(c, e, out.facts[c.backend]) for c, e in out.estimates.items()])
+    anchored = out.through_ratio
     return {
         "objectives": {"p99_ms": cfg.slo.p99_ms, "qps": cfg.slo.qps, "max_auc_drop": out.budget, "max_model_mb": cfg.memory.max_model_mb},
         "candidates": {"backends": out.backends, "batch_sizes": list(cfg.recommend.batch_sizes), "threads": out.threads},
@@ -148,7 +147,7 @@ def markdown(out: Outcome) -> str:
               _ratio(v.relative, v.relative_lo, v.relative_hi), _num(v.p99_ms, ".1f"), ", ".join(v.records)] for c, v in out.confirmations.items()]))
     else:
         lines.append("None: no candidate reached stage 4.")
-    anchored = decide.anchored_estimates([(c, e, out.facts[c.backend]) for c, e in out.estimates.items()])
+    anchored = out.through_ratio
     lines += ["", "## Stage 3 estimates", "", "Ranked by the QPS read through the ratio to fp32 (the ratio and its interval times "
               "fp32's median estimate at that batcher size and threads), the measure stage 3 compares and orders by.", "",
               fmt.markdown_table(

@@ -113,6 +113,11 @@ class Outcome:
     served_reused: int = 0  # ... and whose served times it read back (bench.recommend.serving_path)
 
     @property
+    def through_ratio(self) -> dict[Candidate, tuple[float, float, float]]:
+        """Each estimate's QPS read through its ratio to fp32 (decide.anchored_estimates), the measure stage 3 compares."""
+        return decide.anchored_estimates([(c, e, self.facts[c.backend]) for c, e in self.estimates.items()])
+
+    @property
     def survivors(self) -> dict[str, list[str]]:
         """Backends left after each of stages 1 and 2."""
         out_acc = {r.what for r in self.rejections if r.stage in (RUNNABLE, ACCURACY)}
@@ -283,7 +288,7 @@ def front_points(out: Outcome) -> list[Point]:
     """Every estimated candidate as a point at stage 3's estimate of its QPS under the bound, read through its ratio to
     fp32 (decide.anchored_estimates; one measure for all of them: Server's figures exist for the confirmed few only), and at 0 where LoadGen's Server runs met the bound at
     no load."""
-    anchored = decide.anchored_estimates([(c, e, out.facts[c.backend]) for c, e in out.estimates.items()])
+    anchored = out.through_ratio
 
     def qps(c: Candidate) -> float:
         conf = out.confirmations.get(c)

@@ -29,6 +29,13 @@ def train_once(root: Path, overrides: list[str]) -> Path:
     return root / "models"
 
 
+def trained_place(root: Path, overrides: list[str]) -> Path:
+    """`root` with the fp32 model of `overrides` trained once into `root/cache/models`, for commands run with
+    `cache_dir=root/cache`."""
+    shutil.copytree(train_once(root / "trained", overrides), root / "cache" / "models")
+    return root
+
+
 def config_maker(tmp_path: Path, models: Path, overrides: list[str]):
     """`make(*more)`: configs of `overrides` whose cache (holding a copy of `models`) and reports live in `tmp_path`."""
     shutil.copytree(models, tmp_path / "cache" / "models")

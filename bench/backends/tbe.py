@@ -202,7 +202,8 @@ class TbeBackend(Backend):
     def __init__(self, cfg) -> None:
         # The file's mapping joins `per_table` here, so every cache key built from `self.cfg` (prepared
         # module, scores) covers the file's contents, not just its path.
-        cfg = dataclasses.replace(cfg, per_table=joined_per_table(cfg))
+        if cfg.per_table_file:
+            cfg = dataclasses.replace(cfg, per_table=joined_per_table(cfg))
         super().__init__(cfg)
 
     def unsupported_reason(self, device: torch.device) -> str | None:

@@ -373,7 +373,7 @@ def test_served_times_set_the_estimate_and_the_offline_speedup_only_its_interval
     from bench.serve.path import ServedTimes
 
     points = {256: (2.0, 3.0, 2.5, 3.5), 1024: (6.0, 3.0, 2.5, 3.5)}  # offline: 3x fp32
-    served = {256: ServedTimes(200.0, 3.0, 4.0), 1024: ServedTimes(900.0, 6.0, 9.0)}  # served: 1.33-1.5x
+    served = {256: ServedTimes(200.0, 3.0, 4.0, 3.0, 4.0), 1024: ServedTimes(900.0, 6.0, 9.0, 6.0, 9.0)}  # served: 1.33-1.5x
     assert served_times(points, served, 0) == {200.0: 4.0, 900.0: 9.0}
     assert served_times(points, served, 1) == {200.0: 3.0, 900.0: 6.0}
     assert served_times(points, served, 2) == pytest.approx({200.0: 3.0 * 3.0 / 2.5, 900.0: 6.0 * 3.0 / 2.5})
@@ -384,5 +384,5 @@ def test_served_times_set_the_estimate_and_the_offline_speedup_only_its_interval
     assert on_path.qps_lo < on_path.qps < on_path.qps_hi and on_path.relative_lo < on_path.relative < on_path.relative_hi
     assert on_path.served == {256: served[256].as_metrics(), 1024: served[1024].as_metrics()} and offline.served == {}
     assert set(estimate(points, SIZES, 256, 0.002, 60.0, served).served) == {256}  # the batcher forms no larger
-    same = {r: ServedTimes(t.pairs, t.fp32_ms, t.fp32_ms) for r, t in served.items()}
+    same = {r: ServedTimes(t.pairs, t.fp32_ms, t.fp32_ms, t.fp32_ms, t.fp32_ms) for r, t in served.items()}
     assert estimate(points, SIZES, 1024, 0.002, 60.0, same).relative == pytest.approx(1.0)

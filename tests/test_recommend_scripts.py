@@ -5,6 +5,7 @@ tiny `python -m bench recommend` leaves). Each prints the rows it promises, with
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import math
@@ -107,7 +108,34 @@ def test_stage3_vs_server_prints_the_estimates_beside_the_server_records(place):
             assert fp32_qps == qps and qps_x == 1.0, (name, size, rows[(name, size)])
 
 
-@pytest.mark.parametrize("name, first", [("serve_batch_breakdown", []), ("stage3_vs_server", ["records.jsonl"])])
+@pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None, reason="onnxruntime is not installed: pip install -e '.[toolkits]'")
+def test_spin_residue_times_each_backend_after_its_own_batch_and_after_the_other_s(place):
+    done = script("spin_residue", *FAST, *where(place), "--backends", "onnxruntime_fp32", "int8_tbe", "--sizes", "256",
+                  "--batches", "2", "--rounds", "1", "--threads", "1")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("1 threads, 2 batches x 1 rounds; median ms per served batch after its own batch"), lines[0]
+    assert lines[1].split() == ["candidate", "own", "after", "fp32", "after", "residue", "ratio", "pooled"], lines[1]
+    assert lines[2] == "batcher 256 rows", lines[2]
+    ends = lines.index("back to back, 4 blocks of calls: median ms per call, stopped / spinning")
+    rows = {}
+    for line in lines[3:ends]:
+        label, cells = line[:40].strip(), line[40:].split()
+        assert len(cells) == 7 and all(c.endswith("x") for c in cells[4:]), f"not a row of the table: {line!r}"
+        rows[label] = [float(c.rstrip("x")) for c in cells]
+    assert list(rows) == ["onnxruntime_fp32", "onnxruntime_fp32 (spinning on)", "onnxruntime_fp32 alone",
+                          "onnxruntime_fp32 alone, spinning on", "int8_tbe"], list(rows)
+    for label, (own, after, fp32, fp32_after, residue, ratio, pooled) in rows.items():
+        assert min(own, after, fp32, fp32_after, residue, ratio, pooled) > 0, (label, rows[label])
+        assert ratio == pytest.approx(fp32 / own, rel=0.05, abs=0.02), (label, rows[label])  # printed to 0.01 ms
+        assert residue == pytest.approx(max(after / own, fp32_after / fp32), rel=0.05, abs=0.02), (label, rows[label])
+    m = re.match(rf"onnxruntime_fp32\s+256 rows\s+{NUMBER}\s+{NUMBER}  stopped/spinning {NUMBER}x$", lines[ends + 1])
+    assert m and len(lines) == ends + 2, lines[ends:]  # the ONNX Runtime backend alone, back to back
+    stopped, spun, ratio = map(float, m.groups())
+    assert min(stopped, spun) > 0 and ratio == pytest.approx(stopped / spun, rel=0.05, abs=0.01), lines[ends + 1]
+
+
+@pytest.mark.parametrize("name, first", [("serve_batch_breakdown", []), ("stage3_vs_server", ["records.jsonl"]), ("spin_residue", [])])
 def test_an_override_after_backends_is_refused_before_any_work(tmp_path, monkeypatch, capsys, name, first):
     # --backends takes every word after it; in this process (bench already imported), as `python SCRIPT ARGS` runs it
     monkeypatch.setattr(sys, "argv", [f"{name}.py", *first, "--backends", "fp32", f"cache_dir={tmp_path / 'cache'}"])

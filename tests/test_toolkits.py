@@ -86,6 +86,18 @@ def test_quantized_backends_rewrite_what_they_declare(name, setup):
 
 
 @needs_toolkits
+@pytest.mark.parametrize("spin, stop", [(None, "1"), (True, "0")])
+def test_onnxruntime_stops_its_threads_spinning_when_a_call_returns_unless_asked(spin, stop, setup):
+    tables, model, calibration = setup
+    entry = registry.get("backend", "onnxruntime_fp32")
+    cfg = entry.config() if spin is None else entry.config(spin_between_calls=spin)
+    backend = entry.factory(cfg)
+    module = backend.prepare(model, calibration, CPU)
+    module(calibration[0].dense, calibration[0].sparse)
+    assert backend.job_metrics(module)["runtime_settings"]["session.force_spinning_stop"] == stop  # read back from the session
+
+
+@needs_toolkits
 def test_openvino_precision_is_pinned_and_recorded(setup):
     tables, model, calibration = setup
     backend, module = prepared("openvino_fp32", model, calibration)

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.backends.ort_runtime import OrtBackend
-from bench.backends.toolkit import ToolkitConfig
+from bench.backends.ort_runtime import OrtBackend, OrtConfig
 from bench.registry import register
 
 
 @dataclass
-class OnnxruntimeFp32Config(ToolkitConfig):
+class OnnxruntimeFp32Config(OrtConfig):
     name: str = "onnxruntime_fp32"
 
 

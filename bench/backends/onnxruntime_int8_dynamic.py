@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.backends.ort_runtime import OrtBackend, activation_products, preprocessed
-from bench.backends.toolkit import ToolkitConfig
+from bench.backends.ort_runtime import OrtBackend, OrtConfig, activation_products, preprocessed
 from bench.registry import register
 
 
 @dataclass
-class OnnxruntimeInt8DynamicConfig(ToolkitConfig):
+class OnnxruntimeInt8DynamicConfig(OrtConfig):
     name: str = "onnxruntime_int8_dynamic"
 
 

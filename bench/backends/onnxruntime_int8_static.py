@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.backends.ort_runtime import OrtBackend, activation_products, preprocessed
-from bench.backends.toolkit import ToolkitConfig
+from bench.backends.ort_runtime import OrtBackend, OrtConfig, activation_products, preprocessed
 from bench.registry import register
 
 
 @dataclass
-class OnnxruntimeInt8StaticConfig(ToolkitConfig):
+class OnnxruntimeInt8StaticConfig(OrtConfig):
     name: str = "onnxruntime_int8_static"
 
 

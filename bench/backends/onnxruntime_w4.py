@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.backends.ort_runtime import OrtBackend
-from bench.backends.toolkit import ToolkitConfig
+from bench.backends.ort_runtime import OrtBackend, OrtConfig
 from bench.registry import register
 
 BLOCK_SIZE = 32
 
 
 @dataclass
-class OnnxruntimeW4Config(ToolkitConfig):
+class OnnxruntimeW4Config(OrtConfig):
     name: str = "onnxruntime_w4"
 
 

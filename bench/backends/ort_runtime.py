@@ -11,14 +11,25 @@ default model: ΔAUC -0.047 in OpenVINO), and it holds no weights to shrink.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from bench.backends.toolkit import Feeds, ToolkitBackend
+from bench.backends.toolkit import Feeds, ToolkitBackend, ToolkitConfig
 
 EXTRA = "onnxruntime"
+SPIN_STOP = "session.force_spinning_stop"  # "1": the intra-op threads stop spinning when a call returns
+
+
+@dataclass
+class OrtConfig(ToolkitConfig):
+    """The ONNX Runtime backends' options."""
+
+    # keep the intra-op threads spinning after a call returns, ONNX Runtime's default: faster back to back with nothing
+    # between the calls (64-row calls ~15%), slower where the caller works between them, as a server does (docs/toolkits.md)
+    spin_between_calls: bool = False
 
 
 class OrtRunner:
@@ -26,10 +37,16 @@ class OrtRunner:
     run at the job's timing threads), with ONNX Runtime's documented CPU settings for a fixed thread
     count: every graph optimization (ORT_ENABLE_ALL), the job's threads inside an operator and one
     between them (sequential execution: the graph is one chain), the memory-pattern planner and the CPU
-    arena on. The settings as the session was given them join the record (`runtime_settings`)."""
+    arena on, and the intra-op threads' spinning stopped when a call returns (`session.force_spinning_stop`):
+    left on, they spin for about a batch's time after each call, on the cores the caller's next work needs (a
+    server's batcher, the fp32 reference timed beside it: on this 2-core host fp32's served batch took 21.9 ms
+    right after an ONNX Runtime call against 11.1 ms after its own; docs/toolkits.md). The settings as the
+    session was given them join the record (`runtime_settings`). `spin_between_calls` restores ONNX Runtime's
+    default (`backend.spin_between_calls=true`)."""
 
-    def __init__(self, model_bytes: bytes) -> None:
+    def __init__(self, model_bytes: bytes, spin_between_calls: bool = False) -> None:
         self.model_bytes = model_bytes
+        self.spin_between_calls = spin_between_calls
         self.session = None
         self.threads: int | None = None
         self.settings: dict = {}
@@ -45,12 +62,14 @@ class OrtRunner:
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
             options.enable_mem_pattern = True
             options.enable_cpu_mem_arena = True
+            options.add_session_config_entry(SPIN_STOP, "0" if self.spin_between_calls else "1")
             self.session = ort.InferenceSession(self.model_bytes, options, providers=["CPUExecutionProvider"])
             self.threads = threads
             self.settings = {"graph_optimization_level": options.graph_optimization_level.name,
                              "execution_mode": options.execution_mode.name, "intra_op_num_threads": options.intra_op_num_threads,
                              "inter_op_num_threads": options.inter_op_num_threads, "enable_mem_pattern": options.enable_mem_pattern,
-                             "enable_cpu_mem_arena": options.enable_cpu_mem_arena, "providers": self.session.get_providers()}
+                             "enable_cpu_mem_arena": options.enable_cpu_mem_arena,
+                             SPIN_STOP: self.session.get_session_options().get_session_config_entry(SPIN_STOP), "providers": self.session.get_providers()}
         return self.session.run(None, feeds)[0]
 
     def metrics(self) -> dict:
@@ -130,7 +149,7 @@ class OrtBackend(ToolkitBackend):
         model = onnx.load(str(self.quantize(onnx_path, workdir, calibration)))
         details = {"runtime": f"onnxruntime {_version()} CPUExecutionProvider",
                    "onnx_ops": dict(sorted(Counter(n.op_type for n in model.graph.node).items()))}
-        return OrtRunner(model.SerializeToString()), initializer_bytes(model), table_bytes(model), details
+        return OrtRunner(model.SerializeToString(), self.cfg.spin_between_calls), initializer_bytes(model), table_bytes(model), details
 
 
 def _version() -> str:

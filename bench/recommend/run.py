@@ -44,6 +44,7 @@ from bench.registry import BASELINE_BACKEND
 from bench.serve.path import ServedTimes
 
 PathSeam = Callable[[Config, Config, list[int]], tuple[Optional[dict[int, ServedTimes]], Optional[str], bool]]
+RESIDUE_NOTED = 1.25  # a served batch this much slower after the other module's than after its own is said
 TUNED_BASE = "uint4"  # the TBE backend a tune's per-table map is served with (docs/tuning.md)
 TUNED = "uint4+tune_map"  # the candidate name of the tune's map
 SERVE_OVERHEAD_S = 20.0  # a serving job's time beyond its search: building, the warm-up, the queue estimate
@@ -209,6 +210,11 @@ def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say
             if served is not None:
                 out.served_reused += reused
                 out.served_timed += not reused
+                size, worst = max(((r, t.residue()) for r, t in served.items()), key=lambda x: x[1])
+                if worst > RESIDUE_NOTED:
+                    out.notes.append(f"{name} threads={threads}: at {size} rows a served batch ran {worst:.2f}x slower right after the "
+                                     "other module's than after its own (work left running between calls); each module's times are "
+                                     "its own-order batches (bench.serve.path)")
             else:
                 out.notes.append(f"{name} threads={threads}: served batches not timed ({why}); its estimate is from offline times alone")
         for m in cfg.recommend.batch_sizes:

@@ -9,6 +9,12 @@ pulls the ratios to fp32 toward 1 (benchmarks/scripts/serve_batch_breakdown.py t
 stage 3 of a recommend times `predict` itself on packed batches of the real query set, the way the batcher packs
 them under load (random samples up to the batcher's rows), the candidate and fp32 on the same samples one after
 the other, the order alternating batch by batch so that the host's speed phases hit both alike.
+
+The alternation (C R, R C, C R, ...) puts every other batch of each right after its own previous one, first on its
+samples, as a server serves it; the others run right after the other module, second on the same samples. Each
+module's time is the median of its own-order batches, and the other-order medians check the instrument: a runtime
+whose threads keep spinning after a call (ONNX Runtime's default) slowed the fp32 batch right after it 2x on a
+2-core host, which would have read as a 2x faster candidate (`ServedTimes.residue`).
 """
 
 from __future__ import annotations
@@ -24,20 +30,29 @@ from torch import nn
 from bench.serve.queries import QuerySet
 from bench.serve.sut import predict
 
-BATCHES = 12  # packed batches timed per batcher size (after one untimed)
+BATCHES = 16  # packed batches timed per batcher size (after one untimed): 8 in each order
 
 
 @dataclass(frozen=True)
 class ServedTimes:
     """At one batcher size: the median pairs of its packed batches, and the median ms `predict` took on them, the
-    candidate's and fp32's."""
+    candidate's and fp32's, each timed right after its own previous batch (`ms`, `fp32_ms`) and right after the
+    other's on the same samples (`ms_after_other`, `fp32_ms_after_other`)."""
 
     pairs: float
     ms: float
     fp32_ms: float
+    ms_after_other: float
+    fp32_ms_after_other: float
+
+    def residue(self) -> float:
+        """How much slower a module ran right after the other than after itself, the worse of the two (1 for none):
+        what one module's leftover work (spinning threads, evicted caches) costs the next."""
+        return max(self.ms_after_other / self.ms, self.fp32_ms_after_other / self.fp32_ms)
 
     def as_metrics(self) -> dict[str, Any]:
-        return {"pairs": round(self.pairs, 1), "ms": round(self.ms, 4), "fp32_ms": round(self.fp32_ms, 4)}
+        return {"pairs": round(self.pairs, 1), "ms": round(self.ms, 4), "fp32_ms": round(self.fp32_ms, 4),
+                "ms_after_other": round(self.ms_after_other, 4), "fp32_ms_after_other": round(self.fp32_ms_after_other, 4)}
 
 
 def packed(queries: QuerySet, max_rows: int, rng: np.random.Generator) -> list[int]:
@@ -57,7 +72,9 @@ def paired_served_times(candidate: nn.Module, reference: nn.Module, queries: Que
     """`predict` on `batches` packed batches at `max_rows` (after one untimed), the candidate and `reference` on the
     same samples, first one then the other in turn. With `reference` the candidate itself, each batch runs twice."""
     rng = np.random.default_rng(seed)
-    pairs, ms, fp32_ms = [], [], []
+    pairs: list[int] = []
+    own: dict[str, list[float]] = {"candidate": [], "fp32": []}  # right after its own previous batch
+    other: dict[str, list[float]] = {"candidate": [], "fp32": []}  # right after the other's, on the same samples
 
     def timed(module: nn.Module, indices: list[int]) -> float:
         start = clock()
@@ -66,12 +83,13 @@ def paired_served_times(candidate: nn.Module, reference: nn.Module, queries: Que
 
     for k in range(batches + 1):
         indices = packed(queries, max_rows, rng)
-        if k % 2:
-            b, a = timed(reference, indices), timed(candidate, indices)
-        else:
-            a, b = timed(candidate, indices), timed(reference, indices)
+        first, second = ("candidate", "fp32") if k % 2 == 0 else ("fp32", "candidate")
+        modules = {"candidate": candidate, "fp32": reference}
+        a = timed(modules[first], indices)
+        b = timed(modules[second], indices)
         if k:  # the first batch warms both up
             pairs.append(int(queries.sizes[indices].sum()))
-            ms.append(a)
-            fp32_ms.append(b)
-    return ServedTimes(float(np.median(pairs)), float(np.median(ms)), float(np.median(fp32_ms)))
+            own[first].append(a)  # the batch before it (k - 1) ended with this same module
+            other[second].append(b)
+    return ServedTimes(float(np.median(pairs)), float(np.median(own["candidate"])), float(np.median(own["fp32"])),
+                       float(np.median(other["candidate"])), float(np.median(other["fp32"])))

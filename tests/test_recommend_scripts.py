@@ -135,7 +135,26 @@ def test_spin_residue_times_each_backend_after_its_own_batch_and_after_the_other
     assert min(stopped, spun) > 0 and ratio == pytest.approx(stopped / spun, rel=0.05, abs=0.01), lines[ends + 1]
 
 
-@pytest.mark.parametrize("name, first", [("serve_batch_breakdown", []), ("stage3_vs_server", ["records.jsonl"]), ("spin_residue", [])])
+def test_served_beside_bursts_prints_each_backend_alone_and_beside_the_bursts(place):
+    done = script("served_beside_bursts", *FAST, *where(place), "--backends", "fp32", "int8_tbe", "--size", "256",
+                  "--batches", "2", "--rounds", "1", "--threads", "1")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == ("batcher 256 rows, 1 threads, 2 batches x 1 rounds; bursts of 0.3 ms every 1.0 ms; median ms per "
+                        "served batch"), lines[0]
+    assert lines[1].split() == ["backend", "alone", "bursts", "ratio"], lines[1]
+    found = {}
+    for line in lines[2:]:
+        m = re.match(rf"(\S+)\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}x$", line)
+        assert m, f"not a row of the table: {line!r}"
+        found[m.group(1)] = [float(v) for v in m.groups()[1:]]
+    assert list(found) == ["fp32", "int8_tbe"], lines
+    for name, (alone, beside, ratio) in found.items():
+        assert min(alone, beside) > 0 and ratio == pytest.approx(beside / alone, rel=0.05, abs=0.02), (name, found[name])
+
+
+@pytest.mark.parametrize("name, first", [("serve_batch_breakdown", []), ("stage3_vs_server", ["records.jsonl"]), ("spin_residue", []),
+                                         ("served_beside_bursts", [])])
 def test_an_override_after_backends_is_refused_before_any_work(tmp_path, monkeypatch, capsys, name, first):
     # --backends takes every word after it; in this process (bench already imported), as `python SCRIPT ARGS` runs it
     monkeypatch.setattr(sys, "argv", [f"{name}.py", *first, "--backends", "fp32", f"cache_dir={tmp_path / 'cache'}"])

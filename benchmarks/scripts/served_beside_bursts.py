@@ -1,0 +1,101 @@
+"""Why stage 3's estimates at 2 threads miss LoadGen's on a 2-core host: stage 3 times served batches with the cores to
+themselves, where under LoadGen other threads (LoadGen's, the batcher's) take a core now and then. This times each
+backend's served batches (bench.serve.path, the module against itself) alone and beside a background thread that
+takes a core in short bursts (numpy work outside the GIL, --burst-ms every --every-ms), rounds alternating the two.
+
+    python benchmarks/scripts/served_beside_bursts.py cache_dir=/work/cache-45 [--backends fp32 onnxruntime_int8_dynamic]
+        [--size 4096] [--threads 2] [--batches 12] [--rounds 3] [--burst-ms 0.3] [--every-ms 1]
+Overrides (key=value) go before --backends, which takes every word after it. Prints the median ms per served batch
+alone and beside the bursts, and their ratio, per backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+
+import numpy as np
+import torch
+
+from bench import registry
+from bench.config.compose import compose
+from bench.pipeline.shared import SharedWork
+from bench.serve.path import paired_served_times
+from bench.serve.queries import QuerySet
+
+DEFAULT = ["fp32", "onnxruntime_int8_dynamic", "compiled_fp32", "inc_int8_static"]
+
+
+class Bursts:
+    """A thread that keeps a core busy for `burst_s` (numpy sorts, the GIL released) then sleeps `every_s`, until stopped."""
+
+    def __init__(self, burst_s: float, every_s: float) -> None:
+        self.burst_s, self.every_s = burst_s, every_s
+        self.stop = threading.Event()
+        self.data = np.random.default_rng(0).random(20_000)
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            start = time.perf_counter()
+            while time.perf_counter() - start < self.burst_s:
+                np.sort(self.data)
+            time.sleep(self.every_s)
+
+    def __enter__(self) -> "Bursts":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backends", nargs="+", default=DEFAULT)
+    parser.add_argument("--size", type=int, default=4096)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batches", type=int, default=12)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--burst-ms", type=float, default=0.3)
+    parser.add_argument("--every-ms", type=float, default=1.0)
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args()
+    for name in args.backends:  # --backends takes every word after it: overrides go before it
+        if name not in registry.names("backend"):
+            parser.error(f"unknown backend {name!r}: name backends after --backends and overrides (key=value) before it")
+    torch.set_num_threads(args.threads)
+    work, device = SharedWork(), torch.device("cpu")
+    modules, queries = {}, None
+    for name in args.backends:
+        cfg = compose([f"backend={name}", "+sweep=serve", f"batch_size={args.size}", f"threads={args.threads}", *args.overrides])
+        workload = work.workload(cfg)
+        backend = registry.get("backend", name).factory(cfg.backend)
+        modules[name] = work.prepared(cfg, backend, work.model(cfg, workload), workload, device)
+        if queries is None:
+            queries = QuerySet.from_eval(work.split_batches(cfg, workload, "eval"), cfg.serve, cfg.seed)
+
+    def timed(seed: int) -> dict[str, float]:
+        return {name: paired_served_times(m, m, queries, device, args.size, batches=args.batches, seed=seed).ms
+                for name, m in modules.items()}
+
+    alone: dict[str, list[float]] = {name: [] for name in modules}
+    beside: dict[str, list[float]] = {name: [] for name in modules}
+    for r in range(args.rounds):
+        for name, ms in timed(r).items():
+            alone[name].append(ms)
+        with Bursts(args.burst_ms / 1000, args.every_ms / 1000):
+            for name, ms in timed(r).items():
+                beside[name].append(ms)
+    print(f"batcher {args.size} rows, {args.threads} threads, {args.batches} batches x {args.rounds} rounds; bursts of "
+          f"{args.burst_ms} ms every {args.every_ms} ms; median ms per served batch")
+    print(f"{'backend':28s} {'alone':>8s} {'bursts':>8s} {'ratio':>7s}")
+    for name in modules:
+        a, b = float(np.median(alone[name])), float(np.median(beside[name]))
+        print(f"{name:28s} {a:8.2f} {b:8.2f} {b / a:6.2f}x")
+
+
+if __name__ == "__main__":
+    main()

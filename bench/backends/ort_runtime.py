@@ -40,9 +40,9 @@ class OrtRunner:
     arena on, and the intra-op threads' spinning stopped when a call returns (`session.force_spinning_stop`):
     left on, they spin on after each call, on the cores the caller's next work needs (a server's batcher, the fp32
     reference timed beside it: on a 2-core host fp32's 4096-row served batch took 24.5 ms beside a spinning ONNX
-    Runtime against 12.5 ms beside a stopped one, and ONNX Runtime's own 16.2 against 12.7 ms; docs/toolkits.md). The settings as the
-    session was given them join the record (`runtime_settings`). `spin_between_calls` restores ONNX Runtime's
-    default (`backend.spin_between_calls=true`)."""
+    Runtime against 12.5 ms beside a stopped one, and ONNX Runtime's own 16.2 against 12.7 ms; docs/toolkits.md).
+    The settings as the session was given them join the record (`runtime_settings`). `spin_between_calls` restores
+    ONNX Runtime's default (`backend.spin_between_calls=true`)."""
 
     def __init__(self, model_bytes: bytes, spin_between_calls: bool = False) -> None:
         self.model_bytes = model_bytes

@@ -29,11 +29,8 @@ from collections import defaultdict
 import numpy as np
 import torch
 
-from bench import registry
 from bench.batch import fresh_inputs, take_rows
-from bench.config.compose import compose
-from bench.pipeline.shared import SharedWork
-from bench.serve.path import packed
+from bench.serve.path import packed, serving_bench, unknown_backend
 from bench.serve.queries import QuerySet
 from bench.serve.sut import predict
 
@@ -76,19 +73,11 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
-    for name in args.backends:  # --backends takes every word after it: overrides go before it
-        if name not in registry.names("backend"):
-            parser.error(f"unknown backend {name!r}: name backends after --backends and overrides (key=value) before it")
+    if unknown_backend(args.backends):
+        parser.error(unknown_backend(args.backends))
     torch.set_num_threads(1)
-    work, device = SharedWork(), torch.device("cpu")
-    modules, backends, queries = {}, {}, None
-    for name in args.backends:
-        cfg = compose([f"backend={name}", "+sweep=serve", f"batch_size={max(args.sizes)}", *args.overrides])
-        workload = work.workload(cfg)
-        backend = backends[name] = registry.get("backend", name).factory(cfg.backend)
-        modules[name] = work.prepared(cfg, backend, work.model(cfg, workload), workload, device)
-        if queries is None:
-            queries = QuerySet.from_eval(work.split_batches(cfg, workload, "eval"), cfg.serve, cfg.seed)
+    bench = serving_bench(args.backends, max(args.sizes), args.overrides)
+    device, modules, backends, queries = torch.device("cpu"), bench.modules, bench.backends, bench.queries
     rng = np.random.default_rng(0)
     found: dict[tuple[str, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for k in range(args.batches + 2):  # the first two rounds warm up

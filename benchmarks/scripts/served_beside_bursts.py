@@ -18,11 +18,7 @@ import time
 import numpy as np
 import torch
 
-from bench import registry
-from bench.config.compose import compose
-from bench.pipeline.shared import SharedWork
-from bench.serve.path import paired_served_times
-from bench.serve.queries import QuerySet
+from bench.serve.path import paired_served_times, serving_bench, unknown_backend
 
 DEFAULT = ["fp32", "onnxruntime_int8_dynamic", "compiled_fp32", "inc_int8_static"]
 
@@ -63,19 +59,11 @@ def main() -> None:
     parser.add_argument("--every-ms", type=float, default=1.0)
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
-    for name in args.backends:  # --backends takes every word after it: overrides go before it
-        if name not in registry.names("backend"):
-            parser.error(f"unknown backend {name!r}: name backends after --backends and overrides (key=value) before it")
+    if unknown_backend(args.backends):
+        parser.error(unknown_backend(args.backends))
     torch.set_num_threads(args.threads)
-    work, device = SharedWork(), torch.device("cpu")
-    modules, queries = {}, None
-    for name in args.backends:
-        cfg = compose([f"backend={name}", "+sweep=serve", f"batch_size={args.size}", f"threads={args.threads}", *args.overrides])
-        workload = work.workload(cfg)
-        backend = registry.get("backend", name).factory(cfg.backend)
-        modules[name] = work.prepared(cfg, backend, work.model(cfg, workload), workload, device)
-        if queries is None:
-            queries = QuerySet.from_eval(work.split_batches(cfg, workload, "eval"), cfg.serve, cfg.seed)
+    bench = serving_bench(args.backends, args.size, args.overrides, args.threads)
+    device, modules, queries = torch.device("cpu"), bench.modules, bench.queries
 
     def timed(seed: int) -> dict[str, float]:
         return {name: paired_served_times(m, m, queries, device, args.size, batches=args.batches, seed=seed).ms
@@ -94,7 +82,7 @@ def main() -> None:
     print(f"{'backend':28s} {'alone':>8s} {'bursts':>8s} {'ratio':>7s}")
     for name in modules:
         a, b = float(np.median(alone[name])), float(np.median(beside[name]))
-        print(f"{name:28s} {a:8.2f} {b:8.2f} {b / a:6.2f}x")
+        print(f"{name:28s} {a:8.3f} {b:8.3f} {b / a:6.2f}x")
 
 
 if __name__ == "__main__":

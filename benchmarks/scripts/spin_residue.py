@@ -23,13 +23,9 @@ import time
 import numpy as np
 import torch
 
-from bench import registry
-from bench.batch import take_rows
 from bench.backends.ort_runtime import OrtRunner
-from bench.config.compose import compose
-from bench.pipeline.shared import SharedWork
-from bench.serve.path import ServedTimes, paired_served_times
-from bench.serve.queries import QuerySet
+from bench.batch import take_rows
+from bench.serve.path import ServedTimes, paired_served_times, serving_bench, unknown_backend
 
 DEFAULT = ["onnxruntime_int8_static", "onnxruntime_fp32", "openvino_int8", "inc_int8_static", "compiled_fp32", "int8_tbe"]
 
@@ -59,7 +55,7 @@ def back_to_back(forms: dict, inputs: tuple, blocks: int, calls: int) -> dict[st
 def row(label: str, times: list[ServedTimes]) -> str:
     med = {k: float(np.median([getattr(t, k) for t in times])) for k in ("ms", "fp32_ms", "ms_after_other", "fp32_ms_after_other")}
     pooled = (med["fp32_ms"] + med["fp32_ms_after_other"]) / (med["ms"] + med["ms_after_other"])
-    return (f"{label:40s} {med['ms']:7.2f} {med['ms_after_other']:7.2f} {med['fp32_ms']:7.2f} {med['fp32_ms_after_other']:7.2f} "
+    return (f"{label:40s} {med['ms']:7.3f} {med['ms_after_other']:7.3f} {med['fp32_ms']:7.3f} {med['fp32_ms_after_other']:7.3f} "
             f"{float(np.median([t.residue() for t in times])):6.2f}x {med['fp32_ms'] / med['ms']:6.2f}x {pooled:6.2f}x")
 
 
@@ -72,31 +68,22 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
-    for name in args.backends:  # --backends takes every word after it: overrides go before it
-        if name not in registry.names("backend"):
-            parser.error(f"unknown backend {name!r}: name backends after --backends and overrides (key=value) before it")
+    if unknown_backend(args.backends):
+        parser.error(unknown_backend(args.backends))
     torch.set_num_threads(args.threads)
-    work, device = SharedWork(), torch.device("cpu")
+    bench = serving_bench(["fp32", *args.backends], max(args.sizes), args.overrides, args.threads)
+    device, queries, reference = torch.device("cpu"), bench.queries, bench.modules["fp32"]
     pairs: dict[str, tuple] = {}  # label -> (candidate module, reference module)
     offline: dict[str, tuple] = {}  # an ONNX Runtime backend -> (its backend, its module)
-    reference, queries, eval_batch = None, None, None
-    for name in ["fp32", *args.backends]:
-        cfg = compose([f"backend={name}", "+sweep=serve", f"batch_size={max(args.sizes)}", f"threads={args.threads}", *args.overrides])
-        workload = work.workload(cfg)
-        backend = registry.get("backend", name).factory(cfg.backend)
-        module = work.prepared(cfg, backend, work.model(cfg, workload), workload, device)
-        if reference is None:
-            reference = module
-            eval_batch = work.split_batches(cfg, workload, "eval")[0]
-            queries = QuerySet.from_eval(work.split_batches(cfg, workload, "eval"), cfg.serve, cfg.seed)
-            continue
+    for name in args.backends:
+        module = bench.modules[name]
         pairs[name] = (module, reference)
         if isinstance(getattr(module, "runner", None), OrtRunner):
-            pairs[f"{name} (spinning on)"] = (spinning(module), reference)
             alone = spinning(module)
+            pairs[f"{name} (spinning on)"] = (spinning(module), reference)
             pairs[f"{name} alone"] = (module, module)
             pairs[f"{name} alone, spinning on"] = (alone, alone)
-            offline[name] = (backend, module)
+            offline[name] = (bench.backends[name], module)
     found: dict[tuple[int, str], list[ServedTimes]] = {(size, label): [] for size in args.sizes for label in pairs}
     for r in range(args.rounds):  # rounds interleave the backends and sizes, so the host's speed phases hit them alike
         for size, label in found:
@@ -113,7 +100,7 @@ def main() -> None:
         print(f"back to back, {args.rounds * 4} blocks of calls: median ms per call, stopped / spinning")
     for name, (backend, module) in offline.items():
         for size in args.sizes:
-            batch = take_rows(eval_batch, torch.arange(min(size, len(eval_batch))))
+            batch = take_rows(bench.eval_batches[0], torch.arange(min(size, len(bench.eval_batches[0]))))
             inputs = backend.timed_inputs(module, [batch.to(device).model_inputs()])[0]
             got = back_to_back({"stopped": module, "spinning": spinning(module)}, inputs, args.rounds * 4, max(10, 100_000 // size))
             print(f"{name:28s} {len(batch):5d} rows {got['stopped']:8.3f} {got['spinning']:8.3f}  stopped/spinning {got['stopped'] / got['spinning']:.2f}x")

@@ -16,13 +16,13 @@ import json
 
 import numpy as np
 
-from bench import registry
 from bench.config.compose import compose
 from bench.record import RunRecord
 from bench.recommend.confirm import confirmation
 from bench.recommend.jobs import offline_config, server_config
 from bench.recommend.serving_path import measure_served
 from bench.recommend.speed import estimate, point, timed_sizes
+from bench.serve.path import unknown_backend
 from bench.runner import Session
 
 COMMAND = "+sweep=recommend"
@@ -38,9 +38,8 @@ def main() -> None:
     parser.add_argument("--backends", nargs="+", default=["onnxruntime_int8_dynamic", "inc_int8_static", "compiled_fp32", "openvino_fp32"])
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
-    for name in args.backends:  # --backends takes every word after it: overrides go before it
-        if name not in registry.names("backend"):
-            parser.error(f"unknown backend {name!r}: name backends after --backends and overrides (key=value) before it")
+    if unknown_backend(args.backends):
+        parser.error(unknown_backend(args.backends))
     offline, served = {}, {}
     for line in open(args.records):
         d = json.loads(line)

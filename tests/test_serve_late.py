@@ -81,3 +81,13 @@ def test_the_queue_estimate_follows_the_service_time_and_its_spread():
     assert max_rate(sizes, spread, 2048, 0.002, 60, N) < rate
     fitted = ServiceModel.fit(np.array([100, 200, 400, 800] * 5), np.array([2.0, 3.0, 5.0, 9.0] * 5))
     assert fitted.slope_ms == pytest.approx(0.01) and fitted.intercept_ms == pytest.approx(1.0)
+
+
+def test_a_line_fitted_flat_still_gets_its_max_rate():
+    # offline times where the larger batch came out no slower (a tiny model on a busy host): the fitted slope is
+    # clamped to 0, and the search's upper end must still be finite (it once bisected 0..1e12 and returned 0)
+    flat = ServiceModel.fit(np.array([256, 1024]), np.array([0.6, 0.5]), with_spread=False)
+    assert flat.slope_ms == 0.0 and flat.intercept_ms > 0
+    sizes = np.array([100, 200, 300])
+    rate = max_rate(sizes, flat, 1024, 0.002, 60, 2000)
+    assert rate > 0 and simulate_p99(rate, sizes, flat, 1024, 0.002, 2000) <= 60 < simulate_p99(rate * 1.1, sizes, flat, 1024, 0.002, 2000)

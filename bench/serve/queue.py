@@ -87,7 +87,11 @@ def max_rate(sizes: np.ndarray, model: ServiceModel, max_rows: int, max_wait_s: 
         return simulate_p99(rate, sizes, model, max_rows, max_wait_s, queries, seed) <= bound_ms
 
     mean_pairs = float(np.mean(sizes))
-    lo, hi = 0.0, 1000 / max(model.slope_ms * mean_pairs, 1e-9)  # above what even endless batching serves
+    # 4x what full batches serve back to back (max_rows / mean_pairs queries per intercept + slope x max_rows ms at
+    # the fastest measured ratio): a finite run of queries can sit a little above a worker's capacity, and a line
+    # fitted flat (its slope clamped to 0) still has a finite top
+    full_ms = (model.intercept_ms + model.slope_ms * max(max_rows, mean_pairs)) * float(np.min(model.ratios))
+    lo, hi = 0.0, 4000 * max(max_rows / mean_pairs, 1.0) / max(full_ms, 1e-9)
     if not ok(hi / 64):
         hi = hi / 64
     for _ in range(10):  # to 0.1% of the upper end

@@ -33,14 +33,11 @@ AFFECTED = 3.0  # a family this much slower per row than idle is affected by the
 SWITCH = {"FBGEMM_NO_ASMJIT": "1"}
 
 
-def decisions(case: str, n: int, shape: kh.Shape, rounds: int) -> list[list[kh.Verdict]]:
-    """`n` probe decisions on the same tables (built once), each printed as it is made."""
+def decisions(case: str, n: int, pairs: list[kh.Pair], rounds: int) -> list[list[kh.Verdict]]:
+    """`n` probe decisions on the same tables, each printed as it is made."""
     isa, env = cpuinfo_fix.summary(), cpuinfo_fix.kernel_env()
-    built = time.perf_counter()
-    pairs = kh.pairs_for(kh.FAMILIES, shape)
     print(f"== {case}: {n} decisions of {kh.PROBES} probes x {rounds} rounds; FBGEMM {isa.get('fbgemm_isa')}"
-          f"{', ' + isa['fbgemm_isa_shortfall'] if isa.get('fbgemm_isa_shortfall') else ''}; kernel env {env or 'none'}; "
-          f"tables built in {time.perf_counter() - built:.1f} s", flush=True)
+          f"{', ' + isa['fbgemm_isa_shortfall'] if isa.get('fbgemm_isa_shortfall') else ''}; kernel env {env or 'none'}", flush=True)
     found = []
     for i in range(n):
         start = time.perf_counter()
@@ -54,6 +51,14 @@ def decisions(case: str, n: int, shape: kh.Shape, rounds: int) -> list[list[kh.V
             print(f"  {v.family:19s} {v.measured_ns:8.2f} {v.unit:8s} {verdict:9s} {probes}", flush=True)
         found.append(verdicts)
     return found
+
+
+def tables(shape: kh.Shape) -> list[kh.Pair]:
+    """Every family's kernel and reference, built once per process."""
+    start = time.perf_counter()
+    pairs = kh.pairs_for(kh.FAMILIES, shape)
+    print(f"tables and GEMMs built in {time.perf_counter() - start:.1f} s", flush=True)
+    return pairs
 
 
 def tally(case: str, found: list[list[kh.Verdict]], healthy_stack: bool) -> dict:
@@ -73,7 +78,7 @@ def tally(case: str, found: list[list[kh.Verdict]], healthy_stack: bool) -> dict
 
 def child(args: argparse.Namespace) -> None:
     """The FBGEMM_NO_ASMJIT=1 case, in its own process (FBGEMM reads the switch when it loads)."""
-    found = decisions("FBGEMM_NO_ASMJIT=1", args.probes, TINY if args.tiny else kh.DEFAULT, args.rounds)
+    found = decisions("FBGEMM_NO_ASMJIT=1", args.probes, tables(TINY if args.tiny else kh.DEFAULT), args.rounds)
     print("SUMMARY " + json.dumps(tally("FBGEMM_NO_ASMJIT=1", found, healthy_stack=False)), flush=True)
 
 
@@ -92,12 +97,12 @@ def main() -> int:
         return 0
     if any(os.environ.get(k) for k in kh.JIT_SWITCHES):
         parser.error(f"unset {', '.join(k for k in kh.JIT_SWITCHES if os.environ.get(k))}: the idle and hog cases need FBGEMM's JIT")
-    shape = TINY if args.tiny else kh.DEFAULT
-    idle = tally("idle", decisions("idle", args.probes, shape, args.rounds), healthy_stack=True)
+    pairs = tables(TINY if args.tiny else kh.DEFAULT)
+    idle = tally("idle", decisions("idle", args.probes, pairs, args.rounds), healthy_stack=True)
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     print(f"hog pid {hog.pid} started (one busy-loop thread)", flush=True)
     try:
-        busy = tally("beside a one-thread CPU hog", decisions("beside a one-thread CPU hog", args.probes, shape, args.rounds),
+        busy = tally("beside a one-thread CPU hog", decisions("beside a one-thread CPU hog", args.probes, pairs, args.rounds),
                      healthy_stack=True)
     finally:
         hog.terminate()

@@ -27,17 +27,17 @@ on each side and covers the median 96% of the time) and judges it against the fa
 
 **Bounds from what a fallback costs.** FBGEMM's reference kernels run 10-30x slower than its JIT
 kernels. On the AMD EPYC (Zen 5, AVX-512; 2 cores, shared) these bounds were set on, per looked-up
-row, healthy lookups take 0.6-1.8x a plain gather of the same rows and under `FBGEMM_NO_ASMJIT=1` 12-24x (the
-medians of 9 rounds, idle and beside a CPU hog; torch's EmbeddingBag the least, 12-14x, its intervals
-down to 9.3x: benchmarks/scripts/probe_stability.py); on the slower AVX2 EPYC of issue 53
-healthy lookups took up to about 4x that machine's gather roofline. A bound that ignores 20% noise on
+row, healthy lookups take 0.6-1.8x a plain gather of the same rows and under `FBGEMM_NO_ASMJIT=1`
+11-24x (the medians of 9 rounds, idle and beside a CPU hog; torch's EmbeddingBag the least, 11-14x,
+its intervals down to 9.3x; two runs of 6 decisions each, benchmarks/scripts/probe_stability.py); on
+the slower AVX2 EPYC of issue 53 healthy lookups took up to about 4x that machine's gather roofline. A bound that ignores 20% noise on
 the slowest healthy figure and catches that figure doubled sits between 1.2x and 2x of it; each bound
 is at about 1.5x of the slowest healthy figure, and a fallback lies 1.5x and more beyond it:
 
 - `MAX_GATHER_RATIO` (6): a lookup may take at most 6x a plain gather of its rows (the slowest
   healthy, about 4x: +20% is 4.8x, doubled 8x; a fallback: 9x and more);
 - `MAX_EAGER_RATIO` (3): a TBE lookup of narrower rows than fp32 may take at most 3x torch's fp32
-  EmbeddingBag per row (healthy medians 0.7-1.2x here, single shots up to 1.6x on the slower EPYC:
+  EmbeddingBag per row (healthy medians 0.6-1.4x here, single shots up to 1.6x on the slower EPYC:
   +20% is 1.9x, doubled 3.2x). It catches a fallback of fbgemm_gpu's own FBGEMM alone, the cpuinfo
   trap, where torch's copy stays fast (under `FBGEMM_NO_ASMJIT` both fall back: the gather check
   catches it);

@@ -466,8 +466,9 @@ def health(cache_path: Path, limits: Optional[Limits], shape: Shape = DEFAULT, r
              "each kernel family" if len(todo) == len(FAMILIES) else ", ".join(todo), PROBES, rounds, cache_path)
     if measure is None:
         pairs = pairs_for(todo, shape)  # built once: both probes time the same tables
-        measure = lambda _families: probe(pairs, rounds)  # noqa: E731
-    timed = [measure(todo) for _ in range(PROBES)]
+        timed = [probe(pairs, rounds) for _ in range(PROBES)]
+    else:
+        timed = [measure(todo) for _ in range(PROBES)]
     fresh = {v.family: v for v in judge(timed, limits, isa, env, todo)}
     for v in fresh.values():
         if not v.stable:

@@ -141,6 +141,16 @@ def test_only_a_stable_verdict_is_cached_and_an_unstable_one_is_probed_again_nex
     assert len(asked) == 4 and [v.family for v in third.verdicts] == list(FAMILIES)  # all cached: nothing probed
 
 
+@pytest.mark.slow  # imports fbgemm_gpu (the instruction-set check)
+def test_a_fallback_both_probes_confirm_is_cached_degraded_and_read_back_without_probing(tmp_path):
+    path = tmp_path / "kernels.json"
+    fallback = probe_of({"tbe_int8": 15.0})
+    first = kernel_health.health(path, None, measure=lambda families: fallback)
+    assert [v.family for v in first.degraded()] == ["tbe_int8"] and not first.unstable()
+    again = kernel_health.health(path, None, measure=lambda families: pytest.fail(f"probed {families} again"))
+    assert [v.family for v in again.degraded()] == ["tbe_int8"] and again.degraded()[0].why == first.degraded()[0].why
+
+
 def test_a_cache_of_the_previous_version_is_probed_again(tmp_path):
     path = tmp_path / "kernels.json"
     path.write_text(json.dumps({"version": 1, "verdicts": [{"family": EAGER, "healthy": True, "measured_ns": 1.0,

@@ -50,6 +50,8 @@ DOCS_LONG = {
         "a sweep of DLRM_DCN, minutes as written; tests/test_deploy.py exports DLRM_DCN and tests/test_toolkits.py runs the backends tiny",
     **{f"python benchmarks/scripts/{name}.py": SCRIPT for name in ("runner_overhead", "sweep_bench", "noise_bench", "scale_diagnose",
                                                                       "fit_criteo_access", "torchao_mlp", "cold_warm")},
+    "python benchmarks/scripts/probe_stability.py": "6 kernel probe decisions in three cases, minutes: tests/test_kernel_probe.py runs "
+                                                    "it in its short mode",
     **{f"python benchmarks/scripts/train_curve.py --at {points}": "trains the default model (minutes): run by hand, never by the tests"
        for points in ("131072 262144 393216 524288 786432 1048576", "589824 655360 720896")},
     "pytest benchmarks/suites/": "the pytest-benchmark suites: tests/test_suites.py runs them in their quick mode",

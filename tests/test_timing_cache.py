@@ -22,7 +22,8 @@ def planted_cache(cache):
         "fbgemm_isa": "avx512_vnni", "cpuinfo_fix": "applied"}}], "measured": [{"setting": {"threads": 1, "clock": "thread_cpu"},
                                                                                  "process_sd": 0.03, "rerun_sd": 0.035}]}))
     (timing / "m1-kernels.json").write_text(json.dumps({"version": 1, "isa": {"fbgemm_isa": "anyarch"}, "verdicts": [
-        {"family": "tbe_int8", "healthy": False, "measured_ns": 515.0, "expected_ns": 82.0, "unit": "ns/row"}]}))
+        {"family": "tbe_int8", "healthy": False, "measured_ns": 515.0, "expected_ns": 82.0, "unit": "ns/row"},
+        {"family": "tbe_int4", "healthy": True, "measured_ns": 40.0, "expected_ns": 120.0, "unit": "ns/row", "stable": False}]}))
     return timing
 
 
@@ -33,6 +34,7 @@ def test_show_lists_each_cache_and_reset_empties_the_rerun_log_then_everything(t
     out = shown.stdout
     assert "calibration m1.json: 4 processes, 61 s" in out and "timed on: avx512_vnni (cpuinfo fix applied)" in out
     assert "kernel probe m1-kernels.json: FBGEMM anyarch, degraded: tbe_int8" in out
+    assert "  tbe_int4: 40.0 ns/row (at most 120.0), unstable: probed again next run" in out
     assert "re-run log m1-reruns.jsonl: 7 lines of 3 jobs" in out
     assert f"{SETTING}; {KERNELS}: 2 jobs, between runs" in out and "fbgemm anyarch, cpuinfo fix disabled: 1 jobs, no job measured twice" in out
     assert "import torch" not in out and "torch" not in shown.stderr

@@ -61,7 +61,7 @@ def _kernels(path: Path) -> list[str]:
     head = f"kernel probe {path.name}: {where}, " + (
         f"degraded: {', '.join(bad)}" if bad else f"{len(verdicts)} kernel families healthy")
     return [head] + [f"  {v['family']}: {v['measured_ns']:.1f} {v['unit']}" + (f" (at most {v['expected_ns']:.1f})" if v.get("expected_ns") else "")
-                     for v in verdicts]
+                     + (", unstable: probed again next run" if v.get("stable") is False else "") for v in verdicts]
 
 
 def _reruns(path: Path) -> list[str]:

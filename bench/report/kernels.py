@@ -35,10 +35,11 @@ def degraded_by_family(records: Iterable[RunRecord]) -> dict[tuple[str, str], tu
 
 def banner_lines(records: Sequence[RunRecord]) -> list[str]:
     """`Kernel health:` lines for the top of a report (none on a healthy stack), each naming the device whose
-    probe judged it: a CUDA job by its GPU's probe, a CPU job by the host's."""
+    probe judged it: a CUDA job by its GPU's probe, a CPU job by the host's; then a `Kernel probe:` line for
+    families the probe read unstable."""
     degraded = degraded_by_family(records)
     if not degraded:
-        return []
+        return unstable_lines(records)
     devices = sorted({device for device, _ in degraded})
     lines = [f"> **Kernel health:** on {' and '.join(devices)}, kernels below what the device allows ran in this sweep; the speed "
              "figures of the backends that use them measure the fallback, not the backend, and their speed rules read "
@@ -46,7 +47,24 @@ def banner_lines(records: Sequence[RunRecord]) -> list[str]:
     for (device, _), (v, backends) in degraded.items():
         where = f"{device}: " if len(devices) > 1 else ""
         lines.append(f"> - {where}{kernel_verdict_text(v)} (used by {', '.join(backends)})")
-    return lines + [""]
+    return lines + [""] + unstable_lines(records)
+
+
+def unstable_lines(records: Sequence[RunRecord]) -> list[str]:
+    """One line for the kernel families the probe read unstable (its two probes disagreed, or could not decide):
+    not counted as degraded, and probed again by the next run (bench.measure.kernel_health)."""
+    found: dict[tuple[str, str], str] = {}
+    for r in records:
+        health = (r.env or {}).get("kernel_health") or {}
+        if r.status != "ok":
+            continue
+        for family in health.get("unstable") or []:
+            why = ((health.get("verdicts") or {}).get(family) or {}).get("why", "")
+            found.setdefault((probed_device(r), family), why.removeprefix("unstable: ").split("; not counted")[0])
+    if not found:
+        return []
+    each = "; ".join(f"{family} on {device}" + (f": {why}" if why else "") for (device, family), why in sorted(found.items()))
+    return [f"> **Kernel probe:** read unstable, so not counted as degraded and probed again by the next run: {each}.", ""]
 
 
 def inconclusive_note(backend: str, batch_size: int, ci: str, lo: float, hi: float, margin: float, kernel_degraded: object) -> str:

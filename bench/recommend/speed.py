@@ -32,16 +32,11 @@ import numpy as np
 from bench.metrics import SPEEDUP, THROUGHPUT, hi, lo
 from bench.record import RunRecord
 from bench.recommend.decide import Estimate
+from bench.recommend.ranges import QUERY_ROWS, timed_sizes  # noqa: F401 - where stage 3's callers find them
 from bench.serve.path import ServedTimes
-from bench.serve.queue import ServiceModel, max_rate
+from bench.serve.queue import ServiceModel, max_rate, simulate_p99
 
-QUERY_ROWS = 256  # about one query's rows (MLPerf DLRM-v2's query sizes average 270 pairs): the smallest batch the batcher forms
 QUERIES = 4000  # simulated queries per trial rate: the estimate ranks candidates, stage 4 measures them
-
-
-def timed_sizes(batch_sizes: list[int]) -> list[int]:
-    """The offline batch sizes a backend is timed at: a query's rows, and each batcher size."""
-    return sorted({QUERY_ROWS, *batch_sizes})
 
 
 def point(record: RunRecord) -> Optional[tuple[float, float, float, float]]:
@@ -97,4 +92,14 @@ def estimate(points: dict[int, tuple[float, float, float, float]], sizes: np.nda
     rel = (lambda x: x / fp32) if fp32 > 0 else (lambda x: float("nan"))
     return Estimate(q["point"], q["lo"], q["hi"], rel(q["point"]), rel(q["lo"]), rel(q["hi"]), fp32,
                     {int(r): [round(v, 4) for v in p] for r, p in used.items()},
-                    {int(r): t.as_metrics() for r, t in on_path.items()})
+                    {int(r): t.as_metrics() for r, t in on_path.items()},
+                    idle_p99_ms(times["hi"], sizes, max_rows, max_wait_s))
+
+
+def idle_p99_ms(times: dict[float, float], sizes: np.ndarray, max_rows: int, max_wait_s: float) -> float:
+    """The simulated p99 latency (ms) at no load, each query served alone after the batcher's wait: the lowest bound any
+    rate can meet by these batch times (the fast end of the interval, `times`)."""
+    rows = np.asarray(sorted(times), dtype=float)
+    model = ServiceModel.fit(rows, np.asarray([times[r] for r in sorted(times)]), with_spread=False)
+    rate = 1e-3 / max(max_wait_s + (model.intercept_ms + model.slope_ms * float(np.max(sizes))) / 1000, 1e-6)  # one query per 1000 services
+    return simulate_p99(rate, sizes, model, max_rows, max_wait_s, queries=QUERIES)

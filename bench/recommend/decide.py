@@ -371,24 +371,26 @@ def below_the_bound(estimates: dict[Candidate, Estimate]) -> bool:
     return bool(estimates) and all(not e.qps_hi > 0 for e in estimates.values())
 
 
-def nearest_estimate(estimates: dict[Candidate, Estimate], bound_ms: float) -> str:
+def nearest_estimate(estimates: dict[Candidate, Estimate], bound_ms: float, max_wait_ms: Optional[float] = None) -> str:
     """With every estimate below the bound: the candidate whose no-load p99 comes closest, against the bound."""
     c, e = min(estimates.items(), key=lambda kv: (math.isnan(kv[1].idle_p99_ms), kv[1].idle_p99_ms))
     if math.isnan(e.idle_p99_ms):
         return f"nearest miss: {c.label()}: stage 3 estimates no load within p99 <= {bound_ms:g} ms; it would need a looser slo.p99_ms"
+    over = e.idle_p99_ms / bound_ms
+    wait = f"the batcher's {max_wait_ms:g} ms wait" if max_wait_ms is not None else "the batcher's wait"
     return (f"nearest miss: {c.label()}: at no load, each query alone, stage 3 estimates a p99 of {e.idle_p99_ms:.3g} ms against the "
-            f"{bound_ms:g} ms bound ({e.idle_p99_ms / bound_ms:,.3g}x it; from its served batch times at the fast end of their "
-            f"interval, the batcher's wait included); it would need slo.p99_ms above {e.idle_p99_ms:.3g}, a shorter "
-            "serve.max_wait_ms or a smaller batcher size")
+            f"{bound_ms:g} ms bound ({over:,.0f}x it" if over >= 10 else f"{over:.2f}x it") + (
+            f"; from its served batch times at the fast end of their interval, {wait} included); it would need slo.p99_ms above "
+            f"{e.idle_p99_ms:.3g}, a shorter serve.max_wait_ms or a smaller batcher size")
 
 
 def nearest_miss(rejections: list[Rejection], confirmations: dict[Candidate, Confirmation], qps_target: Optional[float],
                  facts: dict[str, Facts], budget: float, estimates: Optional[dict[Candidate, Estimate]] = None,
-                 bound_ms: Optional[float] = None) -> str:
+                 bound_ms: Optional[float] = None, max_wait_ms: Optional[float] = None) -> str:
     """With no pick: the candidate that came closest, and what it would need. Where stage 3 put every candidate below
     the bound (`below_the_bound`, nothing served), the one whose no-load p99 comes closest."""
     if not confirmations and estimates and bound_ms is not None and below_the_bound(estimates):
-        return nearest_estimate(estimates, bound_ms)
+        return nearest_estimate(estimates, bound_ms, max_wait_ms)
     if confirmations:
         c, conf = max(confirmations.items(), key=lambda kv: kv[1].max_qps)
         if conf.max_qps > 0 and qps_target is not None:

@@ -292,7 +292,7 @@ def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say
         chosen_point, out.rejections, out.front, out.facts, points)
     if out.chosen is None:
         out.miss = decide.nearest_miss(out.rejections, out.confirmations, cfg.slo.qps, out.facts, out.budget, out.estimates,
-                                       cfg.slo.p99_ms)
+                                       cfg.slo.p99_ms, serve.max_wait_ms)
     out.jobs_measured, out.jobs_resumed = len(jobs.seconds), jobs.resumed
     out.seconds["total"] = clock() - started
     return out

@@ -73,6 +73,11 @@ def test_a_pick_then_reuse_then_a_target_beyond_reach(place):
     assert through and all(0 <= t["lo"] <= t["point"] <= t["hi"] and t["point"] > 0 for t in through)  # what stage 3 compares and orders by
     for heading in ("## The pick", "## Pareto front", "## Stage 3 estimates", "## Rejected", "## What would change the pick", "## Cost"):
         assert heading in md, heading
+    unserved = [r for r in answer["rejected"] if r["stage"] == "4 Server confirmation" and (r["needs"] or "").startswith("recommend.confirm=")]
+    changes = md.split("## What would change the pick")[1]
+    for r in unserved:  # recommend.confirm=1 left them unserved: the answer names each, with the setting that serves it
+        assert f"- with {r['needs']}, {r['what']} (" in changes and "would be served under LoadGen too" in changes, r
+    assert not unserved or "nothing measured here would" not in changes
     records = (place / "reports" / "records.jsonl").read_text().splitlines()
     measured = answer["jobs"]["measured"]
     timed = [b for b in ("fp32", "int8_tbe", "uint4") if b not in {r["what"] for r in answer["rejected"]}]

@@ -12,6 +12,8 @@
    not timed, and says so.
 4. confirmation: the best `recommend.confirm` estimates served under LoadGen's Server scenario, each search
    interleaved with fp32's (bench.recommend.confirm); one whose Server runs fail the bound (or the target rate) is out.
+   Where stage 3 put every candidate below the bound (no simulated rate meets it), nothing is served: no pick, and
+   the nearest miss is the candidate whose no-load p99 comes closest.
 
 The pick is the confirmed candidate with the highest low end of its Server QPS interval read through the paired
 ratio to fp32 (with `slo.qps`: the fewest threads that hold it); one whose bracket or fp32's is open is "not

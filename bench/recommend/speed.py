@@ -20,7 +20,9 @@ interval (the candidate's times scaled by the speedup over its low and high ends
 be timed, the offline times stand, and the answer says so.
 
 The estimate leaves out the spread of the batch times and LoadGen's own overhead: it ranks the candidates for
-stage 4, which measures the few best under LoadGen.
+stage 4, which measures the few best under LoadGen. Each estimate also keeps the p99 at no load (each query alone,
+after the batcher's wait) at the interval's fast end: where no candidate meets the bound at any rate, the funnel
+stops before LoadGen and names the one whose no-load p99 comes closest (bench.recommend.decide.nearest_miss).
 """
 
 from __future__ import annotations
@@ -51,11 +53,15 @@ def point(record: RunRecord) -> Optional[tuple[float, float, float, float]]:
     return 1000 * record.batch_size / m[THROUGHPUT], 1.0, 1.0, 1.0  # the reference itself, or an unpaired job
 
 
+def service_line(times: dict[float, float]) -> ServiceModel:
+    """The line through batch times {pairs: ms} the simulated worker serves by."""
+    rows = np.asarray(sorted(times), dtype=float)
+    return ServiceModel.fit(rows, np.asarray([times[r] for r in sorted(times)]), with_spread=False)
+
+
 def queue_qps(times: dict[float, float], sizes: np.ndarray, max_rows: int, max_wait_s: float, bound_ms: float) -> float:
     """The simulated batcher's highest Poisson rate within the bound, for batch times {pairs: ms}."""
-    rows = np.asarray(sorted(times), dtype=float)
-    model = ServiceModel.fit(rows, np.asarray([times[r] for r in sorted(times)]), with_spread=False)
-    return max_rate(sizes, model, max_rows, max_wait_s, bound_ms, queries=QUERIES)
+    return max_rate(sizes, service_line(times), max_rows, max_wait_s, bound_ms, queries=QUERIES)
 
 
 def served_times(points: dict[int, tuple[float, float, float, float]], served: dict[int, ServedTimes],
@@ -99,7 +105,6 @@ def estimate(points: dict[int, tuple[float, float, float, float]], sizes: np.nda
 def idle_p99_ms(times: dict[float, float], sizes: np.ndarray, max_rows: int, max_wait_s: float) -> float:
     """The simulated p99 latency (ms) at no load, each query served alone after the batcher's wait: the lowest bound any
     rate can meet by these batch times (the fast end of the interval, `times`)."""
-    rows = np.asarray(sorted(times), dtype=float)
-    model = ServiceModel.fit(rows, np.asarray([times[r] for r in sorted(times)]), with_spread=False)
-    rate = 1e-3 / max(max_wait_s + (model.intercept_ms + model.slope_ms * float(np.max(sizes))) / 1000, 1e-6)  # one query per 1000 services
-    return simulate_p99(rate, sizes, model, max_rows, max_wait_s, queries=QUERIES)
+    model = service_line(times)
+    longest_s = max_wait_s + (model.intercept_ms + model.slope_ms * float(np.max(sizes))) / 1000
+    return simulate_p99(1e-3 / max(longest_s, 1e-6), sizes, model, max_rows, max_wait_s, queries=QUERIES)  # 1000 services apart

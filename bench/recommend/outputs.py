@@ -55,7 +55,7 @@ def front_rows(out: Outcome) -> list[list[str]]:
 
 def console_lines(out: Outcome, folder: Path) -> list[str]:
     lines = pick_lines(out) + [f"  {w}" for w in out.why] + [f"  {n}" for n in out.notes if " not confirmed: " in n]
-    if out.front:
+    if any(p.qps > 0 for p in out.front):  # a front of candidates no load serves within the bound says nothing
         lines.append("front (estimated QPS under the bound, ΔAUC, model MB): " + "; ".join(
             f"{p.candidate.label()} {p.qps:,.0f}, {p.auc_delta:+.5f}, {p.model_mb:.2f} MB" for p in out.front[:6]))
     stages: dict[str, int] = {}

@@ -149,12 +149,14 @@ def recommend(argv: list[str]) -> int:
                             "(python -m bench recommend --help)")
         args = ["+sweep=recommend", *argv]
         check_overrides(args)
-        preflight.check(args)
+        from bench.recommend.ranges import check_ranges  # no torch: the ranges are checked before it loads
+
+        preflight.check(args, early=check_ranges)
         register_configs()
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    from bench.recommend import main as recommend_main  # torch: imported after the pre-flight checks
+    from bench.recommend.command import main as recommend_main  # torch: imported after the pre-flight checks
 
     return recommend_main(argv)
 

@@ -39,6 +39,7 @@ COMMANDS = """\
   python -m bench.gate DIR                           re-run the gate on a stored report
   python -m bench dashboard REPORTS_DIR              a self-contained web page of the nightly history (trends, steps)
   python -m bench store check DIR                    check a record store: whole records, damage named by line
+  python -m bench store repair DIR                   move a store's damaged lines aside (records.jsonl.damaged), keep every record
   python -m bench timing show|reset [--all]          the machine's timing caches: calibration, re-run log, kernel probe"""
 
 FIRST_RUN = """\

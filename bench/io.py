@@ -9,7 +9,8 @@
   appending it mends the tail a writer killed mid-write may have left: a last line without its
   newline that parses as a whole JSON object is completed (never deleted); a torn one is first
   copied aside into `<file>.damaged` (with its offset) and only then cut off. Lines before the tail
-  are never rewritten.
+  are never rewritten. A file replaced while a writer waited for its lock (`store repair`) is locked
+  again and appended to, never the unlinked old one.
 - `read_jsonl` reads under a shared lock and says what it found: the JSON objects with their line
   numbers, the damaged lines by number, and a torn tail. Every reader of a JSONL file goes through
   it, so the writer and every reader agree on what the file holds.
@@ -187,6 +188,22 @@ def _mend_tail(fd: int, path: Path) -> Optional[str]:
     return f"cut a torn last line at offset {start} ({len(tail)} bytes, copied to {aside.name})"
 
 
+def _locked(path: Path) -> int:
+    """An fd of `path` for appending, under the exclusive lock. Where the file was replaced while this
+    waited for the lock (`python -m bench store repair` writes a new file and renames it over the old one,
+    under the old one's lock), the lock is taken again on the new file: an append to the old one would be lost."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            st, now = os.fstat(fd), os.stat(path)
+            if (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino):
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+
 def append_jsonl(path: Path, rows: Iterable[Any], unless: Callable[[dict[str, Any]], bool] | None = None,
                  on_mend: Callable[[str], None] | None = None) -> int:
     """Append whole lines under an exclusive lock, with one write, then fsync; returns lines written.
@@ -199,9 +216,8 @@ def append_jsonl(path: Path, rows: Iterable[Any], unless: Callable[[dict[str, An
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [to_json(r) + "\n" for r in rows]
     payload = "".join(lines).encode()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
+    fd = _locked(path)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         mended = _mend_tail(fd, path)
         if mended and on_mend is not None:
             on_mend(mended)

@@ -57,8 +57,10 @@ class _OpenPluginsConfig(Config):
     backend: Any = MISSING
 
 
-def check(argv: list[str]) -> None:
-    """Raise UserError for the first bad input in `argv` (the arguments of `python -m bench`)."""
+def check(argv: list[str], early: Callable[[DictConfig], None] | None = None) -> None:
+    """Raise UserError for the first bad input in `argv` (the arguments of `python -m bench`). `early(cfg)` is a
+    command's own check of each composed config that needs no plug-in (recommend's ranges): it runs in the first
+    pass, before torch is imported."""
     args, extra = get_args_parser().parse_known_args(argv)
     if args.config_path or args.config_name or args.config_dir or args.experimental_rerun:
         return  # another config tree: Hydra composes and reports it
@@ -76,6 +78,8 @@ def check(argv: list[str]) -> None:
         for variant in variants(overrides, expand=lambda key: key.split(".")[0] != "backend"):
             cfg = _checked_compose(variant)
             validate(cfg, ("model", "serve"))
+            if early is not None:
+                early(cfg)
             if read_inputs:
                 check_inputs(cfg)
     register_configs()  # loads the plug-ins (torch, torchrec) and their schemas replace the stand-ins

@@ -21,6 +21,7 @@ import os
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -50,8 +51,7 @@ class StoreContents:
         """What a reader skips, one phrase each (empty: every line is a record this harness reads)."""
         out = []
         if self.damaged:
-            shown = ", ".join(f"line {n} ({why})" for n, why in self.damaged[:5]) + (" ..." if len(self.damaged) > 5 else "")
-            out.append(f"{len(self.damaged)} damaged line(s) skipped: {shown}")
+            out.append(f"{len(self.damaged)} damaged line(s) skipped: {named_lines(self.damaged)}")
         if self.newer:
             versions = sorted({v for _, v in self.newer})
             out.append(f"{len(self.newer)} record(s) of a newer schema ({', '.join(map(str, versions))}) kept but not read: "
@@ -65,6 +65,11 @@ class StoreContents:
     def warning(self) -> Optional[str]:
         problems = self.problems()
         return f"{self.path}: " + "; ".join(problems) if problems else None
+
+
+def named_lines(damaged: list[tuple[int, str]], most: int = 5) -> str:
+    """`line 2 (not JSON ...), line 3 (...)`: damaged lines by number, the first `most` of them."""
+    return ", ".join(f"line {n} ({why})" for n, why in damaged[:most]) + (" ..." if len(damaged) > most else "")
 
 
 def contents(lines: JsonlLines) -> StoreContents:
@@ -122,14 +127,17 @@ class StoreIndex:
 
     The store only grows by whole lines, so each lookup parses only what was appended since the
     last one (under the readers' shared lock). Damaged lines and newer records are skipped, as
-    `read_store` skips them: their jobs simply run again.
+    `read_store` skips them: their jobs simply run again, and the damaged lines are named by number
+    in one warning each time they are first read (`python -m bench store repair` moves them aside).
     """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._ident: tuple[int, int] | None = None
         self._offset = 0
+        self._newlines = 0  # newlines before _offset: the line number the next chunk starts after
         self._latest: dict[tuple[str, str | None], RunRecord] = {}
+        self.skipped: list[tuple[int, str]] = []  # the damaged lines read so far: (line number, why)
 
     def _refresh(self) -> None:
         try:
@@ -137,20 +145,27 @@ class StoreIndex:
         except FileNotFoundError:
             self._ident, self._offset, self._latest = None, 0, {}
             return
-        if self._ident != (st.st_dev, st.st_ino) or st.st_size < self._offset:
-            self._ident, self._offset, self._latest = (st.st_dev, st.st_ino), 0, {}
+        if self._ident != (st.st_dev, st.st_ino) or st.st_size < self._offset:  # a new file (a repair): read from the start
+            self._ident, self._offset, self._newlines, self._latest, self.skipped = (st.st_dev, st.st_ino), 0, 0, {}, []
         if st.st_size == self._offset:
             return
         with open(self.path, "rb") as f:
             fcntl.flock(f.fileno(), fcntl.LOCK_SH)
             f.seek(self._offset)
             chunk = f.read()
-        found = contents(parse_jsonl(chunk, self.path))
+        found = contents(parse_jsonl(chunk, self.path, first_line=self._newlines + 1))
         for record in found.records:
             if record.status in RESUMABLE:
                 self._latest[(record.config_hash, (record.env or {}).get("fingerprint"))] = record
+        if found.damaged:
+            self.skipped += found.damaged
+            log.warning("%s: resume skips %d damaged line(s), whose jobs run again if this sweep has them: %s "
+                        "(python -m bench store repair %s moves them aside)", self.path, len(found.damaged),
+                        named_lines(found.damaged, most=20), self.path.parent)
         # a torn tail is read again next time: the next append cuts it and writes whole lines there
-        self._offset += found.torn_tail[0] if found.torn_tail else len(chunk)
+        used = chunk[: found.torn_tail[0]] if found.torn_tail else chunk
+        self._offset += len(used)
+        self._newlines += used.count(b"\n")
 
     def latest(self, config_hash: str, fingerprint: str | None) -> RunRecord | None:
         """The last ok or skipped record stored for this config on this machine, if any."""
@@ -213,12 +228,36 @@ class Claims:
 # ------------------------------------------------------------------------------ checking
 
 
-def check(folder: Path) -> tuple[list[str], bool]:
-    """(lines that say what the store in `folder` holds, whether it is sound)."""
+MOVED = "moved aside by store repair"  # the side file's header of a line `repair` moved there
+
+
+def store_path(folder: Path) -> Path:
+    """The records.jsonl of a reports folder (or the file itself); FileNotFoundError where there is none."""
     folder = Path(folder)
     path = folder if folder.is_file() else folder / RECORDS
     if not path.is_file():
         raise FileNotFoundError(f"{folder}: no {RECORDS} here (give a reports folder or the file)")
+    return path
+
+
+def kept_aside(aside: Path) -> tuple[int, int]:
+    """(torn tails, damaged lines) a side file holds: each is a `# ` header line, then the line itself."""
+    torn = moved = 0
+    pieces = aside.read_bytes().split(b"\n")
+    i = 0
+    while i < len(pieces):
+        head = pieces[i]
+        if head.startswith(b"# ") and (b": torn tail of " in head or MOVED.encode() in head):
+            torn, moved = (torn + 1, moved) if b": torn tail of " in head else (torn, moved + 1)
+            i += 2  # the line kept under its header
+        else:
+            i += 1
+    return torn, moved
+
+
+def check(folder: Path) -> tuple[list[str], bool]:
+    """(lines that say what the store in `folder` holds, whether it is sound)."""
+    path = store_path(folder)
     found = read_store(path, warn=False)
     statuses = Counter(r.status for r in found.records)
     user = sum(r.user_error for r in found.records)
@@ -231,23 +270,87 @@ def check(folder: Path) -> tuple[list[str], bool]:
         lines.append(f"  {dup} line(s) repeat a record_id already stored")
     aside = path.with_name(path.name + DAMAGED_SUFFIX)
     if aside.is_file():
-        cut = sum(1 for line in aside.read_bytes().split(b"\n") if line.startswith(b"# "))
-        lines.append(f"  {aside.name}: {cut} torn tail(s) cut from the store earlier, kept there")
+        torn, moved = kept_aside(aside)
+        held = [f"{torn} torn tail(s) cut from the store earlier"] * bool(torn) + [f"{moved} damaged line(s) moved there by store repair"] * bool(moved)
+        lines.append(f"  {aside.name}: {' and '.join(held) or 'nothing this harness wrote'}, kept there")
     sound = not (found.damaged or found.torn_tail or dup)
     lines.append("sound: every line is a whole record" + (" (some of a newer schema)" if found.newer else "") if sound
                  else "NOT SOUND: see the lines above")
     return lines, sound
 
 
+# ------------------------------------------------------------------------------ repairing
+
+
+def repair(folder: Path) -> list[str]:
+    """Move what makes the store in `folder` unsound to its side file, `records.jsonl.damaged`: each damaged line
+    (not JSON, or not a record), a torn last line, and a line whose JSON is an earlier line's (one record stored twice:
+    the store keeps the first). Each goes there under a header naming its
+    line and why, appended and fsynced before the store changes. The new store (every other line, in order) is written
+    to a temp file and renamed over the old one, under the old one's exclusive lock, so a writer waiting for the lock
+    appends to the new file (bench.io) and no reader sees half of either. A line that repeats a record_id with other
+    content is a record of its own: kept, and said. Returns what was done, one line each."""
+    path = store_path(folder)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # the writers' lock: no append lands between the read and the rename
+        data = os.pread(fd, os.fstat(fd).st_size, 0)
+        raw = data.split(b"\n")
+        lines = parse_jsonl(data, path)
+        moving = dict(lines.damaged)  # line number -> why
+        if lines.torn_tail:
+            moving[len(raw)] = f"a torn last line ({lines.torn_tail[1]} bytes, a writer killed mid-write)"
+        first: dict[str, tuple[int, dict]] = {}  # record_id -> (the line that holds it first, its JSON)
+        differing = []
+        for lineno, obj in lines.lines:
+            try:
+                record_id = RunRecord.from_dict(obj).record_id
+            except NewerSchema:
+                continue  # kept: a newer harness reads it
+            except (SchemaError, TypeError) as exc:
+                moving[lineno] = " ".join(str(exc).split())  # one line: the side file pairs each header with one line
+                continue
+            if record_id not in first:
+                first[record_id] = (lineno, obj)
+            elif first[record_id][1] == obj:
+                moving[lineno] = f"repeats line {first[record_id][0]}, record {record_id}, exactly"
+            else:
+                differing.append(lineno)
+        if not moving:
+            said = [f"{path}: nothing to move aside"]
+        else:
+            aside = path.with_name(path.name + DAMAGED_SUFFIX)
+            stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            block = b"".join(f"# {stamp}: line {n} of {path.name} {MOVED} ({why}), {len(raw[n - 1])} bytes\n".encode()
+                             + raw[n - 1] + b"\n" for n, why in sorted(moving.items()))
+            with open(aside, "ab") as f:  # kept first: a crash before the rename leaves the line in both, never in neither
+                f.write(block)
+                f.flush()
+                os.fsync(f.fileno())
+            kept = [line for n, line in enumerate(raw, 1) if n not in moving and line.strip()]
+            write_text_atomic(path, b"".join(line + b"\n" for line in kept))
+            said = [f"{path}: moved {len(moving)} line(s) to {aside.name}: {named_lines(sorted(moving.items()), most=20)}; "
+                    f"{len(kept)} line(s) kept, in order"]
+        if differing:
+            said.append(f"{path}: line(s) {', '.join(map(str, differing))} repeat a stored record_id with other content: "
+                        "records of their own, kept (remove one by hand if one is wrong)")
+        return said
+    finally:
+        os.close(fd)  # releases the lock on the old file; writers that waited take the new one's
+
+
 def main(argv: list[str]) -> int:
-    """`python -m bench store check DIR`: 0 sound, 1 problems found, 2 bad input."""
-    if len(argv) != 2 or argv[0] != "check":
-        print("usage: python -m bench store check REPORTS_DIR", file=sys.stderr)
+    """`python -m bench store check|repair DIR`: check exits 0 sound, 1 problems found; repair exits 0 when the
+    store is sound after it, 1 when something is left; 2 bad input."""
+    if len(argv) != 2 or argv[0] not in ("check", "repair"):
+        print("usage: python -m bench store check REPORTS_DIR, or python -m bench store repair REPORTS_DIR "
+              "(moves damaged lines aside to records.jsonl.damaged)", file=sys.stderr)
         return 2
     try:
+        done = repair(Path(argv[1])) if argv[0] == "repair" else []
         lines, sound = check(Path(argv[1]))
-    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print("\n".join(lines))
+    print("\n".join(done + lines))
     return 0 if sound else 1

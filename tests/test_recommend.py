@@ -122,6 +122,46 @@ def test_nearest_miss_names_what_it_would_need():
     assert decide.nearest_miss(rej, {}, None, f, 0.001).endswith("accuracy.max_auc_drop=0.00150")
 
 
+def test_a_missing_ratio_reads_as_a_dash_never_nanx():
+    nan = math.nan
+    assert decide.times(nan) == decide.ratio_text(nan, 1.0, 1.2) == "\u2014" and decide.times(1.384) == "1.38x"
+    assert decide.ratio_text(1.5, nan, nan) == "1.50x" and decide.ratio_text(1.5, 1.4, 1.6) == "1.50x [1.40, 1.60]"
+    open_ratio = Confirmation(300.0, 300.0, 320.0, 0.0, nan, nan, nan, 20.0, "paired")  # fp32's search beside it met no load
+    assert "nan" not in decide.open_bracket(open_ratio) and "ratio \u2014 has no interval" in decide.open_bracket(open_ratio)
+    a, b = Candidate("a", 1024, 1), Candidate("b", 1024, 1)
+    zero = Point(a, 0.0, 0.0, 10, True)  # a pick whose stage-3 estimate was 0: no ratio to it, no division by 0
+    lines = decide.what_would_change(zero, [], [zero, Point(b, 50.0, 0.0, 5, False)], {})
+    assert lines and "nan" not in lines[0] and "\u2014 the pick's QPS" in lines[0]
+
+
+def test_what_would_change_names_what_recommend_confirm_left_unserved():
+    a, b, c = Candidate("a", 1024, 1), Candidate("b", 1024, 1), Candidate("c", 4096, 1)
+    pts = [Point(a, 100, 0.0, 10, True), Point(b, 90, -0.0001, 3, False), Point(c, 120, -0.0002, 2, False)]
+    rejections = [Rejection(b.label(), CONFIRM, "not confirmed: its estimate ranks 3, below the best 1 (recommend.confirm)",
+                            needs="recommend.confirm=3"),
+                  Rejection(c.label(), CONFIRM, "not confirmed: its estimate ranks 2, below the best 1 (recommend.confirm)",
+                            needs="recommend.confirm=2"),
+                  Rejection("b threads=2", SPEED, "not timed at 2 threads: ...", needs="recommend.confirm=3")]
+    lines = decide.what_would_change(pts[0], rejections, decide.pareto_front(pts), {}, pts)
+    assert lines[0] == ("with recommend.confirm=3, b bs=1024 threads=1 (3.00 MB, ΔAUC -0.00010, estimated 90 QPS, 0.90x the pick's) "
+                        "would be served under LoadGen too; recommend.confirm left it unserved")
+    assert lines[1].startswith("with recommend.confirm=2, c bs=4096 threads=1 (2.00 MB") and "1.20x the pick's" in lines[1]
+    assert lines[2] == "with recommend.confirm=3, b threads=2 would be timed too, and could be served; recommend.confirm left it untimed at these threads"
+    assert len(lines) == 3  # c, on the front above the pick, is named once
+
+
+def test_stage_3_below_the_bound_everywhere_names_the_nearest_miss_by_its_no_load_p99():
+    a, b = Candidate("a", 1024, 1), Candidate("b", 1024, 1)
+    below = {a: dataclasses.replace(est(0.0, qps=0.0), qps_hi=0.0, idle_p99_ms=2.5),
+             b: dataclasses.replace(est(0.0, qps=0.0), qps_hi=0.0, idle_p99_ms=2.1)}
+    assert decide.below_the_bound(below) and not decide.below_the_bound({}) and not decide.below_the_bound({**below, a: est(1.0)})
+    miss = decide.nearest_miss([], {}, None, {}, 0.001, below, 0.001, 2.0)
+    assert miss.startswith("nearest miss: b bs=1024 threads=1: at no load, each query alone, stage 3 estimates a p99 of 2.1 ms "
+                           "against the 0.001 ms bound (2,100x it;") and "the batcher's 2 ms wait included" in miss
+    assert miss.endswith("it would need slo.p99_ms above 2.1, a shorter serve.max_wait_ms or a smaller batcher size")
+    assert "1.05x it" in decide.nearest_miss([], {}, None, {}, 0.001, below, 2.0, 2.0)
+
+
 # ------------------------------------------------------------------------------------------------ speed, confirm
 
 
@@ -134,6 +174,10 @@ def test_the_estimate_follows_the_speedup_and_is_relative_to_the_same_fp32():
     assert faster.relative > 1.2 and faster.fp32_qps == pytest.approx(base.fp32_qps)
     assert estimate(fp32, SIZES, 128, 0.002, 60.0) is None  # no offline point within the batcher's size
     assert estimate(fp32, SIZES, 1024, 0.002, 2.0).qps < base.qps  # a tighter bound holds less
+    # at no load each query waits the batcher's 2 ms, then its own batch: 4 ms at 256 pairs, 12 at 1024, on a line
+    assert 2 + 4 < base.idle_p99_ms < 2 + 12 and faster.idle_p99_ms < base.idle_p99_ms
+    beyond = estimate(fp32, SIZES, 1024, 0.002, base.idle_p99_ms * 0.9)  # a bound below that: no rate meets it
+    assert beyond.qps == beyond.qps_hi == 0 and decide.below_the_bound({Candidate("fp32", 1024, 1): beyond})
 
 
 def test_an_offline_point_reads_fp32s_time_from_the_paired_job():

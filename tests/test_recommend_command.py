@@ -33,15 +33,25 @@ def recommend(place, *more, timeout=600):
     ("slo.qps=-3", "slo.qps must be a positive rate"),
     ("memory.max_model_mb=0", "memory.max_model_mb must be a positive size"),
     ("recommend.backends=[int8_tbe,nosuch]", "unknown backend 'nosuch'"),
-    ("recommend.batch_sizes=[1024,999999]", "recommend.batch_sizes reaches 999999 rows, more than the eval split"),
+    ("recommend.batch_sizes=[1024,999999]", "recommend.batch_sizes reaches 999999 rows, more than the eval split's 2048"),
+    ("recommend.threads=[0]", "recommend.threads must be a non-empty list of positive thread counts"),
+    ("recommend.budget_min=0", "recommend.budget_min must be positive"),
     ("recommend.confirm=0", "recommend.confirm must be a positive integer"),
     ("slo.p99ms=60", "slo.p99ms"),
     ("recommend.tune_map=/no/such/per_table.yaml", "recommend.tune_map='/no/such/per_table.yaml': no such file"),
 ])
 def test_bad_input_is_one_line_and_exit_2_before_any_work(tmp_path, bad, says):
-    result = run_bench("recommend", *FAST, f"cache_dir={tmp_path / 'cache'}", f"reports_dir={tmp_path / 'reports'}", bad, timeout=120)
+    """Every range error is found before torch is imported (Python's import-time log names each module it loads). The
+    tune map's file is read by the TBE backend's reader, once the plug-ins load; its case has batcher sizes the tiny
+    eval split holds, which are checked first."""
+    tune_map = bad.startswith("recommend.tune_map=")
+    result = run_bench("recommend", *FAST, f"cache_dir={tmp_path / 'cache'}", f"reports_dir={tmp_path / 'reports'}",
+                       *(["recommend.batch_sizes=[1024]"] if tune_map else []), bad, timeout=120, env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert result.returncode == 2, result.stdout + result.stderr
-    assert says in result.stderr and result.stderr.strip().count("\n") == 0, result.stderr
+    said = [x for x in result.stderr.splitlines() if not x.startswith("import time:")]
+    loaded = {x.rsplit("|", 1)[1].strip() for x in result.stderr.splitlines() if x.startswith("import time:")}
+    assert "bench.cli" in loaded and ("torch" in loaded) == tune_map, bad
+    assert len(said) == 1 and says in said[0], said
     assert not (tmp_path / "reports").exists() and not (tmp_path / "cache").exists()
 
 
@@ -63,6 +73,11 @@ def test_a_pick_then_reuse_then_a_target_beyond_reach(place):
     assert through and all(0 <= t["lo"] <= t["point"] <= t["hi"] and t["point"] > 0 for t in through)  # what stage 3 compares and orders by
     for heading in ("## The pick", "## Pareto front", "## Stage 3 estimates", "## Rejected", "## What would change the pick", "## Cost"):
         assert heading in md, heading
+    unserved = [r for r in answer["rejected"] if r["stage"] == "4 Server confirmation" and (r["needs"] or "").startswith("recommend.confirm=")]
+    changes = md.split("## What would change the pick")[1]
+    for r in unserved:  # recommend.confirm=1 left them unserved: the answer names each, with the setting that serves it
+        assert f"- with {r['needs']}, {r['what']} (" in changes and "would be served under LoadGen too" in changes, r
+    assert not unserved or "nothing measured here would" not in changes
     records = (place / "reports" / "records.jsonl").read_text().splitlines()
     measured = answer["jobs"]["measured"]
     timed = [b for b in ("fp32", "int8_tbe", "uint4") if b not in {r["what"] for r in answer["rejected"]}]
@@ -84,6 +99,25 @@ def test_a_pick_then_reuse_then_a_target_beyond_reach(place):
     miss = json.loads((folder / "recommend.json").read_text())
     assert miss["pick"] is None and miss["nearest_miss"].startswith("nearest miss: ")
     assert any(r["stage"] == "4 Server confirmation" for r in miss["rejected"])
+
+
+def test_a_bound_no_load_can_meet_ends_before_loadgen(place):
+    """`slo.p99_ms=0.001`: stage 3's served batch times put every candidate below the bound, so no LoadGen search
+    starts; the answer names the nearest miss by its no-load p99 against the bound."""
+    store = place / "reports" / "records.jsonl"
+    before = len(store.read_text().splitlines()) if store.is_file() else 0
+    out = recommend(place, "slo.p99_ms=0.001")
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "stage 3: no candidate meets p99 <= 0.001 ms at any load by its served batch times: none is served under LoadGen" in out.stdout
+    assert "stage 4: serving" not in out.stdout and "nanx" not in out.stdout and " nan" not in out.stdout
+    assert "no pick: no candidate meets p99 <= 0.001 ms" in out.stdout and "front (" not in out.stdout
+    miss = next(x for x in out.stdout.splitlines() if "nearest miss: " in x)
+    assert "stage 3 estimates a p99 of " in miss and " ms against the 0.001 ms bound (" in miss and "it would need slo.p99_ms above " in miss
+    answer = json.loads((place / "reports" / "recommend" / "latest" / "recommend.json").read_text())
+    assert answer["pick"] is None and answer["confirmations"] == [] and answer["nearest_miss"] == miss.strip()
+    assert answer["estimates"] and all(e["qps_hi"] == 0 and e["idle_p99_ms"] > 0.001 for e in answer["estimates"])
+    new = [json.loads(x) for x in store.read_text().splitlines()[before:]]
+    assert all(r["config"].get("serve") is None for r in new)  # offline jobs only: no Server job ran
 
 
 def test_help_and_the_sweep_form_refused(tmp_path):

@@ -57,6 +57,31 @@ def test_resume_reuses_the_stored_record_without_measuring(fast_cfg, monkeypatch
 
 
 @pytest.mark.slow
+def test_resume_names_the_damaged_lines_it_skips_and_still_reuses_the_rest(fast_cfg, monkeypatch, tmp_path, caplog):
+    """Two damaged lines after the stored record (as the README promises): resume names them by line number, with the
+    command that moves them aside, and reuses the record; after `store repair` nothing is named."""
+    import logging
+
+    from bench.store import repair
+
+    first = measured(fast_cfg())
+    with store(tmp_path).open("a") as f:
+        f.write('{"status": "ok", "backend": "fp3\nnot a record\n')
+    no_measuring(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="bench.store"):
+        again, _ = run_job(fast_cfg("resume=true"))
+    assert again.resumed_from == first.record_id
+    said = [r.getMessage() for r in caplog.records if "resume skips" in r.getMessage()]
+    assert len(said) == 1 and "2 damaged line(s)" in said[0] and "line 2 (not JSON" in said[0] and "line 3 (not JSON" in said[0]
+    assert "python -m bench store repair" in said[0]
+    caplog.clear()
+    repair(tmp_path / "reports")
+    with caplog.at_level(logging.WARNING, logger="bench.store"):
+        assert run_job(fast_cfg("resume=true"))[0].resumed_from == first.record_id
+    assert not [r for r in caplog.records if "resume skips" in r.getMessage()]
+
+
+@pytest.mark.slow
 def test_resume_does_not_count_as_part_of_the_job_s_identity(fast_cfg):
     plain, resumed = (dataclasses.asdict(fast_cfg(*o)) for o in ([], ["resume=true"]))
     assert job_hash(plain) == job_hash(resumed)

@@ -1,22 +1,28 @@
 """The record store's promises as its users meet them: damage is named and never spreads (the
-writer never rewrites a stored line; every reader skips the same lines), `python -m bench store
-check` says what a store holds, resume claims a job so concurrent identical sweeps measure it once,
+writer never rewrites a stored line; every reader skips the same lines; resume names the lines it
+skips), `python -m bench store check` says what a store holds and `store repair` moves the damage
+aside without losing a record, resume claims a job so concurrent identical sweeps measure it once,
 and default run folders never collide."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import logging
 import multiprocessing
+import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
-from bench.io import append_jsonl
+from bench.io import append_jsonl, write_text_atomic
 from bench.record import SCHEMA_VERSION, RunRecord
 from bench.results.load import load_records
-from bench.store import Claims, StoreIndex, check, read_store
+from bench.store import Claims, StoreIndex, check, read_store, repair
+from bench.store import main as store_main
 from tests.conftest import REPO, run_bench
 from tests.test_nightly_command import TINY_NIGHTLY
 
@@ -64,10 +70,6 @@ def test_store_check_says_what_it_found(damaged, tmp_path):
     assert not sound and lines[0].endswith("2 records (2 ok, 0 error, 0 skipped)")
     assert any("2 damaged line(s) skipped: line 2" in x for x in lines) and any("newer schema" in x for x in lines)
     assert lines[-1] == "NOT SOUND: see the lines above"
-
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "bench", "store", *args], cwd=REPO, capture_output=True, text=True, timeout=60)
-
     bad = cli("check", str(damaged.parent))
     assert bad.returncode == 1 and "line 2" in bad.stdout and "NOT SOUND" in bad.stdout
     clean = tmp_path / "clean"
@@ -76,6 +78,90 @@ def test_store_check_says_what_it_found(damaged, tmp_path):
     assert ok.returncode == 0 and "sound: every line is a whole record" in ok.stdout
     missing = cli("check", str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "no records.jsonl here" in missing.stderr
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "bench", "store", *args], cwd=REPO, capture_output=True, text=True, timeout=60)
+
+
+def test_resume_names_the_damaged_lines_it_skips_by_their_numbers(damaged, caplog):
+    index = StoreIndex(damaged)
+    with caplog.at_level(logging.WARNING, logger="bench.store"):
+        assert index.latest("h-fp16_tbe", "m1") is not None
+    said = [r.getMessage() for r in caplog.records if "resume skips" in r.getMessage()]
+    assert len(said) == 1 and "resume skips 2 damaged line(s)" in said[0] and "line 2 (not JSON" in said[0] and "line 3 (not JSON" in said[0]
+    assert f"python -m bench store repair {damaged.parent}" in said[0] and [n for n, _ in index.skipped] == [2, 3]
+    caplog.clear()
+    with damaged.open("a") as f:  # read incrementally: only the new damage is named, by its line number in the file
+        f.write("more garbage\n" + line(record("uint4")))
+    with caplog.at_level(logging.WARNING, logger="bench.store"):
+        assert index.latest("h-uint4", "m1") is not None and index.latest("h-fp32", "m1") is not None
+    said = [r.getMessage() for r in caplog.records if "resume skips" in r.getMessage()]
+    assert len(said) == 1 and "1 damaged line(s)" in said[0] and "line 6 (not JSON" in said[0]
+
+
+@pytest.mark.slow
+def test_store_repair_moves_the_damage_aside_and_leaves_the_store_sound(damaged, tmp_path):
+    """`store repair` as a user runs it: the damaged lines, a record stored twice and a torn tail go to
+    records.jsonl.damaged under headers naming them; every record stays, in order; `store check` then exits 0;
+    a second repair has nothing to do; no store is one line and exit 2."""
+    with damaged.open("a") as f:
+        f.write(damaged.read_text().splitlines()[0] + '\n{"status": "ok", "backend": "int')  # line 1 again, then a writer killed mid-write
+    before = damaged.read_bytes()
+    ids = [r.record_id for r in read_store(damaged).records]
+    assert cli("check", str(damaged.parent)).returncode == 1
+
+    fixed = cli("repair", str(damaged.parent))
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "moved 4 line(s) to records.jsonl.damaged: line 2 (not JSON" in fixed.stdout and "line 3 (not JSON" in fixed.stdout
+    assert "line 6 (repeats line 1, record " in fixed.stdout and "line 7 (a torn last line" in fixed.stdout
+    assert fixed.stdout.rstrip().endswith("sound: every line is a whole record (some of a newer schema)")
+    found = read_store(damaged)
+    assert [r.record_id for r in found.records] == ids[:2] and ids[2] == ids[0] and len(found.newer) == 1  # the newer one kept
+    assert not found.damaged and found.torn_tail is None
+    aside = damaged.with_name("records.jsonl.damaged").read_bytes().split(b"\n")
+    headers = [x for x in aside if x.startswith(b"# ") and b"moved aside by store repair" in x]
+    assert [h.split(b": line ")[1].split(b" ")[0] for h in headers] == [b"2", b"3", b"6", b"7"]
+    old = [x for x in before.split(b"\n") if x.strip()]
+    assert sorted(old) == sorted([x for x in damaged.read_bytes().split(b"\n") if x.strip()] + [x for x in aside if x.strip() and x not in headers])
+    assert cli("check", str(damaged.parent)).returncode == 0
+    assert "records.jsonl.damaged: 4 damaged line(s) moved there by store repair" in cli("check", str(damaged.parent)).stdout
+
+    again = cli("repair", str(damaged.parent))
+    assert again.returncode == 0 and "nothing to move aside" in again.stdout
+    assert damaged.with_name("records.jsonl.damaged").read_bytes().split(b"\n") == aside
+    missing = cli("repair", str(tmp_path / "nowhere"))
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "no records.jsonl here" in missing.stderr
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_a_record_id_repeated_with_other_content_is_kept_and_said(tmp_path, capsys):
+    path = tmp_path / "records.jsonl"
+    first = record("fp32")
+    other = {**first.stored_form(), "metrics": {"auc": 0.7}}  # the same record_id, another measurement: not a copy
+    path.write_text(line(first) + json.dumps(other) + "\n")
+    assert store_main(["repair", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "nothing to move aside" in out and "line(s) 2 repeat a stored record_id with other content" in out
+    assert path.read_text() == line(first) + json.dumps(other) + "\n"  # neither is dropped
+
+
+def test_an_append_that_waited_for_a_repair_lands_in_the_new_store(tmp_path):
+    """A repair renames a new file over the store under the old one's lock: a writer that opened the old file and
+    waited for its lock appends to the new one, never to the unlinked old one (where its record would be lost)."""
+    path = tmp_path / "records.jsonl"
+    path.write_text(line(record("fp32")) + "garbage\n")
+    fd = os.open(path, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # what repair holds while it writes the new store
+    writer = threading.Thread(target=append_jsonl, args=(path, [record("uint4").stored_form()]))
+    writer.start()
+    writer.join(0.5)
+    assert writer.is_alive()  # waiting for the lock
+    write_text_atomic(path, line(record("fp32")))
+    os.close(fd)
+    writer.join(30)
+    assert [r.backend for r in read_store(path).records] == ["fp32", "uint4"]
+    assert repair(tmp_path) == [f"{path}: nothing to move aside"]
 
 
 # ------------------------------------------------------------------------------------- claims

@@ -5,7 +5,8 @@
     dominated         stage 3: a candidate beaten beyond both intervals, at no cost in ΔAUC, MB or threads
     pick              stage 4: among the confirmed that meet the bound (and the target rate), the answer
     pareto_front      the candidates no other beats on QPS under the bound, ΔAUC and model MB at once
-    what_would_change the budget, limit or target that would let a stopped candidate in
+    what_would_change the budget, limit, target or recommend.confirm that would let a stopped candidate in
+    below_the_bound   stage 3 puts every candidate below the p99 bound: the funnel stops before LoadGen
     nearest_miss      with no pick: the candidate closest to the constraints, and what it would need
 """
 
@@ -16,8 +17,24 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Optional
 
+from bench.report.fmt import DASH
+
 ACCURACY, MEMORY, SPEED, CONFIRM, RUNNABLE = "1 accuracy", "2 memory", "3 offline speed", "4 Server confirmation", "0 runnable"
 FP32_EQUIVALENT = 1e-5  # a ΔAUC interval within ±this of 0: the fp32 model's scores up to rounding
+
+
+def times(x: Optional[float]) -> str:
+    """A ratio as the answer prints it: `1.38x`, or — where there is none (fp32's estimate or search gave 0)."""
+    return DASH if x is None or not math.isfinite(x) else f"{x:.2f}x"
+
+
+def ratio_text(x: Optional[float], lo: Optional[float], hi: Optional[float]) -> str:
+    """`1.38x [1.34, 1.43]`; the interval left out where an end is missing; — without a ratio."""
+    if x is None or not math.isfinite(x):
+        return DASH
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return times(x)
+    return f"{x:.2f}x [{lo:.2f}, {hi:.2f}]"
 
 
 @dataclass(frozen=True)
@@ -67,6 +84,7 @@ class Estimate:
     fp32_qps: float
     points: dict = field(default_factory=dict)  # batch rows -> (fp32 ms, speedup, lo, hi) behind it
     served: dict = field(default_factory=dict)  # batch rows -> the serving function's times behind it (bench.serve.path)
+    idle_p99_ms: float = math.nan  # the simulated p99 at no load (each query alone), at the interval's fast end: the least bound it can meet
 
 
 @dataclass
@@ -199,7 +217,7 @@ def open_bracket(conf: Confirmation) -> Optional[str]:
                    "a lower bound, not its max)")
     if math.isnan(conf.relative_lo) or math.isnan(conf.relative_hi):
         why.append(f"fp32's search beside it found no INVALID target above {conf.fp32_max_qps:,.4g} QPS, so its ratio "
-                   f"{conf.relative:.2f}x has no interval")
+                   f"{times(conf.relative)} has no interval")
     return "; ".join(why) or None
 
 
@@ -279,7 +297,9 @@ def runner_up_lines(chosen: tuple[Candidate, Confirmation, Facts], confirmed: li
     for c, conf, f in confirmed:
         if c == c0:
             continue
-        ratio = "" if math.isnan(conf.relative) else f", {conf.relative:.2f}x fp32's [{conf.relative_lo:.2f}, {conf.relative_hi:.2f}]"
+        ends = math.isfinite(conf.relative_lo) and math.isfinite(conf.relative_hi)
+        ratio = "" if math.isnan(conf.relative) else f", {times(conf.relative)} fp32's" + (
+            f" [{conf.relative_lo:.2f}, {conf.relative_hi:.2f}]" if ends else "")
         said = f"{c.label()} ({conf.max_qps:,.4g} QPS under the bound{ratio}, ΔAUC {f.auc_delta:+.5f}, {f.model_mb:.2f} MB)"
         if f.auc_delta_lo > f0.auc_delta_lo:
             lines.append(f"with a budget below {-f0.auc_delta_lo:.5f} (the pick's ΔAUC interval reaches {f0.auc_delta_lo:+.5f}): {said}")
@@ -310,16 +330,29 @@ def pareto_front(points: list[Point]) -> list[Point]:
     return sorted(front, key=lambda p: -p.qps)
 
 
-def what_would_change(chosen: Optional[Point], rejections: list[Rejection], front: list[Point], facts: dict[str, Facts]) -> list[str]:
-    """Sentences on what would move the pick: a front candidate estimated faster than the pick that LoadGen did not
-    serve, and a wider budget or limit letting a stopped backend in."""
+def what_would_change(chosen: Optional[Point], rejections: list[Rejection], front: list[Point], facts: dict[str, Facts],
+                      points: Optional[list[Point]] = None) -> list[str]:
+    """Sentences on what would move the pick: the candidates `recommend.confirm` left unserved (or untimed at more
+    threads), each with the setting that would take it on (a stage-3 or stage-4 rejection's `needs`); a front
+    candidate estimated faster than the pick that LoadGen did not serve; a wider budget or limit letting a stopped
+    backend in. `points`: every estimated candidate (for the unserved ones' figures)."""
     lines = []
+    at = {p.candidate.label(): p for p in points or front}
+    named = set()
+    for r in rejections:
+        if r.stage in (SPEED, CONFIRM) and r.needs and r.needs.startswith("recommend.confirm="):
+            p = at.get(r.what)
+            said = f" ({p.model_mb:.2f} MB, ΔAUC {p.auc_delta:+.5f}, estimated {p.qps:,.0f} QPS{_against(p, chosen)})" if p else ""
+            done = "served under LoadGen too" if r.stage == CONFIRM else "timed too, and could be served"
+            lines.append(f"with {r.needs}, {r.what}{said} would be {done}; recommend.confirm left it "
+                         + ("unserved" if r.stage == CONFIRM else "untimed at these threads"))
+            named.add(r.what)
     if chosen is not None:
         for p in front:
-            if p.candidate == chosen.candidate or p.qps <= chosen.qps or p.confirmed:
+            if p.candidate == chosen.candidate or p.qps <= chosen.qps or p.confirmed or p.candidate.label() in named:
                 continue
             lines.append(f"serving more candidates (recommend.confirm): {p.candidate.label()} ({p.model_mb:.2f} MB, ΔAUC {p.auc_delta:+.5f}) "
-                         f"is estimated at {p.qps / chosen.qps:.2f}x the pick's QPS but was not served under LoadGen")
+                         f"is estimated at {times(p.qps / chosen.qps if chosen.qps > 0 else math.nan)} the pick's QPS but was not served under LoadGen")
     for r in rejections:
         if r.stage in (ACCURACY, MEMORY) and r.needs:
             f = facts.get(r.what)
@@ -328,9 +361,36 @@ def what_would_change(chosen: Optional[Point], rejections: list[Rejection], fron
     return lines
 
 
+def _against(p: Point, chosen: Optional[Point]) -> str:
+    return f", {times(p.qps / chosen.qps)} the pick's" if chosen is not None and chosen.qps > 0 else ""
+
+
+def below_the_bound(estimates: dict[Candidate, Estimate]) -> bool:
+    """Stage 3 puts every candidate below the p99 bound: no simulated rate meets it, even at the fast end of the
+    interval. LoadGen, whose Server runs cost a search each, cannot do better than the served batches allow."""
+    return bool(estimates) and all(not e.qps_hi > 0 for e in estimates.values())
+
+
+def nearest_estimate(estimates: dict[Candidate, Estimate], bound_ms: float, max_wait_ms: Optional[float] = None) -> str:
+    """With every estimate below the bound: the candidate whose no-load p99 comes closest, against the bound."""
+    c, e = min(estimates.items(), key=lambda kv: (math.isnan(kv[1].idle_p99_ms), kv[1].idle_p99_ms))
+    if math.isnan(e.idle_p99_ms):
+        return f"nearest miss: {c.label()}: stage 3 estimates no load within p99 <= {bound_ms:g} ms; it would need a looser slo.p99_ms"
+    over = e.idle_p99_ms / bound_ms
+    wait = f"the batcher's {max_wait_ms:g} ms wait" if max_wait_ms is not None else "the batcher's wait"
+    return (f"nearest miss: {c.label()}: at no load, each query alone, stage 3 estimates a p99 of {e.idle_p99_ms:.3g} ms against the "
+            f"{bound_ms:g} ms bound ({over:,.0f}x it" if over >= 10 else f"{over:.2f}x it") + (
+            f"; from its served batch times at the fast end of their interval, {wait} included); it would need slo.p99_ms above "
+            f"{e.idle_p99_ms:.3g}, a shorter serve.max_wait_ms or a smaller batcher size")
+
+
 def nearest_miss(rejections: list[Rejection], confirmations: dict[Candidate, Confirmation], qps_target: Optional[float],
-                 facts: dict[str, Facts], budget: float) -> str:
-    """With no pick: the candidate that came closest, and what it would need."""
+                 facts: dict[str, Facts], budget: float, estimates: Optional[dict[Candidate, Estimate]] = None,
+                 bound_ms: Optional[float] = None, max_wait_ms: Optional[float] = None) -> str:
+    """With no pick: the candidate that came closest, and what it would need. Where stage 3 put every candidate below
+    the bound (`below_the_bound`, nothing served), the one whose no-load p99 comes closest."""
+    if not confirmations and estimates and bound_ms is not None and below_the_bound(estimates):
+        return nearest_estimate(estimates, bound_ms, max_wait_ms)
     if confirmations:
         c, conf = max(confirmations.items(), key=lambda kv: kv[1].max_qps)
         if conf.max_qps > 0 and qps_target is not None:

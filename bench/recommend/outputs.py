@@ -6,26 +6,20 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from bench.io import to_json, write_text_atomic
 from bench.metrics import AUC_DELTA
-from bench.recommend.decide import Candidate
+from bench.recommend.decide import Candidate, ratio_text
 from bench.recommend.run import Outcome, front_points
 from bench.report import fmt
 
 
 def _num(x: Any, spec: str = ",.0f") -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
-
-
-def _ratio(x: float, lo: Optional[float], hi: Optional[float]) -> str:
-    if x is None or math.isnan(x):
-        return "-"
-    return f"{_num(x, '.2f')}x [{_num(lo, '.2f')}, {_num(hi, '.2f')}]"
+    return fmt.DASH if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
 def pick_lines(out: Outcome) -> list[str]:
@@ -39,8 +33,8 @@ def pick_lines(out: Outcome) -> list[str]:
     return [f"pick: {c.backend}, batcher {c.batch_size} rows, {c.threads} thread{'s' if c.threads > 1 else ''} (max wait "
             f"{out.cfg.serve.max_wait_ms:g} ms)" if out.cfg.serve is not None else f"pick: {c.label()}",
             f"  Server max QPS under {out.cfg.slo.p99_ms:g} ms: {conf.max_qps:,.4g} [{_num(conf.max_qps_lo, ',.4g')}, "
-            f"{_num(conf.max_qps_hi, ',.4g')}], {_ratio(conf.relative, conf.relative_lo, conf.relative_hi)} fp32's "
-            f"({conf.fp32_max_qps:,.4g}); stage-3 estimate {e.qps:,.0f} QPS, {_ratio(e.relative, e.relative_lo, e.relative_hi)} fp32's",
+            f"{_num(conf.max_qps_hi, ',.4g')}], {ratio_text(conf.relative, conf.relative_lo, conf.relative_hi)} fp32's "
+            f"({conf.fp32_max_qps:,.4g}); stage-3 estimate {e.qps:,.0f} QPS, {ratio_text(e.relative, e.relative_lo, e.relative_hi)} fp32's",
             f"  ΔAUC {fmt.delta_ci(f.auc_delta, f.auc_delta_lo, f.auc_delta_hi, 5)} (budget {out.budget:g}); model {f.model_mb:.2f} MB "
             f"(embeddings {f.embedding_mb:.2f} MB)"]
 
@@ -53,15 +47,15 @@ def front_rows(out: Outcome) -> list[list[str]]:
         conf = out.confirmations.get(p.candidate)
         q, lo, hi = anchored[p.candidate]
         rows.append([p.candidate.label() + (" (pick)" if p.candidate == out.chosen else ""),
-                     f"{q:,.0f} [{lo:,.0f}, {hi:,.0f}]", _ratio(e.relative, e.relative_lo, e.relative_hi),
-                     f"{conf.max_qps:,.4g}, {_ratio(conf.relative, conf.relative_lo, conf.relative_hi)} fp32's" if conf else "not served",
+                     f"{q:,.0f} [{lo:,.0f}, {hi:,.0f}]", ratio_text(e.relative, e.relative_lo, e.relative_hi),
+                     f"{conf.max_qps:,.4g}, {ratio_text(conf.relative, conf.relative_lo, conf.relative_hi)} fp32's" if conf else "not served",
                      fmt.delta_ci(f.auc_delta, f.auc_delta_lo, f.auc_delta_hi, 5), f"{f.model_mb:.2f}"])
     return rows
 
 
 def console_lines(out: Outcome, folder: Path) -> list[str]:
     lines = pick_lines(out) + [f"  {w}" for w in out.why] + [f"  {n}" for n in out.notes if " not confirmed: " in n]
-    if out.front:
+    if any(p.qps > 0 for p in out.front):  # a front of candidates no load serves within the bound says nothing
         lines.append("front (estimated QPS under the bound, ΔAUC, model MB): " + "; ".join(
             f"{p.candidate.label()} {p.qps:,.0f}, {p.auc_delta:+.5f}, {p.model_mb:.2f} MB" for p in out.front[:6]))
     stages: dict[str, int] = {}
@@ -144,7 +138,7 @@ def markdown(out: Outcome) -> str:
         lines.append(fmt.markdown_table(
             ["candidate", "Server max QPS [VALID, INVALID]", "fp32's", "vs fp32", "p99 ms", "records"],
             [[c.label(), f"{v.max_qps:,.4g} [{_num(v.max_qps_lo, ',.4g')}, {_num(v.max_qps_hi, ',.4g')}]", f"{v.fp32_max_qps:,.4g}",
-              _ratio(v.relative, v.relative_lo, v.relative_hi), _num(v.p99_ms, ".1f"), ", ".join(v.records)] for c, v in out.confirmations.items()]))
+              ratio_text(v.relative, v.relative_lo, v.relative_hi), _num(v.p99_ms, ".1f"), ", ".join(v.records)] for c, v in out.confirmations.items()]))
     else:
         lines.append("None: no candidate reached stage 4.")
     anchored = out.through_ratio
@@ -152,7 +146,7 @@ def markdown(out: Outcome) -> str:
               "fp32's median estimate at that batcher size and threads), the measure stage 3 compares and orders by.", "",
               fmt.markdown_table(
         ["candidate", "QPS through the ratio [95% CI]", "vs fp32", "est. QPS", "fp32 est. QPS"],
-        [[c.label(), f"{anchored[c][0]:,.0f} [{anchored[c][1]:,.0f}, {anchored[c][2]:,.0f}]", _ratio(e.relative, e.relative_lo, e.relative_hi),
+        [[c.label(), f"{anchored[c][0]:,.0f} [{anchored[c][1]:,.0f}, {anchored[c][2]:,.0f}]", ratio_text(e.relative, e.relative_lo, e.relative_hi),
           f"{e.qps:,.0f}", f"{e.fp32_qps:,.0f}"]
          for c, e in sorted(out.estimates.items(), key=lambda kv: -anchored[kv[0]][0])]) if out.estimates else "None.", "",
         "## Accuracy and size (stages 1-2)", "", fmt.markdown_table(

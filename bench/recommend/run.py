@@ -12,6 +12,8 @@
    not timed, and says so.
 4. confirmation: the best `recommend.confirm` estimates served under LoadGen's Server scenario, each search
    interleaved with fp32's (bench.recommend.confirm); one whose Server runs fail the bound (or the target rate) is out.
+   Where stage 3 put every candidate below the bound (no simulated rate meets it), nothing is served: no pick, and
+   the nearest miss is the candidate whose no-load p99 comes closest.
 
 The pick is the confirmed candidate with the highest low end of its Server QPS interval read through the paired
 ratio to fp32 (with `slo.qps`: the fewest threads that hold it); one whose bracket or fp32's is open is "not
@@ -231,15 +233,17 @@ def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say
     for name in order:
         timed(name, first)
     if more:
-        leaders = list(dict.fromkeys(c.backend for c, e, _ in decide.confirm_order(rows, cfg.slo.qps)))[:cfg.recommend.confirm]
+        by_rank = list(dict.fromkeys(c.backend for c, e, _ in decide.confirm_order(rows, cfg.slo.qps)))
+        leaders = by_rank[:cfg.recommend.confirm]
         for name in order:
             for threads in more:
                 if name in leaders:
                     timed(name, threads)
-                elif any(c.backend == name for c in out.estimates):
+                elif name in by_rank:
                     out.rejections.append(Rejection(f"{name} threads={threads}", SPEED,
                                                     f"not timed at {threads} threads: at {first} its estimates rank below the best "
-                                                    f"{cfg.recommend.confirm} backends' (recommend.confirm)"))
+                                                    f"{cfg.recommend.confirm} backends' (recommend.confirm)",
+                                                    needs=f"recommend.confirm={by_rank.index(name) + 1}"))
     for c, r in decide.dominated(rows).items():
         out.rejections.append(r)
     out.seconds["stage 3"] = clock() - mark
@@ -250,17 +254,24 @@ def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say
         f" ({jobs.count} jobs: {len(jobs.seconds)} measured, {jobs.resumed} reused; served batch times: {out.served_timed} timed, "
         f"{out.served_reused} read back)")
 
-    # stage 4
+    # stage 4, unless stage 3 put every candidate below the bound: then no Server search could meet it either
     mark = clock()
     ranked = decide.confirm_order(alive, cfg.slo.qps)
     confirmed = []
+    if decide.below_the_bound(out.estimates):
+        say(f"stage 3: no candidate meets p99 <= {cfg.slo.p99_ms:g} ms at any load by its served batch times: none is served "
+            "under LoadGen")
+        for c, e in out.estimates.items():
+            out.rejections.append(Rejection(c.label(), SPEED, f"no load meets the {cfg.slo.p99_ms:g} ms bound by its served batch "
+                                            f"times: at no load, each query alone, a p99 of {e.idle_p99_ms:.3g} ms"))
+        ranked = []
     for k, (c, e, f) in enumerate(ranked):
         if k >= cfg.recommend.confirm:
             out.rejections.append(Rejection(c.label(), CONFIRM, f"not confirmed: its estimate ranks {k + 1}, below the best "
-                                            f"{cfg.recommend.confirm} (recommend.confirm)"))
+                                            f"{cfg.recommend.confirm} (recommend.confirm)", needs=f"recommend.confirm={k + 1}"))
             continue
         say(f"stage 4: serving {c.label()} beside fp32 under LoadGen's Server scenario (estimate {e.qps:,.0f} QPS, "
-            f"{e.relative:.2f}x fp32)")
+            f"{decide.times(e.relative)} fp32)")
         conf = confirm(server_config(backend_cfgs[c.backend], c.batch_size, c.threads, cfg.slo.p99_ms),
                        server_config(backend_cfgs[BASELINE_BACKEND], c.batch_size, c.threads, cfg.slo.p99_ms), jobs, c.label())
         out.confirmations[c] = conf
@@ -280,9 +291,10 @@ def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say
     chosen_point = next((p for p in points if p.candidate == out.chosen), None)
     out.why = decide.why_pick(confirmed, cfg.slo.qps)
     out.changes = (decide.runner_up_lines(chosen, confirmed) if chosen else []) + decide.what_would_change(
-        chosen_point, out.rejections, out.front, out.facts)
+        chosen_point, out.rejections, out.front, out.facts, points)
     if out.chosen is None:
-        out.miss = decide.nearest_miss(out.rejections, out.confirmations, cfg.slo.qps, out.facts, out.budget)
+        out.miss = decide.nearest_miss(out.rejections, out.confirmations, cfg.slo.qps, out.facts, out.budget, out.estimates,
+                                       cfg.slo.p99_ms, serve.max_wait_ms)
     out.jobs_measured, out.jobs_resumed = len(jobs.seconds), jobs.resumed
     out.seconds["total"] = clock() - started
     return out

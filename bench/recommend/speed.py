@@ -20,7 +20,9 @@ interval (the candidate's times scaled by the speedup over its low and high ends
 be timed, the offline times stand, and the answer says so.
 
 The estimate leaves out the spread of the batch times and LoadGen's own overhead: it ranks the candidates for
-stage 4, which measures the few best under LoadGen.
+stage 4, which measures the few best under LoadGen. Each estimate also keeps the p99 at no load (each query alone,
+after the batcher's wait) at the interval's fast end: where no candidate meets the bound at any rate, the funnel
+stops before LoadGen and names the one whose no-load p99 comes closest (bench.recommend.decide.nearest_miss).
 """
 
 from __future__ import annotations
@@ -32,16 +34,11 @@ import numpy as np
 from bench.metrics import SPEEDUP, THROUGHPUT, hi, lo
 from bench.record import RunRecord
 from bench.recommend.decide import Estimate
+from bench.recommend.ranges import QUERY_ROWS, timed_sizes  # noqa: F401 - where stage 3's callers find them
 from bench.serve.path import ServedTimes
-from bench.serve.queue import ServiceModel, max_rate
+from bench.serve.queue import ServiceModel, max_rate, simulate_p99
 
-QUERY_ROWS = 256  # about one query's rows (MLPerf DLRM-v2's query sizes average 270 pairs): the smallest batch the batcher forms
 QUERIES = 4000  # simulated queries per trial rate: the estimate ranks candidates, stage 4 measures them
-
-
-def timed_sizes(batch_sizes: list[int]) -> list[int]:
-    """The offline batch sizes a backend is timed at: a query's rows, and each batcher size."""
-    return sorted({QUERY_ROWS, *batch_sizes})
 
 
 def point(record: RunRecord) -> Optional[tuple[float, float, float, float]]:
@@ -56,11 +53,15 @@ def point(record: RunRecord) -> Optional[tuple[float, float, float, float]]:
     return 1000 * record.batch_size / m[THROUGHPUT], 1.0, 1.0, 1.0  # the reference itself, or an unpaired job
 
 
+def service_line(times: dict[float, float]) -> ServiceModel:
+    """The line through batch times {pairs: ms} the simulated worker serves by."""
+    rows = np.asarray(sorted(times), dtype=float)
+    return ServiceModel.fit(rows, np.asarray([times[r] for r in sorted(times)]), with_spread=False)
+
+
 def queue_qps(times: dict[float, float], sizes: np.ndarray, max_rows: int, max_wait_s: float, bound_ms: float) -> float:
     """The simulated batcher's highest Poisson rate within the bound, for batch times {pairs: ms}."""
-    rows = np.asarray(sorted(times), dtype=float)
-    model = ServiceModel.fit(rows, np.asarray([times[r] for r in sorted(times)]), with_spread=False)
-    return max_rate(sizes, model, max_rows, max_wait_s, bound_ms, queries=QUERIES)
+    return max_rate(sizes, service_line(times), max_rows, max_wait_s, bound_ms, queries=QUERIES)
 
 
 def served_times(points: dict[int, tuple[float, float, float, float]], served: dict[int, ServedTimes],
@@ -97,4 +98,13 @@ def estimate(points: dict[int, tuple[float, float, float, float]], sizes: np.nda
     rel = (lambda x: x / fp32) if fp32 > 0 else (lambda x: float("nan"))
     return Estimate(q["point"], q["lo"], q["hi"], rel(q["point"]), rel(q["lo"]), rel(q["hi"]), fp32,
                     {int(r): [round(v, 4) for v in p] for r, p in used.items()},
-                    {int(r): t.as_metrics() for r, t in on_path.items()})
+                    {int(r): t.as_metrics() for r, t in on_path.items()},
+                    idle_p99_ms(times["hi"], sizes, max_rows, max_wait_s))
+
+
+def idle_p99_ms(times: dict[float, float], sizes: np.ndarray, max_rows: int, max_wait_s: float) -> float:
+    """The simulated p99 latency (ms) at no load, each query served alone after the batcher's wait: the lowest bound any
+    rate can meet by these batch times (the fast end of the interval, `times`)."""
+    model = service_line(times)
+    longest_s = max_wait_s + (model.intercept_ms + model.slope_ms * float(np.max(sizes))) / 1000
+    return simulate_p99(1e-3 / max(longest_s, 1e-6), sizes, model, max_rows, max_wait_s, queries=QUERIES)  # 1000 services apart

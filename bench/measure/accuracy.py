@@ -45,7 +45,7 @@ def accuracy_metrics(labels: np.ndarray, logits: np.ndarray) -> dict[str, float]
     if not np.all(np.isfinite(logits)):
         bad = int(np.sum(~np.isfinite(logits)))
         raise FloatingPointError(f"model produced {bad} non-finite scores (NaN or inf) on the eval split")
-    positives = float(labels.mean())
+    positives = float(labels.mean(dtype=np.float64))  # a float32 mean is off in the 8th digit
     if positives in (0.0, 1.0):
         raise UserError(
             f"the eval split has a single class (all labels {int(positives)}): AUC is undefined; use a larger or different eval split"

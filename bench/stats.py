@@ -275,7 +275,7 @@ def base_entropy(positive_rate: float) -> float:
 
 @dataclass(frozen=True)
 class PairedDelta:
-    """new - base of one figure over the same samples, with a (1 - alpha) paired bootstrap interval."""
+    """new - base of one figure over the same samples, with a (1 - alpha) paired interval."""
 
     name: str  # the metric the delta is recorded as (bench.metrics)
     delta: float

@@ -79,6 +79,13 @@ SCORES_SATURATED = metric("scores_saturated", "", LOWER, ".1%", "the share of ev
                           "bound (its sigmoid saturated, read without a trailing nn.Sigmoid in sight): ranking lost there", ACCURACY)
 LOGLOSS = metric("logloss", "", LOWER, ".4f", "log loss over the eval samples", ACCURACY)
 NE = metric("ne", "", LOWER, ".4f", "normalized entropy: log loss over the entropy of the base rate", ACCURACY)
+NE_DELTA = metric("ne_delta", "", LOWER, "+.4f", "NE minus fp32's NE on the same eval samples, with a paired 95% interval over "
+                  "the samples' differences, stratified by class as ΔAUC's bootstrap (bench.stats.paired_ne_acc_delta)", ACCURACY,
+                  interval=True)
+ACC = metric("acc", "", HIGHER, ".4f", "accuracy: the share of eval samples whose probability lies on their label's side of 0.5 "
+             "(p >= 0.5 reads as a positive, as torchrec's accuracy that MLPerf's DLRMv3 reports)", ACCURACY)
+ACC_DELTA = metric("acc_delta", "", HIGHER, "+.4f", "accuracy minus fp32's on the same eval samples, with a paired 95% interval "
+                   "(as ne_delta's)", ACCURACY, interval=True)
 DISTINCT_SCORES = metric("distinct_scores", "", NEITHER, ",d", "distinct score values over the eval samples: 1 is a constant output, "
                          "which fails the job (bench.pipeline.job.output_fault)", ACCURACY)
 N_EVAL = metric("n_eval", "samples", NEITHER, ",d", "eval samples scored, each exactly once (a count check)", ACCURACY)

@@ -7,6 +7,9 @@
   correlated ROC curves, computed with the midrank algorithm of Sun & Xu (2014): three sorts per
   model, no n_pos x n_neg matrix. `method="bootstrap"` resamples the eval samples (stratified by
   class, the same draw for both models) as a cross-check.
+- `paired_ne_acc_delta`: NE(new) - NE(base) and accuracy(new) - accuracy(base) on the same eval
+  samples, each a mean of per-sample differences with a paired, class-stratified interval: normal
+  (the stratified standard error) or, as a cross-check, the ΔAUC bootstrap's own resamples.
 - `ratio_interval`: ratio of median throughputs of two independent runs, bootstrap over their
   per-trial throughputs.
 - `median_interval`: the median of one run's per-trial throughputs, bootstrap over the trials.
@@ -24,13 +27,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import NamedTuple, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from bench.metrics import AUC_DELTA, AUC_DELTA_P, hi, lo
+from bench.metrics import ACC_DELTA, AUC_DELTA, AUC_DELTA_P, NE_DELTA, hi, lo
 
-METHODS = ("delong", "bootstrap")
+METHODS = ("delong", "bootstrap")  # ΔAUC's intervals
+METHODS_MEAN = ("normal", "bootstrap")  # ΔNE's and Δaccuracy's
 
 
 @dataclass(frozen=True)
@@ -184,17 +188,19 @@ class _WeightedAuc:
         return num / (wp.sum(axis=1) * wn.sum(axis=1))
 
 
-def _bootstrap(y, base, new, alpha: float, n_boot: int, seed: int, chunk: int) -> AucDelta:
-    a0, a1 = auc(y, base), auc(y, new)
+def _resample_weights(y: np.ndarray, n_boot: int, seed: int) -> Iterator[np.ndarray]:
+    """The paired bootstrap's draws as sample counts, (b, n) at a time, `n_boot` rows in all.
+
+    Stratified: each class resampled with replacement at its own size, so every draw keeps the
+    eval split's base rate; the caller weighs both models with the same draw (paired). Memory grows
+    with n_samples x chunk, where chunk = max(1, 2M // n_samples) draws at a time.
+    """
     rng = np.random.default_rng(seed)
     pos_idx, neg_idx = np.flatnonzero(y), np.flatnonzero(~y)
     n = y.size
-    f0, f1 = _WeightedAuc(y, base), _WeightedAuc(y, new)
-    deltas = []
+    chunk = max(1, 2_000_000 // n)
     for start in range(0, n_boot, chunk):
         b = min(chunk, n_boot - start)
-        # Stratified: each class resampled with replacement at its own size, the same draw
-        # for both models (paired).
         draw = np.concatenate(
             [
                 pos_idx[rng.integers(0, pos_idx.size, size=(b, pos_idx.size))],
@@ -203,9 +209,13 @@ def _bootstrap(y, base, new, alpha: float, n_boot: int, seed: int, chunk: int) -
             axis=1,
         )
         flat = (draw + (np.arange(b) * n)[:, None]).ravel()
-        w = np.bincount(flat, minlength=b * n).reshape(b, n).astype(np.float64)
-        deltas.append(f1(w) - f0(w))
-    d = np.concatenate(deltas)
+        yield np.bincount(flat, minlength=b * n).reshape(b, n).astype(np.float64)
+
+
+def _bootstrap(y, base, new, alpha: float, n_boot: int, seed: int) -> AucDelta:
+    a0, a1 = auc(y, base), auc(y, new)
+    f0, f1 = _WeightedAuc(y, base), _WeightedAuc(y, new)
+    d = np.concatenate([f1(w) - f0(w) for w in _resample_weights(y, n_boot, seed)])
     delta = a1 - a0
     lo, hi = np.quantile(d, [alpha / 2.0, 1.0 - alpha / 2.0])
     se = float(np.std(d, ddof=1)) if d.size > 1 else 0.0
@@ -238,9 +248,84 @@ def paired_auc_delta(
     if method == "bootstrap":
         if n_boot < 2:
             raise ValueError(f"n_boot must be at least 2, got {n_boot}")
-        chunk = max(1, 2_000_000 // y.size)
-        return _bootstrap(y, base, new, alpha, n_boot, seed, chunk)
+        return _bootstrap(y, base, new, alpha, n_boot, seed)
     raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+
+
+# ------------------------------------------------------------------------ NE and accuracy
+
+
+def per_sample_logloss(labels, logits) -> np.ndarray:
+    """Each sample's log loss from its logit: log(1 + e^-z) for a positive, log(1 + e^z) for a negative."""
+    y = np.asarray(labels) == 1
+    return np.logaddexp(0.0, np.where(y, -1.0, 1.0) * np.asarray(logits, dtype=np.float64))
+
+
+def correct(labels, logits) -> np.ndarray:
+    """1.0 where a sample's probability lies on its label's side of 0.5 (p >= 0.5, a logit >= 0, reads as
+    positive: torchrec's accuracy, which MLPerf's DLRMv3 reference reports), else 0.0."""
+    return ((np.asarray(logits) >= 0) == (np.asarray(labels) == 1)).astype(np.float64)
+
+
+def base_entropy(positive_rate: float) -> float:
+    """The entropy of a base rate: the log loss of predicting it for everyone (NE's denominator)."""
+    p = positive_rate
+    return -(p * math.log(p) + (1 - p) * math.log(1 - p))
+
+
+@dataclass(frozen=True)
+class PairedDelta:
+    """new - base of one figure over the same samples, with a (1 - alpha) paired interval."""
+
+    name: str  # the metric the delta is recorded as (bench.metrics)
+    delta: float
+    lo: float
+    hi: float
+    base: float
+    new: float
+
+    def as_metrics(self) -> dict[str, float]:
+        return {self.name: self.delta, lo(self.name): self.lo, hi(self.name): self.hi}
+
+
+def paired_ne_acc_delta(labels, logits_base, logits_new, alpha: float = 0.05, method: str = "normal", n_boot: int = 1000,
+                        seed: int = 0) -> tuple[PairedDelta, PairedDelta]:
+    """(ΔNE, Δaccuracy) of `logits_new` against `logits_base` on the same samples, each with a
+    (1 - alpha) interval paired over the samples, stratified by class as the bootstrap ΔAUC is.
+
+    Both figures are means of per-sample terms: NE the mean log loss over the base rate's entropy (a
+    class-stratified draw keeps the base rate, so the entropy is a constant), accuracy the share on
+    the right side of 0.5. So each delta is the mean of per-sample differences d, and
+    normal: the normal interval with the stratified standard error sqrt(sum_c n_c var_c(d)) / n (what
+    the stratified bootstrap estimates, without drawing; O(n), as DeLong is for ΔAUC);
+    bootstrap: the percentile interval over the ΔAUC bootstrap's paired, class-stratified resamples
+    (`_resample_weights`, the same draws for both models), as a cross-check.
+    Identical scores give 0 with the degenerate interval [0, 0].
+    """
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    if method not in METHODS_MEAN:
+        raise ValueError(f"unknown method {method!r}; expected one of {METHODS_MEAN}")
+    if method == "bootstrap" and n_boot < 2:
+        raise ValueError(f"n_boot must be at least 2, got {n_boot}")
+    y, (base, new) = _check(labels, logits_base, logits_new)
+    entropy = base_entropy(float(y.mean()))
+    base_f = np.stack([per_sample_logloss(y, base) / entropy, correct(y, base)], axis=1)  # (n, 2): NE's and accuracy's terms
+    new_f = np.stack([per_sample_logloss(y, new) / entropy, correct(y, new)], axis=1)
+    diff = new_f - base_f
+    point = diff.mean(axis=0)
+    if not diff.any():
+        bounds = np.zeros((2, 2))
+    elif method == "normal":
+        var = sum(diff[c].var(axis=0) * np.count_nonzero(c) for c in (y, ~y)) / y.size**2
+        half = NormalDist().inv_cdf(1.0 - alpha / 2.0) * np.sqrt(var)
+        bounds = np.stack([point - half, point + half])
+    else:
+        draws = np.concatenate([w @ diff for w in _resample_weights(y, n_boot, seed)]) / y.size  # (n_boot, 2)
+        bounds = np.quantile(draws, [alpha / 2.0, 1.0 - alpha / 2.0], axis=0)  # rows lo, hi; a column per figure
+    out = [PairedDelta(name, float(point[i]), float(bounds[0, i]), float(bounds[1, i]), float(base_f[:, i].mean()),
+                       float(new_f[:, i].mean())) for i, name in enumerate((NE_DELTA, ACC_DELTA))]
+    return out[0], out[1]
 
 
 # ----------------------------------------------------------------------------- throughput

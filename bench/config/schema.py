@@ -216,6 +216,8 @@ class RuleSet:
 
     max_auc_drop: Optional[float] = None  # fp32 AUC - AUC, absolute
     min_auc_ratio: Optional[float] = None  # AUC / fp32 AUC (MLPerf: 0.99, high accuracy 0.999)
+    min_acc_ratio: Optional[float] = None  # accuracy (at 0.5) / fp32 accuracy (MLPerf DLRMv3: 0.999)
+    max_ne_ratio: Optional[float] = None  # NE / fp32 NE, lower is better (MLPerf DLRMv3: 1.001)
     min_speedup: Optional[float] = None  # throughput / fp32 throughput, same workload/device/batch
     max_embedding_bytes: Optional[int] = None
     # Serving rows (+sweep=serve), joined by (backend, scenario, bound):
@@ -272,8 +274,9 @@ class GateConfig:
             raise UserError(f"gate.history_name must be a file name ending .jsonl, got {self.history_name!r} "
                             "(gate.history_name=history.jsonl; a path elsewhere is gate.history_file=PATH)")
         for where, rules in [*((f"rules.{b}", r) for b, r in self.rules.items()), ("default_rules", self.default_rules)]:
-            if rules.min_auc_ratio is not None and rules.min_auc_ratio <= 0:
-                raise UserError(f"gate.{where}.min_auc_ratio must be positive (a fraction such as 0.999), got {rules.min_auc_ratio}")
+            for name, example in (("min_auc_ratio", 0.999), ("min_acc_ratio", 0.999), ("max_ne_ratio", 1.001)):
+                if getattr(rules, name) is not None and getattr(rules, name) <= 0:
+                    raise UserError(f"gate.{where}.{name} must be positive (a fraction such as {example}), got {getattr(rules, name)}")
             if rules.max_embedding_bytes is not None and rules.max_embedding_bytes < 0:
                 raise UserError(f"gate.{where}.max_embedding_bytes must not be negative")
             for name in ("min_qps_ratio", "max_p99_ms"):

@@ -52,7 +52,7 @@ from bench.measure.timing import loop_options, time_module
 from bench.metrics import AUC_FP32, EMBEDDING_BYTES, LATENCY_MS, ORACLE_AUC, PEAK_RSS_BYTES, THROUGHPUT, hi, lo
 from bench.pipeline.job import scores_of, backend_config
 from bench.pipeline.shared import SharedWork
-from bench.stats import median_interval, paired_auc_delta
+from bench.stats import median_interval, paired_auc_delta, paired_ne_acc_delta
 
 
 @dataclass
@@ -190,6 +190,8 @@ def sharded_metrics(cfg: Config, backend: Backend, device: torch.device, work: S
     _, base_logits = scores_of(cfg, backend_config({"name": BASELINE_BACKEND}), model, workload, device, work)
     delta = paired_auc_delta(labels, base_logits, run.logits)
     metrics.update({AUC_FP32: delta.auc_base, **delta.as_metrics()})
+    for d in paired_ne_acc_delta(labels, base_logits, run.logits):
+        metrics.update(d.as_metrics())
 
     trials = _trial_throughputs(run, cfg.batch_size)
     interval = median_interval(trials)

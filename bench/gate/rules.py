@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 from bench.comparison import Figure, finite
-from bench.metrics import AUC, AUC_DELTA, EMBEDDING_BYTES, MAX_QPS, SPEEDUP, hi, lo
+from bench.metrics import ACC, ACC_DELTA, AUC, AUC_DELTA, EMBEDDING_BYTES, MAX_QPS, NE, NE_DELTA, SPEEDUP, hi, lo
 
 PASS, FAIL, INCONCLUSIVE, SKIPPED = "pass", "fail", "inconclusive", "skipped"
 VERDICTS = (FAIL, INCONCLUSIVE, SKIPPED, PASS)  # display order: failing rows first
@@ -114,19 +114,36 @@ def auc_drop(row: Row) -> Measure:
     return _measure(delta.scaled(-1.0))
 
 
+def _ratio_to_fp32(row: Row, value: str, delta: str, label: str) -> Measure:
+    """value / fp32's value, fp32's recovered as value - delta (the paired delta on the same eval samples).
+    The paired CI is of the delta; fp32's value is taken as fixed, as the threshold is a fraction of it."""
+    own, d = finite(row.get(value)), figure(row, delta, lo(delta), hi(delta))
+    if own is None:
+        return Measure(None, missing=f"{value} is missing")
+    if d.value is None:
+        return Measure(None, missing=f"{delta} is missing (no fp32 row at this workload/device/batch, or a record "
+                                     "written before it was measured?)")
+    ref = own - d.value
+    if ref <= 0:
+        return Measure(None, missing=f"fp32 {label} {ref:.4f} is not positive")
+    return _measure(d.scaled(1 / ref, 1.0))  # value / ref = 1 + delta / ref
+
+
 @rule("min_auc_ratio", "min", "AUC / fp32 AUC", fmt_auc)
 def auc_ratio(row: Row) -> Measure:
-    # The paired CI is of the delta; the fp32 AUC is taken as fixed, as the threshold is a
-    # fraction of it.
-    auc, delta = finite(row.get(AUC)), figure(row, AUC_DELTA, lo(AUC_DELTA), hi(AUC_DELTA))
-    if auc is None:
-        return Measure(None, missing="auc is missing")
-    if delta.value is None:
-        return Measure(None, missing=_NO_REF)
-    ref = auc - delta.value
-    if ref <= 0:
-        return Measure(None, missing=f"fp32 AUC {ref:.4f} is not positive")
-    return _measure(delta.scaled(1 / ref, 1.0))  # AUC / ref = 1 + delta / ref
+    return _ratio_to_fp32(row, AUC, AUC_DELTA, "AUC")
+
+
+@rule("min_acc_ratio", "min", "accuracy / fp32 accuracy", fmt_auc)
+def acc_ratio(row: Row) -> Measure:
+    # MLPerf DLRMv3: accuracy at 0.5 on the probability within 99.9% of the reference's
+    return _ratio_to_fp32(row, ACC, ACC_DELTA, "accuracy")
+
+
+@rule("max_ne_ratio", "max", "NE / fp32 NE", fmt_auc)
+def ne_ratio(row: Row) -> Measure:
+    # MLPerf DLRMv3: NE (lower is better) at most 100.1% of the reference's
+    return _ratio_to_fp32(row, NE, NE_DELTA, "NE")
 
 
 @rule("min_speedup", "min", "speedup vs fp32", fmt_speedup)

@@ -48,7 +48,7 @@ def render_markdown(result: GateResult, preface: str = "") -> str:
         verdict_line(result),
         "",
         *([preface, ""] if preface else []),
-        f"Mode: {mode}. Intervals are 95% (paired for AUC).",
+        f"Mode: {mode}. Intervals are 95% (paired over the same eval samples for AUC, NE and accuracy).",
         "",
     ]
     serving = any(v.scenario for v in result.verdicts)  # serving rows add their scenario column

@@ -41,7 +41,7 @@ from bench.pipeline.profile import job_profile
 from bench.pipeline.scores import Scores, scores_key
 from bench.pipeline.shared import SharedWork, TrainedModel
 from bench.registry import BASELINE_BACKEND
-from bench.stats import INCONCLUSIVE, paired_auc_delta, practical_verdict
+from bench.stats import INCONCLUSIVE, paired_auc_delta, paired_ne_acc_delta, practical_verdict
 from bench.workloads.workload import Workload
 
 # What the record and the report say of a model with random weights (`model.weights=random`).
@@ -301,6 +301,8 @@ def _accuracy(cfg: Config, backend: Backend, model: TrainedModel, workload: Work
     _, base_logits = scores_of(cfg, backend_config({"name": BASELINE_BACKEND}), model, workload, device, shared)
     delta = paired_auc_delta(labels, base_logits, logits)
     metrics.update({AUC_FP32: delta.auc_base, **delta.as_metrics()})
+    for d in paired_ne_acc_delta(labels, base_logits, logits):  # ΔNE and Δaccuracy, paired over the same samples
+        metrics.update(d.as_metrics())
     metrics.update(_fidelity(cfg, backend, model, workload, device, shared, labels, logits))
     return metrics
 

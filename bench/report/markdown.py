@@ -11,7 +11,7 @@ from typing import Sequence
 import pandas as pd
 
 from bench.config import MAX_AUC_DROP
-from bench.metrics import AUC, AUC_DELTA, AUC_DELTA_EMBEDDINGS, FIDELITY_GAP, N_EVAL, ORACLE_AUC, SCORES_SATURATED, SPEEDUP, lo
+from bench.metrics import AUC, AUC_DELTA, AUC_DELTA_EMBEDDINGS, FIDELITY_GAP, N_EVAL, NE_DELTA, ORACLE_AUC, SCORES_SATURATED, SPEEDUP, lo
 from bench.record import USER, RunRecord, is_serving
 from bench.report import fmt
 from bench.results.readable import too_short, unreadable, UNREADABLE_SPAN
@@ -55,7 +55,9 @@ READING_NOTES = [
     "it straddles −budget. The gate judges each backend by its own rule (conf/gate/default.yaml); "
     "where that rule's margin differs from the budget, the verdict also gives the gate rule's reading "
     "(*equivalent* inside ±margin, a *gain* or a *loss* past it, *inconclusive* otherwise). Deltas too "
-    "small for four decimals are printed in scientific notation: a printed 0.0000 is exactly zero.",
+    "small for four decimals are printed in scientific notation: a printed 0.0000 is exactly zero. "
+    "ΔNE (lower is better) and Δacc (accuracy at 0.5 on the probability) are paired the same way, over the same "
+    "samples; `gate=mlperf_dlrmv3` judges all three as MLPerf's DLRMv3 does.",
     f"Speedup is throughput / fp32 throughput at the same workload, device and batch size, timed "
     "*paired*: in the job's own process, rounds alternate fp32 and the backend over the same fresh "
     "batches (ABBA order), and the speedup is the median of the per-round ratios. Its "
@@ -108,6 +110,10 @@ def _group_table(g: pd.DataFrame, axes: Sequence[str] = ()) -> str:
         *([(C("AUC", align="r"), lambda r: fmt.number(r.auc)),
            (C(f"ΔAUC [{CONFIDENCE} CI]"), lambda r: "0 (reference)" if baseline(r) else fmt.delta_ci(r.auc_delta, r.auc_delta_lo, r.auc_delta_hi)),
            (C("p", align="r"), lambda r: "" if baseline(r) else fmt.p_value(r.auc_delta_p))] if with_accuracy else []),
+        # ΔNE (lower is better) and Δaccuracy at 0.5, paired as ΔAUC; records written before them have none
+        *([(C(f"ΔNE [{CONFIDENCE} CI]"), lambda r: "0 (reference)" if baseline(r) else fmt.delta_ci(r.ne_delta, r.ne_delta_lo, r.ne_delta_hi)),
+           (C(f"Δacc [{CONFIDENCE} CI]"), lambda r: "0 (reference)" if baseline(r) else fmt.delta_ci(r.acc_delta, r.acc_delta_lo, r.acc_delta_hi))]
+          if with_accuracy and NE_DELTA in g.columns and g[NE_DELTA].notna().any() else []),
         *([(C("fidelity gap", align="r"), lambda r: fmt.number(r.fidelity_gap))] if with_fidelity else []),
         *([(C(budget), verdict_cell)] if with_accuracy else []),
         (C("samples/s", align="r"), lambda r: fmt.count(r.throughput) + (" ⚠" if r.stable is False else "")),

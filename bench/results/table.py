@@ -27,6 +27,8 @@ import pandas as pd
 
 from bench.comparison import finite, ratio, samples, timing_setting_text
 from bench.metrics import (
+    ACC,
+    ACC_DELTA,
     AUC,
     AUC_DELTA,
     AUC_DELTA_P,
@@ -42,6 +44,7 @@ from bench.metrics import (
     LOGLOSS,
     MODEL_BYTES,
     NE,
+    NE_DELTA,
     N_EVAL,
     ORACLE_AUC,
     PEAK_RSS_BYTES,
@@ -71,6 +74,8 @@ COLUMNS = [
     lo(AUC_DELTA),
     hi(AUC_DELTA),
     AUC_DELTA_P,
+    *with_interval(NE_DELTA),  # ΔNE and Δaccuracy beside ΔAUC, each paired over the same eval samples
+    *with_interval(ACC_DELTA),
     AUC_FP32,
     ORACLE_AUC,
     FIDELITY_GAP,
@@ -78,6 +83,7 @@ COLUMNS = [
     N_EVAL,
     LOGLOSS,
     NE,
+    ACC,
     SCORES_SATURATED,
     "score_read",  # a probabilities model: how its scores were read (before its nn.Sigmoid, or the clamp)
     "auc_delta_layers",  # attribute_layers=true: a ΔAUC past the gate's margin named by layer (bench.pipeline.layers)

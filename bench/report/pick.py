@@ -39,7 +39,8 @@ from bench.report import fmt
 from bench.registry import BATCHED_BACKEND, SPLIT_BACKEND
 from bench.results.key import BASELINE, UNSHARDED, shown_axes
 from bench.results.table import DEFAULT_SPEED_MARGIN
-from bench.stats import BORDERLINE, FP32_EQUIVALENT, INCONCLUSIVE, NOT_SLOWER, SLOWER, WITHIN_BUDGET, fp32_equivalent, noninferiority_verdict
+from bench.stats import (BORDERLINE, FP32_EQUIVALENT, INCONCLUSIVE, NOT_SLOWER, SLOWER, WITHIN_BUDGET, fp32_equivalent,
+                         noninferiority_verdict)
 
 BATCHED, QUANTIZED = BATCHED_BACKEND, SPLIT_BACKEND  # the rows that split a speedup into batching and quantization
 NOT_JUDGED = "not judged"

@@ -66,7 +66,8 @@ def speedup_figure(df: pd.DataFrame, workload: str, device: str) -> Figure | Non
         shift = 2 ** (0.06 * (i - (len(backends) - 1) / 2))  # side by side at one batch size: no bar hides another
         x = b["batch_size"] * shift
         judged = np.array([not _not_judged(r) for r in b.itertuples(index=False)])
-        bars = np.where(judged, [(b[SPEEDUP] - b[lo(SPEEDUP)]).clip(lower=0).fillna(0), (b[hi(SPEEDUP)] - b[SPEEDUP]).clip(lower=0).fillna(0)], 0.0)
+        below, above = (b[SPEEDUP] - b[lo(SPEEDUP)]).clip(lower=0).fillna(0), (b[hi(SPEEDUP)] - b[SPEEDUP]).clip(lower=0).fillna(0)
+        bars = np.where(judged, [below, above], 0.0)
         line = ax.errorbar(x[judged], b[SPEEDUP][judged], yerr=bars[:, judged], fmt=MARKERS[i % len(MARKERS)],
                            linestyle="-", capsize=3, label=backend)
         colour = line[0].get_color()
@@ -79,7 +80,8 @@ def speedup_figure(df: pd.DataFrame, workload: str, device: str) -> Figure | Non
     ax.axhline(1.0, color="grey", linewidth=0.9, label="fp32 (the reference)")
     margins = rows["speed_margin"].dropna() if "speed_margin" in rows.columns else pd.Series(dtype=float)
     margin = float(margins.iloc[0]) if not margins.empty else DEFAULT_SPEED_MARGIN
-    ax.axhline(1.0 - margin, color="grey", linewidth=0.8, linestyle=":", label=f"{1 - margin:.2f}: not slower above (1 − the {margin:.0%} margin)")
+    ax.axhline(1.0 - margin, color="grey", linewidth=0.8, linestyle=":",
+               label=f"{1 - margin:.2f}: not slower above (1 − the {margin:.0%} margin)")
     if (rows["speedup_method"] == "unpaired").any():
         ax.scatter([], [], marker="o", facecolors="none", edgecolors="grey", label="hollow: unpaired (two jobs' trials)")
     if any(_not_judged(r) for r in rows.itertuples(index=False)):

@@ -38,6 +38,7 @@ from bench.metrics import EMBEDDING_BYTES, SPEEDUP
 from bench.report import fmt
 from bench.registry import BATCHED_BACKEND, SPLIT_BACKEND
 from bench.results.key import BASELINE, UNSHARDED, shown_axes
+from bench.results.readable import too_short, unreadable
 from bench.results.table import DEFAULT_SPEED_MARGIN
 from bench.stats import (BORDERLINE, FP32_EQUIVALENT, INCONCLUSIVE, NOT_SLOWER, SLOWER, WITHIN_BUDGET, fp32_equivalent,
                          noninferiority_verdict)
@@ -80,14 +81,21 @@ class Choice:
     def bound(self) -> float:
         return 1.0 - self.speed_margin
 
+    @property
+    def unreadable(self) -> bool:
+        return unreadable(self.speedup, self.speedup_lo, self.speedup_hi)
+
+    def too_short(self) -> str:
+        return self.speed_verdict if isinstance(self.speed_verdict, str) and self.speed_verdict.startswith("too short") else too_short()
+
     def unjudged(self) -> Optional[str]:
         """Why its speed cannot be read against fp32, or None when it can."""
         if self.kernel_degraded:
             return f"timed on a degraded kernel ({self.kernel_degraded})"
         if math.isnan(self.speedup):
             return "no speedup recorded"
-        if isinstance(self.speed_verdict, str) and self.speed_verdict.startswith("too short"):
-            return self.speed_verdict
+        if self.unreadable:
+            return self.too_short()
         if math.isnan(self.speedup_lo) or math.isnan(self.speedup_hi):
             return "no interval"
         return None
@@ -105,12 +113,16 @@ class Choice:
         return fp32_equivalent(self.auc_delta_lo, self.auc_delta_hi)
 
     def speed_text(self) -> str:
+        if self.unreadable:
+            return f"speed against fp32 {self.too_short()}"
         ci = fmt.ratio_ci(self.speedup, self.speedup_lo, self.speedup_hi)
         method = " (unpaired: two jobs' trials)" if self.speedup_method == "unpaired" else ""
         return f"{ci} fp32's speed{method}"
 
     def reading_text(self) -> str:
         """The speed text with its non-inferiority reading, as the pick is quoted."""
+        if self.unreadable and not self.kernel_degraded:
+            return f"speed not judged: {self.too_short()}"
         words = {NOT_SLOWER: "not slower", BORDERLINE: f"borderline: its interval crosses {self.bound:.2f}",
                  SLOWER: f"slower: its interval lies below {self.bound:.2f}"}
         reading = self.reading

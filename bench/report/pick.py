@@ -34,7 +34,7 @@ from typing import Any, Optional
 
 import pandas as pd
 
-from bench.metrics import EMBEDDING_BYTES, SPEEDUP
+from bench.metrics import AUC_DELTA, EMBEDDING_BYTES
 from bench.report import fmt
 from bench.registry import BATCHED_BACKEND, SPLIT_BACKEND
 from bench.results.key import BASELINE, UNSHARDED, shown_axes
@@ -188,8 +188,9 @@ def _candidates(g: pd.DataFrame) -> pd.DataFrame:
 
 
 def _beside(choices: list[Choice]) -> tuple[Optional[Choice], Optional[Choice]]:
-    """(the fastest of `choices` whose speed can be read, the smallest zero-loss one faster than the first of
-    `choices`, the pick); each None where it is the pick, and the zero-loss one None where it is the fastest."""
+    """(the fastest of `choices` whose speed can be read, the smallest zero-loss one faster than the pick),
+    `choices` being the backends within the budget in pick order, the pick first: the fastest None where it is
+    the pick, the zero-loss one None where there is none or it is the fastest (named once)."""
     first = choices[0]
     judged = [c for c in choices if c.reading != NOT_JUDGED]
     fastest = max(judged, key=lambda c: c.speedup, default=None)  # ties: the smaller (choices are in pick order)
@@ -239,7 +240,7 @@ def picks(df: pd.DataFrame, budget: float) -> list[Pick]:
             why += f" ({', '.join(undecided)}: inconclusive against it)" if undecided else ""
             out.append(pick(None, None, why + "; stay on fp32"))
             continue
-        ranked = inside.assign(_bytes=inside[EMBEDDING_BYTES].fillna(math.inf), _auc=-inside["auc_delta"].fillna(-math.inf))
+        ranked = inside.assign(_bytes=inside[EMBEDDING_BYTES].fillna(math.inf), _auc=-inside[AUC_DELTA].fillna(-math.inf))
         ranked = ranked.sort_values(["_bytes", "_auc", "backend"], kind="mergesort")
         choices = [Choice.of(r) for r in ranked.itertuples(index=False)]
         fastest, zero = _beside(choices)

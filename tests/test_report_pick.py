@@ -139,9 +139,17 @@ def test_the_fastest_within_the_budget_is_named_beside_the_pick():
     assert p.fastest.backend == "fp32_tbe" and p.runner_up.backend == "int8_tbe"
     # int2_tbe runs 1.17x but lies outside the budget: not the fastest within it
     assert "; fastest within the budget, at zero loss: fp32_tbe: fp32's embedding bytes (64.0 MB), 1.27× [1.20, 1.34]" in p.line()
+    # uint4's [1.02, 1.28] and fp16_tbe's [1.12, 1.24] reach fp32_tbe's low end 1.20, int8_tbe's [1.04, 1.16] does not:
+    # a run's noise could put either of those two first, so the line says they are not told apart
+    assert p.rivals == ("uint4", "fp16_tbe")
+    assert "1.27× [1.20, 1.34] fp32's speed (not told apart from uint4, fp16_tbe: their intervals reach its low end)" in p.line()
+    apart = only(quant_table(fp32_tbe=(1.50, 1.40, 1.60)))
+    assert apart.fastest.backend == "fp32_tbe" and apart.rivals == () and "not told apart" not in apart.line()
     # where the pick is itself the fastest, the line says so instead of naming another
     alone = only(quant_table(uint4=(1.40, 1.30, 1.50)))
-    assert alone.fastest is None and alone.zero_loss is None and "also the fastest within the budget" in alone.line()
+    assert alone.fastest is None and alone.zero_loss is None and alone.line().endswith(
+        "; also the fastest within the budget (not told apart from fp32_tbe: their intervals reach its low end); runner-up int8_tbe: "
+        "3.20× smaller embeddings (20.0 MB), 1.10× [1.04, 1.16] fp32's speed.")
 
 
 def test_a_zero_loss_choice_faster_than_the_pick_is_named():

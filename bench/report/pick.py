@@ -153,6 +153,7 @@ class Pick:
     reason: Optional[str]  # why nothing is picked (choice is None), else None
     fastest: Optional[Choice] = None  # the fastest within the budget, when not the choice
     zero_loss: Optional[Choice] = None  # the smallest zero-loss choice faster than the pick, when not the fastest
+    rivals: tuple[str, ...] = ()  # within the budget, not told apart from the fastest (intervals reach its low end)
 
     @property
     def reading(self) -> Optional[str]:
@@ -167,13 +168,14 @@ class Pick:
         text = (f"{where}: **{c.backend}**: {c.size_text()}, {c.reading_text()}, "
                 f"ΔAUC {fmt.delta_ci(c.auc_delta, c.auc_delta_lo, c.auc_delta_hi)}")
         runner = self.runner_up
+        apart = f" (not told apart from {', '.join(self.rivals)}: their intervals reach its low end)" if self.rivals else ""
         if self.fastest is not None:
             f = self.fastest
             role = "runner-up and fastest" if runner is not None and runner.backend == f.backend else "fastest"
-            text += f"; {role} within the budget{', at zero loss' if f.zero_loss else ''}: {f.brief()}"
+            text += f"; {role} within the budget{', at zero loss' if f.zero_loss else ''}: {f.brief()}{apart}"
             runner = None if role != "fastest" else runner
         elif c.reading != NOT_JUDGED:
-            text += "; also the fastest within the budget"
+            text += f"; also the fastest within the budget{apart}"
         if self.zero_loss is not None:
             text += f"; a zero-loss choice is faster than the pick: {self.zero_loss.brief()} (ΔAUC within ±{FP32_EQUIVALENT:g} of 0)"
         if runner is not None:
@@ -187,19 +189,21 @@ def _candidates(g: pd.DataFrame) -> pd.DataFrame:
     return g[(g["status"] == "ok") & one & (g["backend"] != BASELINE) & ~g["performance_only"].astype(bool)]
 
 
-def _beside(choices: list[Choice]) -> tuple[Optional[Choice], Optional[Choice]]:
-    """(the fastest of `choices` whose speed can be read, the smallest zero-loss one faster than the pick),
-    `choices` being the backends within the budget in pick order, the pick first: the fastest None where it is
-    the pick, the zero-loss one None where there is none or it is the fastest (named once)."""
+def _beside(choices: list[Choice]) -> tuple[Optional[Choice], Optional[Choice], tuple[str, ...]]:
+    """(the fastest of `choices` whose speed can be read, the smallest zero-loss one faster than the pick, the
+    others whose speedup interval reaches the fastest's low end: not told apart from it), `choices` being the
+    backends within the budget in pick order, the pick first: the fastest None where it is the pick, the
+    zero-loss one None where there is none or it is the fastest (named once)."""
     first = choices[0]
     judged = [c for c in choices if c.reading != NOT_JUDGED]
     fastest = max(judged, key=lambda c: c.speedup, default=None)  # ties: the smaller (choices are in pick order)
+    rivals = tuple(c.backend for c in judged if fastest is not None and c is not fastest and c.speedup_hi >= fastest.speedup_lo)
     zero = None
     if first.reading != NOT_JUDGED and not first.zero_loss:
         zero = next((c for c in judged if c.zero_loss and c.speedup > first.speedup), None)  # the smallest such
     fastest = None if fastest is None or fastest.backend == first.backend else fastest
     zero = None if zero is None or (fastest is not None and zero.backend == fastest.backend) else zero
-    return fastest, zero
+    return fastest, zero, rivals
 
 
 def picks(df: pd.DataFrame, budget: float) -> list[Pick]:
@@ -217,8 +221,8 @@ def picks(df: pd.DataFrame, budget: float) -> list[Pick]:
         at = ", ".join(f"{a} {fmt.word(g[a].iloc[0])}" for a in axes)
         workload = f"{workload} ({at})" if at else workload
 
-        def pick(choice, runner, reason, fastest=None, zero=None):
-            return Pick(str(workload), str(device), int(bs), budget, choice, runner, reason, fastest, zero)
+        def pick(choice, runner, reason, fastest=None, zero=None, rivals=()):
+            return Pick(str(workload), str(device), int(bs), budget, choice, runner, reason, fastest, zero, rivals)
 
         base = g[(g["backend"] == BASELINE) & (g["status"] == "ok")]
         rows = _candidates(g)
@@ -243,8 +247,8 @@ def picks(df: pd.DataFrame, budget: float) -> list[Pick]:
         ranked = inside.assign(_bytes=inside[EMBEDDING_BYTES].fillna(math.inf), _auc=-inside[AUC_DELTA].fillna(-math.inf))
         ranked = ranked.sort_values(["_bytes", "_auc", "backend"], kind="mergesort")
         choices = [Choice.of(r) for r in ranked.itertuples(index=False)]
-        fastest, zero = _beside(choices)
-        out.append(pick(choices[0], choices[1] if len(choices) > 1 else None, None, fastest, zero))
+        fastest, zero, rivals = _beside(choices)
+        out.append(pick(choices[0], choices[1] if len(choices) > 1 else None, None, fastest, zero, rivals))
     return out
 
 

@@ -511,3 +511,34 @@ def budget_verdict(lo: float, hi: float, max_drop: float) -> str:
     if hi < -max_drop:
         return OVER_BUDGET
     return INCONCLUSIVE
+
+
+# A ΔAUC interval within ±this of 0: the fp32 model's scores up to rounding, a zero-loss choice (fp32_tbe, fp16_tbe).
+FP32_EQUIVALENT = 1e-5
+
+
+def fp32_equivalent(lo: float, hi: float) -> bool:
+    """Whether a ΔAUC interval lies within ±FP32_EQUIVALENT of 0 (False with a bound missing)."""
+    return not any(math.isnan(float(x)) for x in (lo, hi)) and max(abs(lo), abs(hi)) <= FP32_EQUIVALENT
+
+
+NOT_SLOWER, BORDERLINE, SLOWER = "not slower", "borderline", "slower"
+
+
+def noninferiority_verdict(lo: float, hi: float, margin: float) -> str:
+    """A speedup's (1 - alpha) interval read as non-inferiority against its reference, with the bound
+    1 - margin: `not slower` when the whole interval lies at or above it, `slower` when it lies wholly
+    below, `borderline` when it crosses it; `inconclusive` with a bound missing.
+
+    Where the true speedup lies at or above the bound, an interval that covers it reads `not slower` or
+    `borderline`, never `slower`; below the bound, `slower` or `borderline`. Two runs whose intervals
+    both cover the truth (each does 1 - alpha of the time) therefore never read opposite ways: one of
+    them says `borderline`, or they agree."""
+    if any(math.isnan(float(x)) for x in (lo, hi, margin)):
+        return INCONCLUSIVE
+    bound = 1.0 - margin
+    if lo >= bound:
+        return NOT_SLOWER
+    if hi < bound:
+        return SLOWER
+    return BORDERLINE

@@ -239,7 +239,7 @@ class CompareConfig:
     budget report.md's verdicts and bottom line are read against."""
 
     auc_tolerance: float = 0.0005  # absolute AUC
-    throughput_tolerance: float = 0.05  # relative
+    throughput_tolerance: float = 0.05  # relative; also the speed margin: the bottom line reads "not slower" at or above 1 - it
     alpha: float = 0.05
     max_auc_drop: float = MAX_AUC_DROP  # absolute AUC drop vs fp32 a reader accepts
 

@@ -2,10 +2,25 @@
 
 `picks` goes over each workload, device and batch size of a results table (`bench.results.table`) and
 names the smallest model whose ΔAUC lies within the reader's budget (`budget_verdict`, read against
-`compare.max_auc_drop`), with its paired speedup and its bytes against fp32, and the runner-up. When
-no backend is inside the budget, or the pick's speed against fp32 cannot be told (its verdict
-inconclusive, or its interval too wide to read), the pick says so and names nothing. `gain_source`
-says where the speed comes from (table batching, quantization) with the rows the sweep has.
+`compare.max_auc_drop`), with its bytes and its paired speedup against fp32; beside it the fastest
+backend within the budget, a zero-loss choice (ΔAUC within ±`FP32_EQUIVALENT` of 0: fp32_tbe,
+fp16_tbe) where one is faster than the pick, and the runner-up. When no backend is inside the budget,
+or there is no ok fp32 row, the pick says so and names nothing. `gain_source` says where the speed
+comes from (table batching, quantization) with the rows the sweep has.
+
+Why the pick holds between runs. Which backend is named reads nothing timed: the budget verdict of
+ΔAUC (the same cached model and eval set give the same ΔAUC every run) and the embedding bytes, ties
+broken by ΔAUC and then by name, never by speed. Its speed is then read as non-inferiority
+(`bench.stats.noninferiority_verdict`) against 1 − the row's speed margin (`speed_margin`,
+compare.throughput_tolerance, 5%): `not slower` when the speedup's whole interval lies at or above
+it, `slower` when wholly below, `borderline` when the interval crosses it. A model that is smaller,
+within the budget and not slower is the decision; whether its interval also clears 1 + margin (a
+gain, what the pick used to need) is noise. Two runs that differ only by noise therefore name the
+same pick; their speed words can differ only across `borderline` (one run `not slower` or `slower`,
+the other `borderline`), never `not slower` in one and `slower` in the other unless one interval
+misses the true speedup. A speed that cannot be read (a degraded kernel, an interval too wide, none
+recorded) leaves the pick named and says its speed was not judged, so a noisy kernel probe cannot
+turn a run's bottom line into "no pick".
 
 report.md's top and the console after a sweep both print `bottom_line`; a command that recommends
 a backend reads `picks` itself. Pure functions of the table: nothing is measured here.
@@ -19,14 +34,21 @@ from typing import Any, Optional
 
 import pandas as pd
 
-from bench.metrics import EMBEDDING_BYTES, SPEEDUP
+from bench.metrics import AUC_DELTA, EMBEDDING_BYTES
 from bench.report import fmt
 from bench.registry import BATCHED_BACKEND, SPLIT_BACKEND
 from bench.results.key import BASELINE, UNSHARDED, shown_axes
-from bench.stats import WITHIN_BUDGET
+from bench.results.readable import too_short, unreadable
+from bench.results.table import DEFAULT_SPEED_MARGIN
+from bench.stats import (BORDERLINE, FP32_EQUIVALENT, INCONCLUSIVE, NOT_SLOWER, SLOWER, WITHIN_BUDGET, fp32_equivalent,
+                         noninferiority_verdict)
 
 BATCHED, QUANTIZED = BATCHED_BACKEND, SPLIT_BACKEND  # the rows that split a speedup into batching and quantization
-UNDECIDED_SPEED = ("inconclusive",)
+NOT_JUDGED = "not judged"
+
+
+def _num(value: Any) -> float:
+    return math.nan if fmt.missing(value) else float(value)
 
 
 @dataclass(frozen=True)
@@ -39,6 +61,8 @@ class Choice:
     speedup_hi: float
     speedup_method: Optional[str]  # paired | unpaired
     speed_verdict: Optional[str]
+    speed_margin: float  # relative: the non-inferiority bound is 1 - speed_margin
+    kernel_degraded: Optional[str]  # degraded kernels under its timing: its speed says nothing of the backend
     compression: float  # fp32 embedding bytes / its embedding bytes
     embedding_bytes: float
     auc_delta: float
@@ -47,18 +71,62 @@ class Choice:
 
     @classmethod
     def of(cls, r: Any) -> "Choice":
-        return cls(r.backend, r.speedup, r.speedup_lo, r.speedup_hi, r.speedup_method, r.speed_verdict, r.compression,
-                   r.embedding_bytes, r.auc_delta, r.auc_delta_lo, r.auc_delta_hi)
+        margin = _num(getattr(r, "speed_margin", math.nan))
+        degraded = getattr(r, "kernel_degraded", None)
+        return cls(r.backend, _num(r.speedup), _num(r.speedup_lo), _num(r.speedup_hi), r.speedup_method, r.speed_verdict,
+                   DEFAULT_SPEED_MARGIN if math.isnan(margin) else margin, degraded if isinstance(degraded, str) else None,
+                   _num(r.compression), _num(r.embedding_bytes), _num(r.auc_delta), _num(r.auc_delta_lo), _num(r.auc_delta_hi))
 
     @property
-    def speed_undecided(self) -> bool:
-        return fmt.missing(self.speedup) or not isinstance(self.speed_verdict, str) or (
-            self.speed_verdict in UNDECIDED_SPEED or self.speed_verdict.startswith("too short"))
+    def bound(self) -> float:
+        return 1.0 - self.speed_margin
+
+    @property
+    def unreadable(self) -> bool:
+        return unreadable(self.speedup, self.speedup_lo, self.speedup_hi)
+
+    def too_short(self) -> str:
+        return self.speed_verdict if isinstance(self.speed_verdict, str) and self.speed_verdict.startswith("too short") else too_short()
+
+    def unjudged(self) -> Optional[str]:
+        """Why its speed cannot be read against fp32, or None when it can."""
+        if self.kernel_degraded:
+            return f"timed on a degraded kernel ({self.kernel_degraded})"
+        if math.isnan(self.speedup):
+            return "no speedup recorded"
+        if self.unreadable:
+            return self.too_short()
+        if math.isnan(self.speedup_lo) or math.isnan(self.speedup_hi):
+            return "no interval"
+        return None
+
+    @property
+    def reading(self) -> str:
+        """not slower | borderline | slower (`noninferiority_verdict` against 1 − speed_margin), or not judged."""
+        if self.unjudged() is not None:
+            return NOT_JUDGED
+        verdict = noninferiority_verdict(self.speedup_lo, self.speedup_hi, self.speed_margin)
+        return NOT_JUDGED if verdict == INCONCLUSIVE else verdict
+
+    @property
+    def zero_loss(self) -> bool:
+        return fp32_equivalent(self.auc_delta_lo, self.auc_delta_hi)
 
     def speed_text(self) -> str:
+        if self.unreadable:
+            return f"speed against fp32 {self.too_short()}"
         ci = fmt.ratio_ci(self.speedup, self.speedup_lo, self.speedup_hi)
         method = " (unpaired: two jobs' trials)" if self.speedup_method == "unpaired" else ""
         return f"{ci} fp32's speed{method}"
+
+    def reading_text(self) -> str:
+        """The speed text with its non-inferiority reading, as the pick is quoted."""
+        if self.unreadable and not self.kernel_degraded:
+            return f"speed not judged: {self.too_short()}"
+        words = {NOT_SLOWER: "not slower", BORDERLINE: f"borderline: its interval crosses {self.bound:.2f}",
+                 SLOWER: f"slower: its interval lies below {self.bound:.2f}"}
+        reading = self.reading
+        return f"{self.speed_text()}, " + (words[reading] if reading in words else f"speed not judged: {self.unjudged()}")
 
     def size_text(self) -> str:
         if fmt.missing(self.compression):
@@ -67,10 +135,14 @@ class Choice:
             return f"fp32's embedding bytes ({fmt.megabytes(self.embedding_bytes)} MB)"
         return f"{self.compression:.2f}× smaller embeddings ({fmt.megabytes(self.embedding_bytes)} MB)"
 
+    def brief(self) -> str:
+        return f"{self.backend}: {self.size_text()}, {self.speed_text()}"
+
 
 @dataclass(frozen=True)
 class Pick:
-    """The bottom line of one workload, device and batch size: the choice and the runner-up, or why none."""
+    """The bottom line of one workload, device and batch size: the choice, the fastest within the budget and
+    a faster zero-loss choice where they are other backends, and the runner-up; or why none."""
 
     workload: str
     device: str
@@ -79,17 +151,35 @@ class Pick:
     choice: Optional[Choice]
     runner_up: Optional[Choice]
     reason: Optional[str]  # why nothing is picked (choice is None), else None
+    fastest: Optional[Choice] = None  # the fastest within the budget, when not the choice
+    zero_loss: Optional[Choice] = None  # the smallest zero-loss choice faster than the pick, when not the fastest
+    rivals: tuple[str, ...] = ()  # within the budget, not told apart from the fastest (intervals reach its low end)
+
+    @property
+    def reading(self) -> Optional[str]:
+        """The pick's speed word (not slower | borderline | slower | not judged), None without a pick."""
+        return None if self.choice is None else self.choice.reading
 
     def line(self) -> str:
         where = f"{self.workload} on {self.device}, batch {self.batch_size}"
         if self.choice is None:
             return f"{where}: no pick: {self.reason}."
         c = self.choice
-        text = (f"{where}: **{c.backend}**: {c.size_text()}, {c.speed_text()}, "
+        text = (f"{where}: **{c.backend}**: {c.size_text()}, {c.reading_text()}, "
                 f"ΔAUC {fmt.delta_ci(c.auc_delta, c.auc_delta_lo, c.auc_delta_hi)}")
-        if self.runner_up is not None:
-            r = self.runner_up
-            text += f"; runner-up {r.backend}: {r.size_text()}, {r.speed_text()}"
+        runner = self.runner_up
+        apart = f" (not told apart from {', '.join(self.rivals)}: their intervals reach its low end)" if self.rivals else ""
+        if self.fastest is not None:
+            f = self.fastest
+            role = "runner-up and fastest" if runner is not None and runner.backend == f.backend else "fastest"
+            text += f"; {role} within the budget{', at zero loss' if f.zero_loss else ''}: {f.brief()}{apart}"
+            runner = None if role != "fastest" else runner
+        elif c.reading != NOT_JUDGED:
+            text += f"; also the fastest within the budget{apart}"
+        if self.zero_loss is not None:
+            text += f"; a zero-loss choice is faster than the pick: {self.zero_loss.brief()} (ΔAUC within ±{FP32_EQUIVALENT:g} of 0)"
+        if runner is not None:
+            text += f"; runner-up {runner.brief()}"
         return text + "."
 
 
@@ -99,11 +189,29 @@ def _candidates(g: pd.DataFrame) -> pd.DataFrame:
     return g[(g["status"] == "ok") & one & (g["backend"] != BASELINE) & ~g["performance_only"].astype(bool)]
 
 
+def _beside(choices: list[Choice]) -> tuple[Optional[Choice], Optional[Choice], tuple[str, ...]]:
+    """(the fastest of `choices` whose speed can be read, the smallest zero-loss one faster than the pick, the
+    others whose speedup interval reaches the fastest's low end: not told apart from it), `choices` being the
+    backends within the budget in pick order, the pick first: the fastest None where it is the pick, the
+    zero-loss one None where there is none or it is the fastest (named once)."""
+    first = choices[0]
+    judged = [c for c in choices if c.reading != NOT_JUDGED]
+    fastest = max(judged, key=lambda c: c.speedup, default=None)  # ties: the smaller (choices are in pick order)
+    rivals = tuple(c.backend for c in judged if fastest is not None and c is not fastest and c.speedup_hi >= fastest.speedup_lo)
+    zero = None
+    if first.reading != NOT_JUDGED and not first.zero_loss:
+        zero = next((c for c in judged if c.zero_loss and c.speedup > first.speedup), None)  # the smallest such
+    fastest = None if fastest is None or fastest.backend == first.backend else fastest
+    zero = None if zero is None or (fastest is not None and zero.backend == fastest.backend) else zero
+    return fastest, zero, rivals
+
+
 def picks(df: pd.DataFrame, budget: float) -> list[Pick]:
     """For each workload, device and batch size of `df` (a `results_table` read against `budget`), the
-    smallest model (fewest embedding bytes; on a tie the faster) whose ΔAUC is within the budget, and
-    the runner-up; None with the reason when none is within it, when there is no ok fp32 row to read
-    against, or when the smallest one's speed against fp32 is undecided."""
+    smallest model (fewest embedding bytes; on a tie the higher ΔAUC, then the name: nothing timed) whose
+    ΔAUC is within the budget, its speed read as non-inferiority (`Choice.reading`), the fastest within
+    the budget and a faster zero-loss choice beside it, and the runner-up; None with the reason when none
+    is within the budget, or when there is no ok fp32 row to read against."""
     out = []
     if df.empty:
         return out
@@ -112,7 +220,10 @@ def picks(df: pd.DataFrame, budget: float) -> list[Pick]:
         workload, device, bs = point[0], point[1], point[-1]
         at = ", ".join(f"{a} {fmt.word(g[a].iloc[0])}" for a in axes)
         workload = f"{workload} ({at})" if at else workload
-        pick = lambda choice, runner, reason: Pick(str(workload), str(device), int(bs), budget, choice, runner, reason)  # noqa: E731
+
+        def pick(choice, runner, reason, fastest=None, zero=None, rivals=()):
+            return Pick(str(workload), str(device), int(bs), budget, choice, runner, reason, fastest, zero, rivals)
+
         base = g[(g["backend"] == BASELINE) & (g["status"] == "ok")]
         rows = _candidates(g)
         if (g["status"] == "skipped").all():
@@ -128,21 +239,16 @@ def picks(df: pd.DataFrame, budget: float) -> list[Pick]:
             continue
         inside = rows[rows["budget_verdict"] == WITHIN_BUDGET]
         if inside.empty:
-            undecided = sorted(rows.loc[rows["budget_verdict"] == "inconclusive", "backend"])
+            undecided = sorted(rows.loc[rows["budget_verdict"] == INCONCLUSIVE, "backend"])
             why = f"no backend is within the {budget:g} budget"
             why += f" ({', '.join(undecided)}: inconclusive against it)" if undecided else ""
             out.append(pick(None, None, why + "; stay on fp32"))
             continue
-        ranked = inside.assign(_bytes=inside[EMBEDDING_BYTES].fillna(math.inf), _speed=-inside[SPEEDUP].fillna(0.0))
-        ranked = ranked.sort_values(["_bytes", "_speed"], kind="mergesort")
+        ranked = inside.assign(_bytes=inside[EMBEDDING_BYTES].fillna(math.inf), _auc=-inside[AUC_DELTA].fillna(-math.inf))
+        ranked = ranked.sort_values(["_bytes", "_auc", "backend"], kind="mergesort")
         choices = [Choice.of(r) for r in ranked.itertuples(index=False)]
-        first, runner = choices[0], (choices[1] if len(choices) > 1 else None)
-        if first.speed_undecided:
-            out.append(pick(None, runner, f"{first.backend} is the smallest within the {budget:g} budget "
-                                          f"({first.size_text()}), but its speed against fp32 is undecided "
-                                          f"({first.speed_text()}, {first.speed_verdict})"))
-            continue
-        out.append(pick(first, runner, None))
+        fastest, zero, rivals = _beside(choices)
+        out.append(pick(choices[0], choices[1] if len(choices) > 1 else None, None, fastest, zero, rivals))
     return out
 
 
@@ -161,7 +267,7 @@ def gain_source(g: pd.DataFrame) -> Optional[str]:
     sizes = sorted(bs for (b, bs) in speed if b == BATCHED and (QUANTIZED, bs) in speed)
     if not sizes:
         return None
-    margin = float(g["speed_margin"].dropna().iloc[0]) if g["speed_margin"].notna().any() else 0.05
+    margin = float(g["speed_margin"].dropna().iloc[0]) if g["speed_margin"].notna().any() else DEFAULT_SPEED_MARGIN
     batching = [speed[(BATCHED, bs)] for bs in sizes]
     quant = [speed[(QUANTIZED, bs)] / speed[(BATCHED, bs)] for bs in sizes]
     where = f"batch {sizes[0]}" if len(sizes) == 1 else f"batch sizes {', '.join(map(str, sizes))}"
@@ -211,16 +317,21 @@ def _collapsed(found: list[Pick]) -> list[str]:
 
 
 def bottom_line(df: pd.DataFrame, budget: float) -> list[str]:
-    """The bottom line as lines of text (markdown list items after the first): the budget it used, one
-    line per workload, device and batch size (`picks`), then where the gain comes from per workload and
-    device (`gain_source`). [] for a table with no accuracy rows (serving-only sweeps)."""
+    """The bottom line as lines of text (markdown list items after the first): the budget and the speed
+    bound it used, one line per workload, device and batch size (`picks`), then where the gain comes from
+    per workload and device (`gain_source`). [] for a table with no accuracy rows (serving-only sweeps)."""
     if df.empty or "budget_verdict" not in df.columns:
         return []
     found = picks(df, budget)
     if not found:
         return []
+    margins = df["speed_margin"].dropna() if "speed_margin" in df.columns else pd.Series(dtype=float)
+    margin = float(margins.iloc[0]) if not margins.empty else DEFAULT_SPEED_MARGIN
     lines = [f"Bottom line (accuracy budget: an AUC drop of at most {budget:g} against fp32, compare.max_auc_drop; "
-             "the smallest model within it, its speedup and its embedding bytes against fp32, and the runner-up):"]
+             "the smallest model within it, its embedding bytes and speedup against fp32, its speed read as not slower "
+             f"when the speedup's interval lies at or above {1 - margin:.2f} (1 − the {margin:.0%} speed margin, "
+             "compare.throughput_tolerance) and borderline when it crosses that bound; beside it the fastest backend "
+             "within the budget, a zero-loss choice where one is faster, and the runner-up):"]
     lines += [f"- {line}" for line in _collapsed(found)]
     for (workload, device), g in df.groupby(["workload", "device"], sort=False):
         source = gain_source(g)

@@ -15,11 +15,13 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 from matplotlib.transforms import offset_copy
 
-from bench.metrics import AUC_DELTA, EMBEDDING_BYTES, SPEEDUP, THROUGHPUT, hi, lo
+from bench.metrics import AUC_DELTA, EMBEDDING_BYTES, SPEEDUP, hi, lo
 from bench.report import fmt
 from bench.report.machine import SCALE_PLOTS, scale_backends, scale_rows, swept
 from bench.report.paramserver import cache_plot
-from bench.results.key import backend_rank, section_point, shown_axes
+from bench.results.key import BASELINE, backend_rank, section_point, shown_axes
+from bench.results.readable import unreadable
+from bench.results.table import DEFAULT_SPEED_MARGIN
 
 
 def slug(*parts: str) -> str:
@@ -39,50 +41,69 @@ def _ok(df: pd.DataFrame, column: str) -> pd.DataFrame:
 MARKERS = "osD^vP*Xh<>p"
 
 
-def _trial_band(row, trials_of) -> tuple[float, float]:
-    """Error bar below/above a throughput point: the spread of its trials."""
-    t = trials_of(row)
-    if not t:
-        return 0.0, 0.0
-    return max(row.throughput - min(t), 0.0), max(max(t) - row.throughput, 0.0)
+NOT_JUDGED_MARKER = "x"
 
 
-def throughput_plot(df: pd.DataFrame, workload: str, device: str, path: Path, trials_of=None) -> Path | None:
-    """Samples/s against batch size, one line per backend, log x. Error bars span the trials;
-    an unstable row (timing too noisy) is drawn hollow and hatched, and the legend says so."""
-    rows = _ok(df[(df["workload"] == workload) & (df["device"] == device)], THROUGHPUT)
+def _not_judged(r) -> bool:
+    """A row whose speedup says nothing to read: its interval too wide, or timed on a degraded kernel."""
+    return unreadable(r.speedup, r.speedup_lo, r.speedup_hi) or isinstance(getattr(r, "kernel_degraded", None), str)
+
+
+def speedup_figure(df: pd.DataFrame, workload: str, device: str) -> Figure | None:
+    """Each backend's speedup against fp32 at each batch size (log x), with its interval as error bars: the
+    paired figure the table and the bottom line read (fp32's row: the line at 1), not absolute samples/s,
+    which move with the host between jobs. A speedup from two jobs' trials (unpaired) is drawn hollow; one
+    with nothing to read (an interval too wide, a degraded kernel) is a cross without a bar. The dotted line
+    is the bottom line's non-inferiority bound, 1 − the speed margin. None with no speedup but fp32's."""
+    rows = _ok(df[(df["workload"] == workload) & (df["device"] == device) & (df["backend"] != BASELINE)], SPEEDUP)
     if rows.empty:
         return None
     fig = Figure(figsize=(7.2, 4.6))
     ax = fig.add_subplot()
-    any_unstable = False
-    for i, backend in enumerate(sorted(rows["backend"].unique(), key=backend_rank)):
+    backends = sorted(rows["backend"].unique(), key=backend_rank)
+    for i, backend in enumerate(backends):
         b = rows[rows["backend"] == backend].sort_values("batch_size")
-        marker = MARKERS[i % len(MARKERS)]
-        err = None
-        if trials_of is not None:
-            bands = [_trial_band(r, trials_of) for r in b.itertuples(index=False)]
-            err = [[lo for lo, _ in bands], [hi for _, hi in bands]]
-        line = ax.errorbar(b["batch_size"], b[THROUGHPUT], yerr=err, marker=marker, capsize=3, label=backend)
-        unstable = b[b["stable"] == False]  # noqa: E712 - None (not recorded) is not unstable
-        if not unstable.empty:
-            any_unstable = True
-            ax.scatter(unstable["batch_size"], unstable[THROUGHPUT], s=160, facecolors="none", hatch="///",
-                       edgecolors=line[0].get_color(), linewidths=1.2, zorder=3)
-    if any_unstable:
-        ax.scatter([], [], s=160, facecolors="none", hatch="///", edgecolors="grey", label="unstable timing (not a finding)")
+        shift = 2 ** (0.06 * (i - (len(backends) - 1) / 2))  # side by side at one batch size: no bar hides another
+        x = b["batch_size"] * shift
+        judged = np.array([not _not_judged(r) for r in b.itertuples(index=False)])
+        below, above = (b[SPEEDUP] - b[lo(SPEEDUP)]).clip(lower=0).fillna(0), (b[hi(SPEEDUP)] - b[SPEEDUP]).clip(lower=0).fillna(0)
+        bars = np.where(judged, [below, above], 0.0)
+        line = ax.errorbar(x[judged], b[SPEEDUP][judged], yerr=bars[:, judged], fmt=MARKERS[i % len(MARKERS)],
+                           linestyle="-", capsize=3, label=backend)
+        colour = line[0].get_color()
+        unpaired = judged & (b["speedup_method"] == "unpaired").to_numpy()
+        if unpaired.any():  # the same points, hollowed
+            line[0].set_markevery([bool(v) for v in ~unpaired[judged]])
+            ax.scatter(x[unpaired], b[SPEEDUP][unpaired], marker=MARKERS[i % len(MARKERS)], facecolors="none", edgecolors=colour, zorder=3)
+        if (~judged).any():
+            ax.scatter(x[~judged], b[SPEEDUP][~judged], marker=NOT_JUDGED_MARKER, color=colour, zorder=3)
+    ax.axhline(1.0, color="grey", linewidth=0.9, label="fp32 (the reference)")
+    margins = rows["speed_margin"].dropna() if "speed_margin" in rows.columns else pd.Series(dtype=float)
+    margin = float(margins.iloc[0]) if not margins.empty else DEFAULT_SPEED_MARGIN
+    ax.axhline(1.0 - margin, color="grey", linewidth=0.8, linestyle=":",
+               label=f"{1 - margin:.2f}: not slower above (1 − the {margin:.0%} margin)")
+    if (rows["speedup_method"] == "unpaired").any():
+        ax.scatter([], [], marker="o", facecolors="none", edgecolors="grey", label="hollow: unpaired (two jobs' trials)")
+    if any(_not_judged(r) for r in rows.itertuples(index=False)):
+        ax.scatter([], [], marker=NOT_JUDGED_MARKER, color="grey", label="×: not judged (interval too wide, or a degraded kernel)")
     sizes = sorted(rows["batch_size"].unique())
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes)
     ax.set_xticklabels([str(x) for x in sizes])
     ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.2f}×"))
     ax.set_xlabel("batch size (samples)")
-    ax.set_ylabel("throughput (samples/s; bars: trial range)")
-    ax.set_title(f"{workload} on {device}: throughput")
+    ax.set_ylabel("speedup against fp32 (bars: its interval)")
+    ax.set_title(f"{workload} on {device}: throughput against fp32 (paired speedup)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # beside the axes: no point hidden
-    return _save(fig, path)
+    return fig
+
+
+def throughput_plot(df: pd.DataFrame, workload: str, device: str, path: Path) -> Path | None:
+    """`speedup_figure` saved to `path`; None when there is nothing to draw."""
+    fig = speedup_figure(df, workload, device)
+    return None if fig is None else _save(fig, path)
 
 
 def frontier_plot(df: pd.DataFrame, workload: str, device: str, path: Path) -> Path | None:
@@ -181,10 +202,10 @@ def scale_plot(df: pd.DataFrame, access: str, path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def write_plots(df: pd.DataFrame, out_dir: Path, trials_of=None) -> dict[tuple, list[Path]]:
+def write_plots(df: pd.DataFrame, out_dir: Path) -> dict[tuple, list[Path]]:
     """Both plots for every (workload, device, point of the further axes a row moved: `shown_axes`), and
     the scale plots per access pattern under `SCALE_PLOTS`; returns the files written per group
-    (`section_point`). `trials_of(row)` gives a row's per-trial throughputs for the error bars."""
+    (`section_point`)."""
     out_dir = Path(out_dir)
     written: dict[tuple, list[Path]] = {}
     axes = shown_axes(df)
@@ -193,7 +214,7 @@ def write_plots(df: pd.DataFrame, out_dir: Path, trials_of=None) -> dict[tuple, 
         workload, device = point[:2]
         name = slug(workload, device, *(f"{a}-{v}" for a, v in zip(axes, point[2:])))
         paths = [
-            throughput_plot(g, workload, device, out_dir / f"throughput_{name}.png", trials_of),
+            throughput_plot(g, workload, device, out_dir / f"throughput_{name}.png"),
             frontier_plot(g, workload, device, out_dir / f"frontier_{name}.png"),
             cache_plot(g, workload, device, out_dir / f"ps_cache_{name}.png"),
         ]

@@ -17,8 +17,8 @@ from bench.report.markdown import render_report
 from bench.report.plots import write_plots
 from bench.report.serve import write_serve_report
 from bench.results.build import Results, build_results
-from bench.results.key import KEY, labelled, row_key
-from bench.results.table import as_records, trials
+from bench.results.key import labelled
+from bench.results.table import as_records
 
 
 def write_report(
@@ -44,11 +44,9 @@ def write_report(
     records, budget = results.records, results.budget
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    df, latest = results.jobs, results.latest
-    # the plots name a sharded row by its label (`backend@sharding×ranks`); its trials are found by its key
-    shown = labelled(df, further=False)  # the plots are split by the further axes (bench.report.plots)
-    keys = {tuple(r[k] for k in KEY): row_key(o) for r, o in zip(shown.to_dict("records"), df.to_dict("records"))}
-    plots = write_plots(shown, out_dir, trials_of=lambda row: trials(latest.get(keys.get(tuple(getattr(row, k) for k in KEY)))))
+    df = results.jobs
+    # the plots name a sharded row by its label (`backend@sharding×ranks`) and are split by the further axes
+    plots = write_plots(labelled(df, further=False), out_dir)
     write_text_atomic(out_dir / "results.csv", df.to_csv(index=False))
     if write_records_file:
         write_records(records, out_dir / "records.jsonl")

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from bench.report.fmt import DASH
+from bench.stats import FP32_EQUIVALENT, fp32_equivalent
 
 ACCURACY, MEMORY, SPEED, CONFIRM, RUNNABLE = "1 accuracy", "2 memory", "3 offline speed", "4 Server confirmation", "0 runnable"
-FP32_EQUIVALENT = 1e-5  # a ΔAUC interval within ±this of 0: the fp32 model's scores up to rounding
 
 
 def times(x: Optional[float]) -> str:
@@ -65,7 +65,7 @@ class Facts:
 
     @property
     def fp32_equivalent(self) -> bool:
-        return max(abs(self.auc_delta_lo), abs(self.auc_delta_hi)) <= FP32_EQUIVALENT
+        return fp32_equivalent(self.auc_delta_lo, self.auc_delta_hi)
 
 
 @dataclass

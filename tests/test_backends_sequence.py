@@ -185,3 +185,20 @@ def test_tune_searches_sequence_tables_like_pooled_ones(ranker):
     dynamic = swappable.dense["int8 dynamic"]
     assert dynamic.ec is swappable.module.ec  # the dense variants share the swapped tables
     assert torch.isfinite(dynamic(batch.dense, batch.sparse)).all()
+
+
+def test_sharding_refuses_a_sequence_model_with_one_line(ranker):
+    """torchrec #1255 (sharded EmbeddingCollection on CPU): the engine's sharders are the EBCs', so a model with an
+    EmbeddingCollection is refused (a `skipped` record) instead of being measured with that collection whole."""
+    from types import SimpleNamespace
+
+    from bench.distributed.engine import sequence_refusal
+    from bench.models.dlrm import build_dlrm
+    from bench.workloads.random_batch import tiny_model_config, tiny_tables
+
+    cfg = SimpleNamespace(sharding=SimpleNamespace(name="table_wise"))
+    model, calibration = ranker
+    for candidate in (model, make("int8_tbe").prepare(model, calibration, CPU)):  # eager EC and quantized EC alike
+        line = sequence_refusal(candidate, cfg)
+        assert line is not None and "\n" not in line and "ec is an EmbeddingCollection" in line and "sharding=none" in line
+    assert sequence_refusal(build_dlrm(tiny_model_config(8), tiny_tables(), num_dense=13), cfg) is None

@@ -86,3 +86,35 @@ def sequence_batch(batch_size: int, seed: int) -> Batch:
     sparse = KeyedJaggedTensor.from_lengths_sync(keys=keys, values=torch.cat(values), lengths=torch.cat(lengths))
     dense = torch.randn(batch_size, NUM_DENSE, generator=g)
     return Batch(dense=dense, sparse=sparse, labels=torch.randint(0, 2, (batch_size,), generator=g).float())
+
+
+class HistoryAttention(nn.Module):
+    """A DIN-style ranker over examples/make_parquet.py's click log, handed in as `model=custom` with today's factory
+    arguments: beside the harness's EmbeddingBagCollection it builds an EmbeddingCollection of its own that looks
+    the `history` column up unpooled, and the candidate `item_id` (pooled, one id) attends over it."""
+
+    def __init__(self, embedding_bag_collection: EmbeddingBagCollection, dense_in_features: int) -> None:
+        super().__init__()
+        self.ebc = embedding_bag_collection
+        history = next(c for c in embedding_bag_collection.embedding_bag_configs() if c.feature_names == ["history"])
+        dim = history.embedding_dim
+        self.ec = EmbeddingCollection([EmbeddingConfig(name="s_history", embedding_dim=dim, num_embeddings=history.num_embeddings,
+                                                       feature_names=["history"])], device=torch.device("cpu"))
+        pooled = sum(c.embedding_dim for c in embedding_bag_collection.embedding_bag_configs())
+        self.query, self.key = nn.Linear(dim, dim), nn.Linear(dim, dim)
+        self.mlp = nn.Sequential(nn.Linear(dense_in_features + pooled + dim, 32), nn.ReLU(), nn.Linear(32, 1))
+
+    def forward(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> torch.Tensor:
+        pooled = self.ebc(sparse)
+        history = self.ec(sparse)["history"]
+        width = max(1, int(history.lengths().max())) if history.lengths().numel() else 1
+        rows = history.to_padded_dense(width)  # [B, L, D]
+        mask = torch.arange(width).unsqueeze(0) < history.lengths().unsqueeze(1)
+        scores = (self.key(rows) @ self.query(pooled["item_id"]).unsqueeze(2)).squeeze(2) / rows.shape[-1] ** 0.5
+        weights = torch.softmax(scores.masked_fill(~mask, -1e9), dim=1) * mask
+        interest = (weights.unsqueeze(2) * rows).sum(dim=1)
+        return self.mlp(torch.cat([dense, pooled.values(), interest], dim=1))
+
+
+def history_attention(embedding_bag_collection, dense_in_features):
+    return HistoryAttention(embedding_bag_collection, dense_in_features)

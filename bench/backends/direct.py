@@ -2,9 +2,9 @@
 model's tables on a GPU.
 
 torchrec's quantized EmbeddingBagCollection (or EmbeddingCollection, for a sequence model's unpooled
-tables) is built from the table configs with each table's `data_type`; its FBGEMM kernel allocates one zeroed uint8 buffer (pages untouched until written),
-and each table's rows are written into it chunk by chunk from `bench.models.random_weights`, so an
-fp32 table never exists: the full MLPerf DLRM-v2 tables in INT4 peak at their own 13.9 GB.
+tables) is built from the table configs with each table's `data_type`; its FBGEMM kernel allocates one
+zeroed uint8 buffer (pages untouched until written), and each table's rows are written into it chunk by
+chunk from `bench.models.random_weights`, so an fp32 table never exists: the full MLPerf DLRM-v2 tables in INT4 peak at their own 13.9 GB.
 
 Row layout: FBGEMM's table stores, for INT8/INT4/INT2 rows, the fp16 scale and fp16 bias FIRST and
 then the packed codes; FBGEMM's quantize op (`FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf`, the

@@ -5,7 +5,8 @@ EmbeddingCollection (a sequence model's unpooled lookups) torchrec's quantized E
 the same kernel with `PoolingMode.NONE`, one row per id), whose tables run on FBGEMM's
 `IntNBitTableBatchedEmbeddingBagsCodegen` kernels, through torchrec's own inference path
 (`quantize_inference_model`: register the TBEs, cache the feature order, `quantize_dynamic` with a
-`QuantConfig` per table and its default mapping EBC -> QEBC, EC -> QEC) on CPU; on a GPU the same module is built with its rows quantized on the CPU
+`QuantConfig` per table and its default mapping EBC -> QEBC, EC -> QEC) on CPU; on a GPU the same module
+is built with its rows quantized on the CPU
 (`bench.backends.direct.build_tables_from_weights`: the same bytes as the CPU job's). Rows are aligned to 1 byte on CPU (FBGEMM's CPU default; torchrec's own
 default is 16) and 16 on CUDA. The MLP then runs in fp32, fp16/bf16 (`bench.backends.half_mlp`: torchrec's
 dense lowering, the default on CUDA) or int8 (the default on CPU; `bench.config.dense_path` picks the default

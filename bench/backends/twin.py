@@ -16,8 +16,8 @@ bags hold 1 to 100 ids gathers up to 100 rows for each). One-hot features pay no
 
 What the twin cannot express raises `NotApplicable` (the job is `skipped` with the reason): a sequence
 model's EmbeddingCollection (jagged, unpooled lookups: no runtime here takes jagged inputs, and no padded
-export with a length mask is built), other embedding modules than EmbeddingBagCollections, per-id weights, pooling other than SUM, and a forward
-that reads the KJT anywhere but in its EmbeddingBagCollections. `build_twin` checks the twin's scores
+export with a length mask is built), other embedding modules than EmbeddingBagCollections, per-id weights,
+pooling other than SUM, and a forward that reads the KJT anywhere but in its EmbeddingBagCollections. `build_twin` checks the twin's scores
 against the model's on a sample batch before returning it.
 
 Two forms: `plain`, as above (`build_twin`), and `deploy`, the graph a deployer would ship (bench.backends.deploy):

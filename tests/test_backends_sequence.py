@@ -230,3 +230,23 @@ def test_a_din_ranker_handed_in_as_a_custom_model_runs_through_the_quantized_bac
     assert records["int8_tbe"].metrics["fidelity_twin"]  # its fake_quant twin emulates the sequence table too
     skipped = run_one(compose([*base, "backend=compiled_fp32"]), session)
     assert skipped.status == "skipped" and "jagged" in skipped.error and "\n" not in skipped.error
+
+
+def test_random_weights_sequence_tables_are_built_straight_into_their_stored_rows():
+    """A random-weights model (tables on the meta device) gets its EmbeddingCollection built directly, its rows the
+    seeded random rows every backend draws (bench.models.random_weights), stored as FBGEMM stores them."""
+    from bench.backends.direct import stored_rows
+    from bench.models.random_weights import table_chunks
+
+    model = build_ranker(dim=16)
+    meta = torch.device("meta")
+    model.ec = EmbeddingCollection([EmbeddingConfig(name="t_item", embedding_dim=16, num_embeddings=ITEMS, feature_names=["history", "candidate"]),
+                                    EmbeddingConfig(name="t_genre", embedding_dim=16, num_embeddings=8, feature_names=["history_genre"])], device=meta)
+    model.random_weights_seed = 7
+    prepared = make("int8_tbe").prepare(model, [sequence_batch(32, seed=1)], CPU)
+    assert type(prepared.ec) is QuantEmbeddingCollection
+    for table, rows in (("t_item", ITEMS), ("t_genre", 8)):
+        want = torch.cat([stored_rows(chunk, "int8") for _, chunk in table_chunks(7, table, rows, 16)])
+        assert torch.equal(prepared.ec.embeddings[table].weight, want)
+    batch = sequence_batch(9, seed=2)
+    assert torch.isfinite(prepared(batch.dense, batch.sparse)).all()

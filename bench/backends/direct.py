@@ -39,12 +39,11 @@ from torchrec.quant.embedding_modules import (
 )
 from torchrec.tensor_types import UIntXTensor
 
-from bench.backends.modules import configs_of, holders_of
+from bench.backends.modules import configs_of, holders_of, on_meta
 from bench.models.random_weights import (
     CHUNK_ROWS,
     random_weights_seed,
     table_chunks,
-    unmaterialized,
 )
 
 Chunks = Callable[[object], Iterable[tuple[int, torch.Tensor]]]  # table config -> (first row, fp32 rows on the CPU)
@@ -95,10 +94,11 @@ def build_quantized_ebc(ebc: nn.Module, dtypes: dict[str, str], device: torch.de
 
 
 def build_tables_directly(model: nn.Module, dtypes: dict[str, str], device: torch.device, row_alignment: int) -> None:
-    """Replace every meta-device EmbeddingBagCollection of `model` by its directly built quantized one, in place."""
+    """Replace every meta-device EmbeddingBagCollection and EmbeddingCollection of `model` by its directly built
+    quantized one, in place."""
     seed = random_weights_seed(model)
     for name, module in list(model.named_modules()):
-        if unmaterialized(module):
+        if on_meta(module):
             parent_name, _, attr = name.rpartition(".")
             parent = model.get_submodule(parent_name) if parent_name else model
             tables = {cfg.name: dtypes[cfg.name] for cfg in configs_of(module)}

@@ -47,6 +47,12 @@ def table_collections(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return [(name, m) for name, m in model.named_modules() if type(m) in TABLE_COLLECTIONS]
 
 
+def on_meta(collection: nn.Module) -> bool:
+    """True for an eager EmbeddingBagCollection or EmbeddingCollection whose tables live on the meta device
+    (random weights: `bench.models.random_weights`)."""
+    return type(collection) in TABLE_COLLECTIONS and any(p.is_meta for p in collection.parameters())
+
+
 def configs_of(collection: nn.Module) -> list:
     """The table configs of an EmbeddingBagCollection or EmbeddingCollection, eager or quantized."""
     return collection.embedding_bag_configs() if hasattr(collection, "embedding_bag_configs") else collection.embedding_configs()

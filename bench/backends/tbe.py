@@ -49,6 +49,7 @@ from bench.backends.linear import MLP_CHOICES, MODES, OUTPUT_CHOICES, check_choi
 from bench.backends.torchao_mlp import SCHEMES as TORCHAO_SCHEMES
 from bench.backends.torchao_mlp import quantize_torchao
 from bench.backends.modules import (
+    on_meta,
     require_table_collections,
     table_collections,
     table_dims,
@@ -59,7 +60,6 @@ from bench.batch import Batch
 from bench.config import BackendConfig, dense_path
 from bench.errors import UserError
 from bench.metrics import DENSE_PATH
-from bench.models.random_weights import unmaterialized
 
 # Table weight types: the names used in configs, FBGEMM's SparseType values (as `table_storage` reports them).
 WEIGHT_DTYPES = {
@@ -240,7 +240,7 @@ class TbeBackend(Backend):
         model = copy.deepcopy(model).eval()
         require_table_collections(model, self.cfg.name)
         dtypes = self.table_dtypes(model)
-        if any(unmaterialized(m) for m in model.modules()):  # random weights: built straight into their stored form
+        if any(on_meta(m) for m in model.modules()):  # random weights: built straight into their stored form
             build_tables_directly(model, dtypes, device, row_alignment(device))
             build_tables_from_weights(model, dtypes, device, row_alignment(device))  # collections that have their rows
             check_tables(model, dtypes)

@@ -186,6 +186,8 @@ RECORD_KEYS: dict[str, str] = {
     "step_queries": "serving: queries per search step",
     "step_tells": "serving: what each search step's run said",
     "steps": "serving: the QPS search's steps, each with its verdict and percentiles",
+    "table_precisions": "each embedding table's stored weight type and its lookup: pooled (an EmbeddingBagCollection's) "
+                        "or sequence (an EmbeddingCollection's, one row per id)",
     "table_rows": "rows of each embedding table",
     "threads_used": "serving: workers, torch threads and LoadGen issue threads against the cores",
     "throughput_all_threads": "the throughput with every thread the machine has",

@@ -1,5 +1,7 @@
 """One contract, every registered backend: on a tiny DLRM, `prepare` keeps the forward signature,
-scores every sample with finite logits, is deterministic, and leaves the input model alone."""
+scores every sample with finite logits, is deterministic, and leaves the input model alone. On a sequence
+model (a torchrec EmbeddingCollection beside the EmbeddingBagCollection) every backend either runs it
+the same way or skips it with one line naming why."""
 
 from __future__ import annotations
 
@@ -13,10 +15,13 @@ from bench.config.compose import compose
 from bench.models.dlrm import build_dlrm
 from bench.workloads.random_batch import random_batch, tiny_model_config, tiny_tables
 from tests.support.backends import make_backend as make
+from tests.support.sequence_models import build_ranker, sequence_batch
 
 BACKENDS = registry.names("backend")
 CPU = torch.device("cpu")
 INTEGER_BACKENDS = ("int8_tbe", "uint4", "int2_tbe")
+# The backends that store a sequence model's EmbeddingCollection tables (the rest skip it with one line).
+SEQUENCE_BACKENDS = ("fp32", "fp32_tbe", "fp16_tbe", "int8_tbe", "uint4", "uint4_mixed", "int2_tbe", "fake_quant")
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +67,39 @@ def test_contract(name, setup):
     modules_after, state_after = snapshot(model)
     assert modules_after == modules_before, "prepare replaced modules of the input model"
     assert state_after.keys() == state_before.keys()
+    assert all(torch.equal(state_after[k], state_before[k]) for k in state_before), "prepare changed input weights"
+
+
+@pytest.fixture(scope="module")
+def sequence_setup():
+    return build_ranker(dim=16), [sequence_batch(64, seed=s) for s in (1, 2)]
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_contract_on_a_sequence_model(name, sequence_setup):
+    model, calibration = sequence_setup
+    modules_before, state_before = snapshot(model)
+    backend = make(name)
+    reason = backend.unsupported_reason(CPU)
+    if registry.get("backend", name).toolkit and reason:  # its pip extra is not installed here
+        pytest.skip(reason)
+    try:
+        try:
+            prepared = backend.prepare(model, calibration, CPU)
+        except NotApplicable as exc:  # a clean skip: one line naming why
+            assert name not in SEQUENCE_BACKENDS, f"{name} must take EmbeddingCollections: {exc}"
+            assert "\n" not in str(exc) and ("EmbeddingCollection" in str(exc) or "pip install" in str(exc) or "make setup-" in str(exc))
+            return
+        assert name in SEQUENCE_BACKENDS, f"{name} ran a sequence model: add it to SEQUENCE_BACKENDS"
+        for batch_size in (1, 37):
+            batch = sequence_batch(batch_size, seed=batch_size)
+            out = prepared(batch.dense, batch.sparse)
+            assert out.shape == (batch_size, 1) and torch.isfinite(out).all()
+            assert torch.equal(out, prepared(batch.dense, batch.sparse))
+    finally:
+        backend.close()
+    modules_after, state_after = snapshot(model)
+    assert modules_after == modules_before
     assert all(torch.equal(state_after[k], state_before[k]) for k in state_before), "prepare changed input weights"
 
 

@@ -145,8 +145,8 @@ def test_a_model_that_returns_probabilities_trains_and_scores_as_declared(tmp_pa
 
 
 @pytest.mark.parametrize("factory,backend,says", [
-    ("own_embedding", "int8_tbe", "quantizes torchrec EmbeddingBagCollections only, and the model also holds position (Embedding)"),
-    ("own_embedding", "fake_quant", "quantizes torchrec EmbeddingBagCollections only"),
+    ("own_embedding", "int8_tbe", "quantizes torchrec EmbeddingBagCollections and EmbeddingCollections only, and the model also holds position (Embedding)"),
+    ("own_embedding", "fake_quant", "quantizes torchrec EmbeddingBagCollections and EmbeddingCollections only"),
     ("no_linear", "int8_tbe", "runs the model's nn.Linear layers in int8, and the model has none"),
     ("no_linear", "fake_quant", "emulates int8 nn.Linear layers, and the model has none"),
 ])  # fmt: skip

@@ -2,7 +2,7 @@
 
 A backend is a name plus `prepare(model, calibration_batches, device) -> nn.Module`. The returned
 module keeps the model's forward signature (`module(dense, sparse) -> logits`). Backends find the
-EmbeddingBagCollections and Linear layers of any TorchRec-style model themselves; they never reach
+EmbeddingBagCollections, EmbeddingCollections (sequence tables) and Linear layers of any TorchRec-style model themselves; they never reach
 into DLRM-specific attributes. They never modify the model they are given (it is shared and cached):
 copy it first.
 
@@ -34,7 +34,8 @@ Besides `prepare`, the runner asks a backend:
   every job whatever its outcome.
 
 `prepare` raises `NotApplicable` where the backend cannot apply to the model it is given (an embedding
-module that is not an EmbeddingBagCollection, no Linear layer for an int8 MLP): the job is `skipped`
+module it does not store, e.g. an EmbeddingCollection for a backend that stores EmbeddingBagCollections only,
+no Linear layer for an int8 MLP): the job is `skipped`
 with that reason, not failed.
 """
 

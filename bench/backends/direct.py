@@ -1,10 +1,10 @@
 """Quantized tables built directly: for models with random weights (`model.weights=random`), and for any
 model's tables on a GPU.
 
-torchrec's quantized EmbeddingBagCollection is built from the table configs with each table's
-`data_type`; its FBGEMM kernel allocates one zeroed uint8 buffer (pages untouched until written),
-and each table's rows are written into it chunk by chunk from `bench.models.random_weights`, so an
-fp32 table never exists: the full MLPerf DLRM-v2 tables in INT4 peak at their own 13.9 GB.
+torchrec's quantized EmbeddingBagCollection (or EmbeddingCollection, for a sequence model's unpooled
+tables) is built from the table configs with each table's `data_type`; its FBGEMM kernel allocates one
+zeroed uint8 buffer (pages untouched until written), and each table's rows are written into it chunk by
+chunk from `bench.models.random_weights`, so an fp32 table never exists: the full MLPerf DLRM-v2 tables in INT4 peak at their own 13.9 GB.
 
 Row layout: FBGEMM's table stores, for INT8/INT4/INT2 rows, the fp16 scale and fp16 bias FIRST and
 then the packed codes; FBGEMM's quantize op (`FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf`, the
@@ -30,16 +30,20 @@ import fbgemm_gpu  # noqa: F401  (registers torch.ops.fbgemm)
 import torch
 from torch import nn
 from torchrec.modules.embedding_configs import DataType
+from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
 from torchrec.quant.embedding_modules import (
     EmbeddingBagCollection as QuantEmbeddingBagCollection,
 )
+from torchrec.quant.embedding_modules import (
+    EmbeddingCollection as QuantEmbeddingCollection,
+)
 from torchrec.tensor_types import UIntXTensor
 
+from bench.backends.modules import configs_of, holders_of, on_meta
 from bench.models.random_weights import (
     CHUNK_ROWS,
     random_weights_seed,
     table_chunks,
-    unmaterialized,
 )
 
 Chunks = Callable[[object], Iterable[tuple[int, torch.Tensor]]]  # table config -> (first row, fp32 rows on the CPU)
@@ -65,44 +69,46 @@ def _stored(weight: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def build_quantized_ebc(ebc: nn.Module, dtypes: dict[str, str], device: torch.device, row_alignment: int, seed: Optional[int] = None,
-                        chunks: Optional[Chunks] = None) -> QuantEmbeddingBagCollection:
-    """A quantized EmbeddingBagCollection with the tables of `ebc`, stored as `dtypes`, filled with the rows
-    `chunks` gives (default: the random-weights rows of `seed`, `ebc` on the meta device); configured as
-    torchrec's inference path configures it."""
+                        chunks: Optional[Chunks] = None) -> nn.Module:
+    """A quantized EmbeddingBagCollection (or, for an EmbeddingCollection, a quantized EmbeddingCollection) with
+    the tables of `ebc`, stored as `dtypes`, filled with the rows `chunks` gives (default: the random-weights rows
+    of `seed`, `ebc` on the meta device); configured as torchrec's inference path configures it."""
     if chunks is None:
         chunks = lambda cfg: table_chunks(seed, cfg.name, cfg.num_embeddings, cfg.embedding_dim)  # noqa: E731
     configs = []
-    for cfg in ebc.embedding_bag_configs():
+    for cfg in configs_of(ebc):
         cfg = copy.deepcopy(cfg)
         cfg.data_type = DATA_TYPES[dtypes[cfg.name]]
         configs.append(cfg)
-    qebc = QuantEmbeddingBagCollection(
-        configs, is_weighted=ebc.is_weighted(), device=device, output_dtype=torch.float32,
-        register_tbes=True, row_alignment=row_alignment, cache_features_order=True,
-    )
+    common = dict(device=device, output_dtype=torch.float32, register_tbes=True, row_alignment=row_alignment, cache_features_order=True)
+    if isinstance(ebc, EmbeddingCollection):
+        quantized = QuantEmbeddingCollection(configs, need_indices=ebc.need_indices(), **common)
+    else:
+        quantized = QuantEmbeddingBagCollection(configs, is_weighted=ebc.is_weighted(), **common)
     for cfg in configs:
-        target = _stored(qebc.embedding_bags[cfg.name].weight)  # a view into the kernel's buffer
+        target = _stored(holders_of(quantized)[cfg.name].weight)  # a view into the kernel's buffer
         for start, rows in chunks(cfg):
             chunk = stored_rows(rows, dtypes[cfg.name])
             target[start:start + len(chunk), : chunk.shape[1]].copy_(chunk)
-    return qebc
+    return quantized
 
 
 def build_tables_directly(model: nn.Module, dtypes: dict[str, str], device: torch.device, row_alignment: int) -> None:
-    """Replace every meta-device EmbeddingBagCollection of `model` by its directly built quantized one, in place."""
+    """Replace every meta-device EmbeddingBagCollection and EmbeddingCollection of `model` by its directly built
+    quantized one, in place."""
     seed = random_weights_seed(model)
     for name, module in list(model.named_modules()):
-        if unmaterialized(module):
+        if on_meta(module):
             parent_name, _, attr = name.rpartition(".")
             parent = model.get_submodule(parent_name) if parent_name else model
-            tables = {cfg.name: dtypes[cfg.name] for cfg in module.embedding_bag_configs()}
+            tables = {cfg.name: dtypes[cfg.name] for cfg in configs_of(module)}
             setattr(parent, attr, build_quantized_ebc(module, tables, device, row_alignment, seed))
 
 
 def weight_chunks(ebc: nn.Module, chunk_rows: int = CHUNK_ROWS) -> Chunks:
     """The rows of each of `ebc`'s own (trained) tables, chunk by chunk, as fp32 on the CPU."""
     def chunks(cfg) -> Iterable[tuple[int, torch.Tensor]]:
-        weight = ebc.embedding_bags[cfg.name].weight.detach()
+        weight = holders_of(ebc)[cfg.name].weight.detach()
         for start in range(0, weight.shape[0], chunk_rows):
             yield start, weight[start:start + chunk_rows].float().cpu()
 
@@ -110,13 +116,11 @@ def weight_chunks(ebc: nn.Module, chunk_rows: int = CHUNK_ROWS) -> Chunks:
 
 
 def build_tables_from_weights(model: nn.Module, dtypes: dict[str, str], device: torch.device, row_alignment: int) -> None:
-    """Replace every eager EmbeddingBagCollection of `model` by a quantized one on `device` whose rows are its own
-    weights quantized on the CPU (FBGEMM's CPU op), in place."""
-    from torchrec.modules.embedding_modules import EmbeddingBagCollection
-
+    """Replace every eager EmbeddingBagCollection and EmbeddingCollection of `model` by a quantized one on `device`
+    whose rows are its own weights quantized on the CPU (FBGEMM's CPU op), in place."""
     for name, module in list(model.named_modules()):
-        if type(module) is EmbeddingBagCollection:
+        if type(module) in (EmbeddingBagCollection, EmbeddingCollection):
             parent_name, _, attr = name.rpartition(".")
             parent = model.get_submodule(parent_name) if parent_name else model
-            tables = {cfg.name: dtypes[cfg.name] for cfg in module.embedding_bag_configs()}
+            tables = {cfg.name: dtypes[cfg.name] for cfg in configs_of(module)}
             setattr(parent, attr, build_quantized_ebc(module, tables, device, row_alignment, chunks=weight_chunks(module)))

@@ -1,7 +1,8 @@
 """`fake_quant`: the fused quantize-dequantize (QDQ) model, the "pseudo-quantization mode" of the vendor
 recipes: the accuracy of a quantized deployment, computed with fp32 kernels.
 
-Embedding rows are quantized and dequantized row-wise exactly as FBGEMM stores them (asymmetric, fp16
+Embedding rows (of every EmbeddingBagCollection and EmbeddingCollection) are quantized and dequantized
+row-wise exactly as FBGEMM stores them (asymmetric, fp16
 scale and bias per row, FBGEMM's own quantize and dequantize ops), at `backend.bits` (8, 4 or 2; 16 is an
 fp16 round trip, 32 leaves a table alone) with `backend.per_table` overrides in bits. With `backend.mlp=int8`,
 each Linear (fused with the ReLU that follows it) is wrapped in torch.ao's fused observer/fake-quant
@@ -26,11 +27,11 @@ from bench.backends.backend import Backend, NotApplicable
 from bench.backends.half_mlp import HALF_SCHEMES, emulate_half
 from bench.backends.linear import MLP_CHOICES, MODES, OUTPUT_CHOICES, check_choice, fake_quantize
 from bench.backends.modules import (
-    embedding_bag_collections,
     materialize_random_tables,
-    require_embedding_bag_collections,
+    require_table_collections,
     table_dims,
     table_rows,
+    table_weights,
 )
 from bench.backends.tbe import BITS, resolve_table_bits
 from bench.config import BackendConfig
@@ -92,14 +93,12 @@ class FakeQuantBackend(Backend):
         cfg = self.cfg
         check_config(cfg)
         model = materialize_random_tables(copy.deepcopy(model)).eval()
-        require_embedding_bag_collections(model, cfg.name)
+        require_table_collections(model, cfg.name)
         small = {n: cfg.small_table_bits for n, rows in table_rows(model).items() if cfg.small_table_rows is not None and rows < cfg.small_table_rows}
         bits = resolve_table_bits(table_dims(model), cfg.bits, {**small, **cfg.per_table}, "backend.per_table")
         with torch.no_grad():
-            for _, ebc in embedding_bag_collections(model):
-                for table in ebc.embedding_bag_configs():
-                    w = ebc.embedding_bags[table.name].weight
-                    w.copy_(qdq_rows(w, bits[table.name]))
+            for name, (w, _) in table_weights(model).items():
+                w.copy_(qdq_rows(w, bits[name]))
         model.to(device)
         if cfg.mlp in HALF_SCHEMES and emulate_half(model, cfg.mlp) == 0:
             raise NotApplicable(f"backend 'fake_quant' emulates {cfg.mlp} nn.Linear layers, and the model has none outside its "

@@ -1,8 +1,10 @@
 """Embedding storage, read from a prepared module's real buffers and parameters.
 
 Works on the eager EmbeddingBagCollection (fp32 or fp16 parameters, or torch's rowwise-quantized bags swapped
-into it by `ao_embeddingbag`, bench.backends.rowwise) and on torchrec's quantized
-EmbeddingBagCollection, whose tables live in FBGEMM table-batched-embedding (TBE) buffers. For the
+into it by `ao_embeddingbag`, bench.backends.rowwise) and EmbeddingCollection (a sequence model's unpooled
+tables), and on torchrec's quantized EmbeddingBagCollection and EmbeddingCollection, whose tables live in
+FBGEMM table-batched-embedding (TBE) buffers (the EmbeddingCollection's kernel with `PoolingMode.NONE`).
+`table_precisions` names each table's stored type and its lookup: `pooled` (a bag collection) or `sequence`. For the
 quantized one, the dtype is the one the TBE kernel was built with (its embedding specs), and the row
 bytes are the width of the stored rows: weights plus, for INT8/INT4/INT2, the fp16 scale and bias of the
 row, plus any row-alignment padding (none at CPU row alignment 1).
@@ -20,12 +22,16 @@ from typing import Iterator
 
 import torch
 from torch import nn
-from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
 from torchrec.quant.embedding_modules import (
     EmbeddingBagCollection as QuantEmbeddingBagCollection,
 )
+from torchrec.quant.embedding_modules import (
+    EmbeddingCollection as QuantEmbeddingCollection,
+)
 from torchrec.tensor_types import UIntXTensor
 
+from bench.backends.modules import configs_of, holders_of
 from bench.backends.rowwise import RowwiseEmbeddingBag
 
 FLOAT_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -37,9 +43,9 @@ def _bytes_per_row(t: torch.Tensor) -> int:
     return int(t.shape[1]) * t.element_size()
 
 
-def _eager_tables(ebc: EmbeddingBagCollection) -> Iterator[tuple[str, dict]]:
-    for cfg in ebc.embedding_bag_configs():
-        bag = ebc.embedding_bags[cfg.name]
+def _eager_tables(collection: nn.Module) -> Iterator[tuple[str, dict]]:
+    for cfg in configs_of(collection):
+        bag = holders_of(collection)[cfg.name]
         if isinstance(bag, RowwiseEmbeddingBag):  # swapped in place by ao_embeddingbag: its packed rows
             yield cfg.name, bag.storage()
             continue
@@ -48,17 +54,17 @@ def _eager_tables(ebc: EmbeddingBagCollection) -> Iterator[tuple[str, dict]]:
         yield cfg.name, {"dtype": dtype, "rows": int(w.shape[0]), "row_bytes": _bytes_per_row(w)}
 
 
-def _kernel_dtypes(qebc: QuantEmbeddingBagCollection) -> dict[str, str]:
+def _kernel_dtypes(collection: nn.Module) -> dict[str, str]:
     """Table -> weight type, as the FBGEMM TBE kernels were built (their embedding specs)."""
     # spec: (name, rows, dim, SparseType, location); `_emb_modules` holds the kernels whether or not
     # they are also registered as `tbes`
-    return {spec[0]: spec[3].value for kernel in qebc._emb_modules for spec in kernel.embedding_specs}
+    return {spec[0]: spec[3].value for kernel in collection._emb_modules for spec in kernel.embedding_specs}
 
 
-def _quantized_tables(qebc: QuantEmbeddingBagCollection) -> Iterator[tuple[str, dict]]:
-    dtypes = _kernel_dtypes(qebc)
-    for cfg in qebc.embedding_bag_configs():
-        holder = qebc.embedding_bags[cfg.name]
+def _quantized_tables(collection: nn.Module) -> Iterator[tuple[str, dict]]:
+    dtypes = _kernel_dtypes(collection)
+    for cfg in configs_of(collection):
+        holder = holders_of(collection)[cfg.name]
         w = holder.weight  # full stored rows, or weights only when scale/bias are split out
         row_bytes = _bytes_per_row(w)
         for extra in ("weight_qscale", "weight_qbias"):  # split out (None for fp32/fp16 tables)
@@ -67,25 +73,40 @@ def _quantized_tables(qebc: QuantEmbeddingBagCollection) -> Iterator[tuple[str, 
         yield cfg.name, {"dtype": dtypes[cfg.name], "rows": int(w.shape[0]), "row_bytes": row_bytes}
 
 
+def _collections(module: nn.Module) -> Iterator[tuple[str, str, Iterator[tuple[str, dict]]]]:
+    """(module path, lookup, its tables) of every module in `module` that holds tables."""
+    for path, m in module.named_modules():
+        lookup = "sequence" if isinstance(m, (EmbeddingCollection, QuantEmbeddingCollection)) else "pooled"
+        if callable(getattr(m, "stored_tables", None)):  # a module that keeps its tables its own way (an exported graph)
+            yield path, lookup, iter(m.stored_tables().items())
+        elif isinstance(m, (QuantEmbeddingBagCollection, QuantEmbeddingCollection)):
+            yield path, lookup, _quantized_tables(m)
+        elif isinstance(m, (EmbeddingBagCollection, EmbeddingCollection)):
+            yield path, lookup, _eager_tables(m)
+
+
+def _qualified(module: nn.Module) -> Iterator[tuple[str, str, dict]]:
+    seen: set[str] = set()
+    for path, lookup, tables in _collections(module):
+        for name, info in tables:
+            key = f"{path}.{name}" if name in seen else name
+            seen.add(key)
+            yield key, lookup, info
+
+
 def table_storage(module: nn.Module) -> dict[str, dict]:
     """Table name -> {"dtype", "rows", "row_bytes"} for every embedding table in `module`.
 
     dtype is one of fp32, fp16, int8, int4, int2 (also fp8, bf16 where used). A table name used by two
     collections is qualified with the collection's module path.
     """
-    out: dict[str, dict] = {}
-    for path, m in module.named_modules():
-        if callable(getattr(m, "stored_tables", None)):  # a module that keeps its tables its own way (an exported graph)
-            tables = m.stored_tables().items()
-        elif isinstance(m, QuantEmbeddingBagCollection):
-            tables = _quantized_tables(m)
-        elif isinstance(m, EmbeddingBagCollection):
-            tables = _eager_tables(m)
-        else:
-            continue
-        for name, info in tables:
-            out[f"{path}.{name}" if name in out else name] = info
-    return out
+    return {name: info for name, _, info in _qualified(module)}
+
+
+def table_precisions(module: nn.Module) -> dict[str, dict[str, str]]:
+    """Table name -> {"dtype": its stored weight type, "lookup": pooled | sequence}: what a record names per table
+    (`sequence`: an EmbeddingCollection's table, one row per id, unpooled)."""
+    return {name: {"dtype": info["dtype"], "lookup": lookup} for name, lookup, info in _qualified(module)}
 
 
 def embedding_bytes(module: nn.Module) -> int:

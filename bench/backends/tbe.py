@@ -1,9 +1,12 @@
 """Shared code of the table-batched-embedding backends (int8_tbe, uint4, int2_tbe, fp16_tbe, fp32_tbe).
 
-Every eager EmbeddingBagCollection becomes torchrec's quantized EmbeddingBagCollection, whose tables
-run on FBGEMM's `IntNBitTableBatchedEmbeddingBagsCodegen` kernels, through torchrec's own inference
-path (`quantize_inference_model`: register the TBEs, cache the feature order, `quantize_dynamic` with a
-`QuantConfig` per table) on CPU; on a GPU the same module is built with its rows quantized on the CPU
+Every eager EmbeddingBagCollection becomes torchrec's quantized EmbeddingBagCollection, and every eager
+EmbeddingCollection (a sequence model's unpooled lookups) torchrec's quantized EmbeddingCollection (QEC:
+the same kernel with `PoolingMode.NONE`, one row per id), whose tables run on FBGEMM's
+`IntNBitTableBatchedEmbeddingBagsCodegen` kernels, through torchrec's own inference path
+(`quantize_inference_model`: register the TBEs, cache the feature order, `quantize_dynamic` with a
+`QuantConfig` per table and its default mapping EBC -> QEBC, EC -> QEC) on CPU; on a GPU the same module
+is built with its rows quantized on the CPU
 (`bench.backends.direct.build_tables_from_weights`: the same bytes as the CPU job's). Rows are aligned to 1 byte on CPU (FBGEMM's CPU default; torchrec's own
 default is 16) and 16 on CUDA. The MLP then runs in fp32, fp16/bf16 (`bench.backends.half_mlp`: torchrec's
 dense lowering, the default on CUDA) or int8 (the default on CPU; `bench.config.dense_path` picks the default
@@ -35,7 +38,7 @@ import yaml
 from fbgemm_gpu.split_embedding_configs import SparseType
 from torch import nn
 from torchrec.inference.modules import quantize_inference_model
-from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
 from torchrec.quant.embedding_modules import quant_prep_customize_row_alignment
 
 from bench.backends.ao_notice import torch_ao_calls
@@ -46,8 +49,9 @@ from bench.backends.linear import MLP_CHOICES, MODES, OUTPUT_CHOICES, check_choi
 from bench.backends.torchao_mlp import SCHEMES as TORCHAO_SCHEMES
 from bench.backends.torchao_mlp import quantize_torchao
 from bench.backends.modules import (
-    embedding_bag_collections,
-    require_embedding_bag_collections,
+    on_meta,
+    require_table_collections,
+    table_collections,
     table_dims,
     table_rows,
 )
@@ -56,7 +60,6 @@ from bench.batch import Batch
 from bench.config import BackendConfig, dense_path
 from bench.errors import UserError
 from bench.metrics import DENSE_PATH
-from bench.models.random_weights import unmaterialized
 
 # Table weight types: the names used in configs, FBGEMM's SparseType values (as `table_storage` reports them).
 WEIGHT_DTYPES = {
@@ -177,9 +180,9 @@ def row_alignment(device: torch.device) -> int:
 
 
 def quantize_tables(model: nn.Module, dtypes: dict[str, str], device: torch.device, alignment: Optional[int] = None) -> None:
-    """Swap every EmbeddingBagCollection of `model` (already on `device`) for TBE tables, in place, their rows
-    aligned as `device` takes them (`alignment` overrides it: a test lays CUDA's rows out on the CPU)."""
-    quant_prep_customize_row_alignment(model, [EmbeddingBagCollection], alignment or row_alignment(device))
+    """Swap every EmbeddingBagCollection and EmbeddingCollection of `model` (already on `device`) for TBE tables,
+    in place, their rows aligned as `device` takes them (`alignment` overrides it: a test lays CUDA's rows out on the CPU)."""
+    quant_prep_customize_row_alignment(model, [EmbeddingBagCollection, EmbeddingCollection], alignment or row_alignment(device))
     with torch_ao_calls():
         quantize_inference_model(
             model,
@@ -189,9 +192,9 @@ def quantize_tables(model: nn.Module, dtypes: dict[str, str], device: torch.devi
             output_dtype=torch.float32,
         )
     check_tables(model, dtypes)
-    left = [name for name, _ in embedding_bag_collections(model)]
+    left = [name for name, _ in table_collections(model)]
     if left:
-        raise RuntimeError(f"EmbeddingBagCollections left unquantized at {left}")
+        raise RuntimeError(f"embedding collections left unquantized at {left}")
 
 
 class TbeBackend(Backend):
@@ -235,10 +238,11 @@ class TbeBackend(Backend):
         if reason is not None:
             raise UserError(reason)
         model = copy.deepcopy(model).eval()
-        require_embedding_bag_collections(model, self.cfg.name)
+        require_table_collections(model, self.cfg.name)
         dtypes = self.table_dtypes(model)
-        if any(unmaterialized(m) for m in model.modules()):  # random weights: built straight into their stored form
+        if any(on_meta(m) for m in model.modules()):  # random weights: built straight into their stored form
             build_tables_directly(model, dtypes, device, row_alignment(device))
+            build_tables_from_weights(model, dtypes, device, row_alignment(device))  # collections that have their rows
             check_tables(model, dtypes)
             model.to(device)
         elif device.type != "cpu":  # a GPU: rows quantized on the CPU, as the CPU jobs' (bench.backends.direct)

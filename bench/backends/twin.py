@@ -14,9 +14,10 @@ row appended to each table (its index is the table's row count). The cost: one r
 table in memory, and B x L_max gathered rows per feature instead of the ids' count (a batch whose
 bags hold 1 to 100 ids gathers up to 100 rows for each). One-hot features pay nothing but the row.
 
-What the twin cannot express raises `NotApplicable` (the job is `skipped` with the reason): embedding
-modules other than EmbeddingBagCollections, per-id weights, pooling other than SUM, and a forward
-that reads the KJT anywhere but in its EmbeddingBagCollections. `build_twin` checks the twin's scores
+What the twin cannot express raises `NotApplicable` (the job is `skipped` with the reason): a sequence
+model's EmbeddingCollection (jagged, unpooled lookups: no runtime here takes jagged inputs, and no padded
+export with a length mask is built), other embedding modules than EmbeddingBagCollections, per-id weights,
+pooling other than SUM, and a forward that reads the KJT anywhere but in its EmbeddingBagCollections. `build_twin` checks the twin's scores
 against the model's on a sample batch before returning it.
 
 Two forms: `plain`, as above (`build_twin`), and `deploy`, the graph a deployer would ship (bench.backends.deploy):
@@ -37,7 +38,12 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
 
 from bench.backends.backend import NotApplicable
-from bench.backends.modules import embedding_bag_collections, foreign_embeddings, materialize_random_tables
+from bench.backends.modules import (
+    embedding_bag_collections,
+    embedding_collections,
+    foreign_embeddings,
+    materialize_random_tables,
+)
 from bench.batch import Batch
 from bench.errors import one_line
 from bench.models.random_weights import unmaterialized
@@ -160,6 +166,11 @@ def build_twin(model: nn.Module, sample: Batch) -> Twin:
 def expressible(model: nn.Module) -> tuple[nn.Module, list[tuple[str, EmbeddingBagCollection]]]:
     """The model (with its tables' rows, where it has random weights: a copy) and its EmbeddingBagCollections;
     NotApplicable when a twin cannot express it."""
+    sequences = embedding_collections(model)
+    if sequences:  # a toolkit takes dense tensors; jagged sequences would need a padded export with a length mask
+        raise NotApplicable(f"the exported twin takes dense id matrices, and {sequences[0][0] or 'the model'} (EmbeddingCollection) looks "
+                            "up jagged sequences unpooled: the toolkits' runtimes take no jagged inputs, and a padded export with a "
+                            "length mask is not built")
     found = embedding_bag_collections(model)
     if not found:
         raise NotApplicable(f"the exported twin needs torchrec EmbeddingBagCollections; {type(model).__name__} has none")

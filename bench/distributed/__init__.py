@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from bench.backends.backend import Backend
+from bench.backends.backend import Backend, NotApplicable
 from bench.config import Config
 from bench.distributed import engine
 from bench.distributed.ranks import (
@@ -75,7 +75,10 @@ def measure_sharded(cfg: Config, backend: Backend, device: torch.device, work: S
     workload = work.workload(cfg)
     way = engine.route(backend, {t.name: int(t.num_embeddings) for t in workload.tables})
     if way == engine.PROCESS_GROUP and cfg.world_size > 1 and rank_env() is None:
-        work.model(cfg, workload)  # trained or loaded here once; the ranks load it from the cache
+        # trained or loaded here once; the ranks load it from the cache
+        refusal = engine.sequence_refusal(work.model(cfg, workload).module, cfg)
+        if refusal is not None:  # before any rank starts
+            raise NotApplicable(refusal)
         run = launch(cfg)
     elif way == engine.PROCESS_GROUP:
         rank_dev = rank_device(device)

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from bench import cpuinfo_fix
-from bench.backends.backend import Backend
+from bench.backends.backend import Backend, NotApplicable
 from bench.backends.tables import table_storage
 from bench.backends.tbe import row_alignment
 from bench.batch import Batch
@@ -121,6 +121,9 @@ def collect(cfg: Config, backend: Backend, device: torch.device, work: SharedWor
     model = work.model(cfg, workload)
     if rank == 0:
         ranks.barrier()
+    refusal = engine.sequence_refusal(model.module, cfg)  # every rank refuses alike, before any collective
+    if refusal is not None:
+        raise NotApplicable(refusal)
 
     with PeakMemory(device) as peak:
         torch.manual_seed(cfg.seed)  # as the unsharded job prepares it

@@ -15,7 +15,10 @@ Both plan with torchrec's `EmbeddingShardingPlanner` and shard with torchrec's s
 (`bench.distributed.plan`). Sharding leaves the tables random (DMP re-initializes them, the
 quantized sharder allocates fresh ones), so the unsharded weights are loaded afterwards.
 
-What the engine cannot do is a `skipped` reason (`unsupported_reason`): torchrec 1.8 shards
+What the engine cannot do is a `skipped` reason (`unsupported_reason`, `sequence_refusal`): a sequence model's
+EmbeddingCollection is not sharded (the sharders here are the EmbeddingBagCollections'; torchrec's sharded
+EmbeddingCollection on CPU has open upstream issues, torchrec #1255), so a model holding one is refused
+rather than measured with that collection whole on every rank; torchrec 1.8 shards
 quantized fp16/fp32 rows table-wise only (row- and column-wise need the split scale/bias state
 dict, which float rows do not have), and a quantized model cannot be sharded over torchrun's
 processes.
@@ -44,9 +47,12 @@ from torchrec.distributed.planner.types import (
 )
 from torchrec.distributed.types import ShardingEnv, ShardingPlan, ShardingType
 from torchrec.inference.modules import shard_quant_model
-from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
 from torchrec.quant.embedding_modules import (
     MODULE_ATTR_QUANT_STATE_DICT_SPLIT_SCALE_BIAS,
+)
+from torchrec.quant.embedding_modules import (
+    EmbeddingCollection as QuantEmbeddingCollection,
 )
 
 from bench.backends.backend import Backend
@@ -98,6 +104,16 @@ def unsupported_reason(cfg: Config, backend: Backend, device: torch.device, tabl
     if device.type == "cuda" and (way == ONE_PROCESS or env is None) and torch.cuda.device_count() < ws:
         return f"world_size={ws} needs {ws} GPUs here, this machine has {torch.cuda.device_count()}"
     return None
+
+
+def sequence_refusal(model: nn.Module, cfg: Config) -> str | None:
+    """Why a model holding EmbeddingCollections (a sequence model's unpooled tables) is not sharded, or None."""
+    found = [name or "the model" for name, m in model.named_modules() if isinstance(m, (EmbeddingCollection, QuantEmbeddingCollection))]
+    if not found:
+        return None
+    return (f"sharding={cfg.sharding.name} shards EmbeddingBagCollections only, and {found[0]} is an EmbeddingCollection (sequence "
+            "tables) that would stay whole on every rank; torchrec's sharded EmbeddingCollection on CPU has open upstream issues "
+            "(torchrec #1255): run this model with sharding=none")
 
 
 def _names(tables: list[str]) -> str:

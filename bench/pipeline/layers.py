@@ -25,7 +25,7 @@ from torch import nn
 
 from bench.backends.fake_quant import qdq_rows
 from bench.backends.linear import quantize_int8, quantized_slots, slot_name
-from bench.backends.modules import embedding_bag_collections
+from bench.backends.modules import table_weights
 from bench.backends.tbe import BITS
 from bench.metrics import AUC_DELTA
 from bench.stats import paired_auc_delta
@@ -65,8 +65,7 @@ def layer_rows(backend, fp32: nn.Module, calibration, device: torch.device,
     if table_dtypes is not None:
         dtypes = table_dtypes(fp32)
         model = copy.deepcopy(fp32).eval().to(device)
-        weights = {c.name: (ebc.embedding_bags[c.name].weight, c) for _, ebc in embedding_bag_collections(model) for c in ebc.embedding_bag_configs()}
-        for name, (weight, c) in weights.items():
+        for name, (weight, c) in table_weights(model).items():  # pooled and sequence tables alike
             if BITS.get(dtypes.get(name, "fp32"), 32) > 8:  # the integer row types only
                 continue
             original = weight.detach().clone()

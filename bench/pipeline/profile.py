@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from bench import hardware
-from bench.backends.tables import table_storage
+from bench.backends.tables import table_precisions, table_storage
 from bench.config import Config
 from bench.errors import one_line
 from bench.measure.working_set import working_set_bytes
@@ -56,6 +56,8 @@ def job_profile(cfg: Config, prepared: nn.Module, inputs: list[tuple], workload:
         **ops.as_metrics(cfg.batch_size),
         # which kernel families the call ran, so a degraded one (env.kernel_health) is tied to this job
         "kernel_families": families(ops, {info["dtype"] for info in storage.values()}),
+        # each table's stored type, pooled (EmbeddingBagCollection) or sequence (EmbeddingCollection)
+        "table_precisions": table_precisions(prepared),
     }
     if device.type in ("cpu", "cuda") and row_bytes:
         fingerprint = environment(device)["fingerprint"]

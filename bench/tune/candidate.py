@@ -1,5 +1,8 @@
 """One copy of the fp32 model whose tables are swapped, table by table, for quantize-dequantize rows.
 
+The tables are those of every EmbeddingBagCollection (pooled) and EmbeddingCollection (a sequence model's
+unpooled history): the search treats both alike, as the TBE backends store both.
+
 Sensitivity and search score hundreds of candidates that differ from each other in a table or two, so
 nothing is prepared from scratch per candidate: the fp32 model is copied once, and a candidate writes
 FBGEMM's own row-wise quantize-dequantize of just the tables it changes (`fake_quant.qdq_rows`, the
@@ -21,10 +24,7 @@ from torch import nn
 
 from bench.backends.fake_quant import qdq_rows
 from bench.backends.linear import quantize_int8
-from bench.backends.modules import (
-    embedding_bag_collections,
-    require_embedding_bag_collections,
-)
+from bench.backends.modules import require_table_collections, table_weights
 from bench.backends.tbe import BITS
 from bench.batch import Batch
 from bench.measure.accuracy import score
@@ -41,13 +41,12 @@ class SwappableModel:
     def __init__(self, fp32: nn.Module, calibration: Sequence[Batch], device: torch.device) -> None:
         self.device = device
         self.module = copy.deepcopy(fp32).eval().to(device)
-        ebcs = require_embedding_bag_collections(self.module, "tune")
-        self._weights = {c.name: ebc.embedding_bags[c.name].weight for _, ebc in ebcs for c in ebc.embedding_bag_configs()}
-        self._fp32 = {c.name: ebc.embedding_bags[c.name].weight for _, ebc in embedding_bag_collections(fp32)
-                      for c in ebc.embedding_bag_configs()}
+        collections = require_table_collections(self.module, "tune")
+        self._weights = {name: weight for name, (weight, _) in table_weights(self.module).items()}
+        self._fp32 = {name: weight for name, (weight, _) in table_weights(fp32).items()}
         self.current = {name: "fp32" for name in self._weights}
         # Dense variants share the embedding modules (deepcopy's memo hands back the same objects).
-        shared = {id(ebc): ebc for _, ebc in ebcs}
+        shared = {id(c): c for _, c in collections}
         self.dense: dict[str, nn.Module] = {}
         for name, mode in DENSE.items():
             if mode is None:

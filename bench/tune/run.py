@@ -2,7 +2,8 @@
 
 1. The eval split is cut by sample index (`holdout.split_by_index`): a search half, itself a plan quarter
    and a check quarter, and a held-out half; the search sees only its half.
-2. Sensitivity on the plan quarter (`sensitivity`), from one swappable copy of the fp32 model.
+2. Sensitivity on the plan quarter (`sensitivity`), from one swappable copy of the fp32 model, over the
+   tables the model holds (`model_tables`: pooled and sequence tables alike).
 3. Search (`search`): planned from the sensitivities, combined candidates measured on the check quarter.
 4. The chosen map, and every uniform precision, measured on the held-out half with the real integer
    backends (`validate`), and the chosen map's emulation beside it; the verdict comes from the chosen
@@ -25,6 +26,7 @@ from typing import Callable, Optional
 
 from bench import registry
 from bench.backends.linear import MLP_CHOICES, MODES, check_choice
+from bench.backends.modules import table_dims, table_rows
 from bench.config import Config
 from bench.errors import UserError
 from bench.hashing import config_hash, plain
@@ -65,6 +67,13 @@ def sizes_rows(tables: list[Table], precisions) -> list[Row]:
             for p in ("fp32", *precisions) if all(t.packs(p) for t in tables)]
 
 
+def model_tables(module) -> list[Table]:
+    """The tables the fp32 model holds, each at its own dim: its EmbeddingBagCollections' (pooled) and its
+    EmbeddingCollections' (a sequence model's history), searched alike; names as the backends' per_table takes them."""
+    dims, rows = table_dims(module), table_rows(module)
+    return [Table(name, int(rows[name]), int(dims[name])) for name in dims]
+
+
 def run_tune(cfg: Config, work: SharedWork, clock: Callable[[], float] = time.perf_counter) -> TuneResult:
     tune = cfg.tune
     check_tune(tune)
@@ -96,6 +105,7 @@ def run_tune(cfg: Config, work: SharedWork, clock: Callable[[], float] = time.pe
         raise UserError(f"the eval split ({result.n_search + result.n_holdout} samples) is too small to cut into plan, "
                         "check and held-out parts: raise workload.eval_samples")
     model = work.model(cfg, workload)
+    result.tables = model_tables(model.module) or result.tables  # the model's own tables, sequence tables included
     calibration = work.split_batches(cfg, workload, "calibration")
     result.seconds["model and data"] = clock() - started
     base = {"model": model.key, "workload": plain(cfg.workload), "seed": cfg.seed, "device": device.type,

@@ -140,6 +140,9 @@ def test_the_new_serve_keys_keep_the_identity_of_jobs_that_leave_them_at_their_l
     before_tracking = {**untracked, "serve": {k: v for k, v in untracked["serve"].items() if k not in ("track_rounds", "track_step", "paired_judgments")}}
     assert job_hash(untracked) == job_hash(before_tracking) != default
     assert job_hash(resolved("serve.track_step=0.08")) != default
+    # the evidence a paired ratio needs: no legacy value, every setting of it a measurement of its own
+    for key, value in (("min_rounds", 8), ("min_reversals", 3), ("rerun_spread", 0.05)):
+        assert job_hash(resolved(f"serve.{key}={value}")) != default
 
 
 def stolen(step, share):

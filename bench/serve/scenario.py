@@ -39,7 +39,7 @@ from bench.pipeline.shared import SharedWork
 from bench.serve import late, loadgen, timeline
 from bench.serve.accuracy_log import accuracy_check
 from bench.serve.early_stopping import queries_for_share, what_a_step_tells
-from bench.serve.paired import CANDIDATE, SEARCH, interleave
+from bench.serve.paired import CANDIDATE, SEARCH, Evidence, interleave
 from bench.serve.qps_search import Plan, Search, disturbed, drive, search_plan
 from bench.serve.queries import QuerySet
 from bench.serve.queue import ServiceModel, max_rate
@@ -218,8 +218,9 @@ def server(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any], pair: "Pai
             return on.run("performance", qps, f"{role}{n}_{qps:g}qps", draw, metrics["step_queries"])
 
         seconds = run_seconds(serve, metrics["step_queries"])
+        evidence = Evidence(serve.min_rounds, serve.min_reversals, serve.rerun_spread)
         paired = interleave(plan, ref_plan, run_paired, (serve.max_search_s, seconds), serve.track_step, serve.track_rounds, round_qps,
-                            serve.max_steal)
+                            serve.max_steal, evidence, time.monotonic)
         search = paired.candidate
         server_finish(pair.runs, pair.warm, reference, paired.reference)
         reference["warm_up"] = pair.warm

@@ -18,8 +18,9 @@ up-down staircase (Levitt's method) run by both sides in the same rounds:
   at the level (snapped like the search's targets); after a VALID run the level goes up one step
   (x (1 + `track_step`)), after an INVALID one down one step. A side that met no load does not track.
 - While the other side still searches, the ended side tracks beside its search runs; after both searches
-  have ended, both track in ABBA rounds until a side's time budget (its search's runs and its tracking
-  runs together) would be passed by the next round, or `track_rounds` rounds of tracking were made.
+  have ended, both track in ABBA rounds until the ratio has its evidence (below), or a cap comes first:
+  `track_rounds` joint rounds, or the next round passing a side's time budget (its search's runs and its
+  tracking runs together).
 - When the host slows, both sides fail in the same round and both step down: their ratio is kept. A
   transient that fails one side's run moves that side's level one step (`track_step`), and no more.
 - A *disturbed* tracking run (steal over `max_steal`, bench.serve.qps_search.disturbed) is shown but does

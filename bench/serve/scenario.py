@@ -124,8 +124,10 @@ def paired_max_qps(cfg: Config, candidate: nn.Module, reference: nn.Module, devi
       (steps: each LoadGen run with its verdict, percentiles, late-query causes and steal);
     - `reference_max_qps` and `paired.reference`: fp32's search, the same keys;
     - `qps_ratio`, `qps_ratio_lo`, `qps_ratio_hi`: candidate / fp32 capacity from the two sides' staircases tracked
-      in the same rounds after their searches (the geometric mean of the per-round load ratios, and their range;
-      None when either side met no load, `paired.no_load` says which); `paired.qps_ratio_bracket_lo`/`_hi`: what
+      in the same rounds after their searches (the geometric mean of the per-round load ratios, and where a re-run's
+      should fall; None when either side met no load, `paired.no_load` says which, or when serve.max_search_s came
+      before the evidence serve.min_rounds / serve.min_reversals ask, `paired.not_enough_runs` says what was
+      short); `paired.side_runs`, `paired.reversals`: each side's runs and staircase reversals; `paired.qps_ratio_bracket_lo`/`_hi`: what
       the two search brackets allow; `paired.tracked_qps` / `reference_tracked_qps`: each side's tracked level;
     - `paired.runs`: every run in the order it ran (round, side, role search|track, target, verdict), and
       `paired.track_candidate` / `track_reference`: each side's staircase in words, `paired.round_ratios` the joint rounds' ratios;

@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 

@@ -11,6 +11,7 @@ from bench.gate import evaluate_gate
 from bench.gate.stored import judge, settings
 from bench.report import write_report
 from bench.results.serving import serve_table
+from bench.serve.paired import NOT_ENOUGH
 from bench.results.table import results_table
 from bench.store import read_records
 from tests.conftest import REPO
@@ -192,14 +193,15 @@ def test_the_steps_table_marks_a_run_set_aside_by_the_job_s_own_steal_threshold(
         assert ("| 8.0% (set aside) |" in text) is marked and "| 8.0%" in text
 
 
-def paired(rec, ratio, low, high, ref_max=300.0, no_load=None):
+def paired(rec, ratio, low, high, ref_max=300.0, no_load=None, short=None):
     """int8_tbe's Server record as a paired job: an fp32 search run beside it found `ref_max`, then both tracked."""
     ref = {"max_qps": ref_max, "max_qps_lo": ref_max, "max_qps_hi": 330.0, "evidence": f"VALID 2/2 at {ref_max:g}, INVALID 2/3 at 330",
            "steps": []}
     p = {"qps_ratio": ratio, "qps_ratio_lo": low, "qps_ratio_hi": high, "reference_max_qps": ref_max, "reference": ref,
          "runs": [{"round": i // 2} for i in range(12)], "track_reference": "6 runs from 300: 3 VALID, 3 INVALID, 3 reversals, tracked 312",
          "track_candidate": None, "qps_ratio_bracket_lo": 450 / 330, "qps_ratio_bracket_hi": None, "joint_rounds": 4,
-         "tracked_qps": None if no_load else 380.0, "reference_tracked_qps": 312.0, "no_load": no_load}
+         "tracked_qps": None if no_load else 380.0, "reference_tracked_qps": 312.0, "no_load": no_load,
+         "side_runs": {"candidate": 6, "reference": 6}, "reversals": {"reference": 3}, "not_enough_runs": short}
     return dataclasses.replace(rec, metrics={**rec.metrics, "paired": p, "qps_ratio": ratio})
 
 
@@ -218,7 +220,31 @@ def test_a_paired_server_job_reads_its_ratio_against_the_fp32_search_beside_it(r
     assert "### Relative to fp32, paired" in text
     assert "| int8_tbe | 1.20x | [1.05, 1.30] | 450 [450, —] | 300 [300, 330] |" in text
     assert "max QPS 450 [450, —], 1.20x fp32's searched beside it [1.05, 1.30]" in "\n".join(__import__("bench.report.serve", fromlist=["x"]).console_lines(records))
-    assert "| 380 / 312 | 4 | 12 |" in text  # each side's tracked level, the joint rounds, the runs of both sides
+    assert "| 380 / 312 | 4 | 6 / 6 | — / 3 |" in text  # each side's tracked level, the joint rounds, runs and reversals a side
+    assert int8.paired_side_runs == "6 / 6" and int8.paired_reversals == "— / 3" and not isinstance(int8.ratio_evidence, str)
+
+
+SHORT = ("not enough runs: 2 joint rounds after both first reversals, of 6 (serve.min_rounds); fp32 1 reversals, of 2 "
+         "(serve.min_reversals) (the next round would take the candidate past 240 s (serve.max_search_s))")
+
+
+def test_a_paired_job_short_of_its_evidence_says_not_enough_runs_instead_of_a_ratio(records, tmp_path):
+    records = [*records[:2], paired(records[2], None, None, None, short=SHORT), records[3]]
+    int8 = row(serve_table(records), "int8_tbe", "server")
+    assert int8.qps_ratio != int8.qps_ratio and int8.ratio_evidence == SHORT  # NaN, and why
+    write_report(records, tmp_path, title="serve fixture")
+    text = (tmp_path / "serve.md").read_text()
+    assert "| int8_tbe | not enough runs | — | 450 [450, —] | 300 [300, 330] |" in text
+    assert f"- int8_tbe: {SHORT}" in text
+    server_row = next(line for line in text.splitlines() if line.startswith("| int8_tbe | 450 |"))
+    assert "| not enough runs |" in server_row  # the Server table's vs fp32 column, not the ratio to fp32's own job
+    csv = pd.read_csv(tmp_path / "serve.csv")
+    got = csv[(csv.backend == "int8_tbe") & (csv.scenario == "server")].iloc[0]
+    assert got.ratio_evidence == SHORT and got.qps_ratio != got.qps_ratio
+    lines = "\n".join(__import__("bench.report.serve", fromlist=["x"]).console_lines(records))
+    assert f"int8_tbe server (p99 bound 60 ms): max QPS 450 [450, —]" in lines and f"vs fp32: {SHORT}" in lines
+    v = verdicts(records, gate(int8_tbe={"min_qps_ratio": 0.9}))[("int8_tbe", "server ≤60 ms, wait 2 ms ×1", "min_qps_ratio")]
+    assert v.verdict != "pass" and NOT_ENOUGH in v.reason
 
 
 def test_a_paired_side_that_met_no_load_has_no_ratio_and_the_table_says_why(records, tmp_path):

@@ -140,6 +140,9 @@ def test_the_new_serve_keys_keep_the_identity_of_jobs_that_leave_them_at_their_l
     before_tracking = {**untracked, "serve": {k: v for k, v in untracked["serve"].items() if k not in ("track_rounds", "track_step", "paired_judgments")}}
     assert job_hash(untracked) == job_hash(before_tracking) != default
     assert job_hash(resolved("serve.track_step=0.08")) != default
+    # the evidence a paired ratio needs: no legacy value, every setting of it a measurement of its own
+    for key, value in (("min_rounds", 8), ("min_reversals", 3), ("rerun_spread", 0.05)):
+        assert job_hash(resolved(f"serve.{key}={value}")) != default
 
 
 def stolen(step, share):
@@ -194,3 +197,33 @@ def test_a_steal_threshold_outside_a_share_is_refused(bad):
     check_serve_config(ServeConfig(max_steal=None))
     with pytest.raises(UserError, match=r"serve.max_steal must be in \[0, 1\)"):
         check_serve_config(ServeConfig(max_steal=bad))
+
+
+@pytest.mark.parametrize("override,message", [
+    ({"min_rounds": 3}, r"serve.min_rounds must be at least 4"),
+    ({"min_reversals": 0}, r"serve.min_reversals must be a positive integer"),
+    ({"rerun_spread": -0.01}, r"serve.rerun_spread must be in \[0, 1\)"),
+    ({"track_rounds": 5}, r"serve.track_rounds must be 0 \(no tracking\) or at least serve.min_rounds \(6\)"),
+])
+def test_evidence_settings_that_cannot_give_a_ratio_are_refused(override, message):
+    from bench.config.schema import ServeConfig, check_serve_config
+    from bench.errors import UserError
+
+    check_serve_config(ServeConfig(track_rounds=0, min_rounds=4))  # tracking off, or the fewest rounds that give a spread
+    with pytest.raises(UserError, match=message):
+        check_serve_config(ServeConfig(**override))
+
+
+@pytest.mark.slow
+def test_python_m_bench_refuses_too_little_evidence_before_any_work(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    args = ["+sweep=serve", "serve.min_rounds=2", f"cache_dir={tmp_path / 'cache'}", f"reports_dir={tmp_path / 'reports'}",
+            f"hydra.sweep.dir={tmp_path / 'multirun'}"]
+    done = subprocess.run([sys.executable, "-m", "bench", *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == (
+        "error: serve.min_rounds must be at least 4 (two ABBA blocks of two rounds give the interval its spread), got 2")
+    assert not (tmp_path / "reports").exists()

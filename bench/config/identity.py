@@ -33,6 +33,11 @@ what a record without them measured, or where they do not apply:
   (10 rounds, 1 run per target) change what a paired job measures, so such a job has a new identity.
   serve.confirm_runs (confirmation runs at the bracket ends, then overturning) is gone: records made with
   it keep their identity, and a job now never matches them.
+- `serve.min_rounds`, `serve.min_reversals`, `serve.rerun_spread` (the evidence a paired ratio needs, and its
+  interval for a re-run) and the longer `serve.max_search_s` (a cap, no longer what ends the tracking): no
+  legacy value, since records before them stopped tracking on seconds and gave a ratio from however few
+  rounds those held. Every serving job has a new identity, so resume does not pass such a ratio off as one
+  with that evidence.
 - `timing.cuda_graphs`: false is what every earlier job measured (eager calls only), and still the default,
   so a job that leaves it keeps its identity and resumes from records made before the key.
 """

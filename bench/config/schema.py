@@ -349,7 +349,7 @@ class ServeConfig:
     qps_factor: float = 1.5
     qps_resolution: float = 0.1
     max_steps: int = 6
-    max_search_s: float = 70.0
+    max_search_s: float = 240.0
     judgments: int = 3
     step_late_share: Optional[float] = 0.3
     min_qps: float = 0.5  # the search gives up below this: no load meets the bound
@@ -362,11 +362,18 @@ class ServeConfig:
     paired: bool = True
     # Paired tracking: once a side's search has ended, its runs follow a 1-up-1-down staircase from its max (up
     # by a factor of 1 + track_step after a VALID run, down after an INVALID one), beside the other side's search
-    # runs and then in ABBA rounds with it, within each side's max_search_s (its search's and its tracking runs
-    # together) and at most track_rounds rounds of both tracking. The ratio is the geometric mean of the per-round
-    # ratios of the two sides' loads. track_rounds 0: no tracking (the ratio of the two searches' max QPS).
+    # runs and then in ABBA rounds with it, until the ratio has its evidence: min_rounds joint rounds after both
+    # sides' first reversals and min_reversals reversals on each side, however long a run lasts here. max_search_s
+    # (each side's search and tracking runs together, as they took) and track_rounds (joint rounds) are caps: one
+    # reached before that evidence leaves the job with no ratio ("not enough runs"). The ratio is the geometric
+    # mean of the per-round ratios of the two sides' loads; its interval is where a re-run's should fall, with
+    # rerun_spread the run-to-run SD (of the log ratio) one job's rounds cannot see (docs/serving.md).
+    # track_rounds 0: no tracking (the ratio of the two searches' max QPS).
     track_step: float = 0.04
-    track_rounds: int = 10
+    track_rounds: int = 24
+    min_rounds: int = 6
+    min_reversals: int = 2
+    rerun_spread: float = 0.03
     # Paired: the most runs that judge each target of the two searches (null: judgments). Fewer than an unpaired
     # search's, since the tracking after it re-runs the limit; the time goes to tracking.
     paired_judgments: Optional[int] = 1
@@ -411,8 +418,14 @@ def check_serve_config(cfg) -> None:
     for key, value in counts.items():
         if value is not None and value < 1:
             raise UserError(f"serve.{key} must be a positive integer, got {value}")
-    if cfg.track_rounds < 0:
-        raise UserError(f"serve.track_rounds must be 0 (no tracking) or a positive integer, got {cfg.track_rounds}")
+    if cfg.min_rounds < 4:
+        raise UserError(f"serve.min_rounds must be at least 4 (two ABBA blocks of two rounds give the interval its spread), got {cfg.min_rounds}")
+    if cfg.min_reversals < 1:
+        raise UserError(f"serve.min_reversals must be a positive integer, got {cfg.min_reversals}")
+    if not 0 <= cfg.rerun_spread < 1:
+        raise UserError(f"serve.rerun_spread must be in [0, 1) (a run-to-run SD of the log ratio, e.g. 0.03), got {cfg.rerun_spread}")
+    if cfg.track_rounds != 0 and cfg.track_rounds < cfg.min_rounds:
+        raise UserError(f"serve.track_rounds must be 0 (no tracking) or at least serve.min_rounds ({cfg.min_rounds}), got {cfg.track_rounds}")
     if not 0 < cfg.track_step < 1:
         raise UserError(f"serve.track_step must be in (0, 1) (a staircase step's share of the load, e.g. 0.04), got {cfg.track_step}")
     if not cfg.pairs_quantiles or min(cfg.pairs_quantiles) < 1:

@@ -188,7 +188,9 @@ def qps_ratio(row: Row) -> Measure:
     # is inconclusive.
     value = finite(row.get("qps_ratio"))
     if value is None:
-        return Measure(None, missing="qps_ratio is missing (no ok fp32 serving row with this scenario, bound and batcher, or a side of a paired search met no load)")
+        short = row.get("ratio_evidence")  # a paired job whose cap came before the ratio's evidence says so
+        return Measure(None, missing=short if isinstance(short, str) else "qps_ratio is missing (no ok fp32 serving row with this scenario, "
+                       "bound and batcher, or a side of a paired search met no load)")
     if row.get("ratio_method") != "paired":
         return Measure(value)
     low, high = finite(row.get("qps_ratio_lo")), finite(row.get("qps_ratio_hi"))

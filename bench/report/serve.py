@@ -18,6 +18,7 @@ from bench.record import RunRecord
 from bench.report import fmt
 from bench.results.key import BASELINE
 from bench.results.serving import PAIRED, latest_serving, serve_table
+from bench.serve.paired import NOT_ENOUGH
 from bench.results.table import as_records
 from bench.serve.qps_search import disturbed
 
@@ -37,11 +38,14 @@ NOTES = [
     "**Relative to fp32 (paired)**: a Server job's search ran interleaved with fp32's, run by run in ABBA order in one "
     "process, so both met the same host. Then both sides tracked their limits in the same rounds: a staircase from each "
     "search's max, up one step (`serve.track_step`) after a VALID run, down one after an INVALID one; a slow phase fails "
-    "both runs of a round and moves both down, so their ratio holds. vs fp32 is the geometric mean of the per-round ratios "
-    "of the two loads run, over the joint rounds after both sides' first reversals; the interval is the range of those "
-    "per-round ratios, at least one step either side (staircase levels are autocorrelated: a t-interval would be too narrow). The two brackets' interval "
-    "[backend VALID / fp32 INVALID, backend INVALID / fp32 VALID] stands beside it, and is the ratio's when no round was "
-    "tracked jointly. The ratio repeats on a host whose speed moves; an absolute max QPS still needs a quiet, dedicated "
+    "both runs of a round and moves both down, so their ratio holds. Tracking runs until the ratio has its evidence "
+    "(`serve.min_rounds` joint rounds after both sides' first reversals, `serve.min_reversals` reversals a side), however long "
+    "a run lasts on this machine; `serve.max_search_s` is a cap, and a job that reached it first says **not enough runs** "
+    "instead of a ratio. vs fp32 is the geometric mean of the per-round ratios of the two loads run, over the joint rounds "
+    "after both first reversals; the interval is where a re-run's ratio should fall (95%: Student's t over the rounds' ABBA "
+    "blocks, wide when they are few, plus `serve.rerun_spread` for what one job's rounds cannot see). The two brackets' interval "
+    "[backend VALID / fp32 INVALID, backend INVALID / fp32 VALID] stands beside it, and is the ratio's when tracking is off. "
+    "The ratio repeats on a host whose speed moves; an absolute max QPS still needs a quiet, dedicated "
     "host. A side that met no load has no ratio (not 0).",
     "**Offline**: every query at once; samples/s as LoadGen measured it.",
     "Short runs (the default) judge fewer queries than MLPerf's 600 s runs, and early stopping tolerates fewer "
@@ -70,6 +74,15 @@ def _ratio(x: float) -> str:
     return fmt.DASH if fmt.missing(x) else f"{x:.2f}x"
 
 
+def _vs_fp32(row) -> str:
+    """The ratio to fp32, or "not enough runs" where a paired job's cap came before the ratio's evidence."""
+    return NOT_ENOUGH if _short(row) else _ratio(row.qps_ratio)
+
+
+def _short(row) -> bool:
+    return isinstance(getattr(row, "ratio_evidence", None), str)
+
+
 def _where(row) -> str:
     return f"{row.workload} on {row.device}, batcher {row.batch_size} rows / {row.max_wait_ms:g} ms / {row.workers} worker(s)"
 
@@ -84,17 +97,21 @@ def _paired_lines(server: pd.DataFrame) -> list[str]:
     paired = server[server["ratio_method"] == PAIRED]
     if paired.empty:
         return []
-    table = [[r.backend, f"{fmt.DASH} ({r.paired_no_load})" if isinstance(r.paired_no_load, str) else _ratio(r.qps_ratio), _interval(r), f"{r.max_qps:g} {_bracket(r)}",
+    table = [[r.backend, f"{fmt.DASH} ({r.paired_no_load})" if isinstance(r.paired_no_load, str) else _vs_fp32(r),
+              fmt.DASH if _short(r) else _interval(r), f"{r.max_qps:g} {_bracket(r)}",
               f"{r.fp32_max_qps_paired:g} {r.fp32_bracket_paired}", r.evidence or fmt.DASH, r.fp32_evidence_paired or fmt.DASH,
               _tracked(r), fmt.DASH if fmt.missing(r.paired_joint_rounds) else f"{r.paired_joint_rounds:g}",
-              fmt.DASH if fmt.missing(r.paired_runs) else f"{r.paired_runs:g}"]
+              r.paired_side_runs or fmt.DASH, r.paired_reversals or fmt.DASH]
              for r in paired.itertuples(index=False)]
+    short = [f"- {r.backend}: {r.ratio_evidence}" for r in paired.itertuples(index=False) if _short(r)]
     return ["### Relative to fp32, paired", "",
             "Each backend's search ran interleaved with an fp32 search, run by run in ABBA order in the job's process: "
-            "then both tracked their limits in the same rounds; the ratio is the tracked loads' over the joint rounds, its "
-            "interval their per-round range (the brackets' beside it); tracked: each side's tracked level (backend / fp32).", "",
-            fmt.markdown_table(["backend", "max QPS / fp32's", "interval (rounds)", "max QPS [bracket]", "fp32 beside it [bracket]",
-                                "evidence", "fp32 evidence", "tracked", "joint rounds", "runs (both sides)"], table, "lrrrrllrrr"), ""]
+            "then both tracked their limits in the same rounds until the ratio had its evidence; the ratio is the tracked loads' "
+            "over the joint rounds after both first reversals, its interval where a re-run's should fall (the brackets' beside "
+            "it); tracked: each side's tracked level; runs and reversals: backend / fp32.", "",
+            fmt.markdown_table(["backend", "max QPS / fp32's", "interval (a re-run)", "max QPS [bracket]", "fp32 beside it [bracket]",
+                                "evidence", "fp32 evidence", "tracked", "joint rounds", "runs", "reversals"], table, "lrrrrllrrrr"), "",
+            *short, *([""] if short else [])]
 
 
 def _tracked(row) -> str:
@@ -110,7 +127,9 @@ def console_lines(records: Iterable[RunRecord | dict[str, Any]], df: pd.DataFram
     out = []
     for row in df[df["status"] == "ok"].itertuples(index=False):
         ratio = "" if fmt.missing(row.qps_ratio) else f", {row.qps_ratio:.2f}x {BASELINE}'s"
-        if row.ratio_method == PAIRED:
+        if _short(row):
+            ratio = f", vs {BASELINE}: {row.ratio_evidence}"
+        elif row.ratio_method == PAIRED:
             ratio += f" searched beside it {_interval(row)}"
         if row.scenario == "server":
             evidence = f" ({row.evidence})" if isinstance(row.evidence, str) and row.evidence else ""
@@ -129,7 +148,7 @@ def render_serve(df: pd.DataFrame, latest: dict[tuple, RunRecord], plots: list[P
         for (where, bound), g in server.groupby([server.apply(_where, axis=1), "bound_ms"], sort=False):
             lines += [f"{where}; p99 bound {bound:g} ms:", ""]
             table = [[r.backend, f"{r.max_qps:g}", _bracket(r), r.evidence or fmt.DASH, fmt.count(r.pairs_per_s), fmt.ms(r.latency_p50_ms),
-                      fmt.ms(r.latency_p99_ms), _ratio(r.qps_ratio), fmt.DASH if fmt.missing(r.queue_qps) else f"{r.queue_qps:.3g}", _ratio(r.queue_ratio),
+                      fmt.ms(r.latency_p99_ms), _vs_fp32(r), fmt.DASH if fmt.missing(r.queue_qps) else f"{r.queue_qps:.3g}", _ratio(r.queue_ratio),
                       _ratio(r.offline_ratio), r.validity or fmt.DASH] for r in g.itertuples(index=False)]
             lines += [fmt.markdown_table(["backend", "max QPS", "bracket [VALID, INVALID]", "evidence (runs agreeing)", "pairs/s", "p50 ms",
                                           "p99 ms", "vs fp32", "queue estimate QPS", "vs queue", "vs Offline",

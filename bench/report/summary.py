@@ -122,7 +122,8 @@ def serving_summary(record: RunRecord) -> str:
             ends = [("-" if x is None else f"{x:.2f}") for x in (paired.get("qps_ratio_lo"), paired.get("qps_ratio_hi"))]
             lines.append(f"  fp32 searched beside it: max QPS {paired.get('reference_max_qps'):g}" + (f", {ref['evidence']}" if ref.get("evidence") else "")
                          + f"; ratio {'-' if ratio is None else f'{ratio:.2f}x'} [{ends[0]}, {ends[1]}] over {len(paired.get('runs') or [])} "
-                         f"interleaved runs" + (f", {paired['joint_rounds']} rounds tracked jointly" if paired.get("joint_rounds") else ""))
+                         f"interleaved runs" + (f", {paired['joint_rounds']} rounds tracked jointly" if paired.get("joint_rounds") else "")
+                         + (f"; {paired['not_enough_runs']}" if paired.get("not_enough_runs") else ""))
     if "auc_loadgen" in m:
         lines.append(f"  accuracy mode: AUC {m['auc_loadgen']:.6f} vs offline {m['auc_offline']:.6f} (shift {m['auc_shift']:+.2e}, "
                      f"allowed {m['auc_tolerance']:g}): {m['auc_check']}")

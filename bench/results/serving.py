@@ -35,6 +35,9 @@ COLUMNS = [
     "ratio_method", "qps_ratio_lo", "qps_ratio_hi", "qps_ratio_bracket_lo", "qps_ratio_bracket_hi", "fp32_max_qps_paired",
     "fp32_bracket_paired", "fp32_evidence_paired", "tracked_qps", "fp32_tracked_qps_paired", "paired_track", "paired_joint_rounds",
     "paired_runs", "paired_no_load",
+    # the evidence behind the paired ratio: each side's runs and staircase reversals ("backend / fp32"), and
+    # "not enough runs: ..." where the cap came before it (qps_ratio then empty)
+    "paired_side_runs", "paired_reversals", "ratio_evidence",
 ]
 PAIRED, UNPAIRED = "paired", "separate jobs"
 OPEN = "\u2014"  # an open end of a bracket
@@ -124,7 +127,16 @@ def _paired(m: dict[str, Any]) -> dict[str, Any]:
             "fp32_evidence_paired": ref.get("evidence"), "tracked_qps": _num(p.get("tracked_qps")),
             "fp32_tracked_qps_paired": _num(p.get("reference_tracked_qps")), "paired_track": track or None,
             "paired_joint_rounds": _num(p.get("joint_rounds")),
-            "paired_runs": len(p.get("runs") or []) or math.nan, "paired_no_load": p.get("no_load")}
+            "paired_runs": len(p.get("runs") or []) or math.nan, "paired_no_load": p.get("no_load"),
+            "paired_side_runs": _per_side(p.get("side_runs")), "paired_reversals": _per_side(p.get("reversals")),
+            "ratio_evidence": p.get("not_enough_runs")}
+
+
+def _per_side(counts: dict[str, int] | None) -> str | None:
+    """'15 / 14': the backend's count, then fp32's (a side that did not track: —)."""
+    if not counts:
+        return None
+    return " / ".join(OPEN if counts.get(side) is None else str(counts[side]) for side in ("candidate", "reference"))
 
 
 def _validity(m: dict[str, Any]) -> str | None:

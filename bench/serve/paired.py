@@ -18,8 +18,9 @@ up-down staircase (Levitt's method) run by both sides in the same rounds:
   at the level (snapped like the search's targets); after a VALID run the level goes up one step
   (x (1 + `track_step`)), after an INVALID one down one step. A side that met no load does not track.
 - While the other side still searches, the ended side tracks beside its search runs; after both searches
-  have ended, both track in ABBA rounds until a side's time budget (its search's runs and its tracking
-  runs together) would be passed by the next round, or `track_rounds` rounds of tracking were made.
+  have ended, both track in ABBA rounds until the ratio has its evidence (below), or a cap comes first:
+  `track_rounds` joint rounds, or the next round passing a side's time budget (its search's runs and its
+  tracking runs together).
 - When the host slows, both sides fail in the same round and both step down: their ratio is kept. A
   transient that fails one side's run moves that side's level one step (`track_step`), and no more.
 - A *disturbed* tracking run (steal over `max_steal`, bench.serve.qps_search.disturbed) is shown but does
@@ -29,23 +30,29 @@ up-down staircase (Levitt's method) run by both sides in the same rounds:
 The ratio is measured in the *joint* rounds (both sides tracked): each round's ratio is the candidate's
 load over fp32's. The estimate is the geometric mean of the per-round ratios over the joint rounds from
 the round in which both sides have made their first reversal (a level's first change of direction:
-before it, a level walks from where its search left it towards the limit), or over all joint rounds when
-that leaves fewer than `MIN_ROUNDS`. All levels after the first reversal are averaged, not only the levels
-at reversals: with the few runs a Server budget holds (a run lasts 4-5 s), a staircase has two or three
-reversals, and averaging every trial after the first reversals is the less variable estimate of the same
-point (the 50% point for this 1-up-1-down rule).
+before it, a level walks from where its search left it towards the limit). All levels after the first
+reversal are averaged, not only the levels at reversals: averaging every trial after the first reversals
+is the less variable estimate of the same point (the 50% point for this 1-up-1-down rule).
 
-Its interval: staircase levels are autocorrelated (each is the last one plus or minus a step), so a
-t-interval on the per-round ratios as if independent would be too narrow. The interval given is the
-range (lowest, highest) of the per-round ratios it averages: every joint round's ratio, each from two
-runs in the same seconds, lies in it, and it widens with the host's and the verdicts' noise rather than
-narrowing as 1/sqrt(n) with runs that are not independent. It is widened to at least one step either
-side of the estimate: a staircase resolves a level to a step, and in rounds where both sides give the
-same verdict both move together and the per-round ratio does not change, so its range alone can be
-narrower than what the method resolves (a paired int8_tbe job's eight last rounds agreed, 0.937-0.938). The brackets' interval (what both searches'
-brackets allow together) is kept beside it (`qps_ratio_bracket_lo`/`_hi`); with no joint round (tracking
-off, `track_rounds` 0, or no time left for it) the ratio is the two searches' max QPS over each other and
-its interval what both brackets allow. A side that met no load has no ratio (None, not 0).
+**Evidence, not seconds.** Tracking runs until the ratio has its evidence: `min_rounds` joint rounds after
+both first reversals and `min_reversals` reversals on each side, however long each LoadGen run lasts on
+this machine (at most `track_rounds` joint rounds). The time budget (`serve.max_search_s`, each side's
+search and tracking runs together, counted on `clock` when one is given) is a cap: when it is reached, or
+the round cap, before that evidence, the job has **no ratio** ("not enough runs", `shortfall`), not a
+ratio from one or two runs that looks as sure as one from ten.
+
+Its interval is a prediction interval for a re-run's estimate, not the spread of this run's rounds: the
+used rounds' log ratios are grouped in consecutive pairs (one ABBA block, C R R C or R C C R, in which a
+linear drift cancels; an odd first round is left out of the blocks), and with k blocks of sample variance
+s2 the half-width (in log ratio) is sqrt(t^2 * 2 s2 / k + z^2 * 2 * rerun_spread^2): t is Student's 97.5%
+quantile with k - 1 degrees of freedom, so few rounds give a wide interval (t is 4.3 at k = 3, 2.3 at 10);
+2/k because the re-run's estimate has an error of its own; `rerun_spread` is the run-to-run standard
+deviation of a job's log ratio that the rounds of one job cannot see (the host's phases longer than a
+job, each job's own warm-up and start), measured between whole sweeps (docs/serving.md). It is at least
+one step (`track_step`) either side: a staircase resolves a level to a step. The brackets' interval (what
+both searches' brackets allow together) is kept beside it (`qps_ratio_bracket_lo`/`_hi`); with tracking off
+(`track_rounds` 0) the ratio is the two searches' max QPS over each other and its interval what both
+brackets allow. A side that met no load has no ratio (None, not 0).
 
 Since tracking re-runs the limit many times, a paired search judges each target by fewer runs
 (`serve.paired_judgments`, 1 by default, instead of `serve.judgments`): the budget goes to the staircase.
@@ -57,8 +64,11 @@ beside its bracket: an absolute figure from the same runs as the ratio.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
+
+from scipy import stats
 
 from bench.config.schema import MAX_STEAL
 from bench.serve.qps_search import Plan, Search, Step, disturbed
@@ -67,9 +77,14 @@ CANDIDATE, REFERENCE = "candidate", "reference"
 SIDES = (CANDIDATE, REFERENCE)
 SEARCH, TRACK = "search", "track"
 TRACK_DRAW = 100  # a tracking run's LoadGen draw starts here: its schedule differs from every search run's at that target
-TRACK_STEP = 0.04  # the default of serve.track_step
-TRACK_ROUNDS = 10  # the default of serve.track_rounds
-MIN_ROUNDS = 3  # fewer joint rounds after the first reversals than this: all joint rounds are averaged
+# The defaults of serve.track_step, serve.track_rounds, serve.min_rounds, serve.min_reversals, serve.rerun_spread
+TRACK_STEP = 0.04
+TRACK_ROUNDS = 24  # the most joint rounds: the evidence below usually ends tracking well before
+MIN_ROUNDS = 6  # joint rounds after both sides' first reversals: three ABBA blocks
+MIN_REVERSALS = 2  # per side
+RERUN_SPREAD = 0.03  # run-to-run SD of a job's log ratio beyond its rounds' own spread
+CONFIDENCE = 0.95  # of the interval for a re-run's ratio
+NOT_ENOUGH = "not enough runs"
 
 # run(side, qps, draw, role) -> the step; side is CANDIDATE or REFERENCE, role SEARCH or TRACK
 RunPaired = Callable[[str, float, int, str], Step]
@@ -125,13 +140,44 @@ def geomean(values: list[float]) -> Optional[float]:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
+def rerun_interval(ratios: list[float], rerun_spread: float = RERUN_SPREAD, step: float = TRACK_STEP,
+                   confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Where a re-run's ratio should fall, from one job's per-round ratios (at least two ABBA blocks): the log
+    ratios in consecutive pairs (an odd first round left out), Student's t over the k block means for a new
+    estimate's error and this one's (2/k), plus `rerun_spread` (a run-to-run SD the rounds cannot see) for both
+    runs; at least one `step` either side of the estimate."""
+    logs = [math.log(r) for r in ratios]
+    paired = logs[len(logs) % 2:]
+    blocks = [(a + b) / 2 for a, b in zip(paired[::2], paired[1::2])]
+    if len(blocks) < 2:
+        return 0.0, math.inf
+    k, point = len(blocks), sum(logs) / len(logs)
+    t = float(stats.t.ppf((1 + confidence) / 2, k - 1))
+    z = float(stats.norm.ppf((1 + confidence) / 2))
+    half = math.sqrt(t ** 2 * 2 * statistics.variance(blocks) / k + z ** 2 * 2 * rerun_spread ** 2)
+    half = max(half, math.log(1 + step))
+    return math.exp(point - half), math.exp(point + half)
+
+
+@dataclass
+class Evidence:
+    """What a paired job's ratio needs before it is given: joint rounds after both first reversals, reversals a side."""
+
+    min_rounds: int = MIN_ROUNDS
+    min_reversals: int = MIN_REVERSALS
+    rerun_spread: float = RERUN_SPREAD
+
+
 @dataclass
 class PairedSearch:
     candidate: Search
     reference: Search
     track_step: float = TRACK_STEP
+    evidence: Evidence = field(default_factory=Evidence)
+    tracking: bool = True  # false: track_rounds 0, the ratio is the brackets'
     runs: list[dict[str, Any]] = field(default_factory=list)  # every run in the order it ran: round, side, role, target, verdict
     tracks: dict[str, Staircase] = field(default_factory=dict)  # the sides that track (met load)
+    spent: dict[str, float] = field(default_factory=dict)  # seconds each side's runs took (or were expected to)
     stop: str = ""  # why tracking ended
 
     @property
@@ -152,14 +198,33 @@ class PairedSearch:
 
     @property
     def used_rounds(self) -> list[int]:
-        """The joint rounds the estimate averages: from both sides' first reversals, or all of them when that leaves too few."""
-        joint = self.joint_rounds
+        """The joint rounds the estimate averages: from both sides' first reversals (none before both have one)."""
         firsts = [t.first_reversal for t in self.tracks.values()]
-        if all(f is not None for f in firsts):
-            after = [r for r in joint if r >= max(firsts)]
-            if len(after) >= MIN_ROUNDS:
-                return after
-        return joint
+        if len(firsts) < 2 or any(f is None for f in firsts):
+            return []
+        return [r for r in self.joint_rounds if r >= max(firsts)]
+
+    def reversals(self) -> dict[str, int]:
+        return {side: t.reversals for side, t in self.tracks.items()}
+
+    def shortfall(self) -> Optional[str]:
+        """Why the tracking has not the evidence a ratio needs ('4 joint rounds after the first reversals, of 6;
+        fp32 1 reversal, of 2'), or None when it has (or when tracking is off: the brackets' ratio)."""
+        if not self.tracking or len(self.tracks) < 2:
+            return None
+        short = []
+        used = len(self.used_rounds)
+        if used < self.evidence.min_rounds:
+            short.append(f"{used} joint rounds after both first reversals, of {self.evidence.min_rounds} (serve.min_rounds)")
+        for side, n in self.reversals().items():
+            if n < self.evidence.min_reversals:
+                name = "fp32" if side == REFERENCE else "the backend"
+                short.append(f"{name} {n} reversals, of {self.evidence.min_reversals} (serve.min_reversals)")
+        return "; ".join(short) or None
+
+    @property
+    def enough(self) -> bool:
+        return self.shortfall() is None
 
     def round_ratios(self, rounds: Optional[list[int]] = None) -> list[float]:
         c, r = self.tracks.get(CANDIDATE), self.tracks.get(REFERENCE)
@@ -167,20 +232,21 @@ class PairedSearch:
 
     @property
     def ratio(self) -> Optional[float]:
-        """The geometric mean of the per-round ratios over the used joint rounds; with no joint round (no tracking,
-        or no time left for it), the two searches' max QPS over each other; None when a side met no load."""
-        ratios = self.round_ratios()
-        return geomean(ratios) if ratios else self.bracket_ratio
+        """The geometric mean of the per-round ratios over the used joint rounds; with tracking off, the two
+        searches' max QPS over each other; None when a side met no load or the tracking has not the evidence."""
+        if not self.tracking:
+            return self.bracket_ratio
+        return geomean(self.round_ratios()) if self.enough and len(self.tracks) == 2 else None
 
     @property
     def interval(self) -> tuple[Optional[float], Optional[float]]:
-        """(lowest, highest) per-round ratio the estimate averages, widened to at least one step either side of the
-        estimate; with no joint round, what both brackets allow."""
-        ratios = self.round_ratios()
-        if not ratios:
+        """Where a re-run's ratio should fall (`rerun_interval`); with tracking off, what both brackets allow;
+        (None, None) with no ratio."""
+        if not self.tracking:
             return self.bracket_interval
-        point = geomean(ratios)
-        return min(*ratios, point / (1 + self.track_step)), max(*ratios, point * (1 + self.track_step))
+        if self.ratio is None:
+            return None, None
+        return rerun_interval(self.round_ratios(), self.evidence.rerun_spread, self.track_step)
 
     @property
     def bracket_interval(self) -> tuple[Optional[float], Optional[float]]:
@@ -198,7 +264,7 @@ class PairedSearch:
 
     def tracked(self, side: str) -> Optional[float]:
         """A side's tracked level: the geometric mean of its tracking loads over the used joint rounds (all its
-        tracking runs when there is no joint round)."""
+        tracking runs when there is none)."""
         track = self.tracks.get(side)
         if track is None:
             return None
@@ -216,6 +282,10 @@ class PairedSearch:
         return (f"{len(track.runs)} runs from {track.runs[0]['target_qps']:g}: {valid} VALID, {len(track.runs) - valid} INVALID{aside}, "
                 f"{track.reversals} reversals, tracked {self.tracked(side):.4g}")
 
+    def side_runs(self) -> dict[str, int]:
+        """Each side's LoadGen runs, search and tracking."""
+        return {side: sum(1 for r in self.runs if r["side"] == side) for side in SIDES}
+
     def no_load(self) -> Optional[str]:
         for side, search in ((CANDIDATE, self.candidate), (REFERENCE, self.reference)):
             if search.highest_valid is None and search.judged:
@@ -225,19 +295,28 @@ class PairedSearch:
     def as_metrics(self) -> dict[str, Any]:
         low, high = self.interval
         b_low, b_high = self.bracket_interval
+        short = self.shortfall()
         return {
             "qps_ratio": self.ratio, "qps_ratio_lo": low, "qps_ratio_hi": high,
             "qps_ratio_bracket": self.bracket_ratio, "qps_ratio_bracket_lo": b_low, "qps_ratio_bracket_hi": b_high,
             "reference_max_qps": self.reference_max_qps,
             "tracked_qps": self.tracked(CANDIDATE), "reference_tracked_qps": self.tracked(REFERENCE),
-            "method": "paired: the backend's and fp32's Server searches interleaved run by run (ABBA) in one process, then both "
-                      f"tracked by a 1-up-1-down staircase (step {self.track_step:g}) in the same rounds; the ratio is the geometric mean "
-                      "of the per-round load ratios after both sides' first reversals, the interval their range",
+            "method": ("paired: the backend's and fp32's Server searches interleaved run by run (ABBA) in one process, then both "
+                       f"tracked by a 1-up-1-down staircase (step {self.track_step:g}) in the same rounds until {self.evidence.min_rounds} "
+                       f"joint rounds after both first reversals and {self.evidence.min_reversals} reversals a side; the ratio is the "
+                       "geometric mean of the per-round load ratios after both first reversals, the interval where a re-run's ratio "
+                       f"should fall ({CONFIDENCE:.0%}: Student's t over ABBA blocks, plus a run-to-run spread of "
+                       f"{self.evidence.rerun_spread:g})") if self.tracking else
+                      "paired, not tracked (serve.track_rounds=0): the two searches' max QPS over each other, the interval what both brackets allow",
             "rounds": max((r["round"] for r in self.runs), default=-1) + 1,
             "runs": self.runs,
             "track_step": self.track_step,
+            "min_rounds": self.evidence.min_rounds, "min_reversals": self.evidence.min_reversals, "rerun_spread": self.evidence.rerun_spread,
             "joint_rounds": len(self.joint_rounds), "used_rounds": len(self.used_rounds),
             "round_ratios": self.round_ratios(self.joint_rounds),
+            "side_runs": self.side_runs(), "reversals": self.reversals(),
+            "seconds": {side: round(self.spent.get(side, 0.0), 3) for side in SIDES},
+            "not_enough_runs": f"{NOT_ENOUGH}: {short} ({self.stop})" if short else None,
             "track_candidate": self.track_evidence(CANDIDATE), "track_reference": self.track_evidence(REFERENCE),
             "track_stop": self.stop,
             "no_load": self.no_load(),
@@ -247,37 +326,53 @@ class PairedSearch:
 
 def interleave(candidate: Plan, reference: Plan, run: RunPaired, budget: Optional[Budget] = None, track_step: float = TRACK_STEP,
                track_rounds: int = TRACK_ROUNDS, snap: Callable[[float], float] = float,
-               max_steal: Optional[float] = MAX_STEAL) -> PairedSearch:
+               max_steal: Optional[float] = MAX_STEAL, evidence: Optional[Evidence] = None,
+               clock: Optional[Callable[[], float]] = None) -> PairedSearch:
     """Drive both search plans to their ends, one run of each per round in ABBA order, a side whose search has
     ended tracking its limit (a staircase from its max, `track_step` per run, loads rounded by `snap`) beside
-    the other's search runs while its budget allows; then both track in ABBA rounds until the next round would
-    take a side past `budget` (seconds per side, its search's and its tracking runs together) or `track_rounds`
-    rounds of joint tracking were made."""
+    the other's search runs while its budget allows; then both track in ABBA rounds until the ratio has its
+    `evidence` (joint rounds after both first reversals, reversals a side), `track_rounds` joint rounds were
+    made, or the next round would take a side past `budget` (seconds per side, its search's and its tracking
+    runs together, and how long a run at a target is expected to last). With `clock` (seconds, monotonic) a run
+    counts the time it took; without, its expected length."""
     plans = {CANDIDATE: candidate, REFERENCE: reference}
-    paired = PairedSearch(Search(), Search(), track_step)
+    paired = PairedSearch(Search(), Search(), track_step, evidence or Evidence(), track_rounds > 0)
     asks: dict[str, tuple[float, int]] = {}
     done: dict[str, Search] = {}
-    spent = {CANDIDATE: 0.0, REFERENCE: 0.0}
+    spent = paired.spent
+    spent.update({CANDIDATE: 0.0, REFERENCE: 0.0})
+
+    ran = {CANDIDATE: 0, REFERENCE: 0}
 
     def seconds(qps: float) -> float:
         return budget[1](qps) if budget else 0.0
 
     def fits(side: str) -> bool:
-        return budget is None or spent[side] + seconds(paired.tracks[side].target) <= budget[0]
+        """The side's next tracking run fits its budget: its expected length, or (on a clock) what its runs took on average, if longer."""
+        if budget is None:
+            return True
+        took = spent[side] / ran[side] if clock and ran[side] else 0.0
+        return spent[side] + max(seconds(paired.tracks[side].target), took) <= budget[0]
 
     def ended(side: str, search: Search) -> None:
         done[side] = search
         if search.highest_valid is not None:
             paired.tracks[side] = Staircase(search.highest_valid, track_step, snap, max_steal)
 
+    def timed(side: str, qps: float, draw: int, role: str) -> Step:
+        began = clock() if clock else 0.0
+        step = run(side, qps, draw, role)
+        spent[side] += clock() - began if clock else seconds(qps)
+        ran[side] += 1
+        return step
+
     def record(round_: int, side: str, role: str, qps: float, step: Step) -> None:
         paired.runs.append({"round": round_, "side": side, "role": role, "target_qps": qps, "validity": step.get("validity")})
-        spent[side] += seconds(qps)
 
     def track(round_: int, side: str) -> None:
         staircase = paired.tracks[side]
         qps = staircase.target
-        step = run(side, qps, TRACK_DRAW + len(staircase.runs), TRACK)
+        step = timed(side, qps, TRACK_DRAW + len(staircase.runs), TRACK)
         record(round_, side, TRACK, qps, step)
         staircase.move(round_, qps, step)
 
@@ -290,11 +385,11 @@ def interleave(candidate: Plan, reference: Plan, run: RunPaired, budget: Optiona
     while len(done) < 2:
         for side in order(round_):
             if side in done:
-                if side in paired.tracks and fits(side):
+                if side in paired.tracks and paired.tracking and fits(side):
                     track(round_, side)
                 continue
             qps, draw = asks[side]
-            step = run(side, qps, draw, SEARCH)
+            step = timed(side, qps, draw, SEARCH)
             record(round_, side, SEARCH, qps, step)
             try:
                 asks[side] = plans[side].send(step)
@@ -305,10 +400,15 @@ def interleave(candidate: Plan, reference: Plan, run: RunPaired, budget: Optiona
     if len(paired.tracks) < 2:
         paired.stop = paired.no_load() or "a side met no load"
         return paired
-    joint = 0
+    joint = len(paired.joint_rounds)
     while True:
+        if paired.enough:
+            paired.stop = (f"the evidence: {len(paired.used_rounds)} joint rounds after both first reversals, reversals "
+                           f"{paired.reversals()[CANDIDATE]} (backend) and {paired.reversals()[REFERENCE]} (fp32)"
+                           if paired.tracking else "tracking off (serve.track_rounds=0)")
+            break
         if joint >= track_rounds:
-            paired.stop = f"{track_rounds} rounds of tracking (serve.track_rounds)"
+            paired.stop = f"{track_rounds} joint rounds of tracking (serve.track_rounds)"
             break
         late = [side for side in SIDES if not fits(side)]
         if late:

@@ -39,7 +39,7 @@ from bench.pipeline.shared import SharedWork
 from bench.serve import late, loadgen, timeline
 from bench.serve.accuracy_log import accuracy_check
 from bench.serve.early_stopping import queries_for_share, what_a_step_tells
-from bench.serve.paired import CANDIDATE, SEARCH, interleave
+from bench.serve.paired import CANDIDATE, SEARCH, Evidence, interleave
 from bench.serve.qps_search import Plan, Search, disturbed, drive, search_plan
 from bench.serve.queries import QuerySet
 from bench.serve.queue import ServiceModel, max_rate
@@ -124,8 +124,10 @@ def paired_max_qps(cfg: Config, candidate: nn.Module, reference: nn.Module, devi
       (steps: each LoadGen run with its verdict, percentiles, late-query causes and steal);
     - `reference_max_qps` and `paired.reference`: fp32's search, the same keys;
     - `qps_ratio`, `qps_ratio_lo`, `qps_ratio_hi`: candidate / fp32 capacity from the two sides' staircases tracked
-      in the same rounds after their searches (the geometric mean of the per-round load ratios, and their range;
-      None when either side met no load, `paired.no_load` says which); `paired.qps_ratio_bracket_lo`/`_hi`: what
+      in the same rounds after their searches (the geometric mean of the per-round load ratios, and where a re-run's
+      should fall; None when either side met no load, `paired.no_load` says which, or when serve.max_search_s came
+      before the evidence serve.min_rounds / serve.min_reversals ask, `paired.not_enough_runs` says what was
+      short); `paired.side_runs`, `paired.reversals`: each side's runs and staircase reversals; `paired.qps_ratio_bracket_lo`/`_hi`: what
       the two search brackets allow; `paired.tracked_qps` / `reference_tracked_qps`: each side's tracked level;
     - `paired.runs`: every run in the order it ran (round, side, role search|track, target, verdict), and
       `paired.track_candidate` / `track_reference`: each side's staircase in words, `paired.round_ratios` the joint rounds' ratios;
@@ -218,8 +220,9 @@ def server(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any], pair: "Pai
             return on.run("performance", qps, f"{role}{n}_{qps:g}qps", draw, metrics["step_queries"])
 
         seconds = run_seconds(serve, metrics["step_queries"])
+        evidence = Evidence(serve.min_rounds, serve.min_reversals, serve.rerun_spread)
         paired = interleave(plan, ref_plan, run_paired, (serve.max_search_s, seconds), serve.track_step, serve.track_rounds, round_qps,
-                            serve.max_steal)
+                            serve.max_steal, evidence, time.monotonic)
         search = paired.candidate
         server_finish(pair.runs, pair.warm, reference, paired.reference)
         reference["warm_up"] = pair.warm

@@ -211,6 +211,15 @@ def test_a_paired_serving_record_gives_the_ratio_and_its_interval():
     assert broken.max_qps == 0.0 and "is error: it broke" in broken.method
 
 
+
+def test_a_paired_search_without_enough_runs_leaves_the_bracket_open_and_says_why():
+    short = "not enough runs: 3 joint rounds of 6 (serve.max_search_s=240 reached)"
+    c = confirmation(serving("uint4", {"max_qps": 300.0, "max_qps_lo": 300.0, "max_qps_hi": 330.0, "reference_max_qps": 200.0,
+                                       "qps_ratio": None, "qps_ratio_lo": None, "qps_ratio_hi": None,
+                                       "paired": {"not_enough_runs": short}}))
+    why = decide.open_bracket(c)
+    assert c.not_enough_runs == short and short in why and "nan" not in why
+
 # ------------------------------------------------------------------------------------------------ on real jobs
 
 

@@ -49,4 +49,5 @@ def confirmation(served: RunRecord) -> Confirmation:
     else:
         method = ALONE if alone else PAIRED
     return Confirmation(qps, m.get(lo(MAX_QPS)), m.get(hi(MAX_QPS)), base, ratio("qps_ratio"), ratio("qps_ratio_lo"),
-                        ratio("qps_ratio_hi"), p99, method, [served.resumed_from or served.record_id])
+                        ratio("qps_ratio_hi"), p99, method, [served.resumed_from or served.record_id],
+                        (m.get("paired") or {}).get("not_enough_runs"))

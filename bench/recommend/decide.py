@@ -102,6 +102,7 @@ class Confirmation:
     p99_ms: Optional[float]
     method: str
     records: list[str] = field(default_factory=list)
+    not_enough_runs: Optional[str] = None  # the paired search's word where its budget bought no ratio (bench.serve.paired)
 
 
 @dataclass
@@ -215,7 +216,9 @@ def open_bracket(conf: Confirmation) -> Optional[str]:
     if conf.max_qps_lo is None or conf.max_qps_hi is None:
         why.append(f"its own Server search found no INVALID target above {conf.max_qps:,.4g} QPS (the bracket is open: "
                    "a lower bound, not its max)")
-    if math.isnan(conf.relative_lo) or math.isnan(conf.relative_hi):
+    if conf.not_enough_runs:
+        why.append(f"the paired search beside fp32 gave no ratio: {conf.not_enough_runs}")
+    elif math.isnan(conf.relative_lo) or math.isnan(conf.relative_hi):
         why.append(f"fp32's search beside it found no INVALID target above {conf.fp32_max_qps:,.4g} QPS, so its ratio "
                    f"{times(conf.relative)} has no interval")
     return "; ".join(why) or None

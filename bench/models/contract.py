@@ -1,8 +1,8 @@
 """The contract a user's model (`model=custom`) must keep, checked on one tiny batch before any work.
 
     - the factory builds an nn.Module (`bench.models.custom`);
-    - it holds at least one torchrec EmbeddingBagCollection, and its tables read exactly the workload's
-      features, each with at least the rows the workload's ids reach;
+    - it holds at least one torchrec EmbeddingBagCollection (or, for sequence features, EmbeddingCollection),
+      and its tables read exactly the workload's features, each with at least the rows the workload's ids reach;
     - its forward takes `(dense_features, KeyedJaggedTensor)`;
     - it returns one floating-point score per sample, shape [B] or [B, 1], finite; or a tuple, list or dict of
       outputs, of which `model.output_key` names that score (an index or a key);
@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
-from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
 
 from bench import registry
 from bench.batch import Batch
@@ -52,7 +52,7 @@ def check_model(model_cfg, workload: Workload) -> None:
     """Build the user's model for `workload` and run one tiny batch through it; UserError on a violation."""
     name = f"model.factory={model_cfg.factory}"
     with torch.random.fork_rng():  # the job seeds its own initial weights; the check leaves the RNG as it was
-        model = build_model(model_cfg, workload.tables, workload.num_dense)
+        model = build_model(model_cfg, workload.tables, workload.num_dense, sequences=workload.sequences)
     if model_cfg.checkpoint:
         load_checkpoint(model, model_cfg.checkpoint)
     check_tables(model, workload, name)
@@ -62,13 +62,17 @@ def check_model(model_cfg, workload: Workload) -> None:
 
 def check_tables(model: nn.Module, workload: Workload, name: str) -> None:
     ebcs = [m for m in model.modules() if isinstance(m, EmbeddingBagCollection)]
-    if not ebcs:
+    ecs = [m for m in model.modules() if isinstance(m, EmbeddingCollection)]
+    has_sequences = any(t.sequence for t in workload.tables)
+    if not ebcs and not ecs:
+        given = "embedding_bag_collection= or embedding_collection=" if has_sequences else "embedding_bag_collection="
         raise UserError(
             f"{name} built a {type(model).__name__} without a torchrec EmbeddingBagCollection: look the sparse "
-            f"features up in the embedding_bag_collection= the harness passes ({DOCS})"
+            f"features up in the {given} the harness passes ({DOCS})"
         )
     rows = {t.feature: int(t.num_embeddings) for t in workload.tables}
     tables = {feature: cfg for ebc in ebcs for cfg in ebc.embedding_bag_configs() for feature in cfg.feature_names}
+    tables.update({feature: cfg for ec in ecs for cfg in ec.embedding_configs() for feature in cfg.feature_names})
     unknown = sorted(set(tables) - set(rows))
     if unknown:
         raise UserError(

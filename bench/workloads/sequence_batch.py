@@ -48,6 +48,13 @@ class SequenceRows:
                             self.labels[start:stop], None if self.oracle is None else self.oracle[start:stop])
 
 
+def segments(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The positions starts[i] .. starts[i] + lengths[i] - 1 of every i, concatenated."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    first = np.cumsum(lengths) - lengths
+    return np.repeat(np.asarray(starts, dtype=np.int64) - first, lengths) + np.arange(int(lengths.sum()))
+
+
 def concat_rows(parts: list[SequenceRows]) -> SequenceRows:
     if len(parts) == 1:
         return parts[0]

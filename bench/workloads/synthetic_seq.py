@@ -39,7 +39,7 @@ from bench.batch import Batch
 from bench.config import WorkloadConfig
 from bench.errors import UserError
 from bench.registry import register
-from bench.workloads.sequence_batch import CANDIDATE, HISTORY, SEQUENCES, SequenceRows, batches_of, popularity_auc
+from bench.workloads.sequence_batch import CANDIDATE, HISTORY, SEQUENCES, SequenceRows, batches_of, popularity_auc, segments
 from bench.workloads.workload import SPLITS, Sequences, TableSpec, Workload
 
 _SPLIT_STREAM = {"train": 1, "calibration": 1, "eval": 2}
@@ -135,11 +135,11 @@ class SeqTeacher:
         logit = self.bias + cfg.affinity_scale * np.einsum("nr,nkr->nk", z, self.vectors[cand]) + self.item_bias[cand]
         labels = (rng.random((n, k)) < 1 / (1 + np.exp(-logit))).astype(np.float32)
         keep = np.arange(longest)[None, :] >= (longest - lengths)[:, None]  # the last L events
-        hist = np.repeat(items[keep].reshape(-1), 1)
+        hist = items[keep]
         hist_ages = ages[keep].astype(np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths)])
         # each of a request's K rows carries its history: repeat every request's slice K times
-        take = np.concatenate([np.tile(np.arange(offsets[i], offsets[i + 1]), k) for i in range(n)]) if n else np.zeros(0, np.int64)
+        take = segments(np.repeat(offsets[:-1], k), np.repeat(lengths, k))
         dense = np.stack([np.log1p(lengths), np.log1p(gaps[:, longest] / HOUR)], axis=1).astype(np.float32)
         return SequenceRows(
             dense=np.repeat(dense, k, axis=0), pooled={"user_id": np.repeat(users, k)}, history=hist[take], ages=hist_ages[take],
@@ -203,6 +203,10 @@ class SyntheticSeqWorkload(Workload):
         return float(roc_auc_score(np.concatenate([r.labels for r in self._eval]), np.concatenate([r.oracle for r in self._eval])))
 
     def popularity_auc(self) -> float:
+        return self._popularity_auc
+
+    @cached_property
+    def _popularity_auc(self) -> float:  # generates the train split again: once per workload object
         return popularity_auc(list(self.chunks("train")), self._eval)
 
     def describe(self) -> dict:

@@ -124,3 +124,14 @@ def test_hstu_on_synthetic_seq_through_the_command(tmp_path):
     m = record["metrics"]
     assert m["n_eval"] == 2048 and 0.5 < m["popularity_auc"] < m["oracle_auc"]
     assert "popularity-only baseline" in proc.stdout
+
+
+def test_report_prints_the_popularity_baseline_beside_fp32():
+    import pandas as pd
+
+    from bench.report.markdown import _oracle_line
+
+    g = pd.DataFrame({"backend": ["fp32", "int8_tbe"], "auc": [0.77, 0.76], "oracle_auc": [None, None], "popularity_auc": [0.67, 0.67]})
+    assert _oracle_line(g) == ("Popularity-only baseline AUC (each candidate's train click rate, no history): 0.6700; "
+                               "fp32 0.7700, +0.1000 above it.")
+    assert _oracle_line(g.assign(popularity_auc=None)) is None

@@ -139,6 +139,7 @@ def check_model_config(cfg) -> None:
     if cfg.output != "logits":
         raise UserError(f"model.output={cfg.output!r}: the built-in DLRM models return logits; model.output is for model=custom")
     if cfg.arch == HSTU_ARCH:
+        HstuConfig.validate(cfg.hstu)  # the schema or its composed DictConfig
         return
     if cfg.dense_arch_layer_sizes[-1] != cfg.embedding_dim:
         raise UserError(

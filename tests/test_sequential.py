@@ -135,3 +135,16 @@ def test_report_prints_the_popularity_baseline_beside_fp32():
     assert _oracle_line(g) == ("Popularity-only baseline AUC (each candidate's train click rate, no history): 0.6700; "
                                "fp32 0.7700, +0.1000 above it.")
     assert _oracle_line(g.assign(popularity_auc=None)) is None
+
+
+def test_a_builtin_model_that_cannot_read_the_workload_is_refused_before_any_work():
+    from bench.config import HstuConfig
+    from bench.models.contract import check_builtin
+    from bench.workloads.synthetic import SyntheticConfig, SyntheticWorkload
+
+    with pytest.raises(UserError, match="model=small pools every feature, but the workload's \\['history', 'item_id'\\] are sequences"):
+        check_builtin(ModelConfig(name="small"), _workload())
+    pooled = SyntheticWorkload(SyntheticConfig(cardinalities=[10, 10], train_samples=64, eval_samples=64), 0, "/tmp")
+    with pytest.raises(UserError, match="model=hstu reads a history and candidates, and workload synthetic has none"):
+        check_builtin(ModelConfig(name="hstu", arch="hstu", hstu=HstuConfig()), pooled)
+    check_builtin(ModelConfig(name="hstu", arch="hstu", hstu=HstuConfig()), _workload())

@@ -23,11 +23,13 @@ from torch import nn
 from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
 
 from bench import registry
+from bench.config import HSTU_ARCH
 from bench.batch import Batch
 from bench.errors import UserError, one_line
 from bench.models.build import build_model
 from bench.models.checkpoint import load_checkpoint
 from bench.models.custom import DOCS, is_custom
+from bench.models.dlrm import check_pooled_only
 from bench.models.outputs import describe, pick, several
 from bench.workloads.workload import Workload
 
@@ -46,6 +48,18 @@ def check_model_and_data(cfg: DictConfig) -> None:
     model_cfg = OmegaConf.to_object(cfg.model)
     if is_custom(model_cfg):
         check_model(model_cfg, workload)
+    else:
+        check_builtin(model_cfg, workload)
+
+
+def check_builtin(model_cfg, workload: Workload) -> None:
+    """A built-in model that cannot read the workload's features: a DLRM on sequences, HSTU without them."""
+    if model_cfg.arch == HSTU_ARCH:
+        if workload.sequences is None:
+            raise UserError(f"model=hstu reads a history and candidates, and workload {workload.cfg.name} has none: use a sequential "
+                            "workload (workload=synthetic_seq or workload=movielens; docs/sequential.md)")
+    else:
+        check_pooled_only(model_cfg, workload.tables)
 
 
 def check_model(model_cfg, workload: Workload) -> None:

@@ -106,6 +106,8 @@ DOCS_LONG = {
     **{c: "trains a sequential model, a minute to minutes as written; tests/test_sequential.py runs model=hstu on synthetic_seq tiny "
           "through the command and checks examples.din against the contract on synthetic_seq and Parquet sequences" for c in (
         "python -m bench backend=fp32 model=hstu workload=synthetic_seq", "python -m bench backend=fp32 model=hstu workload=movielens",
+        "python -m bench backend=fp32 model=hstu workload=synthetic_seq +preset=tiny workload.num_items=100 model.train.batch_size=128 "
+        "model.train.sparse_lr=0.3",
         "python -m bench model=custom model.factory=examples.din:build workload=synthetic_seq",
         "python -m bench model=custom model.factory=examples.din:build workload=parquet workload.path=examples/data/clicks.parquet "
         "workload.oracle=oracle_logit workload.sequence_features=[history]",

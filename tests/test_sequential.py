@@ -114,15 +114,19 @@ def test_movielens_without_the_package_is_one_line_and_exit_2(tmp_path):
 
 @pytest.mark.slow
 def test_hstu_on_synthetic_seq_through_the_command(tmp_path):
+    """Trained through the harness's train-and-cache path, HSTU reads the history: clearly above popularity alone
+    (0.713 against 0.669 on 8,192 eval rows when measured; docs/sequential.md)."""
     proc = subprocess.run([sys.executable, "-m", "bench", "backend=fp32", "model=hstu", "workload=synthetic_seq", "+preset=tiny",
-                           "workload.train_samples=4096", "workload.eval_samples=2048", "model.train.samples=4096",
+                           "workload.num_items=100", "workload.eval_samples=4096", "model.train.batch_size=128", "model.train.sparse_lr=0.3",
+                           "threads=1",
                            f"reports_dir={tmp_path / 'reports'}", f"cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={tmp_path / 'run'}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads((tmp_path / "run" / "record.json").read_text())
     assert record["status"] == "ok"
     m = record["metrics"]
-    assert m["n_eval"] == 2048 and 0.5 < m["popularity_auc"] < m["oracle_auc"]
+    assert m["n_eval"] == 4096 and 0.6 < m["popularity_auc"] < m["oracle_auc"]
+    assert m["auc"] > m["popularity_auc"] + 0.02, (m["auc"], m["popularity_auc"])
     assert "popularity-only baseline" in proc.stdout
 
 

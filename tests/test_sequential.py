@@ -80,6 +80,10 @@ def test_parquet_sequence_features(tmp_path):
     w = ParquetWorkload(ParquetConfig(path=str(path), sequence_features=["history"]), 0, tmp_path / "cache")
     assert {t.feature: t.sequence for t in w.tables} == {"user_id": False, "item_id": False, "item_category": False, "history": True}
     check_model(_custom("examples.din:build"), w)
+    from bench.models.contract import check_builtin
+
+    with pytest.raises(UserError, match=r"the workload's \['history'\] are sequences"):
+        check_builtin(ModelConfig(name="small"), w)
     bad = ParquetWorkload(ParquetConfig(path=str(path), sequence_features=["user_id"]), 0, tmp_path / "cache")
     with pytest.raises(UserError, match=r"sequence_features names \['user_id'\], which are not list columns"):
         bad.check_data()

@@ -58,8 +58,8 @@ def check_builtin(model_cfg, workload: Workload) -> None:
         if workload.sequences is None:
             raise UserError(f"model=hstu reads a history and candidates, and workload {workload.cfg.name} has none: use a sequential "
                             "workload (workload=synthetic_seq or workload=movielens; docs/sequential.md)")
-    else:
-        check_pooled_only(model_cfg, workload.tables)
+    elif workload.sequences is not None or getattr(workload.cfg, "sequence_features", None):
+        check_pooled_only(model_cfg, workload.tables)  # only then: a workload's tables may take a pass over its data
 
 
 def check_model(model_cfg, workload: Workload) -> None:

@@ -22,7 +22,7 @@ TORCH_PIP_OPTS = $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 TORCH_BUILD = $(if $(TORCH_INDEX),+cpu)
 REQS = requirements/$(STACK).txt requirements/$(STACK)-torchrec.txt
 
-.PHONY: setup setup-quark run test test-fast lint docs clean gpu-check
+.PHONY: setup setup-quark setup-movielens run test test-fast lint docs clean gpu-check
 
 setup: $(STAMP)
 
@@ -56,6 +56,11 @@ setup-quark: $(STAMP)
 	$(QUARK_VENV)/bin/pip install --upgrade pip
 	$(QUARK_VENV)/bin/pip install "$$(grep -o 'amd-quark==[0-9.]*' pyproject.toml)" "$$(grep -o 'transformers==[0-9.]*' pyproject.toml)"
 	$(QUARK_VENV)/bin/python -c "import torch, torchrec, bench, quark, quark.torch; print('quark', quark.__version__, '| torch', torch.__version__)"
+
+# workload=movielens reads MovieLens-100K from recbole's package data (docs/sequential.md). recbole's own
+# requirements are not needed to read its files (the harness never imports it): --no-deps.
+setup-movielens: $(STAMP)
+	$(BIN)/pip install --no-deps recbole==1.2.1
 
 run: $(STAMP)
 	$(BIN)/python -m bench +sweep=quant

@@ -10,7 +10,11 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 @dataclass
 class Batch:
-    """`dense` [B, num_dense] float32, `sparse` a KJT with one key per table, `labels` [B] float32."""
+    """`dense` [B, num_dense] float32, `sparse` a KJT with one key per table feature, `labels` [B] float32.
+
+    A sequential workload's KJT also holds side keys that no table reads (a history's ages, each row's
+    request: `bench.workloads.workload.Sequences`, docs/sequential.md); every collection reads only its own
+    features, so they pass through every model and backend."""
 
     dense: torch.Tensor
     sparse: KeyedJaggedTensor

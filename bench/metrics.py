@@ -69,6 +69,8 @@ AUC_DELTA = metric("auc_delta", "", HIGHER, "+.4f", "AUC minus fp32's AUC on the
 AUC_DELTA_P = metric("auc_delta_p", "", NEITHER, ".2g", "the two-sided p-value of the paired ΔAUC (DeLong)", ACCURACY)
 AUC_FP32 = metric("auc_fp32", "", HIGHER, ".4f", "fp32's AUC on the same eval samples (the ΔAUC's reference)", ACCURACY)
 ORACLE_AUC = metric("oracle_auc", "", HIGHER, ".4f", "the synthetic teacher's own AUC: the best any model can do on that workload", ACCURACY)
+POPULARITY_AUC = metric("popularity_auc", "", HIGHER, ".4f", "a sequential workload's popularity-only baseline: the eval AUC of each "
+                        "candidate item's train click rate, what a ranker that reads no history reaches", ACCURACY)
 FIDELITY_GAP = metric("fidelity_gap", "", NEITHER, "+.5f", "AUC of an integer backend minus its fake-quant twin's: does the QDQ emulation "
                       "predict the deployment?", ACCURACY, interval=True)
 AUC_DELTA_EMBEDDINGS = metric("auc_delta_embeddings", "", HIGHER, "+.4f", "the share of the ΔAUC that the quantized tables alone cause",

@@ -104,6 +104,16 @@ DOCS_LONG = {
         'reports_dir=demo-reports"', "python -m bench $N", "python -m bench $N timing.test_delay=0.2",
         "python -m bench dashboard demo-reports",
     )},
+    "make setup-movielens": SETUP,
+    **{c: "trains a sequential model, a minute to minutes as written; tests/test_sequential.py runs model=hstu on synthetic_seq tiny "
+          "through the command and checks examples.din against the contract on synthetic_seq and Parquet sequences" for c in (
+        "python -m bench backend=fp32 model=hstu workload=synthetic_seq", "python -m bench backend=fp32 model=hstu workload=movielens",
+        "python -m bench backend=fp32 model=hstu workload=synthetic_seq +preset=tiny workload.num_items=100 model.train.batch_size=128 "
+        "model.train.sparse_lr=0.3",
+        "python -m bench model=custom model.factory=examples.din:build workload=synthetic_seq",
+        "python -m bench model=custom model.factory=examples.din:build workload=parquet workload.path=examples/data/clicks.parquet "
+        "workload.oracle=oracle_logit workload.sequence_features=[history]",
+    )},
     "python -m bench.report reports/quant/latest --baseline reports/quant/<earlier>":
         "<earlier> stands for an earlier run's folder; the README's bench.report command runs the same code here",
 }

@@ -5,6 +5,7 @@ change what the job measures. `job_identity` drops such keys where they are at t
 what a record without them measured, or where they do not apply:
 
 - `model.output_key` (a model whose forward returns a tuple or dict): null is the model's own tensor;
+- `model.hstu` (model=hstu's shape): null for every other model;
 - `backend.mlp_output` (the output layers of a quantized MLP): `int8` is what every record before it
   measured (each Linear int8), and with `backend.mlp=fp32` nothing is quantized. Its default, `fp32`, does
   change what an int8-MLP job measures, so such a job has a new identity: resume measures it again and the
@@ -47,7 +48,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-LEGACY = {("model", "output_key"): None, ("backend", "mlp_output"): "int8", ("serve", "judgments"): 1,
+LEGACY = {("model", "output_key"): None, ("model", "hstu"): None, ("backend", "mlp_output"): "int8", ("serve", "judgments"): 1,
           ("serve", "step_late_share"): None, ("serve", "test_stall_ms"): None, ("serve", "max_steal"): None,
           ("serve", "paired"): False, ("serve", "confirm_runs"): 0,
           ("serve", "track_rounds"): 0, ("serve", "track_step"): 0.04, ("serve", "paired_judgments"): None,

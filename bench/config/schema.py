@@ -53,6 +53,32 @@ class TrainConfig:
 
 # model.arch of a model built by the user's own factory (model=custom, bench.models.custom).
 CUSTOM_ARCH = "custom"
+HSTU_ARCH = "hstu"  # the sequential ranker (model=hstu, bench.models.hstu)
+
+
+@dataclass
+class HstuConfig:
+    """The shape of `model=hstu` (DLRMv3's is 5 layers, 4 heads, attention and linear dims 128, tables 512 wide)."""
+
+    num_layers: int = 2
+    num_heads: int = 2
+    attention_dim: int = 16  # per head, of Q and K
+    linear_dim: int = 16  # per head, of U and V
+    # The attention's fixed normaliser (SiLU(QK^T) / max_seq_len): fixed, so a row's score does not depend on
+    # which rows share its batch; longer sequences are still read whole.
+    max_seq_len: int = 128
+    time_buckets: int = 64  # timestamp encodings: sqrt(age in minutes), clamped to this many buckets
+    dropout: float = 0.1
+    over_arch_layer_sizes: list[int] = field(default_factory=lambda: [64, 1])
+
+    def validate(self) -> None:
+        for key in ("num_layers", "num_heads", "attention_dim", "linear_dim", "max_seq_len", "time_buckets"):
+            if getattr(self, key) < 1:
+                raise UserError(f"model.hstu.{key} must be a positive integer, got {getattr(self, key)}")
+        if not 0 <= self.dropout < 1:
+            raise UserError(f"model.hstu.dropout must be in [0, 1), got {self.dropout}")
+        if not self.over_arch_layer_sizes or self.over_arch_layer_sizes[-1] != 1:
+            raise UserError(f"model.hstu.over_arch_layer_sizes must end with 1 (one logit), got {list(self.over_arch_layer_sizes)}")
 MODEL_OUTPUTS = ("logits", "probabilities")
 
 
@@ -81,6 +107,8 @@ class ModelConfig:
     # fp32 (bench.models.random_weights) - speed and memory only, no accuracy.
     weights: str = "trained"
     train: TrainConfig = field(default_factory=TrainConfig)
+    # arch=hstu: the sequential ranker's shape (conf/model/hstu.yaml); null for the other models.
+    hstu: Optional[HstuConfig] = None
 
     def validate(self) -> None:
         check_model_config(self)
@@ -89,8 +117,10 @@ class ModelConfig:
 def check_model_config(cfg) -> None:
     """Layer sizes that cannot build a DLRM, a factory that cannot name a function (the schema, or its
     composed DictConfig)."""
-    if cfg.arch not in ("dlrm", "dlrm_dcn", CUSTOM_ARCH):
-        raise UserError(f"unknown model.arch {cfg.arch!r}: choose dlrm, dlrm_dcn or custom (model=custom model.factory=package.module:build)")
+    if cfg.arch not in ("dlrm", "dlrm_dcn", CUSTOM_ARCH, HSTU_ARCH):
+        raise UserError(f"unknown model.arch {cfg.arch!r}: choose dlrm, dlrm_dcn, hstu or custom (model=custom model.factory=package.module:build)")
+    if cfg.arch == HSTU_ARCH and getattr(cfg, "hstu", None) is None:
+        raise UserError("model.arch=hstu needs its shape in model.hstu: use model=hstu (conf/model/hstu.yaml)")
     if cfg.output not in MODEL_OUTPUTS:
         raise UserError(f"model.output={cfg.output!r}: choose logits or probabilities (what the model's forward returns)")
     if cfg.arch == CUSTOM_ARCH:
@@ -108,6 +138,9 @@ def check_model_config(cfg) -> None:
         raise UserError(f"model.factory is read by model=custom only; model.arch is {cfg.arch!r}: add model=custom")
     if cfg.output != "logits":
         raise UserError(f"model.output={cfg.output!r}: the built-in DLRM models return logits; model.output is for model=custom")
+    if cfg.arch == HSTU_ARCH:
+        HstuConfig.validate(cfg.hstu)  # the schema or its composed DictConfig
+        return
     if cfg.dense_arch_layer_sizes[-1] != cfg.embedding_dim:
         raise UserError(
             f"model.dense_arch_layer_sizes must end with embedding_dim={cfg.embedding_dim}, got {list(cfg.dense_arch_layer_sizes)}: fix the last size"
@@ -595,6 +628,8 @@ __all__ = [
     "workload_label",
     "TrainConfig",
     "CUSTOM_ARCH",
+    "HSTU_ARCH",
+    "HstuConfig",
     "MODEL_OUTPUTS",
     "ModelConfig",
     "check_model_config",

@@ -1,8 +1,8 @@
 """The contract a user's model (`model=custom`) must keep, checked on one tiny batch before any work.
 
     - the factory builds an nn.Module (`bench.models.custom`);
-    - it holds at least one torchrec EmbeddingBagCollection, and its tables read exactly the workload's
-      features, each with at least the rows the workload's ids reach;
+    - it holds at least one torchrec EmbeddingBagCollection (or, for sequence features, EmbeddingCollection),
+      and its tables read exactly the workload's features, each with at least the rows the workload's ids reach;
     - its forward takes `(dense_features, KeyedJaggedTensor)`;
     - it returns one floating-point score per sample, shape [B] or [B, 1], finite; or a tuple, list or dict of
       outputs, of which `model.output_key` names that score (an index or a key);
@@ -20,14 +20,16 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
-from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
 
 from bench import registry
+from bench.config import HSTU_ARCH
 from bench.batch import Batch
 from bench.errors import UserError, one_line
 from bench.models.build import build_model
 from bench.models.checkpoint import load_checkpoint
 from bench.models.custom import DOCS, is_custom
+from bench.models.dlrm import check_pooled_only
 from bench.models.outputs import describe, pick, several
 from bench.workloads.workload import Workload
 
@@ -46,13 +48,25 @@ def check_model_and_data(cfg: DictConfig) -> None:
     model_cfg = OmegaConf.to_object(cfg.model)
     if is_custom(model_cfg):
         check_model(model_cfg, workload)
+    else:
+        check_builtin(model_cfg, workload)
+
+
+def check_builtin(model_cfg, workload: Workload) -> None:
+    """A built-in model that cannot read the workload's features: a DLRM on sequences, HSTU without them."""
+    if model_cfg.arch == HSTU_ARCH:
+        if workload.sequences is None:
+            raise UserError(f"model=hstu reads a history and candidates, and workload {workload.cfg.name} has none: use a sequential "
+                            "workload (workload=synthetic_seq or workload=movielens; docs/sequential.md)")
+    elif workload.sequences is not None or getattr(workload.cfg, "sequence_features", None):
+        check_pooled_only(model_cfg, workload.tables)  # only then: a workload's tables may take a pass over its data
 
 
 def check_model(model_cfg, workload: Workload) -> None:
     """Build the user's model for `workload` and run one tiny batch through it; UserError on a violation."""
     name = f"model.factory={model_cfg.factory}"
     with torch.random.fork_rng():  # the job seeds its own initial weights; the check leaves the RNG as it was
-        model = build_model(model_cfg, workload.tables, workload.num_dense)
+        model = build_model(model_cfg, workload.tables, workload.num_dense, sequences=workload.sequences)
     if model_cfg.checkpoint:
         load_checkpoint(model, model_cfg.checkpoint)
     check_tables(model, workload, name)
@@ -62,13 +76,17 @@ def check_model(model_cfg, workload: Workload) -> None:
 
 def check_tables(model: nn.Module, workload: Workload, name: str) -> None:
     ebcs = [m for m in model.modules() if isinstance(m, EmbeddingBagCollection)]
-    if not ebcs:
+    ecs = [m for m in model.modules() if isinstance(m, EmbeddingCollection)]
+    has_sequences = any(t.sequence for t in workload.tables)
+    if not ebcs and not ecs:
+        given = "embedding_bag_collection= or embedding_collection=" if has_sequences else "embedding_bag_collection="
         raise UserError(
             f"{name} built a {type(model).__name__} without a torchrec EmbeddingBagCollection: look the sparse "
-            f"features up in the embedding_bag_collection= the harness passes ({DOCS})"
+            f"features up in the {given} the harness passes ({DOCS})"
         )
     rows = {t.feature: int(t.num_embeddings) for t in workload.tables}
     tables = {feature: cfg for ebc in ebcs for cfg in ebc.embedding_bag_configs() for feature in cfg.feature_names}
+    tables.update({feature: cfg for ec in ecs for cfg in ec.embedding_configs() for feature in cfg.feature_names})
     unknown = sorted(set(tables) - set(rows))
     if unknown:
         raise UserError(

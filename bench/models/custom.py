@@ -1,9 +1,13 @@
 """The user's own model (`model=custom model.factory=package.module:function`).
 
-The harness builds one EmbeddingBagCollection from the workload's tables at `model.embedding_dim`
+The harness builds one EmbeddingBagCollection from the workload's pooled tables at `model.embedding_dim`
 and calls the factory with the names torchrec's own `DLRM` takes, plus `model.kwargs`:
 
     factory(embedding_bag_collection=ebc, dense_in_features=num_dense, **kwargs) -> nn.Module
+
+A workload with sequence features (docs/sequential.md) adds `embedding_collection=ec`, a torchrec
+EmbeddingCollection of its sequence tables (unpooled lookups); a workload with no pooled feature passes no
+`embedding_bag_collection=`. So a factory takes either or both.
 
 The module's forward takes `(dense_features, KeyedJaggedTensor)` and returns one score per sample, or a
 tuple or dict of outputs of which `model.output_key` names the score (`bench.models.outputs`;
@@ -32,7 +36,7 @@ from torch import nn
 
 from bench.config import CUSTOM_ARCH
 from bench.errors import UserError, one_line
-from bench.models.dlrm import embedding_bag_collection
+from bench.models.dlrm import embedding_bag_collection, embedding_collection, pooled, sequence_tables
 from bench.models.logits import LogitsOf, trailing_sigmoid
 from bench.models.outputs import OutputOf
 from bench.workloads.workload import TableSpec
@@ -116,20 +120,32 @@ def code_identity(model_cfg) -> dict:
     return {"factory": model_cfg.factory, "files": len(files), "sha256": h.hexdigest()[:16]}
 
 
+def collections_for(tables: list[TableSpec], embedding_dim: int, table_device: torch.device | str = "cpu") -> dict[str, nn.Module]:
+    """The factory's table arguments: `embedding_bag_collection=` for the pooled tables, `embedding_collection=`
+    for the sequence tables, each only where the workload has such tables."""
+    out: dict[str, nn.Module] = {}
+    if pooled(tables):
+        out["embedding_bag_collection"] = embedding_bag_collection(tables, embedding_dim, table_device)
+    if sequence_tables(tables):
+        out["embedding_collection"] = embedding_collection(tables, embedding_dim, table_device)
+    return out
+
+
 def build_custom(cfg, tables: list[TableSpec], num_dense: int, table_device: torch.device | str = "cpu") -> nn.Module:
     """The user's module, as its factory returns it (not yet wrapped by `as_logits`)."""
     factory = load_factory(cfg.factory)
-    ebc = embedding_bag_collection(tables, cfg.embedding_dim, table_device)
+    collections = collections_for(tables, cfg.embedding_dim, table_device)
     kwargs = dict(cfg.kwargs or {})
-    clash = sorted({"embedding_bag_collection", "dense_in_features"} & set(kwargs))
+    clash = sorted({"embedding_bag_collection", "embedding_collection", "dense_in_features"} & set(kwargs))
     if clash:
         raise UserError(f"model.kwargs sets {', '.join(clash)}: the harness passes it; remove it from model.kwargs")
-    args = dict(embedding_bag_collection=ebc, dense_in_features=num_dense, **kwargs)
+    args = dict(**collections, dense_in_features=num_dense, **kwargs)
     try:
         inspect.signature(factory).bind(**args)
     except TypeError as exc:
+        given = ", ".join(f"{k}=" for k in (*collections, "dense_in_features"))
         raise UserError(
-            f"model.factory={cfg.factory} cannot be called with embedding_bag_collection=, dense_in_features= and model.kwargs "
+            f"model.factory={cfg.factory} cannot be called with {given} and model.kwargs "
             f"({exc}): give a factory that takes them ({DOCS} shows a three-line adapter)"
         ) from None
     except ValueError:

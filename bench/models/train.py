@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 from torch import nn
-from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
 
 from bench.config import CUSTOM_ARCH
 from bench.errors import UserError
@@ -40,8 +40,9 @@ def model_cache_key(workload_cfg, model_cfg, seed: int, data: dict | None = None
     model = dict(model_cfg)
     model.pop("checkpoint", None)
     model.get("train", {}).pop("progress", None)  # display only
-    if model.get("output_key", 0) is None:  # added later: unset, the weights cached before it are the same
-        del model["output_key"]
+    for added in ("output_key", "hstu"):  # added later: unset, the weights cached before it are the same
+        if model.get(added, 0) is None:
+            del model[added]
     parts = {"workload": dict(workload_cfg), "data": data or {}, "model": model, "seed": seed}
     if code:  # a custom model's source (bench.models.custom.code_identity)
         parts["code"] = code
@@ -72,10 +73,10 @@ def trained_model(model_cfg, workload: Workload, seed: int, cache_dir: Path) -> 
     torch.manual_seed(seed)  # the initial weights, when this model is trained now
     key = model_cache_key(plain(workload.cfg), plain(model_cfg), seed, workload.data_identity(), code_identity(model_cfg))
     if model_cfg.weights == RANDOM:
-        model = as_logits(build_model(model_cfg, workload.tables, workload.num_dense, table_device="meta"), model_cfg)
+        model = as_logits(build_model(model_cfg, workload.tables, workload.num_dense, table_device="meta", sequences=workload.sequences), model_cfg)
         model.random_weights_seed = seed
         return model.eval(), {"source": RANDOM, "key": key}
-    model = build_model(model_cfg, workload.tables, workload.num_dense)
+    model = build_model(model_cfg, workload.tables, workload.num_dense, sequences=workload.sequences)
     if model_cfg.checkpoint:
         load_checkpoint(model, model_cfg.checkpoint)  # into the module as the user wrote it
         model = as_logits(model, model_cfg, probe_inputs(workload))
@@ -97,7 +98,7 @@ def trained_model(model_cfg, workload: Workload, seed: int, cache_dir: Path) -> 
         except Exception as exc:  # noqa: BLE001 - a damaged cache entry is a miss: train again
             log.warning("cached checkpoint %s is unreadable (%s); training again", path, type(exc).__name__)
             torch.manual_seed(seed)  # the load may have touched the weights: start from the seed again
-            model = as_logits(build_model(model_cfg, workload.tables, workload.num_dense), model_cfg, probe_inputs(workload))
+            model = as_logits(build_model(model_cfg, workload.tables, workload.num_dense, sequences=workload.sequences), model_cfg, probe_inputs(workload))
 
     steps = max(1, model_cfg.train.samples // model_cfg.train.batch_size)
     log.info("model: training it once, then cached (%s training samples in %d steps; %s); cached in %s",
@@ -127,7 +128,7 @@ RATE_STEPS = 2  # steps timed (after one untimed) to estimate how long training 
 def training_seconds(model_cfg, workload: Workload) -> float:
     """How long training `model_cfg` takes on this machine: a few steps of it timed now, on a throwaway
     copy, times the steps the recipe runs (the first step, which allocates the optimizer state, untimed)."""
-    model = build_model(model_cfg, workload.tables, workload.num_dense)
+    model = build_model(model_cfg, workload.tables, workload.num_dense, sequences=workload.sequences)
     recipe = model_cfg.train
     probe = dataclasses.replace(recipe, samples=(1 + RATE_STEPS) * recipe.batch_size, progress=False)
     at: list[float] = []
@@ -164,8 +165,9 @@ def train(model: nn.Module, workload: Workload, cfg, after_step: Callable[[int],
     `after_step(samples)`, if given, is called after each step with the samples seen so far (the
     learning-curve script scores the model there: the learning rates are constant, so the weights after
     n samples of a long run are those of a run of n samples)."""
-    # The tables are the parameters of the model's EmbeddingBagCollections, wherever they sit in it.
-    ebcs = [m for m in model.modules() if isinstance(m, EmbeddingBagCollection)]
+    # The tables are the parameters of the model's EmbeddingBagCollections and EmbeddingCollections (sequence
+    # features), wherever they sit in it.
+    ebcs = [m for m in model.modules() if isinstance(m, (EmbeddingBagCollection, EmbeddingCollection))]
     table_ids = {id(p) for ebc in ebcs for p in ebc.parameters()}
     sparse_params = [p for p in model.parameters() if id(p) in table_ids]
     dense_params = [p for p in model.parameters() if id(p) not in table_ids]
@@ -178,7 +180,7 @@ def train(model: nn.Module, workload: Workload, cfg, after_step: Callable[[int],
     # Sparse row gradients: a step reads and writes only the rows its batch looked up, not every
     # table (Adagrad with a zero gradient leaves a row as it is, so the updates are the same; a
     # 2 GB table set trains in minutes instead of rewriting 2 GB of state per step).
-    bags = [m for ebc in ebcs for m in ebc.modules() if isinstance(m, nn.EmbeddingBag)]
+    bags = [m for ebc in ebcs for m in ebc.modules() if isinstance(m, (nn.EmbeddingBag, nn.Embedding))]
     for bag in bags:
         bag.sparse = True
     model.train()

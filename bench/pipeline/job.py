@@ -30,7 +30,8 @@ from bench.measure.timing import (
     time_module,
     time_paired,
 )
-from bench.metrics import (CUDA_GRAPH_NOTE, CUDA_GRAPH_SPEEDUP, CUDA_GRAPH_THROUGHPUT, TIMED_INPUTS, AUC_DELTA, AUC_FP32, FIDELITY_GAP, ORACLE_AUC, PREPARE_SECONDS, SCORES_SATURATED, SPEEDUP, SPEEDUP_PROCESS_DF, THREADS,
+from bench.metrics import (CUDA_GRAPH_NOTE, CUDA_GRAPH_SPEEDUP, CUDA_GRAPH_THROUGHPUT, TIMED_INPUTS, AUC_DELTA, AUC_FP32, FIDELITY_GAP, ORACLE_AUC,
+    POPULARITY_AUC, PREPARE_SECONDS, SCORES_SATURATED, SPEEDUP, SPEEDUP_PROCESS_DF, THREADS,
                            THROUGHPUT, hi, lo, with_interval)
 from bench.models.logits import saturated_share
 from bench.models.random_weights import RANDOM
@@ -116,7 +117,7 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
         model_source=model.info.get("source"),
         workload_info=workload.describe(),
         extra={PREPARE_SECONDS: shared.prepare_seconds(backend, model, device), "page_faults_per_call": faults / calls,
-               "rss_start_bytes": peak.rss_start_bytes, "table_rows": [int(t.num_embeddings) for t in workload.tables],
+               "rss_start_bytes": peak.rss_start_bytes, "table_rows": list({t.name: int(t.num_embeddings) for t in workload.tables}.values()),  # a shared table once
                "throughput_all_threads": all_threads, "timing_setting": setting},
     ).metrics())
     with hardware.timing_threads(threads):  # the roofline at the thread count the throughput was timed with
@@ -298,6 +299,9 @@ def _accuracy(cfg: Config, backend: Backend, model: TrainedModel, workload: Work
     """Accuracy on the eval split, its delta against fp32 and the fidelity gap to the fake-quant twin."""
     metrics: dict[str, Any] = accuracy_metrics(labels, logits)
     metrics[ORACLE_AUC] = workload.oracle_auc()
+    popularity = workload.popularity_auc()  # a sequential workload's popularity-only baseline
+    if popularity is not None:
+        metrics[POPULARITY_AUC] = popularity
     _, base_logits = scores_of(cfg, backend_config({"name": BASELINE_BACKEND}), model, workload, device, shared)
     delta = paired_auc_delta(labels, base_logits, logits)
     metrics.update({AUC_FP32: delta.auc_base, **delta.as_metrics()})

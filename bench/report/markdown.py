@@ -11,7 +11,8 @@ from typing import Sequence
 import pandas as pd
 
 from bench.config import MAX_AUC_DROP
-from bench.metrics import AUC, AUC_DELTA, AUC_DELTA_EMBEDDINGS, FIDELITY_GAP, N_EVAL, NE_DELTA, ORACLE_AUC, SCORES_SATURATED, SPEEDUP, lo
+from bench.metrics import (AUC, AUC_DELTA, AUC_DELTA_EMBEDDINGS, FIDELITY_GAP, N_EVAL, NE_DELTA, ORACLE_AUC, POPULARITY_AUC,
+                           SCORES_SATURATED, SPEEDUP, lo)
 from bench.record import USER, RunRecord, is_serving
 from bench.report import fmt
 from bench.results.readable import too_short, unreadable, UNREADABLE_SPAN
@@ -308,13 +309,22 @@ def unpaired_note(r, un: float, un_lo: float, un_hi: float) -> str:
 
 
 def _oracle_line(g: pd.DataFrame) -> str | None:
-    oracle = g[ORACLE_AUC].dropna()
-    if oracle.empty:
-        return None
-    o = float(oracle.iloc[0])
+    """The oracle AUC (a workload that knows its true probabilities) and the popularity-only baseline (a sequential
+    workload), each beside fp32's AUC."""
     base = g[(g["backend"] == BASELINE) & g[AUC].notna()][AUC]
-    tail = f"; fp32 reaches {float(base.iloc[0]):.4f} ({100 * float(base.iloc[0]) / o:.1f}% of it)" if not base.empty else ""
-    return f"Oracle AUC (the workload's true probabilities on the same eval split): {o:.4f}{tail}."
+    fp32 = float(base.iloc[0]) if not base.empty else None
+    lines = []
+    oracle = g[ORACLE_AUC].dropna()
+    if not oracle.empty:
+        o = float(oracle.iloc[0])
+        tail = f"; fp32 reaches {fp32:.4f} ({100 * fp32 / o:.1f}% of it)" if fp32 is not None else ""
+        lines.append(f"Oracle AUC (the workload's true probabilities on the same eval split): {o:.4f}{tail}.")
+    popularity = g[POPULARITY_AUC].dropna() if POPULARITY_AUC in g else None
+    if popularity is not None and not popularity.empty:
+        p = float(popularity.iloc[0])
+        tail = f"; fp32 {fp32:.4f}, {fp32 - p:+.4f} above it" if fp32 is not None else ""
+        lines.append(f"Popularity-only baseline AUC (each candidate's train click rate, no history): {p:.4f}{tail}.")
+    return " ".join(lines) or None
 
 
 def score_lines(g: pd.DataFrame) -> list[str]:

@@ -37,6 +37,10 @@ def model_lines(records: Sequence[RunRecord]) -> list[str]:
         text = f"`{model.get('name', '?')}` on `{r.workload}`: {model.get('arch', 'dlrm')}, embedding dim {model.get('embedding_dim', '?')}"
         if model.get("arch") == "custom":  # the user's own module: its factory, not DLRM layer sizes
             text += f", `{model.get('factory')}` returning {model.get('output', 'logits')}"
+        elif model.get("arch") == "hstu" and isinstance(model.get("hstu"), dict):  # the sequential ranker: its shape
+            h = model["hstu"]
+            text += (f", {h.get('num_layers')} STU layers of {h.get('num_heads')} heads (attention dim {h.get('attention_dim')}, "
+                     f"linear dim {h.get('linear_dim')}), top MLP {_layers(h.get('over_arch_layer_sizes'))}")
         else:
             text += f", bottom MLP {_layers(model.get('dense_arch_layer_sizes'))}, top MLP {_layers(model.get('over_arch_layer_sizes'))}"
         if model.get("arch") == "dlrm_dcn":

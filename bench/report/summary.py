@@ -15,6 +15,7 @@ from bench.metrics import (
     NE,
     N_EVAL,
     ORACLE_AUC,
+    POPULARITY_AUC,
     PAIRS_PER_S,
     PEAK_RSS_BYTES,
     PREPARE_SECONDS,
@@ -44,6 +45,8 @@ def summary(record: RunRecord) -> str:
         auc = f"  AUC {m[AUC]:.4f}"
         if m.get(ORACLE_AUC) is not None:
             auc += f" (oracle {m[ORACLE_AUC]:.4f}, gap {m[ORACLE_AUC] - m[AUC]:.4f})"
+        if m.get(POPULARITY_AUC) is not None:
+            auc += f" (popularity-only baseline {m[POPULARITY_AUC]:.4f})"
         if record.backend != BASELINE_BACKEND:
             auc += f"; ΔAUC vs {BASELINE_BACKEND} {m[AUC_DELTA]:+.4f} [{m[lo(AUC_DELTA)]:+.4f}, {m[hi(AUC_DELTA)]:+.4f}]"
         lines.append(auc + f"; log loss {m[LOGLOSS]:.4f}, NE {m[NE]:.4f}, {m[N_EVAL]} eval samples")

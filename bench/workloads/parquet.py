@@ -90,6 +90,9 @@ class ParquetConfig(WorkloadConfig):
     eval_files: list[str] = field(default_factory=list)  # files: name patterns of the eval files
     calibration_files: list[str] = field(default_factory=list)  # files: of the calibration split (else first train rows)
     oracle: Optional[str] = None  # a column holding the true score of generated data: the oracle AUC
+    # List columns that are sequences (ordered, oldest first): looked up unpooled through an EmbeddingCollection
+    # (the factory's embedding_collection=), not pooled into a bag (docs/sequential.md).
+    sequence_features: list[str] = field(default_factory=list)
     read_rows: int = 65536  # rows per streamed read
 
     def validate(self) -> None:
@@ -262,6 +265,7 @@ class ParquetWorkload(Workload):
         }
 
     def check_data(self) -> None:
+        self._check_sequences()
         stats = self.stats
         if stats["whole_rows"] == 0:
             raise UserError(f"workload.path={self.cfg.path}: no whole rows to read ({bad_summary(stats['bad'])})")
@@ -270,8 +274,16 @@ class ParquetWorkload(Workload):
 
     # ------------------------------------------------------------------------ the contract
 
+    def _check_sequences(self) -> None:
+        lists = {s.name for s in self.columns.sparse if s.multi_hot}
+        wrong = [c for c in self.cfg.sequence_features if c not in lists]
+        if wrong:
+            raise UserError(f"workload.sequence_features names {wrong}, which are not list columns among the sparse features "
+                            f"(those are {sorted(lists)}): a sequence is a list of ids per row")
+
     @cached_property
     def tables(self) -> list[TableSpec]:  # type: ignore[override]
+        self._check_sequences()
         stats = self.stats
         whole = max(1, stats["whole_rows"])
         out = []
@@ -286,7 +298,7 @@ class ParquetWorkload(Workload):
                         f"or workload.ids_per_column.{column.name}=hash"
                     )
             out.append(TableSpec(name=f"t_{column.name}", feature=column.name, num_embeddings=max(1, int(rows)),
-                                 pooling=max(1, round(info["ids"] / whole))))
+                                 pooling=max(1, round(info["ids"] / whole)), sequence=column.name in self.cfg.sequence_features))
         return out
 
     @property

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 
 from bench.batch import Batch
 
@@ -18,7 +18,29 @@ class TableSpec:
     name: str  # table name, e.g. "t_cat_0"
     feature: str  # KJT key, e.g. "cat_0"
     num_embeddings: int
-    pooling: int = 1  # ids per sample (1 = one-hot)
+    pooling: int = 1  # ids per sample (1 = one-hot); for a sequence, the most ids a sample holds
+    # A sequence: ordered ids (oldest first), looked up unpooled through a torchrec EmbeddingCollection,
+    # one embedding per id (docs/sequential.md). Specs that share a `name` share one table.
+    sequence: bool = False
+
+
+@dataclass(frozen=True)
+class Sequences:
+    """What a sequential workload's rows are: one (request, candidate) pair each, the label the candidate's.
+
+    Beside the tables' features, the batch's KeyedJaggedTensor carries side keys that no table reads:
+    `ages` (each history id's age at the request, in whole seconds, aligned with `history`'s ids) and
+    `request` (one id per row; the rows of one request are consecutive and share its history). A model
+    that does not know them ignores them, as every torchrec collection reads only its own features."""
+
+    history: str  # the sequence feature of the user's past items, oldest first
+    candidate: str  # the candidate item's feature (one id per row), in the history's table
+    ages: Optional[str] = None  # side key: seconds from each history event to the request
+    request: Optional[str] = None  # side key: the request each row belongs to
+
+    @property
+    def side_keys(self) -> list[str]:
+        return [k for k in (self.ages, self.request) if k]
 
 
 class Workload:
@@ -62,4 +84,14 @@ class Workload:
 
     def oracle_auc(self) -> float | None:
         """AUC of the true probabilities on the eval split, where the workload knows them."""
+        return None
+
+    @property
+    def sequences(self) -> Sequences | None:
+        """A sequential workload's history, candidate and side keys (docs/sequential.md); None for the others."""
+        return None
+
+    def popularity_auc(self) -> float | None:
+        """A sequential workload's popularity-only baseline: the eval AUC of each candidate item's click rate
+        in the train split (what a model that reads no history reaches); None where not computed."""
         return None

@@ -46,7 +46,7 @@ def main() -> None:
     eval_batches = shared.split_batches(cfg, workload, "eval")
     n_eval = workload.num_samples("eval")
     torch.manual_seed(cfg.seed)  # the initial weights, as bench.models.train.trained_model draws them
-    model = build_model(cfg.model, workload.tables, workload.num_dense)
+    model = build_model(cfg.model, workload.tables, workload.num_dense, sequences=workload.sequences)
     print(f"recipe: batch_size={recipe.batch_size} dense_lr={recipe.dense_lr} sparse_lr={recipe.sparse_lr}; "
           f"threads={torch.get_num_threads()}; eval {n_eval} samples")
     print("| samples | train wall s | train CPU s | fp32 eval AUC |\n| ---: | ---: | ---: | ---: |", flush=True)

@@ -59,8 +59,12 @@ setup-quark: $(STAMP)
 
 # workload=movielens reads MovieLens-100K from recbole's package data (docs/sequential.md). recbole's own
 # requirements are not needed to read its files (the harness never imports it): --no-deps.
-setup-movielens: $(STAMP)
+# `make test` installs it too, so the MovieLens tests run wherever the tests do.
+MOVIELENS = $(VENV)/.installed-movielens
+setup-movielens: $(MOVIELENS)
+$(MOVIELENS): $(STAMP)
 	$(BIN)/pip install --no-deps recbole==1.2.1
+	touch $(MOVIELENS)
 
 run: $(STAMP)
 	$(BIN)/python -m bench +sweep=quant
@@ -68,7 +72,7 @@ run: $(STAMP)
 # Two pytest-xdist workers: most tests wait on a subprocess or run one thread, so one process leaves a
 # 2-core machine half idle. TEST_WORKERS=0 runs every test in the one pytest process.
 TEST_WORKERS ?= 2
-test: $(STAMP)
+test: $(STAMP) $(MOVIELENS)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope
 
 # A check on a GPU machine without network (docs/gpu.md): builds .gpu/ (../shared/gpu/make_carry.sh, about

@@ -33,6 +33,8 @@ what a record without them measured, or where they do not apply:
   (10 rounds, 1 run per target) change what a paired job measures, so such a job has a new identity.
   serve.confirm_runs (confirmation runs at the bracket ends, then overturning) is gone: records made with
   it keep their identity, and a job now never matches them.
+- `backend.planted_slowdown` (testing only: a backend made slower on purpose, bench.backends.planted): null
+  is what every job without it measures, so a job that leaves it keeps its identity.
 - `timing.cuda_graphs`: false is what every earlier job measured (eager calls only), and still the default,
   so a job that leaves it keeps its identity and resumes from records made before the key.
 """
@@ -46,7 +48,7 @@ LEGACY = {("model", "output_key"): None, ("backend", "mlp_output"): "int8", ("se
           ("serve", "step_late_share"): None, ("serve", "test_stall_ms"): None, ("serve", "max_steal"): None,
           ("serve", "paired"): False, ("serve", "confirm_runs"): 0,
           ("serve", "track_rounds"): 0, ("serve", "track_step"): 0.04, ("serve", "paired_judgments"): None,
-          ("timing", "cuda_graphs"): False}
+          ("timing", "cuda_graphs"): False, ("backend", "planted_slowdown"): None}
 
 
 def job_identity(resolved: dict[str, Any]) -> dict[str, Any]:

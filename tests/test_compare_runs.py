@@ -15,7 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from torch import nn
 
+from bench.backends.planted import plant_slowdown
+from bench.config.identity import job_identity
 from tests.conftest import REPO, run_bench
 
 TIMING = ["timing.threads=1", "timing.clock=thread_cpu", "timing.trials=12", "timing.max_rounds=12", "timing.batches_per_trial=4",
@@ -65,3 +68,35 @@ def test_a_planted_slowdown_is_flagged_slower(runs, tmp_path):
     assert int8["verdict"] == "slower"
     assert int8["speedup_change_hi"] < 0.95  # the whole interval clears 1 - 5%
     assert "| synthetic | cpu | int8_tbe | 512 | **slower** |" in (tmp_path / "compare.md").read_text()
+
+
+class StepClock:
+    """An injected clock: 0 when the call starts, `call` when it ends, then one tick per reading."""
+
+    def __init__(self, call: float) -> None:
+        self.readings = iter([0.0, call])
+        self.last = call
+        self.read = 0
+
+    def __call__(self) -> float:
+        self.read += 1
+        value = next(self.readings, None)
+        if value is None:
+            self.last += 1.0
+            value = self.last
+        return value
+
+
+def test_the_planted_slowdown_waits_its_share_of_the_calls_own_time(monkeypatch):
+    clock = StepClock(call=10.0)
+    monkeypatch.setattr("bench.backends.planted._clock", lambda: clock)
+    module = plant_slowdown(nn.Identity(), 1.2)
+    module(1)
+    assert clock.last == 12.0  # waited until 10 + 0.2 x 10
+    assert plant_slowdown(nn.Identity(), None)._forward_hooks == {}  # unset: the module as it is
+
+
+def test_the_planted_slowdown_is_part_of_a_jobs_identity_only_when_set():
+    plain = {"backend": {"name": "int8_tbe"}}
+    assert job_identity({"backend": {"name": "int8_tbe", "planted_slowdown": None}}) == plain
+    assert job_identity({"backend": {"name": "int8_tbe", "planted_slowdown": 1.2}}) != plain

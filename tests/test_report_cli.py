@@ -105,6 +105,7 @@ def test_the_speedup_change_is_the_backends_speed_verdict():
     assert verdict(df, "fp32_tbe", 256) == "slower"
     r = row(df, "fp32_tbe", 256)
     assert r.speedup_change == pytest.approx(1 / 1.2) and r.speedup_change_hi < 0.95
+    assert "the new and base speedup intervals cover one process's rounds (timing.calibrate=false)" in r.notes
     assert set(df[df.comparable].verdict) == {"same", "slower"} and (df.verdict == "slower").sum() == 1
     assert "1 flagged (1 slower)" in summary(df)
 

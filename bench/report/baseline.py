@@ -43,7 +43,7 @@ from bench.comparison import (
 )
 from bench.config import CompareConfig
 from bench.io import write_text_atomic
-from bench.metrics import AUC, AUC_DELTA, SPEEDUP, THROUGHPUT, hi, lo
+from bench.metrics import AUC, AUC_DELTA, SPEEDUP, SPEEDUP_PROCESS_SD, THROUGHPUT, hi, lo
 from bench.record import RunRecord
 from bench.registry import BASELINE_BACKEND
 from bench.report import fmt
@@ -86,6 +86,16 @@ def _view(r: RunRecord, probe: Optional[dict[str, float]]) -> dict[str, Any]:
 
 def _nan(x: Optional[float]) -> float:
     return math.nan if x is None else x
+
+
+def _one_process(views: tuple[dict, dict]) -> str | None:
+    """A note where a side's speedup interval covers one process's rounds only (no between-process spread
+    carried in: `timing.calibrate=false`, as `+preset=tiny` runs): a re-run may differ by more."""
+    sides = [side for side, v in zip(("new", "base"), views) if finite(v.get(SPEEDUP)) is not None and finite(v.get(SPEEDUP_PROCESS_SD)) is None]
+    if not sides:
+        return None
+    return (f"the {' and '.join(sides)} speedup interval{'s' if len(sides) > 1 else ''} cover{'' if len(sides) > 1 else 's'} "
+            "one process's rounds (timing.calibrate=false): a re-run may differ by more")
 
 
 def _judge(changes: dict[str, Change], row: dict[str, Any]) -> list[str]:
@@ -153,6 +163,8 @@ def compare_table(
             row["comparable"] = True
             row["notes"] += notes
             verdicts = _judge(compare_metrics(*views, cfg), row)
+            if row["backend"] != BASELINE_BACKEND and _one_process(views):
+                row["notes"].append(_one_process(views))
         row["verdict"] = ", ".join(verdicts) or "same"
         row["notes"] = "; ".join(row["notes"])
         rows.append(row)
@@ -256,8 +268,8 @@ def render_compare(df: pd.DataFrame, title: str, current: str, baseline: str, cf
         (C("batch"), lambda r: r.batch_size),
         (C("verdict"), lambda r: _verdict(r.verdict)),
         (C("status"), _status),
-        (C("speedup", "base"), lambda r: _speedup(r.speedup_base, r.speedup_base_lo, r.speedup_base_hi, reference(r))),
-        (C("speedup", "new"), lambda r: _speedup(r.speedup_new, r.speedup_new_lo, r.speedup_new_hi, reference(r))),
+        (C("paired speedup", "base"), lambda r: _speedup(r.speedup_base, r.speedup_base_lo, r.speedup_base_hi, reference(r))),
+        (C("paired speedup", "new"), lambda r: _speedup(r.speedup_new, r.speedup_new_lo, r.speedup_new_hi, reference(r))),
         (C("speedup change", f"new / base [{level} CI]"),
          lambda r: fmt.DASH if reference(r) else fmt.ratio_ci(r.speedup_change, r.speedup_change_lo, r.speedup_change_hi)),
         (C("samples/s", "base", "r"), lambda r: fmt.count(r.throughput_base)),

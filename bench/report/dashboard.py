@@ -90,15 +90,10 @@ def _confirmed(metric: str, before: dict, after: dict, cfg: Tolerances) -> Optio
     refused, _ = identity(after, before)
     if refused:
         return None
-    if metric in (THROUGHPUT, AUC_DELTA):
+    if metric in (THROUGHPUT, AUC_DELTA, SPEEDUP):
         if before.get("status") != "ok" or after.get("status") != "ok":
             return None
-        change = compare_metrics(after, before, cfg)[THROUGHPUT if metric == THROUGHPUT else AUC]
-        return f"{change.verdict}: {change.reason}" if change.flagged else None
-    if metric == SPEEDUP:
-        if before.get("status") != "ok" or after.get("status") != "ok":
-            return None
-        change = compare_metrics(after, before, cfg).get(SPEEDUP)
+        change = compare_metrics(after, before, cfg).get(AUC if metric == AUC_DELTA else metric)  # no speedup change: fp32's
         return f"{change.verdict}: {change.reason}" if change is not None and change.flagged else None
     new, base = _memory(after)[0], _memory(before)[0]
     if new is None or not base:

@@ -351,6 +351,9 @@ def normalized_throughput_change(new: Mapping[str, Any], base: Mapping[str, Any]
                       cfg.throughput_tolerance, NOT_COMPARABLE, f"not judged: timing too noisy on the {' and '.join(unstable)} side")
     noise_floor = max([cfg.throughput_tolerance, *(_trial_cv(m) for m in (new, base))])
     shift = probe_shift(new.get("probe"), base.get("probe"), probe_clock(new), cfg.probe_tolerance)
+    device = new.get("device")
+    if isinstance(device, str) and device != "cpu":  # the probes time the host's CPU, not the job's device
+        shift = ProbeShift(None, 0.0, "", f"the machine probes time the host CPU, not the {device} device")
     if shift.why_not:
         point = t / b if t is not None and b else None
         return Change(THROUGHPUT, RATIO, b, t, point, None, None, None, noise_floor, NOT_COMPARABLE,

@@ -264,6 +264,8 @@ def test_absolute_throughput_is_judged_only_where_the_probes_agree():
     c = normalized_throughput_change({**base, "throughput": 80.0, "throughput_trials": steady(80.0)}, base, CFG)
     assert c.verdict == WORSE and c.hi < 0.95
     assert "no machine probe" in normalized_throughput_change({**base, "probe": None}, base, CFG).reason
+    gpu = normalized_throughput_change({**base, "device": "cuda", "throughput": 80.0, "throughput_trials": steady(80.0)}, base, CFG)
+    assert gpu.verdict == NOT_COMPARABLE and "not the cuda device" in gpu.reason
 
 
 def test_the_probes_spread_over_a_run_widens_the_normalized_interval():

@@ -81,7 +81,8 @@ def side_probe(records: Iterable[RunRecord]) -> Optional[dict[str, float]]:
 
 def _view(r: RunRecord, probe: Optional[dict[str, float]]) -> dict[str, Any]:
     """What the engine reads of a record: its metrics, its identity and its run's machine probe."""
-    return {**(r.metrics or {}), "fingerprint": (r.env or {}).get("fingerprint"), "config_hash": r.config_hash, "probe": probe}
+    return {**(r.metrics or {}), "fingerprint": (r.env or {}).get("fingerprint"), "config_hash": r.config_hash, "probe": probe,
+            "device": r.device}
 
 
 def _nan(x: Optional[float]) -> float:

@@ -127,6 +127,7 @@ BAD_INPUT = {
     "missing checkpoint": (["model.checkpoint={tmp}/nope.pt"], "checkpoint not found"),
     "checkpoint of another kind": (["model.checkpoint={tmp}/model.pt"], "is not a torch checkpoint"),
     "value out of range": (["timing.trials=0"], "timing.trials"),
+    "a planted speedup (testing only)": (["backend=int8_tbe", "backend.planted_slowdown=0.5"], "backend.planted_slowdown (testing only)"),
     "combination that cannot run": (["backend=ps_redis", "sharding=row_wise"], "ps_redis"),
 }
 

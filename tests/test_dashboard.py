@@ -24,10 +24,16 @@ V2_LINE = {"history_version": 2, "run_id": "old", "timestamp": "2025-06-01T02:23
            "fingerprint": "m0"}  # fmt: skip
 
 
+def first_probe(lines: list[dict]) -> dict:
+    return lines[0]["probe"]
+
+
 def test_nightly_lines_carry_stack_memory_sweep_report_and_gate(tmp_path):
     path = planted_history(tmp_path, runs=2, failing_run=1)
     lines = [json.loads(x) for x in path.read_text().splitlines()]
-    assert {x["history_version"] for x in lines} == {HISTORY_VERSION} == {6}
+    assert {x["history_version"] for x in lines} == {HISTORY_VERSION} == {7}
+    assert first_probe(lines) == {"gemm_cpu_us": 1300.0, "gather_cpu_us": 200.0, "gemm_wall_us": 1300.0, "gather_wall_us": 200.0,
+                                  "cpu_log_sd": 0.0, "wall_log_sd": 0.0, "readings": 4.0}  # 2 jobs, start and end
     first = lines[0]
     assert first["sweep"] == "nightly" and first["report"] == "nightly/20260101-022300"
     assert set(first["stack"]) == {"python", "torch", "fbgemm_gpu", "torchrec", "torchao", "fbgemm_isa"}
@@ -43,7 +49,7 @@ def test_version_2_lines_still_read(tmp_path):
     planted_history(tmp_path, runs=1)
     df = load_history(path)
     old = df[df["run_id"] == "old"].iloc[0]
-    assert old["history_version"] == 6 and (old["sharding"], old["world_size"]) == ("none", 1) and all(pd.isna(old[k]) for k in ("stack", "sweep", "gate", "peak_rss_bytes"))
+    assert old["history_version"] == 7 and pd.isna(old["probe"]) and (old["sharding"], old["world_size"]) == ("none", 1) and all(pd.isna(old[k]) for k in ("stack", "sweep", "gate", "peak_rss_bytes"))
     assert old["throughput"] == 180000.0
     index, summary = build_site(tmp_path, tmp_path / "site", CFG)
     assert "sweep not recorded" in index.read_text()

@@ -21,7 +21,8 @@ TIMING_METRICS = {"throughput", "throughput_lo", "throughput_hi", "throughput_tr
                   "speedup_round_se", "latency_ms", "latency_samples_ms", "peak_rss_bytes", "peak_rss_scope", "cuda_peak_bytes",
                   "speedup", "speedup_lo", "speedup_hi", "speedup_rounds", "reference_throughput", "reference_throughput_trials",
                   "noise", "stable", "unstable_reason", "timing_calls", "timing_calls_per_batch",
-                  "rss_start_bytes", "page_faults_per_call", "prepare_seconds", "timing_pool", "roofline", "job_window"}  # fmt: skip
+                  "rss_start_bytes", "page_faults_per_call", "prepare_seconds", "timing_pool", "roofline", "job_window",
+                  "machine"}  # fmt: skip
 VOLATILE = {"created_at", "record_id"}
 PATHS = {"cache_dir"}
 

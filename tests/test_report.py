@@ -253,12 +253,19 @@ def test_small_steady_throughput_change_is_within_the_tolerance():
     from bench.config import CompareConfig
     from bench.report.baseline import compare_table
 
-    base = [_tput_record([100.0, 100.5, 99.5, 100.2, 99.8])]
-    new = [_tput_record([97.0, 97.4, 96.6, 97.2, 96.8])]  # 3% slower, tight trials
+    def probed(record):  # the machine probes a job takes at its start and end: the same machine on both sides
+        reading = {"gemm_cpu_us": 1300.0, "gather_cpu_us": 200.0, "gemm_wall_us": 1300.0, "gather_wall_us": 200.0}
+        record["metrics"]["machine"] = {"reference_start": reading, "reference_end": reading}
+        return [record]
+
+    base = probed(_tput_record([100.0, 100.5, 99.5, 100.2, 99.8]))
+    new = probed(_tput_record([97.0, 97.4, 96.6, 97.2, 96.8]))  # 3% slower, tight trials
     assert compare_table(new, base).verdict.tolist() == ["same"]
-    assert compare_table(new, base, CompareConfig(throughput_tolerance=0.0)).verdict.tolist() == ["slower"]
-    slower = [_tput_record([80.0, 80.5, 79.5, 80.2, 79.8])]
-    assert compare_table(slower, base).verdict.tolist() == ["slower"]
+    assert compare_table(new, base, CompareConfig(throughput_tolerance=0.0)).verdict.tolist() == ["samples/s lower"]
+    slower = probed(_tput_record([80.0, 80.5, 79.5, 80.2, 79.8]))
+    assert compare_table(slower, base).verdict.tolist() == ["samples/s lower"]
+    unprobed = [_tput_record([80.0, 80.5, 79.5, 80.2, 79.8])]
+    assert compare_table(unprobed, base).verdict.tolist() == ["same"]  # no probe on the new side: shown, not judged
 
 
 # ------------------------------------------------------------- paired timing, noise, verdicts (issue 11)

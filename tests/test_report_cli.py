@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 from bench.config import CompareConfig
 from bench.store import read_records
 from bench.report import compare_table, publish_report
+from bench.report.baseline import summary
 from bench.report.__main__ import main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "records"
@@ -23,9 +25,23 @@ SWEEP_A, SWEEP_B = FIXTURES / "sweep_a", FIXTURES / "sweep_b"
 REPO = Path(__file__).resolve().parents[1]
 
 
+def probed(records, scale: float = 1.0):
+    """The records with the machine probes a run now takes at each job's start and end (bench.measure.noise.
+    reference_speed's figures, µs), the machine `scale` times as slow as the reference."""
+    reading = {f"{p}_{c}_us": base * scale for p, base in (("gemm", 1300.0), ("gather", 200.0)) for c in ("cpu", "wall")}
+    for r in records:
+        if r.status == "ok":
+            r.metrics["machine"] = {"reference_start": dict(reading), "reference_end": dict(reading)}
+    return records
+
+
+def sweep(folder: Path, scale: float = 1.0):
+    return probed(read_records(folder / "records.jsonl"), scale)
+
+
 @pytest.fixture(scope="module")
 def compared() -> pd.DataFrame:
-    return compare_table(read_records(SWEEP_B / "records.jsonl"), read_records(SWEEP_A / "records.jsonl"))
+    return compare_table(sweep(SWEEP_B), sweep(SWEEP_A))
 
 
 def verdict(df, backend, batch_size, workload="synthetic", device="cpu") -> str:
@@ -34,13 +50,18 @@ def verdict(df, backend, batch_size, workload="synthetic", device="cpu") -> str:
     return sel.iloc[0].verdict
 
 
+def row(df, backend, batch_size, workload="synthetic"):
+    return df[(df.workload == workload) & (df.backend == backend) & (df.batch_size == batch_size)].iloc[0]
+
+
 # ------------------------------------------------------------------------------ compare
 
 
 def test_compare_verdicts(compared):
-    assert verdict(compared, "int8_tbe", 2048) == "slower"  # 212k -> 180k, outside the trials' spread
+    assert verdict(compared, "int8_tbe", 2048) == "samples/s lower"  # 212k -> 180k on a machine whose probes did not move
     assert verdict(compared, "int8_tbe", 256) == "same"
-    assert verdict(compared, "uint4", 2048) == "auc lower"  # -0.0016: beyond the noise (0.0008) and the tolerance
+    assert verdict(compared, "uint4", 2048) == "same"  # ΔAUC -0.0016 [-0.0027, -0.0005]: reaches the tolerance
+    assert verdict(compare_table(sweep(SWEEP_B), sweep(SWEEP_A), CompareConfig(auc_tolerance=0.0)), "uint4", 2048) == "auc lower"
     assert verdict(compared, "fake_quant", 256) == "missing"
     assert verdict(compared, "fp32", 8192) == "new"
     assert verdict(compared, "uint4", 8192) == "still error"
@@ -54,30 +75,59 @@ def test_rows_from_another_machine_are_marked_not_compared(compared):
     assert rows.notes.str.contains("c3a91f0e -> 5be2d771").all()
 
 
-def test_throughput_ratio_interval_brackets_point(compared):
-    sel = (compared.workload == "synthetic") & (compared.backend == "int8_tbe") & (compared.batch_size == 2048)
-    r = compared[sel].iloc[0]
-    assert r.throughput_ratio_lo <= r.throughput_ratio <= r.throughput_ratio_hi < 1.0
+def test_normalized_throughput_interval_brackets_point(compared):
+    r = row(compared, "int8_tbe", 2048)
+    assert r.throughput_judged and r.throughput_ratio == pytest.approx(179375.5 / 212088.1)
+    assert r.throughput_normalized_lo <= r.throughput_normalized <= r.throughput_normalized_hi < 0.95
+
+
+def test_a_host_that_moved_leaves_samples_per_second_not_judged():
+    """Issue 53: absolute throughput moved 0.61-1.13x between identical runs because the host did. The probes
+    see the host move, and the row says so instead of calling the backend slower."""
+    df = compare_table(sweep(SWEEP_B, scale=1.25), sweep(SWEEP_A))
+    r = row(df, "int8_tbe", 2048)
+    assert r.verdict == "same" and not r.throughput_judged
+    assert "not judged: the machines' probes differ by +25%" in r.throughput_note
+    unprobed = compare_table(read_records(SWEEP_B / "records.jsonl"), read_records(SWEEP_A / "records.jsonl"))
+    assert verdict(unprobed, "int8_tbe", 2048) == "same"  # records from before the probes: shown, not judged
+    assert "no machine probe recorded" in row(unprobed, "int8_tbe", 2048).throughput_note
+
+
+def test_the_speedup_change_is_the_backends_speed_verdict():
+    base = sweep(SWEEP_A)
+    for r in base:
+        if r.status == "ok" and r.backend != "fp32":
+            r.metrics.update(speedup=1.22, speedup_lo=1.19, speedup_hi=1.25)
+    new = copy.deepcopy(base)
+    target = next(r for r in new if (r.backend, r.batch_size, r.workload) == ("fp32_tbe", 256, "synthetic"))
+    target.metrics.update(speedup=1.22 / 1.2, speedup_lo=1.22 / 1.2 / 1.025, speedup_hi=1.22 / 1.2 * 1.025)
+    df = compare_table(new, base)
+    assert verdict(df, "fp32_tbe", 256) == "slower"
+    r = row(df, "fp32_tbe", 256)
+    assert r.speedup_change == pytest.approx(1 / 1.2) and r.speedup_change_hi < 0.95
+    assert "the new and base speedup intervals cover one process's rounds (timing.calibrate=false)" in r.notes
+    assert set(df[df.comparable].verdict) == {"same", "slower"} and (df.verdict == "slower").sum() == 1
+    assert "1 flagged (1 slower)" in summary(df)
 
 
 def test_auc_change_must_beat_the_noise_and_the_tolerance():
-    base = read_records(SWEEP_A / "records.jsonl")
+    base = sweep(SWEEP_A)
     new = copy.deepcopy(base)
     target = next(r for r in new if (r.backend, r.batch_size, r.workload) == ("int8_tbe", 256, "synthetic"))
-    # noise: the paired ΔAUC half-width of the two runs, 0.00042 here
-    target.metrics["auc"] += 0.0004  # inside the noise, whatever the tolerance
+    # noise: both runs' paired ΔAUC half-widths combined, hypot(0.00042, 0.00042) = 0.00059 here
+    target.metrics["auc_delta"] += 0.0005  # inside the noise, whatever the tolerance
     assert verdict(compare_table(new, base), "int8_tbe", 256) == "same"
     assert verdict(compare_table(new, base, CompareConfig(auc_tolerance=0.0)), "int8_tbe", 256) == "same"
-    target.metrics["auc"] += 0.0004  # +0.0008: beyond the noise and the default tolerance 0.0005
+    target.metrics["auc_delta"] += 0.0007  # +0.0012: its interval clears the noise and the default tolerance 0.0005
     assert verdict(compare_table(new, base), "int8_tbe", 256) == "auc higher"
     assert verdict(compare_table(new, base, CompareConfig(auc_tolerance=0.001)), "int8_tbe", 256) == "same"
-    row = compare_table(new, base)
-    row = row[(row.backend == "int8_tbe") & (row.batch_size == 256) & (row.workload == "synthetic")].iloc[0]
-    assert row.auc_change == pytest.approx(0.0008) and row.auc_change_lo == pytest.approx(0.0008 - 0.00042)
+    r = row(compare_table(new, base), "int8_tbe", 256)
+    assert r.auc_compared == "ΔAUC"
+    assert r.auc_change == pytest.approx(0.0012) and r.auc_change_lo == pytest.approx(0.0012 - math.hypot(0.00042, 0.00042))
 
 
 def test_config_change_is_noted_and_status_change_is_a_verdict():
-    base = read_records(SWEEP_A / "records.jsonl")
+    base = sweep(SWEEP_A)
     new = copy.deepcopy(base)
     new[0].config_hash = "000000000000"
     new[1].status, new[1].error, new[1].metrics = "error", "boom", {}
@@ -92,16 +142,22 @@ def test_config_change_is_noted_and_status_change_is_a_verdict():
 
 @pytest.mark.slow
 def test_cli_report_and_compare(tmp_path, capsys):
-    assert main([str(SWEEP_B), "--baseline", str(SWEEP_A), "--out", str(tmp_path)]) == 0
+    for name, folder in (("new", SWEEP_B), ("base", SWEEP_A)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "records.jsonl").write_text("".join(json.dumps(r.to_dict()) + "\n" for r in sweep(folder)))
+    assert main([str(tmp_path / "new"), "--baseline", str(tmp_path / "base"), "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
-    assert "compare: 15 rows, 9 compared: 1 slower, 2 auc lower, 2 machine differs, 1 missing, 1 new" in out
+    assert "compare: 15 rows, 9 compared, 1 flagged (1 samples/s lower); not compared: 2 machine differs, 1 missing, 1 new" in out
     for name in ("report.md", "results.csv", "records.jsonl", "compare.md", "compare.csv"):
-        assert (tmp_path / name).stat().st_size > 0
-    md = (tmp_path / "compare.md").read_text()
-    assert "| synthetic | cpu | int8_tbe | 2048 | **slower** |" in md
-    assert "**machine differs**" in md and "fingerprint c3a91f0e -> 5be2d771): not compared" in md
-    assert "tolerances from `conf/compare/`" in md
-    assert "| synthetic | cpu | fp32 | 8192 | **new** | absent -> ok |" in md
+        assert (tmp_path / "out" / name).stat().st_size > 0
+    md = (tmp_path / "out" / "compare.md").read_text()
+    assert "| synthetic | cpu | int8_tbe | 2048 | **samples/s lower** |" in md
+    # rows not judged are never set in bold
+    assert "| criteo_kaggle_sample | cpu | fp32 | 2048 | machine differs |" in md and "**machine differs**" not in md
+    assert "fingerprint c3a91f0e -> 5be2d771): not compared" in md
+    assert "| synthetic | cpu | fp32 | 8192 | new | absent -> ok |" in md
+    assert "tolerances from `conf/compare/`" in md and "Machine probes (the reference GEMM and gather" in md
+    assert "GEMM +0%, gather +0%: agree within 10%" in md
 
 
 def test_a_compare_that_compares_nothing_exits_1_and_says_why(tmp_path, capsys):
@@ -112,7 +168,7 @@ def test_a_compare_that_compares_nothing_exits_1_and_says_why(tmp_path, capsys):
         (tmp_path / name / "records.jsonl").write_text("".join(json.dumps(r.to_dict()) + "\n" for r in records))
     assert main([str(tmp_path / "new"), "--baseline", str(tmp_path / "base"), "--out", str(tmp_path / "out")]) == 1
     out, err = capsys.readouterr()
-    assert ", 0 compared:" in out
+    assert ", 0 compared, 0 flagged; not compared:" in out
     [line] = err.strip().splitlines()
     assert line.startswith("python -m bench.report: error: 0 of ") and "no workload, device, backend and batch size is on both sides" in line
 
@@ -120,15 +176,15 @@ def test_a_compare_that_compares_nothing_exits_1_and_says_why(tmp_path, capsys):
 @pytest.mark.slow
 def test_cli_tolerance_flags_override_the_compare_config(tmp_path, capsys):
     args = [str(SWEEP_B), "--baseline", str(SWEEP_A), "--out", str(tmp_path)]
-    assert main([*args, "--throughput-tolerance", "0.5", "--auc-tolerance", "0.01"]) == 0
-    assert "compare: 15 rows, 9 compared: 2 machine differs, 1 missing, 1 new" in capsys.readouterr().out
-    assert "moved by more than 50%" in (tmp_path / "compare.md").read_text()
+    assert main([*args, "--throughput-tolerance", "0.5", "--auc-tolerance", "0.0"]) == 0
+    assert "compare: 15 rows, 9 compared, 2 flagged (2 auc lower); not compared: 2 machine differs, 1 missing, 1 new" in capsys.readouterr().out
+    assert "1 ± 50%" in (tmp_path / "compare.md").read_text()
     loose = tmp_path / "loose.yaml"
     loose.write_text("throughput_tolerance: 0.5\nauc_tolerance: 0.01\nalpha: 0.05\n")
     assert main([*args, "--compare", str(loose)]) == 0
-    assert "2 machine differs, 1 missing, 1 new" in capsys.readouterr().out
-    assert main([*args, "--compare", str(loose), "--auc-threshold", "0.0005"]) == 0  # the old flag name still works
-    assert "2 auc lower" in capsys.readouterr().out
+    assert "0 flagged; not compared: 2 machine differs, 1 missing, 1 new" in capsys.readouterr().out
+    assert main([*args, "--compare", str(loose), "--auc-threshold", "0.0"]) == 0  # the old flag name still works
+    assert "2 flagged (2 auc lower)" in capsys.readouterr().out
 
 
 @pytest.mark.slow

@@ -25,9 +25,27 @@ from bench.report.history import (
 )
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "gate"))
-from gate_frames import frame, healthy, records, row, write_records  # noqa: E402
+from gate_frames import frame, healthy, row, write_records  # noqa: E402
+from gate_frames import records as frame_records  # noqa: E402
 
 CFG = CompareConfig()  # AUC tolerance 0.0005, throughput tolerance 5%, 95% intervals
+
+
+def records(df: pd.DataFrame, probe_scale: float = 1.0, **kwargs) -> list[dict]:
+    """The frame's records with the machine probes every job now takes at its start and end (the reference GEMM
+    and gather, µs), on a machine `probe_scale` times as slow."""
+    recs = frame_records(df, **kwargs)
+    reading = {f"{p}_{c}_us": t * probe_scale for p, t in (("gemm", 1300.0), ("gather", 200.0)) for c in ("cpu", "wall")}
+    for r in recs:
+        if r["status"] == "ok":
+            r["metrics"]["machine"] = {"reference_start": dict(reading), "reference_end": dict(reading)}
+    return recs
+
+
+def shift_delta(df: pd.DataFrame, backend: str, by: float) -> None:
+    """A real change of what the backend's quantization costs: its AUC and its ΔAUC (with its interval) move."""
+    for c in ("auc", "auc_delta", "auc_delta_lo", "auc_delta_hi"):
+        df.loc[df["backend"] == backend, c] += by
 
 
 def test_append_writes_one_line_per_key_with_the_raw_trials(tmp_path):
@@ -37,7 +55,8 @@ def test_append_writes_one_line_per_key_with_the_raw_trials(tmp_path):
     lines = path.read_text().splitlines()
     assert n == len(df) == len(lines)
     first = json.loads(lines[0])
-    assert first["history_version"] == HISTORY_VERSION == 6
+    assert first["history_version"] == HISTORY_VERSION == 7
+    assert first["probe"]["gemm_cpu_us"] == 1300.0 and first["probe"]["readings"] == 2 * len(df)  # the run's machine probe
     assert (first["run_id"], first["timestamp"], first["git_sha"]) == ("r1", "2025-01-01T00:00:00+00:00", "abc123")
     assert {"workload", "device", "backend", "sharding", "world_size", "batch_size", "auc", "throughput", "throughput_trials", "speedup_lo",
             "speedup_hi", "config_hash", "fingerprint"} <= set(first)
@@ -107,7 +126,7 @@ def test_v1_lines_migrate_and_their_throughput_is_shown_not_judged(tmp_path):
     old = df[df["run_id"] == "old"].iloc[0]
     assert old["throughput_trials"] is None and "throughput_lo" not in df.columns
     by = {r["metric"]: r for r in history_changes(df, CFG).to_dict("records")}
-    assert not by["throughput"]["flagged"] and "no per-trial throughput on the base side" in by["throughput"]["note"]
+    assert not by["throughput"]["flagged"] and "not judged: no machine probe recorded on the base side" in by["throughput"]["note"]
     assert by["throughput"]["change"] == pytest.approx(50_000 / 160_000 - 1)  # the point is still shown
     assert by["auc"]["change"] == pytest.approx(0.0)
 
@@ -131,7 +150,7 @@ def test_changes_inside_the_noise_are_not_flagged(tmp_path):
 def test_auc_and_throughput_changes_beyond_the_noise_are_flagged(tmp_path):
     a = healthy(batch_sizes=(2048,))
     b = a.copy()
-    b.loc[b["backend"] == "uint4", "auc"] -= 0.003
+    shift_delta(b, "uint4", -0.003)
     b.loc[b["backend"] == "int8_tbe", "throughput"] *= 0.5
     changes = history_changes(_history(tmp_path, records(a), records(b)), CFG)
     flagged = changes[changes["flagged"]]
@@ -144,9 +163,9 @@ def test_auc_and_throughput_changes_beyond_the_noise_are_flagged(tmp_path):
 
 def test_auc_change_within_a_wide_ci_is_not_flagged(tmp_path):
     a = frame(row("uint4", delta=-0.0004, half=0.004))
-    b = frame(row("uint4", delta=-0.0004, half=0.004, auc=0.8031 - 0.0004 - 0.002))
+    b = frame(row("uint4", delta=-0.0024, half=0.004))
     auc = history_changes(_history(tmp_path, records(a), records(b)), CFG).query("metric == 'auc'").iloc[0]
-    assert auc["noise"] == pytest.approx(0.004) and not auc["flagged"]
+    assert auc["change"] == pytest.approx(-0.002) and auc["noise"] == pytest.approx(0.004 * 2**0.5) and not auc["flagged"]
 
 
 def test_throughput_change_within_the_trial_spread_is_not_flagged(tmp_path):
@@ -186,7 +205,7 @@ def test_tolerances_come_from_the_compare_config(tmp_path):
 
 def test_render_shows_last_n_runs_and_flags(tmp_path):
     frames = [healthy(batch_sizes=(2048,)) for _ in range(5)]
-    frames[-1].loc[frames[-1]["backend"] == "uint4", "auc"] -= 0.01
+    shift_delta(frames[-1], "uint4", -0.01)
     md = render_history(_history(tmp_path, *map(records, frames)), CFG, runs=3)
     assert "Last 3 runs" in md
     assert "`r2`" in md and "`r4`" in md and "`r1`" not in md
@@ -326,13 +345,13 @@ def test_a_full_nightly_is_judged_only_against_full_ones_and_names_what_the_tiny
     over, is judged against the last full run, and history.md says which config differed."""
     full_a = healthy(batch_sizes=(2048,))
     full_b = full_a.copy()
-    full_b.loc[full_b["backend"] == "uint4", "auc"] -= 0.01  # a real change between the two full runs
+    shift_delta(full_b, "uint4", -0.01)  # a real change between the two full runs
     runs = [_sized(records(full_a), 100000, 5), *(_sized(records(healthy(batch_sizes=(2048,))), 8192, 2) for _ in range(3)),
             _sized(records(full_b), 100000, 5)]
     history = _history(tmp_path, *runs)
     changes = history_changes(history, CFG)
     notes = {(r["backend"], r["metric"]): r["note"] for r in changes.to_dict("records")}
-    assert "auc -0.0100" in notes[("uint4", "auc")]  # judged against r0, the last full run
+    assert "auc_delta -0.0100" in notes[("uint4", "auc")]  # judged against r0, the last full run
     passed = notes[("uint4", "config")]
     assert passed.startswith("passed over runs r1, r2, r3 (workload config ") and "timing config " in passed
     assert not changes[changes["metric"] == "config"]["flagged"].any()
@@ -343,7 +362,7 @@ def test_a_full_nightly_is_judged_only_against_full_ones_and_names_what_the_tiny
     assert ("`r4` (kind A) is judged against `r0`, the newest earlier run of its kind; runs of other kinds passed over: "
             "`r1`, `r2`, `r3` (other timing config, workload config).") in md
     flagged = [line for line in md.splitlines() if "⚠" in line]
-    assert len(flagged) == 1 and "| uint4 |" in flagged[0] and "auc -0.0100" in flagged[0]  # the passing over is said once, above
+    assert len(flagged) == 1 and "| uint4 |" in flagged[0] and "auc_delta -0.0100" in flagged[0]  # the passing over is said once, above
 
 
 def test_a_run_with_no_earlier_run_alike_says_what_differs_and_compares_nothing(tmp_path):

@@ -89,7 +89,7 @@ def test_a_version_5_line_of_a_sharded_job_keeps_its_key_and_is_compared_with_th
     path.write_text("".join(json.dumps(x) + "\n" for x in v5))
     append_history(sweep(), path, run_id="r2", timestamp="2025-01-02T00:00:00+00:00", git_sha="b")
     history = load_history(path)
-    assert HISTORY_VERSION == 6 and set(history["history_version"]) == {6}
+    assert HISTORY_VERSION == 7 and set(history["history_version"]) == {7}
     assert len(history.drop_duplicates(["backend", "sharding", "world_size"])) == 4  # no line split off into a key of its own
     changes = history_changes(history, CompareConfig())
     mine = changes[(changes["backend"] == "fake_quant") & (changes["sharding"] == "auto")]

@@ -39,6 +39,8 @@ what a record without them measured, or where they do not apply:
   legacy value, since records before them stopped tracking on seconds and gave a ratio from however few
   rounds those held. Every serving job has a new identity, so resume does not pass such a ratio off as one
   with that evidence.
+- `backend.planted_slowdown` (testing only: a backend made slower on purpose, bench.backends.planted): null
+  is what every job without it measures, so a job that leaves it keeps its identity.
 - `timing.cuda_graphs`: false is what every earlier job measured (eager calls only), and still the default,
   so a job that leaves it keeps its identity and resumes from records made before the key.
 """
@@ -52,7 +54,7 @@ LEGACY = {("model", "output_key"): None, ("model", "hstu"): None, ("backend", "m
           ("serve", "step_late_share"): None, ("serve", "test_stall_ms"): None, ("serve", "max_steal"): None,
           ("serve", "paired"): False, ("serve", "confirm_runs"): 0,
           ("serve", "track_rounds"): 0, ("serve", "track_step"): 0.04, ("serve", "paired_judgments"): None,
-          ("timing", "cuda_graphs"): False}
+          ("timing", "cuda_graphs"): False, ("backend", "planted_slowdown"): None}
 
 
 def job_identity(resolved: dict[str, Any]) -> dict[str, Any]:

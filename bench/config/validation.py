@@ -80,6 +80,9 @@ def check_timing(timing, threads: int | None) -> None:
 def _check_backend(cfg: Config) -> None:
     backend = registry.get("backend", cfg.backend.name).factory(cfg.backend)  # cheap: nothing is built
     backend.check()
+    planted = getattr(cfg.backend, "planted_slowdown", None)
+    if planted is not None and not planted >= 1:
+        raise UserError(f"backend.planted_slowdown (testing only) is a factor of 1 or more (1.2: 20% slower), got {planted}")
     if cfg.sharding.name == "none":
         return
     refusal = backend.not_shardable

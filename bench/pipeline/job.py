@@ -21,7 +21,7 @@ from bench.measure.accuracy import accuracy_metrics, score
 from bench.measure.cuda_graph import GraphedModule
 from bench.measure.figures import Held, JobFigures, Timed
 from bench.measure.memory import PeakMemory, model_bytes
-from bench.measure.noise import LoadWatch, stability
+from bench.measure.noise import LoadWatch, reference_speed, stability
 from bench.measure.timing import (
     CLOCKS,
     PairedTiming,
@@ -64,6 +64,9 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
     performance_only = model.info.get("source") == RANDOM
 
     shared.release_leftovers(cfg, backend, device)  # earlier jobs' leftovers are not this job's memory
+    # The machine's own speed around the job (a fixed GEMM and gather, bench.measure.noise): a run-vs-run
+    # compare normalizes absolute throughput by it (bench.comparison.run_probe). Outside the memory peak's window.
+    reference_start = reference_speed()
     with PeakMemory(device) as peak:
         prepared = shared.prepared(cfg, backend, model, workload, device)
         if not performance_only:
@@ -88,6 +91,7 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
                 timing = paired.candidate
         faults = hardware.minor_faults() - faults
         all_threads = _all_threads(cfg, prepared, candidate_inputs, device, threads)
+    machine = {"reference_start": reference_start, "reference_end": reference_speed()}
     graphed = _cuda_graph_figures(cfg, backend, prepared, reference, inputs, device, threads, setting)
 
     if performance_only:
@@ -102,6 +106,7 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
         metrics.update(_layers(cfg, backend, model, workload, device, shared, labels, base_logits, metrics))
     distinct_ids = shared.timing_access(cfg, workload, device)["distinct_rows"]
     metrics.update(_timing_figures(cfg, backend, timing, paired, why_unpaired, load.figures, distinct_ids))
+    metrics["machine"] = machine
     if backend.timed_input_format is not None:
         metrics[TIMED_INPUTS] = backend.timed_input_format
     calls = timing.timed_calls + (paired.reference.timed_calls if paired else 0)

@@ -20,6 +20,7 @@ from torch import nn
 
 from bench import hardware, registry
 from bench.backends.backend import Backend, NotApplicable
+from bench.backends.planted import plant_slowdown
 from bench.batch import Batch
 from bench.config import Config
 from bench.hashing import config_hash, plain
@@ -156,7 +157,8 @@ class SharedWork:
             calibration = self.split_batches(cfg, workload, "calibration")
             torch.manual_seed(cfg.seed)
             start = time.perf_counter()
-            module = _applied(backend, model.module, calibration, device, cfg.model)
+            module = plant_slowdown(_applied(backend, model.module, calibration, device, cfg.model),
+                                    getattr(backend.cfg, "planted_slowdown", None))  # testing only
             self._prepare_seconds[key] = time.perf_counter() - start
             self._prepared_owner = self._owner(cfg, backend, device)
             return module

@@ -2,22 +2,21 @@
 
 Rows join on (workload, device, backend, sharding, world_size, batch_size), the newest record per key on each side.
 A row whose machine fingerprint differs is marked "machine differs" and not judged. Otherwise
-the engine judges, with the tolerances and alpha of `conf/compare/` (`CompareConfig`):
+the engine judges what a run controls, with the tolerances and alpha of `conf/compare/` (`CompareConfig`):
 
-- throughput: the bootstrap interval of median(new) / median(baseline) over the two runs'
-  trials must exclude 1 and the ratio must have moved by more than `throughput_tolerance`
-  (`slower` / `faster`). The trials only see the noise inside one process; separate runs of the
-  same sweep differ by more than that, so the trial interval alone would flag unchanged rows;
-- AUC: the change must exceed the noise (the larger paired ΔAUC interval half-width of the two
-  runs) and `auc_tolerance` (`auc lower` / `auc higher`);
-- speedup (paired against fp32 in each run): the ratio of the two speedups, with both runs'
-  intervals combined, must exclude 1 and have moved by more than `throughput_tolerance`
-  (`speedup lower` / `speedup higher`). It is judged whatever the absolute throughput's flag says.
+- speed: the change of the backend's paired speedup (its ratio to fp32 timed in the same run), new /
+  base, with both runs' intervals combined on the log scale; `slower` / `faster` when that whole
+  interval clears 1 ± `throughput_tolerance`. fp32's speedup is 1 by definition: it has no such verdict;
+- accuracy: the change of the backend's ΔAUC against fp32 (fp32's row: of its AUC), both runs' paired
+  intervals combined; `auc lower` / `auc higher` when the whole interval clears ± `auc_tolerance`;
+- absolute samples/s, normalized by the machine probes each run records (the reference GEMM and gather
+  at the start and end of every job, `bench.comparison.run_probe`): judged (`samples/s lower` /
+  `samples/s higher`) only when both runs' probes agree within `probe_tolerance`, else shown with "not
+  judged: the machines' probes differ by X". It is fp32's speed verdict.
 
-Runs timed with different timing settings (threads, clock) are marked, not compared.
-
-A differing config hash is noted but still compared (the hash may cover settings that do not
-change the measurement); a change of status (ok -> error) is its own verdict.
+Runs timed with different timing settings (threads, clock) are marked, not compared. A differing config
+hash is noted but still compared (the hash may cover settings that do not change the measurement); a
+change of status (ok -> error) is its own verdict. Only judged verdicts are set in bold.
 """
 
 from __future__ import annotations
@@ -37,25 +36,34 @@ from bench.comparison import (
     compare_metrics,
     finite,
     identity,
+    machine_readings,
+    probe_clock,
+    probe_shift,
+    run_probe,
 )
 from bench.config import CompareConfig
 from bench.io import write_text_atomic
-from bench.metrics import AUC, AUC_DELTA, SPEEDUP, THROUGHPUT
+from bench.metrics import AUC, AUC_DELTA, SPEEDUP, SPEEDUP_PROCESS_SD, THROUGHPUT, hi, lo
 from bench.record import RunRecord
+from bench.registry import BASELINE_BACKEND
 from bench.report import fmt
 from bench.results.key import KEY, row_label, sort_key
 from bench.results.table import latest_records
 
-COLUMNS = [*KEY, "verdict", "notes", "status_base", "status_new", "throughput_base", "throughput_new",
-           "throughput_ratio", "throughput_ratio_lo", "throughput_ratio_hi", "auc_base", "auc_new",
-           "auc_change", "auc_change_lo", "auc_change_hi", "auc_delta_base", "auc_delta_new", "speedup_base", "speedup_new",
+COLUMNS = [*KEY, "verdict", "notes", "status_base", "status_new",
+           "speedup_base", "speedup_base_lo", "speedup_base_hi", "speedup_new", "speedup_new_lo", "speedup_new_hi",
+           "speedup_change", "speedup_change_lo", "speedup_change_hi",
+           "throughput_base", "throughput_new", "throughput_ratio", "throughput_normalized", "throughput_normalized_lo",
+           "throughput_normalized_hi", "throughput_judged", "throughput_note",
+           "auc_base", "auc_new", "auc_delta_base", "auc_delta_new", "auc_compared", "auc_change", "auc_change_lo", "auc_change_hi",
            "fingerprint_base", "fingerprint_new", "comparable"]  # fmt: skip
 
-# Verdicts that call for a look, in summary order.
-FLAGS = ("slower", "faster", "speedup lower", "speedup higher", "auc lower", "auc higher", "status changed",
-         "machine differs", "timing differs", "missing", "new")
-_WORDS = {(THROUGHPUT, WORSE): "slower", (THROUGHPUT, BETTER): "faster",
-          (SPEEDUP, WORSE): "speedup lower", (SPEEDUP, BETTER): "speedup higher",
+# Verdicts the engine judged, in summary order: the only ones set in bold.
+FLAGS = ("slower", "faster", "samples/s lower", "samples/s higher", "auc lower", "auc higher", "status changed")
+# Rows not judged, and why.
+NOT_JUDGED = ("machine differs", "timing differs", "missing", "new")
+_WORDS = {(SPEEDUP, WORSE): "slower", (SPEEDUP, BETTER): "faster",
+          (THROUGHPUT, WORSE): "samples/s lower", (THROUGHPUT, BETTER): "samples/s higher",
           (AUC, WORSE): "auc lower", (AUC, BETTER): "auc higher"}  # fmt: skip
 
 
@@ -66,24 +74,48 @@ def _m(r: RunRecord | None, name: str) -> float:
     return math.nan if x is None else x
 
 
-def _view(r: RunRecord) -> dict[str, Any]:
-    """What the engine reads of a record: its metrics plus its identity."""
-    return {**(r.metrics or {}), "fingerprint": (r.env or {}).get("fingerprint"), "config_hash": r.config_hash}
+def side_probe(records: Iterable[RunRecord]) -> Optional[dict[str, float]]:
+    """One side's machine probe: the median over its records' reference readings (`bench.comparison.run_probe`)."""
+    return run_probe(reading for r in records if r.status == "ok" for reading in machine_readings(r.metrics or {}))
+
+
+def _view(r: RunRecord, probe: Optional[dict[str, float]]) -> dict[str, Any]:
+    """What the engine reads of a record: its metrics, its identity and its run's machine probe."""
+    return {**(r.metrics or {}), "fingerprint": (r.env or {}).get("fingerprint"), "config_hash": r.config_hash, "probe": probe,
+            "device": r.device}
 
 
 def _nan(x: Optional[float]) -> float:
     return math.nan if x is None else x
 
 
+def _one_process(views: tuple[dict, dict]) -> str | None:
+    """A note where a side's speedup interval covers one process's rounds only (no between-process spread
+    carried in: `timing.calibrate=false`, as `+preset=tiny` runs): a re-run may differ by more."""
+    sides = [side for side, v in zip(("new", "base"), views) if finite(v.get(SPEEDUP)) is not None and finite(v.get(SPEEDUP_PROCESS_SD)) is None]
+    if not sides:
+        return None
+    return (f"the {' and '.join(sides)} speedup interval{'s' if len(sides) > 1 else ''} cover{'' if len(sides) > 1 else 's'} "
+            "one process's rounds (timing.calibrate=false): a re-run may differ by more")
+
+
 def _judge(changes: dict[str, Change], row: dict[str, Any]) -> list[str]:
     t, a = changes[THROUGHPUT], changes[AUC]
-    row.update(throughput_ratio=_nan(t.value), throughput_ratio_lo=_nan(t.lo), throughput_ratio_hi=_nan(t.hi),
+    row.update(throughput_ratio=_nan(t.raw if t.raw is not None else t.value), throughput_judged=t.verdict != NOT_COMPARABLE,
+               throughput_note=t.reason,
+               auc_compared="ΔAUC" if a.metric == AUC_DELTA else "AUC",
                auc_change=_nan(a.value), auc_change_lo=_nan(a.lo), auc_change_hi=_nan(a.hi))
-    judged = [t, a] + ([changes[SPEEDUP]] if SPEEDUP in changes else [])
-    for c in judged:
-        if c.verdict == NOT_COMPARABLE:
+    if t.verdict != NOT_COMPARABLE:
+        row.update(throughput_normalized=_nan(t.value), throughput_normalized_lo=_nan(t.lo), throughput_normalized_hi=_nan(t.hi))
+    judged = [(THROUGHPUT, t), (AUC, a)]
+    if SPEEDUP in changes:
+        s = changes[SPEEDUP]
+        row.update(speedup_change=_nan(s.value), speedup_change_lo=_nan(s.lo), speedup_change_hi=_nan(s.hi))
+        judged.insert(0, (SPEEDUP, s))
+    for metric, c in judged:
+        if c.verdict == NOT_COMPARABLE and metric != THROUGHPUT:  # samples/s says why in its own cell
             row["notes"].append(c.reason)
-    return [_WORDS[(c.metric, c.verdict)] for c in judged if c.flagged]
+    return [_WORDS[(metric, c.verdict)] for metric, c in judged if c.flagged]
 
 
 def compare_table(
@@ -94,39 +126,34 @@ def compare_table(
     """One row per key present on either side, with a verdict (`same` when nothing is flagged).
 
     `cfg`: the tolerances and alpha (`CompareConfig`; default: its schema defaults, which
-    `conf/compare/default.yaml` repeats).
+    `conf/compare/default.yaml` repeats). The two sides' machine probes are in `df.attrs["probes"]`.
     """
     cfg = cfg or CompareConfig()
     new_by_key, base_by_key = latest_records(records), latest_records(baseline)
+    probes = {"new": side_probe(new_by_key.values()), "base": side_probe(base_by_key.values())}
     keys = sorted(set(new_by_key) | set(base_by_key), key=sort_key)
     rows = []
     for k in keys:
         new, base = new_by_key.get(k), base_by_key.get(k)
-        row: dict[str, Any] = dict(zip(KEY, k))
+        row: dict[str, Any] = {c: math.nan for c in COLUMNS}
+        row.update(dict(zip(KEY, k)))
         row.update(
             notes=[],
             status_base=base.status if base else None,
             status_new=new.status if new else None,
-            throughput_base=_m(base, THROUGHPUT),
-            throughput_new=_m(new, THROUGHPUT),
-            throughput_ratio=math.nan,
-            throughput_ratio_lo=math.nan,
-            throughput_ratio_hi=math.nan,
-            auc_base=_m(base, AUC),
-            auc_new=_m(new, AUC),
-            auc_change=math.nan,
-            auc_change_lo=math.nan,
-            auc_change_hi=math.nan,
-            auc_delta_base=_m(base, AUC_DELTA),
-            auc_delta_new=_m(new, AUC_DELTA),
-            speedup_base=_m(base, SPEEDUP),
-            speedup_new=_m(new, SPEEDUP),
+            throughput_judged=False,
+            throughput_note="",
+            auc_compared="",
             fingerprint_base=None if base is None else (base.env or {}).get("fingerprint"),
             fingerprint_new=None if new is None else (new.env or {}).get("fingerprint"),
             comparable=False,
         )
-        refused, notes = (None, []) if base is None or new is None else identity(_view(new), _view(base))
-        if base is None or new is None:
+        for side, r in (("base", base), ("new", new)):
+            row.update({f"throughput_{side}": _m(r, THROUGHPUT), f"auc_{side}": _m(r, AUC), f"auc_delta_{side}": _m(r, AUC_DELTA),
+                        f"speedup_{side}": _m(r, SPEEDUP), f"speedup_{side}_lo": _m(r, lo(SPEEDUP)), f"speedup_{side}_hi": _m(r, hi(SPEEDUP))})
+        views = None if base is None or new is None else (_view(new, probes["new"]), _view(base, probes["base"]))
+        refused, notes = (None, []) if views is None else identity(*views)
+        if views is None:
             verdicts = ["new" if base is None else "missing"]
         elif refused:
             verdicts = ["machine differs" if refused.startswith("machine") else "timing differs"]
@@ -136,11 +163,15 @@ def compare_table(
         else:
             row["comparable"] = True
             row["notes"] += notes
-            verdicts = _judge(compare_metrics(_view(new), _view(base), cfg), row)
+            verdicts = _judge(compare_metrics(*views, cfg), row)
+            if row["backend"] != BASELINE_BACKEND and _one_process(views):
+                row["notes"].append(_one_process(views))
         row["verdict"] = ", ".join(verdicts) or "same"
         row["notes"] = "; ".join(row["notes"])
         rows.append(row)
-    return pd.DataFrame(rows, columns=COLUMNS)
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    df.attrs["probes"] = probes
+    return df
 
 
 def flagged(df: pd.DataFrame, verdict: str) -> pd.DataFrame:
@@ -161,10 +192,29 @@ def nothing_compared(df: pd.DataFrame) -> str | None:
     return f"0 of {len(df)} rows compared: " + (", ".join(f"{n} {v}" for v, n in counts.items()) or "no rows on either side")
 
 
+def _flag_count(df: pd.DataFrame) -> int:
+    return int(df["verdict"].str.split(", ").map(lambda vs: any(v in FLAGS for v in vs)).sum())
+
+
 def summary(df: pd.DataFrame) -> str:
-    counts = [f"{len(flagged(df, v))} {v}" for v in FLAGS if len(flagged(df, v))]
+    """`42 rows, 42 compared, 1 flagged (1 slower); samples/s judged on 0 of 42 (...)`."""
     compared = int(df["comparable"].sum())
-    return f"{len(df)} rows, {compared} compared: " + (", ".join(counts) if counts else "no changes flagged")
+    counts = [f"{len(flagged(df, v))} {v}" for v in FLAGS if len(flagged(df, v))]
+    text = f"{len(df)} rows, {compared} compared, {_flag_count(df)} flagged" + (f" ({', '.join(counts)})" if counts else "")
+    others = [f"{len(flagged(df, v))} {v}" for v in NOT_JUDGED if len(flagged(df, v))]
+    if others:
+        text += f"; not compared: {', '.join(others)}"
+    judged = df[df["comparable"].astype(bool)]
+    n_judged = int(judged["throughput_judged"].astype(bool).sum())
+    if len(judged) and n_judged < len(judged):
+        why = judged.loc[~judged["throughput_judged"].astype(bool), "throughput_note"].map(_why_not).value_counts()
+        text += f"; samples/s judged on {n_judged} of {len(judged)} ({'; '.join(why.index[:2])})"
+    return text
+
+
+def _why_not(note: str) -> str:
+    """The reason part of a not-judged samples/s note ("not judged: ...")."""
+    return note.split("not judged: ", 1)[-1] if isinstance(note, str) and note else "not judged"
 
 
 def _status(row) -> str:
@@ -174,12 +224,44 @@ def _status(row) -> str:
 
 
 def _verdict(verdict: str) -> str:
+    """Bold only what the engine judged: rows not compared (new, missing, another machine) stay plain."""
     return f"**{verdict}**" if any(v in FLAGS for v in verdict.split(", ")) else verdict
+
+
+def _speedup(value: float, low: float, high: float, reference: bool) -> str:
+    return "1 (fp32: by definition)" if reference else fmt.ratio_ci(value, low, high)
+
+
+def _samples(r) -> str:
+    if not r.comparable:
+        return fmt.DASH
+    if r.throughput_judged:
+        return fmt.ratio_ci(r.throughput_normalized, r.throughput_normalized_lo, r.throughput_normalized_hi)
+    return "not judged: " + _why_not(r.throughput_note)
+
+
+def _probe_line(probes: dict, cfg: Tolerances) -> str:
+    """The two runs' machine probes and how they moved, at the thread-CPU clock (and the wall clock)."""
+    base, new = probes.get("base"), probes.get("new")
+    if not base or not new:
+        side = " and ".join(s for s, p in (("baseline", base), ("current", new)) if not p)
+        return (f"Machine probes: none recorded by the {side} run (records made before the probes): absolute samples/s "
+                "are shown, not judged.")
+    parts = []
+    for clock, word in (("cpu", "thread-CPU"), ("wall", "wall")):
+        if f"gemm_{clock}_us" in base and f"gemm_{clock}_us" in new:
+            shift = probe_shift(new, base, clock, cfg.probe_tolerance)
+            verdict = f"differ by more than {cfg.probe_tolerance:.0%}" if shift.why_not else f"agree within {cfg.probe_tolerance:.0%}"
+            parts.append(f"{word} clock: GEMM {base[f'gemm_{clock}_us']:,.0f} -> {new[f'gemm_{clock}_us']:,.0f} µs, gather "
+                         f"{base[f'gather_{clock}_us']:,.0f} -> {new[f'gather_{clock}_us']:,.0f} µs ({shift.moves}: {verdict})")
+    return (f"Machine probes (the reference GEMM and gather, medians over {int(base.get('readings', 0))} and "
+            f"{int(new.get('readings', 0))} readings at the jobs' starts and ends): " + "; ".join(parts) + ".")
 
 
 def render_compare(df: pd.DataFrame, title: str, current: str, baseline: str, cfg: Tolerances) -> str:
     level = f"{1 - cfg.alpha:.0%}"
     C = fmt.Column
+    reference = lambda r: r.backend == BASELINE_BACKEND  # noqa: E731  (its speedup is 1 by definition)
     columns = [
         (C("workload"), lambda r: r.workload),
         (C("device"), lambda r: r.device),
@@ -187,14 +269,17 @@ def render_compare(df: pd.DataFrame, title: str, current: str, baseline: str, cf
         (C("batch"), lambda r: r.batch_size),
         (C("verdict"), lambda r: _verdict(r.verdict)),
         (C("status"), _status),
+        (C("paired speedup", "base"), lambda r: _speedup(r.speedup_base, r.speedup_base_lo, r.speedup_base_hi, reference(r))),
+        (C("paired speedup", "new"), lambda r: _speedup(r.speedup_new, r.speedup_new_lo, r.speedup_new_hi, reference(r))),
+        (C("speedup change", f"new / base [{level} CI]"),
+         lambda r: fmt.DASH if reference(r) else fmt.ratio_ci(r.speedup_change, r.speedup_change_lo, r.speedup_change_hi)),
         (C("samples/s", "base", "r"), lambda r: fmt.count(r.throughput_base)),
         (C("samples/s", "new", "r"), lambda r: fmt.count(r.throughput_new)),
-        (C("ratio", f"[{level} CI]"), lambda r: fmt.ratio_ci(r.throughput_ratio, r.throughput_ratio_lo, r.throughput_ratio_hi)),
-        (C("speedup base", align="r"), lambda r: fmt.ratio_ci(r.speedup_base, math.nan, math.nan)),
-        (C("speedup new", align="r"), lambda r: fmt.ratio_ci(r.speedup_new, math.nan, math.nan)),
-        (C("AUC", "base", "r"), lambda r: fmt.number(r.auc_base)),
-        (C("AUC", "new", "r"), lambda r: fmt.number(r.auc_new)),
-        (C("AUC change", "[noise]"), lambda r: fmt.delta_ci(r.auc_change, r.auc_change_lo, r.auc_change_hi)),
+        (C("samples/s change", f"normalized by the probes [{level} CI]"), _samples),
+        (C("ΔAUC", "base", "r"), lambda r: fmt.signed(r.auc_delta_base)),
+        (C("ΔAUC", "new", "r"), lambda r: fmt.signed(r.auc_delta_new)),
+        (C("accuracy change", "[noise]"),
+         lambda r: f"{r.auc_compared} {fmt.delta_ci(r.auc_change, r.auc_change_lo, r.auc_change_hi)}" if r.auc_compared else fmt.DASH),
         (C("notes"), lambda r: r.notes),
     ]
     rows = [[cell(r) for _, cell in columns] for r in df.itertuples(index=False)]
@@ -205,14 +290,21 @@ def render_compare(df: pd.DataFrame, title: str, current: str, baseline: str, cf
         "",
         f"Summary: {summary(df)}.",
         "",
+        _probe_line(df.attrs.get("probes") or {}, cfg),
+        "",
         "Rules (`bench.comparison`, tolerances from `conf/compare/`): rows join on workload, device, backend, "
-        f"sharding, ranks and batch size (the newest record of each). Throughput is flagged when the {level} bootstrap interval of "
-        "the ratio of median throughputs (over both runs' trials) excludes 1 and the ratio moved by more than "
-        f"{cfg.throughput_tolerance:.0%}. A paired speedup is flagged when the {level} interval of new / base "
-        f"(both runs' intervals combined) excludes 1 and it moved by more than {cfg.throughput_tolerance:.0%}. "
-        f"AUC is flagged when its change exceeds the noise (the larger paired "
-        f"ΔAUC interval half-width of the two runs) and {cfg.auc_tolerance:g}. Rows from machines with "
-        "different fingerprints, or timed with different settings (threads, clock), are marked, not compared.",
+        "sharding, ranks and batch size (the newest record of each). A run judges what it controls. "
+        f"**slower** / **faster**: the change of the backend's paired speedup (its ratio to fp32 timed in the same run), "
+        f"new / base, whose {level} interval (both runs' intervals combined on the log scale) lies wholly beyond "
+        f"1 ± {cfg.throughput_tolerance:.0%}; fp32's speedup is 1 by definition. "
+        f"**auc lower** / **auc higher**: the change of the ΔAUC against fp32 (fp32's row: of its AUC), both runs' "
+        f"paired intervals combined, wholly beyond ± {cfg.auc_tolerance:g}. "
+        f"**samples/s lower** / **higher**: absolute throughput, new / base, normalized by the runs' machine probes "
+        f"(the interval widened by how much the probes moved across each run's jobs), wholly beyond 1 ± "
+        f"{cfg.throughput_tolerance:.0%} (or the trials' variation, where larger); judged only when each probe moved "
+        f"by at most {cfg.probe_tolerance:.0%} between the runs, fp32's only speed verdict. "
+        "Rows from machines with different fingerprints, or timed with different settings (threads, clock), "
+        "are marked, not compared. Only judged verdicts are set in bold.",
         "",
         fmt.table([c for c, _ in columns], rows),
         "",

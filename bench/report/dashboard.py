@@ -14,9 +14,10 @@ Steps: each series is cut into constant pieces by asv's step detection (`asv.ste
 the Potts-model fit asv runs over a benchmark's history; points weighted by 2 / interval width, as asv
 weights by its confidence interval). A cut is marked as a step only where the comparison engine also
 calls the runs on either side of it different, with the tolerances of `conf/compare/` that
-`history.md` uses: throughput and ΔAUC by `compare_metrics` (the very verdict `history.md` gives when
-the later run is the latest), speedup by the same rule over its interval (`difference_change`), and
-memory when it moved by more than the throughput tolerance. The newest run is always a candidate
+`history.md` uses: speedup, throughput and ΔAUC by `compare_metrics` (the very verdicts `history.md` and
+`python -m bench.report --baseline` give: the paired speedup's change with both runs' intervals, the ΔAUC's,
+and the throughput normalized by the runs' machine probes, judged only where they agree), and memory when
+it moved by more than the throughput tolerance. The newest run is always a candidate
 too, against the run before it, exactly as `history.md` judges it (a single point cannot yet make
 a piece of asv's fit). A run whose gate failed has its points
 drawn as red crosses; the table of runs lists each run's gate verdict and stack versions, and each
@@ -36,7 +37,7 @@ from typing import Any, Callable, Optional
 
 import pandas as pd
 
-from bench.comparison import Figure, Tolerances, compare_metrics, difference_change, finite, identity
+from bench.comparison import Tolerances, compare_metrics, finite, identity
 from bench.errors import UserError
 from bench.metrics import AUC, AUC_DELTA, PEAK_RSS_BYTES, SPEEDUP, THROUGHPUT, THROUGHPUT_TRIALS, hi, lo
 from bench.report.history import HISTORY_FILE, STACK_KEYS, load_history, run_order
@@ -89,18 +90,11 @@ def _confirmed(metric: str, before: dict, after: dict, cfg: Tolerances) -> Optio
     refused, _ = identity(after, before)
     if refused:
         return None
-    if metric in (THROUGHPUT, AUC_DELTA):
+    if metric in (THROUGHPUT, AUC_DELTA, SPEEDUP):
         if before.get("status") != "ok" or after.get("status") != "ok":
             return None
-        change = compare_metrics(after, before, cfg)[THROUGHPUT if metric == THROUGHPUT else AUC]
-        return f"{change.verdict}: {change.reason}" if change.flagged else None
-    if metric == SPEEDUP:
-        new, base = Figure.of(*_speedup(after)), Figure.of(*_speedup(before))
-        if base.value is None:
-            return None
-        change = difference_change(new, base, tolerance=cfg.throughput_tolerance * base.value, alpha=cfg.alpha,
-                                   metric=SPEEDUP, digits=3)
-        return f"{change.verdict}: {change.reason}" if change.flagged else None
+        change = compare_metrics(after, before, cfg).get(AUC if metric == AUC_DELTA else metric)  # no speedup change: fp32's
+        return f"{change.verdict}: {change.reason}" if change is not None and change.flagged else None
     new, base = _memory(after)[0], _memory(before)[0]
     if new is None or not base:
         return None

@@ -6,8 +6,9 @@ Each nightly run appends the newest record per key of its report folder to
 (`bench.io.append_jsonl`); a run id already in the file is not appended twice, so re-running
 the gate over the same report is harmless. Each line keeps the run's raw per-trial throughputs,
 so a later night is compared with the comparison engine (`bench.comparison.compare_metrics`, noise
-rules from `conf/compare/`) exactly as a baseline sweep is: throughput by the bootstrap interval
-of the ratio of medians, AUC by the paired ΔAUC interval, both beyond a tolerance.
+rules from `conf/compare/`) exactly as a baseline sweep is (`python -m bench.report DIR --baseline DIR`):
+the change of each backend's paired speedup and of its ΔAUC, both runs' intervals combined, and the
+absolute throughput normalized by the runs' machine probes, judged only where the probes agree.
 `render_history` shows AUC and throughput per backend over the last N runs and flags changes.
 
 Rows whose machine fingerprint differs between the two runs are marked, not compared; a changed
@@ -32,6 +33,11 @@ what differs. A v4 line reads as v5 with those unknown, alike to any run. 6 keys
 alone with its `sharding` and `world_size` beside it (results.csv's columns): a v5 line's backend cell
 held both for a sharded run (`fake_quant@auto×2`), and reads as v6 split into the three, so its key is
 the one a v6 line of the same job has; an unsharded v5 line reads as sharding `none`, world size 1.
+7 adds the run's machine `probe` (`bench.comparison.run_probe`: the reference GEMM and gather timed at
+the start and end of every job, the median over the run), the same on every line of a run: absolute
+throughput is judged between two runs only normalized by it and where both runs' probes agree (the
+paired speedup and the ΔAUC are the run's own verdicts). A v6 line reads as v7 with no probe: its
+throughput is shown, not judged.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from typing import Any, Callable, Iterable, Optional
 import pandas as pd
 
 from bench.config.identity import job_identity
-from bench.comparison import NOT_COMPARABLE, Tolerances, compare_metrics, finite, identity
+from bench.comparison import NOT_COMPARABLE, Tolerances, compare_metrics, finite, identity, machine_readings, run_probe
 from bench.errors import UserError
 from bench.hashing import config_hash
 from bench.io import append_jsonl, read_jsonl, write_text_atomic
@@ -56,7 +62,7 @@ from bench.results.key import AXES, KEY, read_label, row_key, row_label
 from bench.results.build import Results, build_results
 from bench.results.table import trials
 
-HISTORY_VERSION = 6
+HISTORY_VERSION = 7
 HISTORY_FILE = "history.jsonl"
 _NUMERIC = [AUC, AUC_DELTA, lo(AUC_DELTA), hi(AUC_DELTA), THROUGHPUT, SPEEDUP, lo(SPEEDUP), hi(SPEEDUP),
             "latency_p50_ms", "latency_p99_ms", EMBEDDING_BYTES, PEAK_RSS_BYTES, SPEEDUP_PROCESS_SD]  # fmt: skip
@@ -65,7 +71,7 @@ _RUN = ["sweep", "report", "gate_passed", "stack"]  # version 3: the same on eve
 _CONFIGS = ("workload", "model", "timing")  # version 5: the config sections whose hashes make runs alike
 # What two runs must share to be judged against each other, and how a difference is named.
 LIKE = {"sweep": "sweep", **{f"{part}_config": f"{part} config" for part in _CONFIGS}, "timing_setting": "timing setting"}
-_COLUMNS = ["run_id", "timestamp", "git_sha", *KEY, "status", *_NUMERIC, THROUGHPUT_TRIALS, *_TEXT, *_RUN, "gate",
+_COLUMNS = ["run_id", "timestamp", "git_sha", *KEY, "status", *_NUMERIC, THROUGHPUT_TRIALS, *_TEXT, *_RUN, "gate", "probe",
             *(f"{part}_config" for part in _CONFIGS)]
 STACK_KEYS = ("python", "torch", "fbgemm_gpu", "torchrec", "torchao", "fbgemm_isa")
 log = logging.getLogger(__name__)
@@ -107,8 +113,13 @@ def _v5_to_v6(line: dict[str, Any]) -> dict[str, Any]:
     return {**line, "backend": backend, "sharding": sharding, "world_size": world_size}
 
 
+def _v6_to_v7(line: dict[str, Any]) -> dict[str, Any]:
+    return {"probe": None, **line}
+
+
 # MIGRATIONS[n] turns a version-n line into a version-(n+1) line.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6,
+                                                                     6: _v6_to_v7}
 
 
 def migrate(line: dict[str, Any], where: str) -> dict[str, Any]:
@@ -132,6 +143,7 @@ def history_rows(records: Iterable[RunRecord | dict[str, Any]], *, run_id: str, 
     if results is None:
         results = build_results(records, alpha=alpha)
     latest = results.latest
+    probe = run_probe(reading for r in latest.values() if r.status == "ok" for reading in machine_readings(r.metrics or {}))
     rows = []
     for row in results.jobs.to_dict("records"):
         key = row_key(row)
@@ -144,6 +156,7 @@ def history_rows(records: Iterable[RunRecord | dict[str, Any]], *, run_id: str, 
         out["stack"] = {k: env.get(k) for k in STACK_KEYS}
         out.update({k: (run or {}).get(k) for k in _RUN if k != "stack"})
         out["gate"] = (gate or {}).get(key)
+        out["probe"] = probe
         if isinstance(row.get("kernel_degraded"), str):  # degraded kernels under this row's speed (absent when healthy)
             out["kernel_degraded"] = row["kernel_degraded"]
         # as the job's identity reads them: a key added to the schema at its legacy value splits no series
@@ -218,9 +231,10 @@ def history_changes(history: pd.DataFrame, cfg: Tolerances) -> pd.DataFrame:
     where the run just before it is not alike, the note says which runs were passed over and why, and
     where no earlier run is alike, the row says what differs and nothing is compared.
 
-    Columns: KEY, metric (auc | throughput | status | config), previous, latest, change, noise,
-    flagged, note. `change` is the difference for AUC and the ratio - 1 for throughput; `noise`
-    the half-width of the change's interval in the same units.
+    Columns: KEY, metric (speedup | auc | throughput | status | config), previous, latest, change, noise,
+    flagged, note. `change` is the ratio - 1 for the paired speedup and for the throughput (normalized by
+    the runs' machine probes, not judged where they differ), the difference of the ΔAUC for auc (of the
+    AUC on fp32's row); `noise` the half-width of the change's interval in the same units.
     """
     columns = [*KEY, "metric", "previous", "latest", "change", "noise", "flagged", "note"]
     runs = run_order(history)
@@ -267,7 +281,7 @@ def history_changes(history: pd.DataFrame, cfg: Tolerances) -> pd.DataFrame:
                 f"{c.moved:+.4f}" if c.moved is not None else "")
             out.append({**base, "metric": metric, "previous": c.base, "latest": c.new, "change": c.moved,
                         "noise": c.noise, "flagged": c.flagged,
-                        "note": f"{metric} {shown} ({c.verdict}: {c.reason})"})
+                        "note": f"{c.metric} {shown} ({c.verdict}: {c.reason})"})
     return pd.DataFrame(out, columns=columns)
 
 
@@ -306,7 +320,8 @@ def render_history(history: pd.DataFrame, cfg: Tolerances, *, runs: int = 14) ->
     changes = history_changes(recent, cfg)
     flagged = changes[changes["flagged"].astype(bool)] if not changes.empty else changes
     lines += ["", "## Changes against the previous run (beyond noise; `compare`: AUC tolerance "
-              f"{cfg.auc_tolerance:g}, throughput tolerance {cfg.throughput_tolerance:.0%}, {1 - cfg.alpha:.0%} intervals)", ""]
+              f"{cfg.auc_tolerance:g}, throughput tolerance {cfg.throughput_tolerance:.0%}, {1 - cfg.alpha:.0%} intervals; "
+              f"samples/s normalized by the machine probes, judged where they agree within {cfg.probe_tolerance:.0%})", ""]
     if flagged.empty:
         lines.append("No change beyond the noise." if len(order) > 1 else "Only one run so far: nothing to compare.")
     else:

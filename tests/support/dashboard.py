@@ -9,6 +9,7 @@ nights after it have int8_tbe's throughput cut by `slowdown` (its per-trial thro
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -36,10 +37,24 @@ def night(slow: float = 0.0, fail: bool = False):
                  row("int8_tbe", batch_size=1024, delta=delta, half=0.0002, speedup=1.8 * (1 - slow)))
 
 
+def with_probes(folder: Path) -> Path:
+    """The folder's records with the machine probes each job takes at its start and end (the reference GEMM
+    and gather, µs: the same quiet machine every night), as a nightly's records carry them."""
+    path = folder / "records.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    reading = {f"{p}_{c}_us": t for p, t in (("gemm", 1300.0), ("gather", 200.0)) for c in ("cpu", "wall")}
+    for r in records:
+        if r["status"] == "ok":
+            r["metrics"]["machine"] = {"reference_start": dict(reading), "reference_end": dict(reading)}
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return folder
+
+
 def planted_history(reports: Path, runs: int = 5, slow_run: int = 4, slowdown: float = 0.2, failing_run: int | None = None) -> Path:
     """`reports/history.jsonl` over `runs` nights (0-based `slow_run` is the first slow one); returns it."""
     for i in range(runs):
-        folder = write_records(reports / "nightly" / f"2026010{i + 1}-022300", night(slowdown if i >= slow_run else 0.0, fail=i == failing_run))
+        folder = with_probes(write_records(reports / "nightly" / f"2026010{i + 1}-022300",
+                                           night(slowdown if i >= slow_run else 0.0, fail=i == failing_run)))
         (folder / "report.md").write_text(f"# nightly run {i + 1}\n")
         gate_sweep(folder, load_gate_config(), CompareConfig())  # as a nightly does: the verdict, then the history
         update_history(load_records(folder), history_path(None, reports), CompareConfig(), run_id=f"run{i + 1}",

@@ -1,6 +1,8 @@
 """The run-vs-run compare over real runs (issue 53): `python -m bench.report B --baseline A` on two identical
-tiny runs flags no row, and a backend made 20% slower by the test-only `backend.planted_slowdown` is flagged
-slower, by the change of its paired speedup against fp32 (both runs' intervals combined).
+tiny runs flags no row, and a backend made slower by the test-only `backend.planted_slowdown` is flagged
+slower, by the change of its paired speedup against fp32 (both runs' intervals combined). The test plants 1.5x, not
+the 1.2x of the quoted run in docs/comparing.md: at load average 7-11 one identical run's speedup came out 1.20x where
+the other gave 1.34x, which would hide a 20% plant, and this test must not hang on how busy CI's machine is.
 
 Each run is the real command in a subprocess. The timing is a fixed count of paired rounds (trials =
 max_rounds, on the thread's CPU clock), enough for the two runs' combined interval to clear the 5% tolerance
@@ -38,7 +40,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         return folder
 
     return {"a": run("a", "fp32,int8_tbe"), "b": run("b", "fp32,int8_tbe"),
-            "planted": run("planted", "int8_tbe", "backend.planted_slowdown=1.2")}
+            "planted": run("planted", "int8_tbe", "backend.planted_slowdown=1.5")}
 
 
 def compare(new: Path, base: Path, out: Path) -> tuple[str, pd.DataFrame]:
@@ -67,6 +69,7 @@ def test_a_planted_slowdown_is_flagged_slower(runs, tmp_path):
     int8 = df[df["backend"] == "int8_tbe"].iloc[0]
     assert int8["verdict"] == "slower"
     assert int8["speedup_change_hi"] < 0.95  # the whole interval clears 1 - 5%
+    assert 0.5 < int8["speedup_change"] < 0.8  # about 1 / 1.5
     assert "| synthetic | cpu | int8_tbe | 512 | **slower** |" in (tmp_path / "compare.md").read_text()
 
 

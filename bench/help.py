@@ -73,6 +73,9 @@ def help_text() -> str:
     ]
     for group in config_groups():
         options, families = _families(group, SWEEPS() if group == "sweep" else group_options(group))
+        if group == "ps_case":  # the parameter-server sweep's cases on one line: the help stays within its screens
+            lines.append(f"  {group_key(group)}=  {', '.join(options)}: the cases of +sweep=ps (conf/ps_case/, docs/backends.md)")
+            continue
         width = max(len(o) for o in options) + 2
         lines.append(f"  {group_key(group)}=")
         for option in options:

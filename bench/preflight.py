@@ -240,10 +240,10 @@ def _check_declared(cfg: DictConfig, override: Override) -> None:
 
 
 def _declared_fields(node: DictConfig) -> list[str] | None:
-    """The option names of a schema node; None for a map that takes any key."""
+    """The option names of a schema node, less those for testing only; None for a map that takes any key."""
     kind = OmegaConf.get_type(node)
     if kind is not None and dataclasses.is_dataclass(kind):
-        return [f.name for f in dataclasses.fields(kind)]
+        return [f.name for f in dataclasses.fields(kind) if not f.metadata.get("testing_only")]
     return None
 
 

@@ -19,6 +19,7 @@ class TablesOnly:
     """Just enough of a workload for trained_model: tables and a dense width."""
 
     num_dense = 13
+    sequences = None  # pooled tables only, as bench.workloads.workload.Workload's default
 
     def __init__(self, tables):
         self.tables = tables

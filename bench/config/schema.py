@@ -155,7 +155,7 @@ class BackendConfig:
     # Testing only: the prepared module busy-waits inside its forward for (planted_slowdown - 1) of the call's
     # own time (1.2: 20% slower), so a paired speedup against fp32 sees a real slowdown of this backend alone
     # (tests/test_compare_runs.py plants one for the run-vs-run compare to find). None: no slowdown.
-    planted_slowdown: Optional[float] = None
+    planted_slowdown: Optional[float] = field(default=None, metadata={"testing_only": True})
 
 
 @dataclass

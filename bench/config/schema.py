@@ -160,7 +160,7 @@ class BackendConfig:
 
 @dataclass
 class DeviceConfig:
-    type: str = "cpu"  # cpu | cuda
+    type: str = "cpu"  # a registered device (bench.devices): cpu | cuda
     index: int = 0
     # Fix glibc's mmap/trim thresholds before measuring: with glibc's moving threshold, large-batch
     # timings flip between two modes depending on what the process allocated before.

@@ -1,7 +1,7 @@
-"""The one hardware probe: devices, threads, the allocator, CPU model, memory available and peak RSS.
+"""The one hardware probe: threads, the allocator, CPU model, caches, GPU memory, memory available and peak RSS.
 
 Everything that asks the machine or the kernel about itself lives here; configs only describe, and
-the measuring code (bench.measure) and the memory guard call these functions.
+the devices (bench.devices), the measuring code (bench.measure) and the memory guard call these functions.
 """
 
 from __future__ import annotations
@@ -18,22 +18,6 @@ from typing import Iterator
 import torch
 
 from bench.errors import UserError
-
-DEVICE_TYPES = ("cpu", "cuda")
-
-
-def resolve(cfg) -> tuple[torch.device, str | None]:
-    """The torch device for a device config, and a reason to skip when it is absent here."""
-    if cfg.type not in DEVICE_TYPES:
-        raise UserError(f"unknown device {cfg.type!r}: choose one of {', '.join(DEVICE_TYPES)} (device=NAME)")
-    if cfg.type == "cuda":
-        if not torch.cuda.is_available():
-            return torch.device("cuda", cfg.index), "no CUDA device on this machine"
-        if cfg.index >= torch.cuda.device_count():
-            return torch.device("cuda", cfg.index), f"cuda:{cfg.index} does not exist ({torch.cuda.device_count()} CUDA devices)"
-        return torch.device("cuda", cfg.index), None
-    return torch.device("cpu"), None
-
 
 def set_threads(threads: int | None) -> int:
     """Set torch's intra-op thread count (None keeps the default) and return the count in force."""

@@ -136,7 +136,7 @@ REFERENCE_FAMILIES = ("embedding_bag_fp32", "gemm_fp32")
 
 
 def degraded_kernels(record: RunRecord, reference: bool = True) -> list[dict[str, Any]]:
-    """The degraded kernel families (`env.kernel_health`, bench.measure.kernel_health) this record's speed
+    """The degraded kernel families (`env.kernel_health`, bench.devices) this record's speed
     rests on, each with its verdict: the families its call ran (`metrics.kernel_families`; every degraded
     one where the record does not say which it ran), and with `reference` the fp32 reference's as well."""
     health = (record.env or {}).get("kernel_health") or {}

@@ -1,10 +1,14 @@
-"""One registry for every kind of plug-in (backends, workloads).
+"""One registry for every kind of plug-in (backends, workloads, devices).
 
 A plug-in module registers itself with `@register(kind, name, config=SchemaDataclass)`. The same
 name is used for the module file, `conf/<kind>/<name>.yaml` and here; `bench.config` stores each
 schema in Hydra's ConfigStore as `<kind>/base_<name>` in one loop, so a new backend is one module
 plus one YAML file and no list to edit: the default sweeps take their backend list from here
 (`${registered_backends:}` in `conf/sweep/`), unless it registers with `in_sweeps=False`.
+
+A device (bench.devices) registers the same way, `@register("device", name, config=DeviceConfig)` on its
+class; `device.type=NAME` picks it. Devices share one schema (`conf/device/`), so they are not among the
+KINDS whose schemas and options are stored and listed one by one.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from typing import Any, Callable
 
 from bench.errors import UserError
 
-KINDS = ("backend", "workload")
+KINDS = ("backend", "workload")  # each option a schema of its own and a conf/<kind>/<name>.yaml
+DEVICE = "device"
 
 
 @dataclass(frozen=True)
@@ -29,13 +34,13 @@ class Entry:
     toolkit: str | None = None  # a field's quantization toolkit it runs (its pip extra): joins `+sweep=toolkits`
 
 
-_entries: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
-PACKAGES = {"backend": "bench.backends", "workload": "bench.workloads"}
+_entries: dict[str, dict[str, Entry]] = {kind: {} for kind in (*KINDS, DEVICE)}
+PACKAGES = {"backend": "bench.backends", "workload": "bench.workloads", DEVICE: "bench.devices"}
 
 
 def register(kind: str, name: str, config: type, in_sweeps: bool = True, toolkit: str | None = None) -> Callable[[Any], Any]:
     if kind not in _entries:
-        raise ValueError(f"unknown plug-in kind {kind!r}; expected one of {KINDS}")
+        raise ValueError(f"unknown plug-in kind {kind!r}; expected one of {tuple(_entries)}")
 
     def decorate(factory: Any) -> Any:
         if name in _entries[kind]:
@@ -46,16 +51,16 @@ def register(kind: str, name: str, config: type, in_sweeps: bool = True, toolkit
     return decorate
 
 
-def load_plugins() -> None:
-    """Import every module of the plug-in packages so that their `register` calls run."""
-    for package_name in PACKAGES.values():
+def load_plugins(kind: str | None = None) -> None:
+    """Import every module of the plug-in packages (of `kind`'s alone, when given) so that their `register` calls run."""
+    for package_name in (PACKAGES.values() if kind is None else [PACKAGES[kind]]):
         package = importlib.import_module(package_name)
         for info in pkgutil.walk_packages(package.__path__, package_name + "."):
             importlib.import_module(info.name)
 
 
 def entries(kind: str) -> dict[str, Entry]:
-    load_plugins()
+    load_plugins(kind if kind == DEVICE else None)  # a device needs no backend imported
     return dict(_entries[kind])
 
 

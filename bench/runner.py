@@ -26,16 +26,14 @@ from typing import Any
 
 import torch
 
-from bench import cpuinfo_fix, registry
+from bench import devices, registry
 from bench.backends.backend import NotApplicable
 from bench.config import NOT_THE_JOB, Config, workload_label
 from bench.errors import UserError, one_line
-from bench.hardware import prepare_process, resolve
+from bench.hardware import prepare_process
 from bench.hashing import config_hash
-from bench.measure import cuda_health, kernel_health
 from bench.measure.environment import code_state, environment, kernel_path
 from bench.measure.memory import memory_skip_reason
-from bench.measure.roofline import Limits
 from bench.metrics import SPEEDUP
 from bench.models.train import input_identity, needs_training, training_seconds
 from bench.pipeline import reruns
@@ -43,7 +41,6 @@ from bench.pipeline.calibrate import (Calibration, Setting, calibration, calibra
                                       timing_setting)
 from bench.pipeline.guard import memory_estimate
 from bench.pipeline.shared import SharedWork
-from bench.progress import once_per_machine
 from bench.record import USER, RunRecord
 from bench.routes import route_for
 from bench.store import RECORDS, Claims, StoreIndex
@@ -93,8 +90,8 @@ class Session:
     claims: Claims = dataclasses.field(default_factory=Claims)
     # cache_dir -> this machine's timing calibration, or why there is none (kept across clear())
     calibrations: dict[str, Calibration | str] = dataclasses.field(default_factory=dict)
-    # (cache_dir, probe or not, the probed device) -> this machine's and stack's kernel health (bench.measure.kernel_health)
-    kernel_checks: dict[tuple[str, bool, str | None], dict] = dataclasses.field(default_factory=dict)
+    # (cache_dir, probe or not, the device, whether it is here) -> this machine's and stack's kernel health (Device.kernel_health)
+    kernel_checks: dict[tuple[str, bool, str, bool], dict] = dataclasses.field(default_factory=dict)
     announced: bool = False  # the first-run line (`announce_first_run`) was considered
 
     def __post_init__(self) -> None:
@@ -127,7 +124,7 @@ class Session:
         if self.announced:
             return
         self.announced = True
-        calibrate = (device.type == "cpu" and cfg.timing.calibrate and not route.uncalibrated
+        calibrate = (devices.get(cfg.device).calibrated_timing and cfg.timing.calibrate and not route.uncalibrated
                      and needs_calibration(cfg.cache_dir))
         try:
             workload = self.work.workload(cfg)
@@ -147,42 +144,16 @@ class Session:
         log.info(first_run_words(steps))
 
     def kernel_health(self, cfg: Config) -> dict:
-        """What a record keeps of the kernel health check of the job's device: the probe's verdicts (`kernel_health=true`,
-        once per machine and stack, cached) or, on CPU, FBGEMM's instruction set alone. A CUDA job is judged by the GPU's
-        probe (bench.measure.cuda_health), never by the host CPU's. A failed probe leaves the check to the instruction
-        set (CPU) or to nothing (GPU) and says why; the job goes on."""
-        probe = kernel_health.probe_device(cfg.device.type, torch.cuda.is_available())
-        key = (cfg.cache_dir, bool(cfg.kernel_health), probe)
+        """What a record keeps of the kernel health check of the job's device (`Device.kernel_health`): its probe's
+        verdicts (`kernel_health=true`, once per machine and stack, cached) or what stands without them. A CUDA job
+        is judged by the GPU's probe, never by the host CPU's. A failed probe says why; the job goes on."""
+        device = devices.get(cfg.device)
+        key = (cfg.cache_dir, bool(cfg.kernel_health), cfg.device.type, device.available())
         if key not in self.kernel_checks:
-            self.kernel_checks[key] = self._probe(cfg, probe)
+            where = device.torch_device()
+            self.kernel_checks[key] = device.kernel_health(cfg.cache_dir, bool(cfg.kernel_health), where,
+                                                           environment(where) if device.available() else {})
         return self.kernel_checks[key]
-
-    @staticmethod
-    def _probe(cfg: Config, probe: str | None) -> dict:
-        if probe is None:
-            return {"device": cfg.device.type, "probed": False, "degraded": [], "verdicts": {},
-                    "why_not_probed": f"no {cfg.device.type} device here"}
-        if probe == "cuda":
-            device = torch.device("cuda", cfg.device.index)
-            if not cfg.kernel_health:
-                return {"device": "cuda", "probed": False, "degraded": [], "verdicts": {}, "why_not_probed": "kernel_health=false"}
-            try:
-                limits = cuda_health.GpuLimits(cfg.cache_dir, environment(device)["fingerprint"], device).ensure(cuda_health.row_widths())
-                with once_per_machine("kernel probe"):  # read from its cache in milliseconds after the first run
-                    return cuda_health.health(cuda_health.cache_path(cfg.cache_dir, device), limits, device).as_env()
-            except Exception as exc:  # noqa: BLE001 - the check is extra: the jobs go on, unjudged
-                log.warning("GPU kernel health probe failed, CUDA jobs are not judged by it: %s", one_line(exc))
-                return {"device": "cuda", "probed": False, "degraded": [], "verdicts": {}, "why_not_probed": f"the probe failed ({one_line(exc)})"}
-        isa = cpuinfo_fix.summary()
-        if not cfg.kernel_health:
-            return {**kernel_health.isa_only(isa).as_env(), "why_not_probed": "kernel_health=false"}
-        try:
-            limits = Limits(cfg.cache_dir, environment()["fingerprint"]).ensure(kernel_health.row_widths())
-            with once_per_machine("kernel probe"):  # read from its cache in milliseconds after the first run
-                return kernel_health.health(kernel_health.cache_path(cfg.cache_dir), limits).as_env()
-        except Exception as exc:  # noqa: BLE001 - the check is extra: the jobs go on with the ISA check alone
-            log.warning("kernel health probe failed, the instruction-set check stands alone: %s", one_line(exc))
-            return {**kernel_health.isa_only(isa).as_env(), "why_not_probed": f"the probe failed ({one_line(exc)})"}
 
 
 MIN_ESTIMATED_STEPS = 30  # a training this long or longer is estimated up front (3 of its steps timed)
@@ -198,7 +169,7 @@ def device_of(cfg: Config) -> tuple[torch.device | None, str | None]:
     """The process set up for the job (threads, allocator) and its device resolved: (device, None), or (None or the
     device, why it cannot run here). Every job takes this path, and the tune too."""
     prepare_process(cfg.device, cfg.threads)
-    return resolve(cfg.device)
+    return devices.resolve(cfg.device)
 
 
 def memory_skip(cfg: Config, backend, device: torch.device, work: SharedWork) -> str | None:
@@ -212,7 +183,7 @@ def memory_skip(cfg: Config, backend, device: torch.device, work: SharedWork) ->
     if work.prepared_resident(cfg, backend, device):  # a held module is reused, not built again
         return None
     estimate = memory_estimate(cfg, backend, workload, work.model_resident(cfg), device)
-    return memory_skip_reason(estimate, device, cfg.memory_fraction)
+    return memory_skip_reason(estimate, device, cfg.memory_fraction, devices.get(cfg.device))
 
 
 def run_one(cfg: Config, session: Session | None = None) -> RunRecord:
@@ -305,7 +276,10 @@ def _timing_setting(cfg: Config, device: torch.device, backend, route, session: 
     why_not, calibrated = route.uncalibrated or "", None  # a route that times its own way says why
     if not why_not and not cfg.timing.calibrate:
         why_not = "timing.calibrate=false"
-    if not why_not and device.type == "cpu":
+    job_device = devices.get(cfg.device)
+    if not why_not and not job_device.calibrated_timing:  # its own clock (CUDA events): the CPU's calibration does not apply
+        why_not = job_device.uncalibrated or f"{job_device.name}: timed on its own clock"
+    if not why_not:
         calibrated, why_not = session.calibration(cfg)
     # read before every job: a sweep's earlier jobs, re-runs of jobs measured before, already count for its later ones
     rerun_log = reruns.Reruns(reruns.path_for(calibrated.path), kernel_path()) if calibrated is not None else None

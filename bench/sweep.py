@@ -54,13 +54,22 @@ def count_jobs(config: DictConfig) -> int:
     return math.prod(len(v) for v in swept_values(config).values())
 
 
-def jobs_without_device(config: DictConfig, cuda: bool) -> int:
-    """The sweep's jobs on a CUDA device where this machine has none (`cuda`: whether it has): each is skipped in
-    about no time, so the time left is estimated without them."""
+def jobs_without_device(config: DictConfig, here: Callable[[str], bool] | None = None) -> int:
+    """The sweep's jobs on a device this machine does not have (`here(name)`: whether it has it; by default the
+    device's own answer, `Device.missing`): each is skipped in about no time, so the time left is estimated without them."""
+    here = here or _device_here
     values = swept_values(config)
-    devices = values.get("device") or [str(config.get("device", {}).get("type", "cpu"))]
-    missing = sum(not cuda and d.startswith("cuda") for d in devices)
-    return count_jobs(config) * missing // len(devices)
+    names = values.get("device") or [str(config.get("device", {}).get("type", "cpu"))]
+    missing = sum(not here(name) for name in names)
+    return count_jobs(config) * missing // len(names)
+
+
+def _device_here(name: str) -> bool:
+    """Whether the device named is on this machine (a name no device has counts as here: the job says what is wrong)."""
+    from bench import devices  # noqa: PLC0415 - torch, imported once a sweep starts, not for `--help`
+    from bench.config import DeviceConfig  # noqa: PLC0415
+
+    return name not in devices.names() or devices.get(DeviceConfig(type=name)).missing() is None
 
 
 # Command-line keys that do not change a sweep's jobs: the config's own (NOT_THE_JOB), Hydra's
@@ -113,11 +122,9 @@ class SweepCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         _ended.clear()
-        import torch
-
         self.bar = progress(total=count_jobs(config), desc="sweep", unit="job", interval=0)  # without a terminal: a line per job
         if hasattr(self.bar, "expected_skips"):
-            self.bar.expected_skips = jobs_without_device(config, torch.cuda.is_available())
+            self.bar.expected_skips = jobs_without_device(config)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         if self.bar is not None:  # the clock of the time left starts with the first job, not with composing the sweep

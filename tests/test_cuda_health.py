@@ -13,19 +13,26 @@ import pytest
 import torch
 from torch import nn
 
-from bench.measure import cuda_health, kernel_health
-from bench.measure.kernel_health import EAGER, MIN_GATHER_SHARE, tbe_family
-from bench.measure.roofline import roofline_metrics
+from bench import devices
+from bench.config import DeviceConfig
+from bench.devices import cpu_probe, cuda
+from bench.devices.cuda import MIN_GATHER_SHARE
+from bench.devices.health import EAGER, Health, tbe_family
+from bench.devices.roofline import Limits, roofline_metrics
 from bench.record import RunRecord
 
 CPU = torch.device("cpu")
 
 
-def test_the_probe_follows_the_job_s_device():
-    assert kernel_health.probe_device("cpu", cuda_available=False) == "cpu"
-    assert kernel_health.probe_device("cpu", cuda_available=True) == "cpu"
-    assert kernel_health.probe_device("cuda", cuda_available=True) == "cuda"
-    assert kernel_health.probe_device("cuda", cuda_available=False) is None  # never the host CPU's probe
+def gpu() -> cuda.CudaDevice:
+    return devices.get(DeviceConfig(type="cuda"))
+
+
+def test_the_probe_follows_the_job_s_device(monkeypatch):
+    for here in (False, True):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: here)
+        assert devices.get(DeviceConfig(type="cpu")).available()
+        assert gpu().available() == here  # never the host CPU's probe in its place
 
 
 def _never_the_cpu_probe(*args, **kwargs):
@@ -35,7 +42,7 @@ def _never_the_cpu_probe(*args, **kwargs):
 def test_a_cuda_job_without_a_gpu_is_not_judged_by_the_cpu(tiny_cfg, monkeypatch):
     from bench.runner import Session
 
-    monkeypatch.setattr(kernel_health, "health", _never_the_cpu_probe)
+    monkeypatch.setattr(cpu_probe, "health", _never_the_cpu_probe)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     found = Session().kernel_health(tiny_cfg("device=cuda", "kernel_health=true"))
     assert found["device"] == "cuda" and not found["probed"] and found["degraded"] == [] and found["verdicts"] == {}
@@ -46,13 +53,12 @@ def test_a_cuda_job_takes_the_gpu_probe_when_cuda_is_there(tiny_cfg, monkeypatch
     """CUDA faked as present: the session goes to the GPU probe (which then finds no GPU to name and says so)."""
     from bench.runner import Session
 
-    monkeypatch.setattr(kernel_health, "health", _never_the_cpu_probe)
+    monkeypatch.setattr(cpu_probe, "health", _never_the_cpu_probe)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     asked = []
-    monkeypatch.setattr(cuda_health, "health", lambda path, limits, device: asked.append(device) or kernel_health.Health([], {}, True, device="cuda"))
-    monkeypatch.setattr(cuda_health.GpuLimits, "ensure", lambda self, widths: self)
+    monkeypatch.setattr(cuda.CudaDevice, "health", lambda self, cache_dir, limits, device, env: asked.append(device) or Health([], {}, True, device="cuda"))
+    monkeypatch.setattr(Limits, "ensure", lambda self, widths: self)
     monkeypatch.setattr("bench.runner.environment", lambda device=None: {"fingerprint": "fake-gpu"})
-    monkeypatch.setattr(cuda_health, "cache_path", lambda cache_dir, device: cache_dir)
     found = Session().kernel_health(tiny_cfg("device=cuda", "kernel_health=true"))
     assert asked == [torch.device("cuda", 0)] and found["device"] == "cuda" and found["probed"]
     off = Session().kernel_health(tiny_cfg("device=cuda", "kernel_health=false"))
@@ -67,23 +73,26 @@ def test_the_cpu_probe_still_judges_a_cpu_job(tiny_cfg):
 
 
 def test_cuda_rows_are_fbgemm_s_16_byte_aligned_rows():
-    assert {d: cuda_health.row_bytes(d) for d in cuda_health.SPARSE_TYPES} == {"fp32": 256, "fp16": 128, "int8": 80, "int4": 48, "int2": 32}
-    assert cuda_health.row_widths() == [32, 48, 80, 128, 256]
+    assert {d: cuda.row_bytes(d) for d in cuda.SPARSE_TYPES} == {"fp32": 256, "fp16": 128, "int8": 80, "int4": 48, "int2": 32}
+    assert cuda.row_widths() == [32, 48, 80, 128, 256]
 
 
 def test_the_probe_s_timings_run_on_the_device_they_are_given():
-    timed = cuda_health.time_lookups(CPU, tables=2, rows=500, batch=64, calls=3)
-    assert set(timed) == {EAGER, *(tbe_family(d) for d in cuda_health.SPARSE_TYPES)}
+    timed = cuda.time_lookups(CPU, tables=2, rows=500, batch=64, calls=3)
+    assert set(timed) == {EAGER, *(tbe_family(d) for d in cuda.SPARSE_TYPES)}
     assert all(v > 0 and math.isfinite(v) for v in timed.values())
-    gemms = cuda_health.time_gemms(CPU, shape=(32, 32, 32), calls=3)
+    gemms = cuda.time_gemms(CPU, shape=(32, 32, 32), calls=3)
     assert set(gemms) == {"gemm_fp32", "gemm_fp16"} and all(v > 0 for v in gemms.values())
 
 
 def test_gpu_limits_are_measured_once_and_cached(tmp_path):
-    limits = cuda_health.GpuLimits(tmp_path, "fp", CPU, gemm_shape=(64, 64, 64)).ensure([32, 48], total_bytes=1 << 22)
+    device = gpu()
+    device.gemm_shape = (64, 64, 64)  # the probe's functions on the CPU device: a small GEMM
+    limits = device.limits(tmp_path, "fp", CPU).ensure([32, 48], total_bytes=1 << 22)
     assert limits.path == tmp_path / "roofline" / "fp-cuda.json" and limits.path.exists()
     assert limits.gather(32) > 0 and limits.gemm("fp16") > 0 and limits.gemm("fp32") > 0
-    again = cuda_health.GpuLimits(tmp_path, "fp", CPU)
+    assert limits.data["device"] == "cuda" and limits.data["version"] == cuda.VERSION and limits.data["clock"] == "wall"  # as the GPU's file was
+    again = gpu().limits(tmp_path, "fp", CPU)
     assert again.data["gather_bytes_per_s"] == limits.data["gather_bytes_per_s"]
 
 
@@ -104,7 +113,7 @@ def test_the_gpu_verdicts_read_the_gpu_s_own_limits():
     # the int2 row is 32 bytes: 32 ns at the roofline, so at most 32 / MIN_GATHER_SHARE ns a row is healthy
     bound = 32 / MIN_GATHER_SHARE
     timed = {EAGER: 300.0, tbe_family("int2"): bound * 1.1, tbe_family("int8"): 80.0, "gemm_fp16": 1.0, "gemm_fp32": 1e3}
-    verdicts = {v.family: v for v in cuda_health.judge(timed, _Limits())}
+    verdicts = {v.family: v for v in cuda.judge(timed, _Limits())}
     assert not verdicts["tbe_int2"].healthy and "GPU's gather roofline" in verdicts["tbe_int2"].why
     assert verdicts["tbe_int2"].expected_ns == pytest.approx(bound)
     assert verdicts["tbe_int8"].healthy and verdicts[EAGER].healthy

@@ -1,5 +1,5 @@
 """FBGEMM's kernel path: the cpuinfo fix (bench.cpuinfo_fix) reaches every process the harness starts,
-and kernel health (bench.measure.kernel_health) is measured and reported, not assumed.
+and kernel health (bench.devices.cpu_probe) is measured and reported, not assumed.
 
 Scripts that time the bare stack on purpose (benchmarks/scripts/cpuinfo_repro.py) are out of the
 audit's scope: they import fbgemm_gpu before bench to show the trap."""
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from bench import cpuinfo_fix
-from bench.measure import kernel_health
-from bench.measure.kernel_health import GATHER, Verdict, judge
+from bench.devices import cpu_probe
+from bench.devices.cpu_probe import GATHER, Verdict, judge
 from bench.store import read_records
 from tests.support.models import FAST, train_once
 
@@ -86,7 +86,7 @@ def test_an_int8_gemm_slower_than_fp32_is_degraded_and_a_blank_isa_fails_every_t
     verdicts = {v.family: v for v in judge([rounds, rounds], None, isa, {})}
     assert not verdicts["tbe_int8"].healthy and verdicts["tbe_int8"].fix == "import bench before torchrec or fbgemm_gpu"
     assert verdicts["embedding_bag_fp32"].healthy  # torch's own lookup does not read FBGEMM's cpuinfo copy
-    assert [v.family for v in kernel_health.isa_only(isa).degraded()] == [f"tbe_{d}" for d in kernel_health.TBE_ROWS]
+    assert [v.family for v in cpu_probe.isa_only(isa).degraded()] == [f"tbe_{d}" for d in cpu_probe.TBE_ROWS]
 
 
 # -------------------------------------------------------------- a user's script, in a subprocess

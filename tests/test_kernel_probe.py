@@ -1,4 +1,4 @@
-"""The kernel probe's judging (bench.measure.kernel_health) on injected timings: interleaved rounds, the
+"""The kernel probe's judging (bench.devices.cpu_probe) on injected timings: interleaved rounds, the
 median ratio's interval against bounds set from what a fallback costs, and a verdict cached only when two
 probes agree. The real probe runs in tests/test_kernel_path.py and in benchmarks/scripts/probe_stability.py
 (its short mode below)."""
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.measure import kernel_health
-from bench.measure.kernel_health import (EAGER, FAMILIES, GATHER, MAX_EAGER_RATIO, MAX_GATHER_RATIO, ROUNDS, Timed, cached_verdicts,
+from bench.devices import cpu_probe
+from bench.devices.cpu_probe import (EAGER, FAMILIES, GATHER, MAX_EAGER_RATIO, MAX_GATHER_RATIO, ROUNDS, Timed, cached_verdicts,
                                          judge, time_rounds)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,7 +36,7 @@ def probe_of(levels: dict[str, float], noise: list[float] = NOISE_20, gather_noi
     return timed
 
 
-def verdicts(*probes: Timed, env: dict[str, str] | None = None) -> dict[str, kernel_health.Verdict]:
+def verdicts(*probes: Timed, env: dict[str, str] | None = None) -> dict[str, cpu_probe.Verdict]:
     return {v.family: v for v in judge(list(probes), None, ISA, env or {})}
 
 
@@ -128,16 +128,16 @@ def test_only_a_stable_verdict_is_cached_and_an_unstable_one_is_probed_again_nex
         asked.append(list(families))
         return script.pop(0)
 
-    first = kernel_health.health(path, None, measure=measure)
+    first = cpu_probe.health(path, None, measure=measure)
     assert asked == [list(FAMILIES)] * 2 and not first.degraded() and [v.family for v in first.unstable()] == ["tbe_int4"]
     assert first.as_env()["unstable"] == ["tbe_int4"] and first.as_env()["degraded"] == []
     data = json.loads(path.read_text())
-    assert data["version"] == kernel_health.VERSION and len(data["timed"]) == 2 and len(data["timed"][0]["tbe_int4"]) == ROUNDS
+    assert data["version"] == cpu_probe.VERSION and len(data["timed"]) == 2 and len(data["timed"][0]["tbe_int4"]) == ROUNDS
     assert "tbe_int4" not in cached_verdicts(path) and len(cached_verdicts(path)) == len(FAMILIES) - 1
 
-    second = kernel_health.health(path, None, measure=measure)
+    second = cpu_probe.health(path, None, measure=measure)
     assert asked[2:] == [["tbe_int4"]] * 2 and all(v.stable and v.healthy for v in second.verdicts)
-    third = kernel_health.health(path, None, measure=measure)
+    third = cpu_probe.health(path, None, measure=measure)
     assert len(asked) == 4 and [v.family for v in third.verdicts] == list(FAMILIES)  # all cached: nothing probed
 
 
@@ -145,9 +145,9 @@ def test_only_a_stable_verdict_is_cached_and_an_unstable_one_is_probed_again_nex
 def test_a_fallback_both_probes_confirm_is_cached_degraded_and_read_back_without_probing(tmp_path):
     path = tmp_path / "kernels.json"
     fallback = probe_of({"tbe_int8": 15.0})
-    first = kernel_health.health(path, None, measure=lambda families: fallback)
+    first = cpu_probe.health(path, None, measure=lambda families: fallback)
     assert [v.family for v in first.degraded()] == ["tbe_int8"] and not first.unstable()
-    again = kernel_health.health(path, None, measure=lambda families: pytest.fail(f"probed {families} again"))
+    again = cpu_probe.health(path, None, measure=lambda families: pytest.fail(f"probed {families} again"))
     assert [v.family for v in again.degraded()] == ["tbe_int8"] and again.degraded()[0].why == first.degraded()[0].why
 
 
@@ -164,7 +164,7 @@ def test_the_report_says_which_family_read_unstable_and_puts_no_kernel_health_ba
     from bench.report.kernels import banner_lines
 
     found = verdicts(probe_of({"tbe_int4": 15.0}), probe_of({}))
-    health = kernel_health.Health(list(found.values()), ISA, probed=True).as_env()
+    health = cpu_probe.Health(list(found.values()), ISA, probed=True).as_env()
     assert health["unstable"] == ["tbe_int4"] and health["degraded"] == []
     assert health["verdicts"]["tbe_int4"]["probes"][0]["checks"][GATHER + "tbe_int4"][0] == pytest.approx(15.0)
     record = RunRecord(status="ok", workload="synthetic", backend="uint4", device="cpu", batch_size=1024, config={},

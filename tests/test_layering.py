@@ -25,7 +25,7 @@ def lint(root: Path) -> subprocess.CompletedProcess:
 def test_the_layers_hold_and_nothing_goes_round_in_circles():
     result = lint(REPO)
     assert result.returncode == 0, result.stdout[-3000:]
-    assert "Contracts: 3 kept, 0 broken." in result.stdout
+    assert "Contracts: 5 kept, 0 broken." in result.stdout
 
 
 def lint_with(tmp_path: Path, module: str, line: str) -> subprocess.CompletedProcess:
@@ -47,3 +47,14 @@ def test_an_upward_import_breaks_the_contract(tmp_path):
     result = lint_with(tmp_path, "config/schema.py", "import bench.gate  # the config importing the gate: upward")
     assert result.returncode == 1
     assert "bench.config is not allowed to import bench.gate" in result.stdout
+
+
+def test_a_device_builds_on_the_interface_alone_and_sits_below_measure(tmp_path):
+    """A device module importing another (so adding one would touch one beside it), the interface importing a
+    device, or a device importing the measuring code above it: each breaks a contract."""
+    another = lint_with(tmp_path / "another", "devices/cuda.py", "import bench.devices.cpu  # one device leaning on another")
+    assert another.returncode == 1 and "bench.devices.cuda is not allowed to import bench.devices.cpu" in another.stdout
+    interface = lint_with(tmp_path / "interface", "devices/device.py", "import bench.devices.cuda  # the interface naming a device")
+    assert interface.returncode == 1 and "bench.devices.device is not allowed to import bench.devices.cuda" in interface.stdout
+    upward = lint_with(tmp_path / "upward", "devices/cpu.py", "import bench.measure.timing  # a device importing the timing loop")
+    assert upward.returncode == 1 and "bench.devices is not allowed to import bench.measure" in upward.stdout

@@ -9,7 +9,8 @@ from torch import nn
 
 from bench.config import DeviceConfig
 from bench.errors import UserError
-from bench.hardware import resolve, set_threads
+from bench.devices import resolve
+from bench.hardware import set_threads
 from bench.measure.accuracy import CountMismatch, accuracy_metrics, score
 from bench.measure.environment import environment
 from bench.measure.memory import PeakMemory, model_bytes

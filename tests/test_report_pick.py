@@ -164,7 +164,7 @@ def test_a_zero_loss_choice_faster_than_the_pick_is_named():
 
 
 def test_an_unreadable_speed_keeps_the_pick_and_says_it_was_not_judged():
-    # a kernel probe's verdict (bench.measure.kernel_health) leaves the pick named: it reads nothing timed
+    # a kernel probe's verdict (bench.devices) leaves the pick named: it reads nothing timed
     p = only(quant_table(kernel_degraded="tbe_int4"))
     assert (p.choice.backend, p.reading) == ("uint4", "not judged")
     assert "speed not judged: timed on a degraded kernel (tbe_int4)" in p.line()

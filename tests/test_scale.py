@@ -16,7 +16,10 @@ from bench import hardware, registry
 from bench.config.compose import compose
 from bench.measure.working_set import access_profile, working_set_bytes
 from bench.measure.kernels import operators
-from bench.measure.roofline import VERSION, Limits, roofline_metrics
+from bench.config import DeviceConfig
+from bench.devices import get as get_device
+from bench.devices.cpu import VERSION
+from bench.devices.roofline import roofline_metrics
 from bench.measure.timing import time_module
 from bench.models.dlrm import build_dlrm
 from bench.runner import Session, run_one
@@ -110,6 +113,11 @@ def test_operators_name_the_kernels_and_count_the_flops(tiny_model):
     assert "quantized::linear_relu_dynamic" in ops.gemm and "aten::linear" in ops.gemm
     m = ops.as_metrics(64)
     assert m["dense_flops_per_sample"] == flops and m["dense_int8_fraction"] == pytest.approx(1 - (2 * 5 * 16 * 5 + 2 * 16) / flops)
+
+
+def Limits(cache_dir, fingerprint):
+    """The CPU's limits (bench.devices.cpu), as a CPU job reads them."""
+    return get_device(DeviceConfig(type="cpu")).limits(cache_dir, fingerprint, torch.device("cpu"))
 
 
 @pytest.mark.slow

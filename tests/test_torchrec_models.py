@@ -12,7 +12,7 @@ What keeps it under a minute: a tiny workload (8 tables of at most 2000 rows, 16
 two threads of a busy machine spends most of its time waiting for the other thread), and one Session for the
 module: the workload is generated once, each row's fp32 model is trained once and scored once, and its
 backends reuse both (and each other's fake-quant twin and attribution scores). The roofline's machine limits
-(bench.measure.roofline: a bandwidth measurement of a few seconds per row width) are not what this test
+(bench.devices.cpu: a bandwidth measurement of a few seconds per row width) are not what this test
 checks, so they are stand-in figures here. The test prints each row of the model x backend -> ΔAUC table
 (`pytest -s`).
 """
@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from bench.config.compose import compose
-from bench.measure import roofline
+from bench.devices import cpu
 from bench.runner import Session, run_one
 from tests.test_custom_model import logistic_regression_auc
 
@@ -54,8 +54,8 @@ def shared(tmp_path_factory):
     threads = torch.get_num_threads()
     root = tmp_path_factory.mktemp("torchrec_models")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(roofline, "gather_bandwidth", lambda row_bytes, total_bytes: 10e9)
-        mp.setattr(roofline, "gemm_flops", lambda: {"fp32": 100e9, "int8": 200e9})
+        mp.setattr(cpu, "gather_bandwidth", lambda row_bytes, total_bytes: 10e9)
+        mp.setattr(cpu, "gemm_flops", lambda: {"fp32": 100e9, "int8": 200e9})
         yield Session(), [f"cache_dir={root / 'cache'}", f"reports_dir={root / 'reports'}"], {}
     torch.set_num_threads(threads)
 

@@ -160,7 +160,7 @@ class BackendConfig:
 
 @dataclass
 class DeviceConfig:
-    type: str = "cpu"  # cpu | cuda
+    type: str = "cpu"  # a registered device (bench.devices): cpu | cuda
     index: int = 0
     # Fix glibc's mmap/trim thresholds before measuring: with glibc's moving threshold, large-batch
     # timings flip between two modes depending on what the process allocated before.
@@ -570,7 +570,7 @@ class Config:
     calibration_batch_size: int = 1024  # the calibration split is cut into batches of this size
     timing: TimingConfig = field(default_factory=TimingConfig)
     # Time each kernel family the backends use once per machine and stack (seconds, cached beside the timing
-    # calibration: bench.measure.kernel_health) and flag a degraded one in every record, report and gate.
+    # calibration: bench.devices) and flag a degraded one in every record, report and gate.
     # false: FBGEMM's instruction set is still checked against the CPU's, without timing anything.
     kernel_health: bool = True
     # A ΔAUC that names its layer: a job whose ΔAUC passes the gate's AUC margin quantizes each int8 Linear and

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from bench import cpuinfo_fix
+from bench import cpuinfo_fix, devices
 from bench.backends.backend import Backend, NotApplicable
 from bench.backends.tables import table_storage
 from bench.backends.tbe import row_alignment
@@ -125,7 +125,7 @@ def collect(cfg: Config, backend: Backend, device: torch.device, work: SharedWor
     if refusal is not None:
         raise NotApplicable(refusal)
 
-    with PeakMemory(device) as peak:
+    with PeakMemory(device, devices.get(cfg.device)) as peak:
         torch.manual_seed(cfg.seed)  # as the unsharded job prepares it
         with engine.split_scale_bias(model.module, split):
             prepared = backend.prepare(model.module, work.split_batches(cfg, workload, "calibration"), device)
@@ -139,7 +139,7 @@ def collect(cfg: Config, backend: Backend, device: torch.device, work: SharedWor
         local_scores = _score(sharded, eval_batches, device, rank, n_ranks)
         lo, hi = split_bounds(cfg.batch_size, rank, n_ranks)
         inputs = [slice_rows(*args, lo, hi) for args in work.timing_inputs(cfg, workload, device)]
-        timing = time_module(sharded, inputs, hi - lo, device, **loop_options(cfg.timing), agree_calls=lambda n: int(ranks.agree_max(n)))
+        timing = time_module(sharded, inputs, hi - lo, device, **loop_options(cfg.timing, cfg.device), agree_calls=lambda n: int(ranks.agree_max(n)))
 
     mine = {"rank": rank, "rows_per_call": hi - lo, PEAK_RSS_BYTES: peak.peak_rss_bytes, "rss_scope": peak.rss_scope,
             "threads": torch.get_num_threads(), LATENCY_MS: timing.latency_ms, "scores": local_scores,

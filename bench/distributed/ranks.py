@@ -21,6 +21,8 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 
+from bench import devices
+
 
 @dataclass(frozen=True)
 class RankEnv:
@@ -60,15 +62,14 @@ def writes_records() -> bool:
 
 
 def pg_backend(device: torch.device) -> str:
-    return "nccl" if device.type == "cuda" else "gloo"
+    """torch.distributed's backend for the device's ranks (gloo on the CPU, nccl on CUDA: `Device.process_group`)."""
+    return devices.of(device).process_group
 
 
 def rank_device(device: torch.device) -> torch.device:
-    """The device a rank computes on: its own GPU (LOCAL_RANK) on CUDA, the CPU otherwise."""
+    """The device a rank computes on: its own GPU (LOCAL_RANK) on CUDA, the CPU otherwise (`Device.rank_device`)."""
     env = rank_env()
-    if device.type != "cuda" or env is None:
-        return device
-    return torch.device("cuda", env.local_rank)
+    return device if env is None else devices.of(device).rank_device(device, env.local_rank)
 
 
 @contextmanager
@@ -85,8 +86,7 @@ def process_group(device: torch.device, timeout_s: float) -> Iterator[dist.Proce
     if rank_env() is None:
         dist.init_process_group(pg_backend(device), store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
     else:
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
+        devices.of(device).select(device)  # a GPU rank's collectives run on its own GPU
         dist.init_process_group(pg_backend(device), timeout=timeout)
     try:
         yield dist.group.WORLD

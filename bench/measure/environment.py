@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from bench import cpuinfo_fix, hardware
+from bench.devices import cpu
 from bench.hashing import config_hash
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,14 +43,9 @@ def kernel_path() -> str:
 
 
 def stack_key(version: int) -> str:
-    """The machine and stack a per-machine cache holds for (the timing calibration, the kernel probe): CPU
-    model, the CPUs this process may use, torch and FBGEMM versions, FBGEMM's instruction set, what the
-    cpuinfo fix did, and the environment variables that steer the kernels. A cache never outlives a
-    change of any of them (a calibration timed on FBGEMM's reference kernels is not reused once fixed)."""
-    env = environment()
-    return config_hash({"cpu": env["cpu"], "cpus": env["cpu_count"], "torch": env["torch"], "fbgemm": env["fbgemm_gpu"],
-                        "fbgemm_isa": env["fbgemm_isa"], "cpuinfo_fix": env["cpuinfo_fix"], "kernel_env": cpuinfo_fix.kernel_env(),
-                        "version": version}, length=12)
+    """The machine and stack a per-machine cache holds for (the timing calibration, the kernel probe): this
+    process's (bench.devices.cpu.stack_key)."""
+    return cpu.stack_key(environment(), version)
 
 
 @functools.cache

@@ -88,7 +88,7 @@ HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 
 def families(log: OperatorLog, table_dtypes: Iterable[str]) -> list[str]:
-    """The kernel families (bench.measure.kernel_health) a call ran: FBGEMM's TBE lookup at each stored
+    """The kernel families (bench.devices) a call ran: FBGEMM's TBE lookup at each stored
     row type, ATen's fp32 EmbeddingBag, the fp32, fp16/bf16 and int8 GEMMs."""
     out = set()
     if any("split_embedding" in name for name in log.embedding):  # FBGEMM's table-batched lookup

@@ -16,7 +16,8 @@ from torch import nn
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torchrec.tensor_types import UIntXTensor
 
-from bench import hardware
+from bench import devices, hardware
+from bench.devices import Device
 
 
 def model_bytes(module: nn.Module) -> int:
@@ -74,7 +75,8 @@ def _storage_bytes(t: torch.Tensor) -> int:
 
 
 class PeakMemory:
-    """Peak RSS of this process over a `with` block, and the CUDA peak when on a GPU.
+    """Peak RSS of this process over a `with` block, and the peak of the device's own memory where it has one
+    (the job's device, `job_device`: bench.devices; `cuda_peak_bytes` is the name records keep for it).
 
     Linux resets the RSS high-water mark through /proc/self/clear_refs, so the peak belongs to the
     block, not to everything the process did before. Where that is not allowed, the peak is the
@@ -83,8 +85,9 @@ class PeakMemory:
     before entering, so they are part of neither figure.
     """
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, job_device: Device | None = None) -> None:
         self.device = device
+        self.job_device = job_device or devices.of(device)
         self.rss_scope = "process"
         self.peak_rss_bytes = 0
         self.rss_start_bytes: int | None = None
@@ -94,14 +97,12 @@ class PeakMemory:
         if hardware.reset_peak_rss():
             self.rss_scope = "job"
         self.rss_start_bytes = hardware.rss_bytes()
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
+        self.job_device.reset_peak(self.device)
         return self
 
     def __exit__(self, *exc) -> None:
         self.peak_rss_bytes = hardware.peak_rss_bytes()
-        if self.device.type == "cuda":
-            self.cuda_peak_bytes = int(torch.cuda.max_memory_allocated(self.device))
+        self.cuda_peak_bytes = self.job_device.peak_bytes(self.device)
 
 
 # ------------------------------------------------------------------------------- the resource guard
@@ -164,11 +165,16 @@ def estimate_job(
     return MemoryEstimate(fp32, backend, model_resident)
 
 
-def memory_skip_reason(estimate: MemoryEstimate, device: torch.device, fraction: float) -> str | None:
-    """A `skipped` reason when the estimate exceeds `fraction` of what is available, else None."""
-    checks = [("host", estimate.host_bytes + (estimate.backend_tables_bytes if device.type == "cpu" else 0), hardware.mem_available_bytes(), "MemAvailable")]
-    if device.type == "cuda":
-        checks.append(("GPU", estimate.fp32_model_bytes + estimate.backend_tables_bytes, hardware.gpu_free_bytes(device), "free GPU memory"))
+def memory_skip_reason(estimate: MemoryEstimate, device: torch.device, fraction: float, job_device: Device | None = None) -> str | None:
+    """A `skipped` reason when the estimate exceeds `fraction` of what is available, else None. On a device with
+    memory of its own (`job_device`'s `free_bytes`), the model and the backend's tables must fit there too, and the
+    tables are not counted on the host."""
+    job_device = job_device or devices.of(device)
+    on_host = job_device.tables_on_host
+    checks = [("host", estimate.host_bytes + (estimate.backend_tables_bytes if on_host else 0), hardware.mem_available_bytes(), "MemAvailable")]
+    if not on_host:
+        checks.append((job_device.memory_name, estimate.fp32_model_bytes + estimate.backend_tables_bytes, job_device.free_bytes(device),
+                       f"free {job_device.memory_name} memory"))
     for where, need, available, source in checks:
         if available is not None and need > fraction * available:
             return (

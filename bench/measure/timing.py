@@ -2,9 +2,10 @@
 
 The timed region holds only the model call: batches are built and moved to the device before
 timing starts. Warm-up first, then several trials; every per-batch latency is kept so a report can
-recompute any statistic. On CPU the clock is wall time, or with `timing.clock=thread_cpu` the CPU time
-of the calling thread (one thread only): on a machine shared with other work it leaves out the time
-spent waiting for a core. On CUDA, CUDA events bracket each call and the trial synchronises once.
+recompute any statistic. The job's device reads the clock (bench.devices: `Device.call_timer`). On CPU
+it is wall time, or with `timing.clock=thread_cpu` the CPU time of the calling thread (one thread only):
+on a machine shared with other work it leaves out the time spent waiting for a core. On CUDA, CUDA
+events bracket each call and the trial synchronises once.
 
 Fresh data: calls walk through the distinct timing batches in order across trials (they never
 restart at the first batch), so with enough distinct batches no timed call replays ids whose rows
@@ -42,7 +43,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from bench import devices
 from bench.batch import fresh_inputs
+from bench.devices import Device
 from bench.stats import Quantile, RatioInterval, log_median_interval, log_se, quantile_interval
 
 Clock = Callable[[], int]  # nanoseconds
@@ -51,10 +54,12 @@ LOOP_KEYS = ("warmup_batches", "trials", "batches_per_trial", "min_trial_seconds
 CLOCKS = {"wall": time.perf_counter_ns, "thread_cpu": time.thread_time_ns}
 
 
-def loop_options(timing_cfg) -> dict:
+def loop_options(timing_cfg, device_cfg=None) -> dict:
     """The loop's keyword arguments from a TimingConfig, `timing.clock` turned into the clock it names
-    (an `auto` clock that nothing resolved is the wall clock)."""
-    return {**{key: getattr(timing_cfg, key) for key in LOOP_KEYS}, "clock": CLOCKS.get(timing_cfg.clock, time.perf_counter_ns)}
+    (an `auto` clock that nothing resolved is the wall clock), and the job's device (`device_cfg`: its
+    `device` config; by default, the device of the torch device the calls run on) that reads the clock."""
+    job_device = {"job_device": devices.get(device_cfg)} if device_cfg is not None else {}
+    return {**{key: getattr(timing_cfg, key) for key in LOOP_KEYS}, "clock": CLOCKS.get(timing_cfg.clock, time.perf_counter_ns), **job_device}
 
 
 @dataclass
@@ -171,12 +176,12 @@ def _timed_region():
             gc.enable()
 
 
-def _clock_fn(device: torch.device, clock: Clock | str, test_delay: float = 0.0, second: Clock | None = None):
-    """`timed(module, inputs, device) -> ms per call`; with `second` (CPU only), (ms, ms on `second`) per call."""
+def _clock_fn(device: torch.device, clock: Clock | str, test_delay: float = 0.0, second: Clock | None = None,
+              job_device: Device | None = None):
+    """`timed(module, inputs, device) -> ms per call`, read by the job's device (`job_device`; by default the torch
+    device's); with `second` (CPU only), (ms, ms on `second`) per call."""
     clock = CLOCKS[clock] if isinstance(clock, str) else clock  # a name: timing.clock's
-    if device.type == "cuda":
-        return _cuda_clock
-    return lambda module, trial_inputs, device: _cpu_clock(module, trial_inputs, clock, test_delay, second)
+    return (job_device or devices.of(device)).call_timer(clock, test_delay, second)
 
 
 def _calls_per_trial(warm_ms: list[float], batches_per_trial: int, min_trial_seconds: float) -> int:
@@ -196,6 +201,7 @@ def time_module(
     clock: Clock = time.perf_counter_ns,
     agree_calls: Callable[[int], int] | None = None,
     test_delay: float = 0.0,
+    job_device: Device | None = None,
     **_unused,
 ) -> Timing:
     """Call `module(*inputs[i])` in trials; `inputs` already live on `device`.
@@ -204,7 +210,7 @@ def time_module(
     many would take less than `min_trial_seconds`, walking on through `inputs`. `agree_calls` turns
     this process's count into the one every rank of a sharded job uses (their calls meet in collectives).
     """
-    calls, timed = _Calls(inputs), _clock_fn(device, clock, test_delay)
+    calls, timed = _Calls(inputs), _clock_fn(device, clock, test_delay, job_device=job_device)
     with _timed_region():
         warm = timed(module, calls.take(max(1, warmup_batches)), device)
         n = _calls_per_trial(warm, batches_per_trial, min_trial_seconds)
@@ -233,6 +239,7 @@ def time_paired(
     second_clock: Clock | None = None,
     decided: Callable[[float, float], bool] | None = None,
     candidate_inputs: Sequence[tuple] | None = None,
+    job_device: Device | None = None,
     **_unused,
 ) -> PairedTiming:
     """At least `trials` rounds; in each, both modules run the same next batches, in ABBA order.
@@ -252,7 +259,7 @@ def time_paired(
     """
     if candidate_inputs is not None and len(candidate_inputs) != len(inputs):
         raise ValueError(f"{len(candidate_inputs)} candidate inputs for {len(inputs)} timing batches")
-    calls, timed = _Calls(inputs), _clock_fn(device, clock, test_delay, second_clock)
+    calls, timed = _Calls(inputs), _clock_fn(device, clock, test_delay, second_clock, job_device)
     sides = {"candidate": candidate, "reference": reference}
     side_inputs = {"candidate": candidate_inputs or inputs, "reference": inputs}
 
@@ -313,32 +320,3 @@ def time_paired(
             if len(first) >= max_rounds:
                 result.stopped = "max_rounds"
                 return result
-
-
-def _cpu_clock(module: nn.Module, trial_inputs: list[tuple], clock: Clock, test_delay: float = 0.0,
-               second: Clock | None = None) -> list:
-    """Milliseconds per call on `clock`; with `second`, (ms on `clock`, ms on `second`) per call."""
-    out = []
-    for args in trial_inputs:
-        args = fresh_inputs(args)
-        start2 = second() if second is not None else 0
-        start = clock()
-        module(*args)
-        if test_delay:  # testing only: the call does `test_delay` of its own duration more work, on the same clock
-            until = clock() + (clock() - start) * test_delay
-            while clock() < until:
-                pass
-        ms = (clock() - start) / 1e6
-        out.append(ms if second is None else (ms, (second() - start2) / 1e6))
-    return out
-
-
-def _cuda_clock(module: nn.Module, trial_inputs: list[tuple], device: torch.device) -> list[float]:
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in trial_inputs]
-    fresh = [fresh_inputs(args) for args in trial_inputs]
-    for args, (start, end) in zip(fresh, events):
-        start.record()
-        module(*args)
-        end.record()
-    torch.cuda.synchronize(device)
-    return [start.elapsed_time(end) for start, end in events]

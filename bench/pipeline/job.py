@@ -10,7 +10,7 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from bench import hardware, registry
+from bench import devices, hardware, registry
 from bench.backends.backend import Backend
 from bench.backends.tables import embedding_bytes
 from bench.config import BackendConfig, Config
@@ -67,7 +67,7 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
     # The machine's own speed around the job (a fixed GEMM and gather, bench.measure.noise): a run-vs-run
     # compare normalizes absolute throughput by it (bench.comparison.run_probe). Outside the memory peak's window.
     reference_start = reference_speed()
-    with PeakMemory(device) as peak:
+    with PeakMemory(device, devices.get(cfg.device)) as peak:
         prepared = shared.prepared(cfg, backend, model, workload, device)
         if not performance_only:
             labels, logits = _scores(cfg, backend.cfg, model, workload, device, shared, lambda: prepared)
@@ -83,9 +83,9 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
         faults = hardware.minor_faults()
         with hardware.timing_threads(cfg.timing.threads) as threads, LoadWatch() as load:
             if reference is None:
-                timing, paired = time_module(prepared, candidate_inputs, cfg.batch_size, device, **loop_options(cfg.timing)), None
+                timing, paired = time_module(prepared, candidate_inputs, cfg.batch_size, device, **loop_options(cfg.timing, cfg.device)), None
             else:
-                paired = time_paired(prepared, reference, inputs, cfg.batch_size, device, **loop_options(cfg.timing),
+                paired = time_paired(prepared, reference, inputs, cfg.batch_size, device, **loop_options(cfg.timing, cfg.device),
                                      process_sd=setting.get("process_sd") or 0.0, process_df=setting.get("process_df"),
                                      decided=speed_decided(cfg), candidate_inputs=candidate_inputs)
                 timing = paired.candidate
@@ -154,9 +154,9 @@ def time_graphed(cfg: Config, prepared: nn.Module, reference: nn.Module | None, 
     ref = GraphedModule(reference, record) if reference is not None else None
     try:
         if ref is None:
-            timing, paired = time_module(candidate, inputs, cfg.batch_size, device, **loop_options(cfg.timing)), None
+            timing, paired = time_module(candidate, inputs, cfg.batch_size, device, **loop_options(cfg.timing, cfg.device)), None
         else:
-            paired = time_paired(candidate, ref, inputs, cfg.batch_size, device, **loop_options(cfg.timing),
+            paired = time_paired(candidate, ref, inputs, cfg.batch_size, device, **loop_options(cfg.timing, cfg.device),
                                  process_sd=setting.get("process_sd") or 0.0, process_df=setting.get("process_df"),
                                  decided=speed_decided(cfg))
             timing = paired.candidate
@@ -248,7 +248,7 @@ def _all_threads(cfg: Config, prepared: nn.Module, inputs: list[tuple], device: 
     setting used fewer: its samples/s beside the paired figures (wall clock: the work runs on many threads)."""
     if not cfg.timing.report_all_threads or torch.get_num_threads() <= timed_threads:
         return None
-    options = {**loop_options(cfg.timing), "clock": CLOCKS["wall"]}
+    options = {**loop_options(cfg.timing, cfg.device), "clock": CLOCKS["wall"]}
     alone = time_module(prepared, inputs, cfg.batch_size, device, **options)
     return {THREADS: torch.get_num_threads(), THROUGHPUT: alone.throughput, "trial_cv": alone.trial_cv}
 

@@ -5,7 +5,7 @@ Every figure is recorded so a reader can tell a fast backend from a cache-reside
 the timing pool (distinct batches and samples, calls timed, passes over the pool), the access
 profile (ids per sample, unique ids per batch, rows touched per table, the working set at this
 backend's row width against the last-level cache), the embedding and GEMM operators of one call,
-and the roofline shares, against the host's limits on CPU and the GPU's own on CUDA (bench.measure.cuda_health).
+and the roofline shares, against the limits of the job's device (the host's on CPU, the GPU's own on CUDA: bench.devices).
 """
 
 from __future__ import annotations
@@ -15,15 +15,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from bench import hardware
+from bench import devices, hardware
 from bench.backends.tables import table_precisions, table_storage
 from bench.config import Config
 from bench.errors import one_line
 from bench.measure.working_set import working_set_bytes
 from bench.measure.environment import environment
 from bench.measure.kernels import OperatorLog, families, operators
-from bench.measure.cuda_health import GpuLimits
-from bench.measure.roofline import Limits, roofline_metrics
+from bench.devices.roofline import roofline_metrics
 from bench.measure.timing import Timing
 from bench.pipeline.shared import SharedWork
 from bench.workloads.workload import Workload
@@ -59,9 +58,8 @@ def job_profile(cfg: Config, prepared: nn.Module, inputs: list[tuple], workload:
         # each table's stored type, pooled (EmbeddingBagCollection) or sequence (EmbeddingCollection)
         "table_precisions": table_precisions(prepared),
     }
-    if device.type in ("cpu", "cuda") and row_bytes:
-        fingerprint = environment(device)["fingerprint"]
-        limits = (Limits(cfg.cache_dir, fingerprint) if device.type == "cpu" else GpuLimits(cfg.cache_dir, fingerprint, device)).ensure(row_bytes.values())
+    if row_bytes:
+        limits = devices.get(cfg.device).limits(cfg.cache_dir, environment(device)["fingerprint"], device).ensure(row_bytes.values())
         lookups = {name: p["lookups_per_sample"] for name, p in access["tables"].items() if name in row_bytes}
         args = (timing.throughput, lookups, row_bytes, metrics["dense_flops_per_sample"], metrics["dense_int8_fraction"])
         half = metrics.get("dense_half_fraction", 0.0)

@@ -2,7 +2,7 @@
 
 `<cache_dir>/timing/` keeps, per machine and stack key: the timing calibration (`KEY.json`,
 bench.pipeline.calibrate), the re-run log (`KEY-reruns.jsonl`, bench.pipeline.reruns) and the kernel
-health probe (`KEY-kernels.json`, bench.measure.kernel_health; a GPU's: `KEY-cuda-kernels.json`, bench.measure.cuda_health). `show` reads them without loading
+health probe (`KEY-kernels.json`, bench.devices.cpu_probe; a GPU's: `KEY-cuda-kernels.json`, bench.devices.cuda). `show` reads them without loading
 torch; `reset` deletes the re-run logs (the spread learned from re-runs starts again from the
 calibration), `reset --all` every file (the next job calibrates and probes again).
 """

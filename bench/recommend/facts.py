@@ -21,7 +21,8 @@ from bench.backends.tables import embedding_bytes
 from bench.backends.tbe import joined_per_table
 from bench.config import Config
 from bench.errors import UserError, one_line
-from bench.hardware import prepare_process, resolve
+from bench.devices import resolve
+from bench.hardware import prepare_process
 from bench.hashing import config_hash
 from bench.io import write_json_atomic
 from bench.measure.memory import model_bytes

@@ -187,7 +187,7 @@ def _hover(row: dict, point: tuple) -> str:
 
 
 def _kernel_cell(history: pd.DataFrame, run: str) -> str:
-    """Degraded kernels under any of a run's speed figures (bench.measure.kernel_health), or healthy."""
+    """Degraded kernels under any of a run's speed figures (bench.devices), or healthy."""
     if "kernel_degraded" not in history:
         return "not recorded"
     found = sorted({f.strip() for v in history.loc[history["run_id"] == run, "kernel_degraded"] if isinstance(v, str) for f in v.split(",")})

@@ -1,5 +1,5 @@
 """Kernel health in the report: a banner when a kernel the measured backends ran was degraded, and the
-instruction sets torch and FBGEMM used (bench.measure.kernel_health says how each is judged)."""
+instruction sets torch and FBGEMM used (bench.devices says how each is judged)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def banner_lines(records: Sequence[RunRecord]) -> list[str]:
 
 def unstable_lines(records: Sequence[RunRecord]) -> list[str]:
     """One line for the kernel families the probe read unstable (its two probes disagreed, or could not decide):
-    not counted as degraded, and probed again by the next run (bench.measure.kernel_health)."""
+    not counted as degraded, and probed again by the next run (bench.devices)."""
     found: dict[tuple[str, str], str] = {}
     for r in records:
         health = (r.env or {}).get("kernel_health") or {}

@@ -109,7 +109,7 @@ COLUMNS = [
     "speed_margin",
     "stable",
     "unstable_reason",
-    "kernel_degraded",  # degraded kernels under the row's speed (bench.measure.kernel_health): its speed verdict is inconclusive
+    "kernel_degraded",  # degraded kernels under the row's speed (bench.devices): its speed verdict is inconclusive
     "trial_cv",
     "ratio_spread",
     "load_avg",
@@ -233,7 +233,7 @@ def _row(r: RunRecord) -> dict[str, Any]:
         speedup_stop=m.get("speedup_stop"),  # fixed | target | max_rounds
     )
     row.update(row_extras(r))
-    # degraded kernels this row's speed rests on (bench.measure.kernel_health): its speed rules read inconclusive
+    # degraded kernels this row's speed rests on (bench.devices): its speed rules read inconclusive
     row["kernel_degraded"] = ", ".join(v["family"] for v in degraded_kernels(r)) or None
     return row
 

@@ -1,4 +1,4 @@
-"""Does the kernel probe (bench.measure.kernel_health) hold its verdicts on a busy machine, and still catch a fallback?
+"""Does the kernel probe (bench.devices.cpu_probe) hold its verdicts on a busy machine, and still catch a fallback?
 
 N probe decisions, each what a cold run does (PROBES probes of ROUNDS interleaved rounds, judged; no cache), in three
 cases: idle; beside a one-thread CPU hog (a busy-loop process this script starts and stops); and in a child process
@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from bench import cpuinfo_fix
-from bench.measure import kernel_health as kh
+from bench.devices import cpu_probe as kh
 
 TINY = kh.Shape(tables=4, rows=20_000, batch=256, gemm=(256, 256, 256))  # 20 MB of fp32 rows
 AFFECTED = 3.0  # a family this much slower per row than idle is affected by the switch

@@ -1,4 +1,4 @@
-"""Kernel health: are the kernels the backends run as fast as this machine allows?
+"""The CPU's kernel probe: are the kernels the backends run as fast as this machine allows?
 
 A quantized backend is only as fast as the kernel under it, and a kernel can silently fall back to a
 slow path: FBGEMM hands out its scalar reference kernels when it reads a blank instruction set (two
@@ -43,7 +43,7 @@ is at about 1.5x of the slowest healthy figure, and a fallback lies 1.5x and mor
   catches it);
 - `INT8_GEMM_SLOWER` (1.2): the int8 GEMM may take at most 1.2x the fp32 GEMM (healthy: 0.15x here,
   far below);
-- the fp32 GEMM at least `MIN_GEMM_SHARE` (25%) of the machine's GEMM roofline (bench.measure.roofline).
+- the fp32 GEMM at least `MIN_GEMM_SHARE` (25%) of the machine's GEMM roofline (bench.devices.roofline).
 
 A lookup that is healthy 2x below its bound (most are, at 1x the gather) can thus slow 2x unflagged:
 the probe is there to catch the fallbacks that void a run's speed figures, not every slowdown (the
@@ -70,7 +70,7 @@ import itertools
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
@@ -81,8 +81,8 @@ from torch import nn
 from bench import cpuinfo_fix
 from bench.hardware import timing_threads
 from bench.io import write_json_atomic
-from bench.measure.environment import stack_key
-from bench.measure.roofline import Limits
+from bench.devices.health import EAGER, MIN_GEMM_SHARE, Health, Verdict, tbe_family
+from bench.devices.roofline import Limits
 from bench.stats import quantile_interval
 
 log = logging.getLogger(__name__)
@@ -110,43 +110,17 @@ ALPHA = 0.1
 MAX_GATHER_RATIO = 6.0  # a lookup at most this many times a plain gather of its rows (module docstring)
 MAX_EAGER_RATIO = 3.0  # a TBE lookup of narrower rows at most this many times torch's fp32 EmbeddingBag per row
 INT8_GEMM_SLOWER = 1.2  # the int8 GEMM at most this many times the fp32 GEMM
-MIN_GEMM_SHARE = 0.25  # of the GEMM roofline
-# The GPU probe's single-shot bounds (bench.measure.cuda_health, through lookup_bounds)
-SLOWER_THAN_EAGER = 1.5  # a quantized lookup more than this much slower per row than fp32 EmbeddingBag is degraded
-MIN_GATHER_SHARE = 0.25  # of the gather roofline at the row's width
 
 # Row type -> (FBGEMM's SparseType name, stored row bytes at DIM with FBGEMM's CPU row layout)
 TBE_ROWS = {"fp32": ("FP32", 4 * DIM), "fp16": ("FP16", 2 * DIM), "int8": ("INT8", DIM + 4), "int4": ("INT4", DIM // 2 + 4),
             "int2": ("INT2", DIM // 4 + 4)}
-EAGER = "embedding_bag_fp32"
 JIT_SWITCHES = ("FBGEMM_NO_ASMJIT", "FBGEMM_NO_AUTOVEC", "FBGEMM_FORCE_AUTOVEC", "FBGEMM_ENABLE_INSTRUCTIONS")
 HEALTHY, DEGRADED, UNDECIDED = "healthy", "degraded", "undecided"
 GATHER = "gather:"  # a lookup's reference: GATHER + family
 ROOFLINE = "roofline"  # the fp32 GEMM's reference: the machine's GEMM roofline (a constant, not timed)
 
 
-def tbe_family(dtype: str) -> str:
-    return f"tbe_{dtype}"
-
-
 FAMILIES = (EAGER, *(tbe_family(d) for d in TBE_ROWS), "gemm_fp32", "gemm_int8")
-
-
-@dataclass
-class Verdict:
-    """One kernel family's timing and judgment (per row for lookups, per multiply-add pair for GEMMs)."""
-
-    family: str
-    healthy: bool
-    measured_ns: float  # per row (lookups) or per 1000 FLOPs (GEMMs): the median over the last probe's rounds
-    expected_ns: Optional[float]  # the most it should take here (None: nothing to judge against)
-    unit: str
-    why: str = ""  # what it fell short of, or why its verdict is unstable
-    cause: str = ""  # the likely cause, where one is known
-    fix: str = ""
-    stable: bool = True  # the probes agreed (only a stable verdict is cached; an unstable one is re-probed next run)
-    # per probe: {"ns": median time, "outcome": ..., "checks": {reference: [median ratio, lo, hi, bound]}}
-    probes: list = field(default_factory=list)
 
 
 # ------------------------------------------------------------------------------------------ timing
@@ -367,21 +341,6 @@ def _reading_words(reading: dict[str, Any]) -> str:
     return f"{reading['outcome']} ({ratios})"
 
 
-def lookup_bounds(ns: float, width: int, limits: Any, eager: Optional[float], roofline: str, where: str,
-                  digits: int) -> tuple[Optional[float], list[str]]:
-    """(the most a lookup of `width`-byte rows should take, what it is slower than): a share of the machine's
-    measured gather roofline at that width (`limits`, where measured) and, for a quantized lookup, a multiple
-    of torch's fp32 EmbeddingBag on the same machine (`eager`). The GPU's single-shot probe (bench.measure.cuda_health)."""
-    bounds = []  # (the most it should take, against what)
-    if limits is not None and str(width) in limits.data["gather_bytes_per_s"]:
-        roofline_ns = width / limits.gather(width) * 1e9
-        bounds.append((roofline_ns / MIN_GATHER_SHARE, f"{MIN_GATHER_SHARE:.0%} of {roofline} ({roofline_ns:.{digits}f} ns a "
-                                                       f"{width}-byte row)"))
-    if eager:
-        bounds.append((eager * SLOWER_THAN_EAGER, f"{SLOWER_THAN_EAGER}x torch's fp32 EmbeddingBag {where} ({eager:.{digits}f} ns a row)"))
-    return min((b for b, _ in bounds), default=None), [what for bound, what in bounds if ns > bound]
-
-
 def _fbgemm_cause(verdict: Verdict, shortfall: Optional[str], switched: list[str], isa: dict[str, Any]) -> None:
     """A blank or forced instruction set fails every FBGEMM family, whatever its timing; a switch that
     disables the JIT explains a slow one."""
@@ -404,30 +363,6 @@ def _fbgemm_cause(verdict: Verdict, shortfall: Optional[str], switched: list[str
         else:
             verdict.cause = "FBGEMM runs a fallback path (its reference kernels, or a build without its JIT)"
             verdict.fix = "profile the lookup (docs/install.md: the cpuinfo trap) or try the other tested stack"
-
-
-@dataclass
-class Health:
-    """The probe's verdicts (or the instruction-set check alone, when the probe is off) and where they are cached."""
-
-    verdicts: list[Verdict]
-    isa: dict[str, Any]
-    probed: bool
-    path: Optional[str] = None
-    device: str = "cpu"  # the device whose kernels were judged (cuda: bench.measure.cuda_health)
-
-    def degraded(self) -> list[Verdict]:
-        return [v for v in self.verdicts if not v.healthy]
-
-    def unstable(self) -> list[Verdict]:
-        return [v for v in self.verdicts if not v.stable]
-
-    def as_env(self) -> dict[str, Any]:
-        """What a record's environment keeps."""
-        return {"device": self.device, **({"gpu": self.isa["gpu"]} if self.isa.get("gpu") else {}),
-                "probed": self.probed, "path": self.path, "degraded": [v.family for v in self.degraded()],
-                "unstable": [v.family for v in self.unstable()],
-                "verdicts": {v.family: {k: val for k, val in asdict(v).items() if k != "family"} for v in self.verdicts}}
 
 
 def isa_only(isa: dict[str, Any]) -> Health:
@@ -479,17 +414,10 @@ def health(cache_path: Path, limits: Optional[Limits], shape: Shape = DEFAULT, r
     return Health(verdicts, isa, probed=True, path=str(cache_path))
 
 
-def probe_device(device_type: str, cuda_available: bool) -> str | None:
-    """Whose kernels judge a job on `device_type`: the CPU's for a CPU job, the GPU's for a CUDA job (never the
-    host CPU's: a CUDA job runs none of its kernels); None where the job's device is not here (nothing to probe)."""
-    if device_type == "cuda":
-        return "cuda" if cuda_available else None
-    return "cpu" if device_type == "cpu" else None
-
-
-def cache_path(cache_dir: str | Path) -> Path:
-    """`<cache_dir>/timing/<stack key>-kernels.json`, beside the timing calibration."""
-    return Path(cache_dir) / "timing" / f"{stack_key(VERSION)}-kernels.json"
+def cache_path(cache_dir: str | Path, key: str) -> Path:
+    """`<cache_dir>/timing/<stack key>-kernels.json`, beside the timing calibration (`key`: bench.devices.cpu.stack_key
+    of this VERSION)."""
+    return Path(cache_dir) / "timing" / f"{key}-kernels.json"
 
 
 def row_widths() -> list[int]:

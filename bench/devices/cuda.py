@@ -1,6 +1,6 @@
-"""Kernel health and the roofline on a CUDA device: a GPU job judged by the GPU, never by the host CPU.
+"""`cuda`: a CUDA GPU (`device.index`), timed by CUDA events; a GPU job judged by the GPU, never by the host CPU.
 
-The CPU probe (bench.measure.kernel_health) times the host's kernels against the host's limits; a CUDA job
+The CPU probe (bench.devices.cpu_probe) times the host's kernels against the host's limits; a CUDA job
 runs none of them. So a CUDA job gets its own probe, the same design on the GPU:
 
 - FBGEMM's inference TBE (`IntNBitTableBatchedEmbeddingBagsCodegen` in device memory, rows aligned to 16
@@ -8,7 +8,7 @@ runs none of them. So a CUDA job gets its own probe, the same design on the GPU:
   (torchrec's eager EBC), each in ns per looked-up row;
 - a dense GEMM (`torch.mm`) in fp32 and in fp16, the dense paths of the CUDA jobs (bench.config.dense_path);
 
-judged against the GPU's own measured limits (`gpu_limits`, cached per machine fingerprint in
+judged against the GPU's own measured limits (bench.devices.roofline.Limits, cached per machine fingerprint in
 `<cache_dir>/roofline/<fingerprint>-cuda.json`): the bandwidth of a random-row gather from device memory
 at each stored row width (`index_select` of uint8 rows from a buffer far larger than the L2 cache), and
 the dense GEMM throughput per dtype. Every timing is the median (probe) or best (limit) of several calls
@@ -16,7 +16,8 @@ between CUDA events. The verdicts are cached once per GPU and stack in
 `<cache_dir>/timing/<key>-cuda-kernels.json`, the key naming the GPU, torch, its CUDA and FBGEMM.
 
 The functions take the device, so the same code runs on the CPU where there is no GPU (the tests); only
-the clock differs (`device_clock`).
+the clock differs (`device_clock`). A job's timed calls are read between the same CUDA events
+(`cuda_events`), the trial synchronised once; its memory peak is the CUDA allocator's.
 """
 
 from __future__ import annotations
@@ -33,22 +34,28 @@ import torch
 import torch.nn.functional as F
 
 from bench import hardware
+from bench.batch import fresh_inputs
+from bench.config import DeviceConfig
+from bench.devices.device import CallTimer, Clock, Device
+from bench.devices.health import EAGER, MIN_GEMM_SHARE, Health, Verdict, tbe_family
 from bench.hashing import config_hash
 from bench.io import write_json_atomic
-from bench.measure.kernel_health import EAGER, MIN_GEMM_SHARE, Health, Verdict, lookup_bounds, tbe_family
+from bench.registry import register
 
 log = logging.getLogger(__name__)
 
-VERSION = 1
+VERSION = 1  # of the probe's cache and of the limits' file
 TABLES, ROWS, DIM, BATCH, CALLS = 26, 40_000, 64, 1024, 15  # as the CPU probe: one pooled lookup per table and sample
 GEMM = (1024, 512, 512)  # M, K, N of the probe's GEMM
 LIMIT_GEMM = (4096, 4096, 4096)  # the limit's GEMM: large enough to reach the tensor cores' throughput
 LOOKUPS = 1 << 20  # rows gathered per timed call of the limit
 REPEATS = 5
-MIN_BUFFER = 1 << 30  # at least 1 GiB, and 32x the L2 cache
 ROW_ALIGNMENT = 16  # FBGEMM's CUDA TBE rows (its default off the CPU; bench.backends.tbe.row_alignment)
 SPARSE_TYPES = {"fp32": "FP32", "fp16": "FP16", "int8": "INT8", "int4": "INT4", "int2": "INT2"}
 GEMM_DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
+# The probe's single-shot bounds (`lookup_bounds`)
+SLOWER_THAN_EAGER = 1.5  # a quantized lookup more than this much slower per row than fp32 EmbeddingBag is degraded
+MIN_GATHER_SHARE = 0.25  # of the gather roofline at the row's width
 
 
 def row_bytes(dtype: str, dim: int = DIM, alignment: int = ROW_ALIGNMENT) -> int:
@@ -64,18 +71,21 @@ def row_widths() -> list[int]:
     return sorted({row_bytes(d) for d in SPARSE_TYPES})
 
 
+def cuda_events(calls: list[Callable[[], Any]], device: torch.device) -> list[float]:
+    """Seconds each call took between CUDA events, one pair per call, synchronised once at the end."""
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in calls]
+    for call, (start, end) in zip(calls, events):
+        start.record()
+        call()
+        end.record()
+    torch.cuda.synchronize(device)
+    return [start.elapsed_time(end) / 1e3 for start, end in events]
+
+
 def device_clock(device: torch.device) -> Callable[[Callable[[], Any]], float]:
     """A function that times one call in seconds: between CUDA events on a GPU, the wall clock elsewhere."""
     if device.type == "cuda":
-        def timed(call: Callable[[], Any]) -> float:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            call()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / 1e3
-
-        return timed
+        return lambda call: cuda_events([call], device)[0]
 
     def wall(call: Callable[[], Any]) -> float:
         start = time.perf_counter()
@@ -83,6 +93,12 @@ def device_clock(device: torch.device) -> Callable[[Callable[[], Any]], float]:
         return time.perf_counter() - start
 
     return wall
+
+
+def timed_calls(module, trial_inputs: list[tuple], device: torch.device) -> list[float]:
+    """Milliseconds per call of a job's timed calls, each between CUDA events (inputs made fresh before the clock starts)."""
+    fresh = [fresh_inputs(args) for args in trial_inputs]
+    return [s * 1e3 for s in cuda_events([lambda args=args: module(*args) for args in fresh], device)]
 
 
 def _times(call: Callable[[], Any], clock: Callable[[Callable[[], Any]], float], n: int) -> list[float]:
@@ -124,61 +140,6 @@ def _gemm_operands(device: torch.device, shape: tuple[int, int, int]) -> Iterabl
     m, k, n = shape
     for name, dtype in GEMM_DTYPES.items():
         yield name, torch.randn(m, k, device=device).to(dtype), torch.randn(k, n, device=device).to(dtype), 2 * m * k * n
-
-
-def buffer_bytes(device: torch.device) -> int:
-    """The gather buffer: 32x the L2 cache and at least 1 GiB, at most a quarter of the free device memory."""
-    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) if device.type == "cuda" else hardware.llc_bytes()
-    want = max(MIN_BUFFER, 32 * int(l2 or 0))
-    free = hardware.gpu_free_bytes(device) if device.type == "cuda" else hardware.mem_available_bytes()
-    return min(want, free // 4) if free else want
-
-
-class GpuLimits:
-    """The cached limits of one GPU fingerprint; missing row widths are measured on demand. Same interface as
-    bench.measure.roofline.Limits (`gather`, `gemm`, `data`, `fingerprint`), so `roofline_metrics` reads either."""
-
-    def __init__(self, cache_dir: Path | str, fingerprint: str, device: torch.device, gemm_shape: tuple[int, int, int] = LIMIT_GEMM) -> None:
-        self.gemm_shape = gemm_shape
-        self.path = Path(cache_dir) / "roofline" / f"{fingerprint}-cuda.json"
-        self.fingerprint = fingerprint
-        self.device = device
-        try:
-            data = json.loads(self.path.read_text())
-            self.data = data if data.get("version") == VERSION else None
-        except (OSError, ValueError):
-            self.data = None
-        if self.data is None:
-            self.data = {"version": VERSION, "fingerprint": fingerprint, "device": "cuda", "gather_bytes_per_s": {}, "gemm_flops": None}
-
-    def ensure(self, widths: Iterable[int], total_bytes: int | None = None) -> "GpuLimits":
-        missing = sorted({int(w) for w in widths} - {int(w) for w in self.data["gather_bytes_per_s"]})
-        if not missing and self.data["gemm_flops"]:
-            return self
-        total = total_bytes or buffer_bytes(self.device)
-        log.info("roofline (GPU): measuring gather bandwidth at row widths %s over %.1f GiB of device memory, and GEMM throughput",
-                 missing, total / 2**30)
-        with torch.inference_mode():
-            for width in missing:
-                self.data["gather_bytes_per_s"][str(width)] = gather_bandwidth(width, total, self.device)
-        self.data["gather_buffer_bytes"] = total
-        if not self.data["gemm_flops"]:
-            self.data["gemm_flops"] = gemm_flops(self.device, self.gemm_shape)
-        self.data["clock"] = "cuda_events" if self.device.type == "cuda" else "wall"
-        write_json_atomic(self.path, self.data)
-        return self
-
-    def raise_gemm(self) -> "GpuLimits":
-        again = gemm_flops(self.device, self.gemm_shape)
-        self.data["gemm_flops"] = {k: max(float(v), again.get(k, 0.0)) for k, v in self.data["gemm_flops"].items()}
-        write_json_atomic(self.path, self.data)
-        return self
-
-    def gather(self, width: int) -> float:
-        return float(self.data["gather_bytes_per_s"][str(int(width))])
-
-    def gemm(self, kind: str) -> float:
-        return float(self.data["gemm_flops"][kind])
 
 
 # ------------------------------------------------------------------------------------------- probe
@@ -228,6 +189,21 @@ def time_gemms(device: torch.device, shape: tuple[int, int, int] = GEMM, calls: 
         return {f"gemm_{name}": median_ns(lambda: torch.mm(a, b), flops / 1000, clock, calls) for name, a, b, flops in _gemm_operands(device, shape)}
 
 
+def lookup_bounds(ns: float, width: int, limits: Any, eager: Optional[float], roofline: str, where: str,
+                  digits: int) -> tuple[Optional[float], list[str]]:
+    """(the most a lookup of `width`-byte rows should take, what it is slower than): a share of the machine's
+    measured gather roofline at that width (`limits`, where measured) and, for a quantized lookup, a multiple
+    of torch's fp32 EmbeddingBag on the same machine (`eager`). The GPU's single-shot probe."""
+    bounds = []  # (the most it should take, against what)
+    if limits is not None and str(width) in limits.data["gather_bytes_per_s"]:
+        roofline_ns = width / limits.gather(width) * 1e9
+        bounds.append((roofline_ns / MIN_GATHER_SHARE, f"{MIN_GATHER_SHARE:.0%} of {roofline} ({roofline_ns:.{digits}f} ns a "
+                                                       f"{width}-byte row)"))
+    if eager:
+        bounds.append((eager * SLOWER_THAN_EAGER, f"{SLOWER_THAN_EAGER}x torch's fp32 EmbeddingBag {where} ({eager:.{digits}f} ns a row)"))
+    return min((b for b, _ in bounds), default=None), [what for bound, what in bounds if ns > bound]
+
+
 def judge(timed: dict[str, float], limits: Any) -> list[Verdict]:
     """Each family's verdict against the GPU's own limits (and the eager lookup, as on CPU)."""
     verdicts = []
@@ -252,20 +228,18 @@ def judge(timed: dict[str, float], limits: Any) -> list[Verdict]:
     return verdicts
 
 
-def stack(device: torch.device) -> dict[str, Any]:
-    """What a GPU probe's cache holds for: the GPU, torch and its CUDA, FBGEMM."""
-    from bench.measure.environment import environment
-
-    env = environment(device)
+def stack(env: dict[str, Any]) -> dict[str, Any]:
+    """What a GPU probe's cache holds for: the GPU, torch and its CUDA, FBGEMM (from a record's environment on the GPU,
+    bench.measure.environment)."""
     return {"gpu": env["gpu"], "torch": env["torch"], "cuda": torch.version.cuda, "fbgemm": env["fbgemm_gpu"], "version": VERSION}
 
 
-def cache_path(cache_dir: str | Path, device: torch.device) -> Path:
+def cache_path(cache_dir: str | Path, env: dict[str, Any]) -> Path:
     """`<cache_dir>/timing/<GPU stack key>-cuda-kernels.json`, beside the CPU probe's."""
-    return Path(cache_dir) / "timing" / f"{config_hash(stack(device), length=12)}-cuda-kernels.json"
+    return Path(cache_dir) / "timing" / f"{config_hash(stack(env), length=12)}-cuda-kernels.json"
 
 
-def health(path: Path, limits: Any, device: torch.device) -> Health:
+def health(path: Path, limits: Any, device: torch.device, env: dict[str, Any]) -> Health:
     """This GPU's and stack's kernel health from the cache, or probed now (seconds) and cached."""
     about = {"device": device.type, "gpu": hardware.gpu_name(device)}
     try:
@@ -277,5 +251,74 @@ def health(path: Path, limits: Any, device: torch.device) -> Health:
     log.info("kernel health (GPU): timing each kernel family once on this GPU and stack (cached in %s)", path)
     timed = {**time_lookups(device), **time_gemms(device)}
     verdicts = judge(timed, limits)
-    write_json_atomic(path, {"version": VERSION, **about, "stack": stack(device), "timed": timed, "verdicts": [asdict(v) for v in verdicts]})
+    write_json_atomic(path, {"version": VERSION, **about, "stack": stack(env), "timed": timed, "verdicts": [asdict(v) for v in verdicts]})
     return Health(verdicts, about, probed=True, path=str(path), device=device.type)
+
+
+@register("device", "cuda", config=DeviceConfig)
+class CudaDevice(Device):
+    """A CUDA GPU: `device.index` of this machine's."""
+
+    name = "cuda"
+    uncalibrated = "CUDA: timed by CUDA events"
+    clock_name = "cuda_events"
+    limits_suffix = "-cuda"
+    limits_version = VERSION
+    tables_on_host = False
+    memory_name = "GPU"
+    process_group = "nccl"
+    probe_words = "CUDA jobs are not judged by it"
+    gemm_shape = LIMIT_GEMM  # the limit's GEMM
+
+    def torch_device(self) -> torch.device:
+        return torch.device("cuda", self.cfg.index)
+
+    def missing(self) -> Optional[str]:
+        if not torch.cuda.is_available():
+            return "no CUDA device on this machine"
+        if self.cfg.index >= torch.cuda.device_count():
+            return f"cuda:{self.cfg.index} does not exist ({torch.cuda.device_count()} CUDA devices)"
+        return None
+
+    def available(self) -> bool:
+        return torch.cuda.is_available()
+
+    def rank_device(self, device: torch.device, local_rank: int) -> torch.device:
+        return torch.device("cuda", local_rank)
+
+    def select(self, device: torch.device) -> None:
+        torch.cuda.set_device(device)
+
+    def call_timer(self, clock: Clock, test_delay: float = 0.0, second: Optional[Clock] = None) -> CallTimer:
+        return timed_calls
+
+    # The limits and the probe take the torch device: on a CPU one (the tests) they run there, on the wall clock.
+    def cache_bytes(self, device: torch.device) -> Optional[int]:
+        return getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) if device.type == "cuda" else hardware.llc_bytes()
+
+    def buffer_free_bytes(self, device: torch.device) -> Optional[int]:
+        return hardware.gpu_free_bytes(device) if device.type == "cuda" else hardware.mem_available_bytes()
+
+    def gather_bandwidth(self, row_bytes: int, total_bytes: int, device: torch.device) -> float:
+        return gather_bandwidth(row_bytes, total_bytes, device)
+
+    def gemm_flops(self, device: torch.device) -> dict[str, float]:
+        return gemm_flops(device, self.gemm_shape)
+
+    def limits_stamp(self, device: torch.device) -> dict[str, Any]:
+        return {"clock": "cuda_events" if device.type == "cuda" else "wall"}
+
+    def probe_row_widths(self) -> list[int]:
+        return row_widths()
+
+    def health(self, cache_dir: str | Path, limits: Any, device: torch.device, env: dict[str, Any]) -> Health:
+        return health(cache_path(cache_dir, env), limits, device, env)
+
+    def reset_peak(self, device: torch.device) -> None:
+        torch.cuda.reset_peak_memory_stats(device)
+
+    def peak_bytes(self, device: torch.device) -> Optional[int]:
+        return int(torch.cuda.max_memory_allocated(device))
+
+    def free_bytes(self, device: torch.device) -> Optional[int]:
+        return hardware.gpu_free_bytes(device)

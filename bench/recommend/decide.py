@@ -1,6 +1,6 @@
 """The funnel's decisions, as pure functions of what the stages measured: nothing is measured here.
 
-    inside_budget     stage 1: a backend passes when its whole ΔAUC interval lies above minus the budget
+    inside_budget     stage 1: a backend passes when its ΔAUC is within the budget (the one rule, stats.budget_verdict)
     within_memory     stage 2: its prepared model's MB against the limit
     dominated         stage 3: a candidate beaten beyond both intervals, at no cost in ΔAUC, MB or threads
     pick              stage 4: among the confirmed that meet the bound (and the target rate), the answer
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from bench.report.fmt import DASH
-from bench.stats import FP32_EQUIVALENT, fp32_equivalent
+from bench.stats import FP32_EQUIVALENT, WITHIN_BUDGET, budget_floor, budget_verdict, fp32_equivalent
 
 ACCURACY, MEMORY, SPEED, CONFIRM, RUNNABLE = "1 accuracy", "2 memory", "3 offline speed", "4 Server confirmation", "0 runnable"
 
@@ -114,17 +114,18 @@ class Rejection:
 
 
 def budget_shortfall(f: Facts, budget: float) -> float:
-    """How far the ΔAUC interval's low end lies below minus the budget (0 or less: inside)."""
-    return -budget - f.auc_delta_lo
+    """How far the ΔAUC interval's low end lies below the lowest ΔAUC the budget accepts (0 or less: inside)."""
+    return budget_floor(budget) - f.auc_delta_lo
 
 
 def inside_budget(f: Facts, budget: float) -> Optional[Rejection]:
-    """Stage 1: None when the whole ΔAUC interval lies at or above -budget; else the rejection, saying by how much."""
+    """Stage 1: None when the ΔAUC interval is within the budget (`budget_verdict`, the one accuracy rule report.md,
+    the gate and tune read); else the rejection, saying by how much."""
     if math.isnan(f.auc_delta_lo):
         return Rejection(f.backend, ACCURACY, "no ΔAUC was measured (no accuracy to judge)")
-    short = budget_shortfall(f, budget)
-    if short <= 0:
+    if budget_verdict(f.auc_delta_lo, f.auc_delta_hi, budget) == WITHIN_BUDGET:
         return None
+    short = budget_shortfall(f, budget)
     return Rejection(f.backend, ACCURACY,
                      f"ΔAUC {f.auc_delta:+.5f} [{f.auc_delta_lo:+.5f}, {f.auc_delta_hi:+.5f}]: its interval reaches "
                      f"{short:.5f} past the {budget:g} budget", needs=f"accuracy.max_auc_drop={-f.auc_delta_lo:.5f}")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from bench.report.fmt import DASH
+from bench.report.shipping_rank import Shippable, rank
 from bench.stats import FP32_EQUIVALENT, WITHIN_BUDGET, budget_floor, budget_verdict, fp32_equivalent
 
 ACCURACY, MEMORY, SPEED, CONFIRM, RUNNABLE = "1 accuracy", "2 memory", "3 offline speed", "4 Server confirmation", "0 runnable"
@@ -246,16 +247,18 @@ def anchored_qps(confirmed: list[tuple[Candidate, Confirmation, Facts]]) -> dict
 
 
 def ranked(confirmed: list[tuple[Candidate, Confirmation, Facts]], qps_target: Optional[float]) -> list[tuple[Candidate, Confirmation, Facts]]:
-    """The confirmed that passed, best first. Closed ones (`open_bracket` None) always rank above open ones; among
-    each, the highest low end of the Server QPS interval read through the paired ratio (`anchored_qps`: what the
-    evidence guarantees, not its point), then the smaller ΔAUC drop, then fewer MB. With a target rate: the fewest
-    threads first, then the same order."""
+    """The confirmed that passed, best first, by the one pick rule report.md's bottom line ranks with too
+    (`bench.report.shipping_rank.rank`), its measure the Server QPS: closed ones (`open_bracket` None) always rank
+    above open ones; among each, the highest low end of the Server QPS interval read through the paired ratio
+    (`anchored_qps`: what the evidence guarantees, not its point); with a target rate the fewest threads first. Then
+    the rule's own order: the smaller ΔAUC drop, fewer MB, the name. Their budget was read at stage 1 by the same rule."""
     qps = anchored_qps(confirmed)
 
-    def key(r):
-        c, conf, f = r
-        return (open_bracket(conf) is not None, c.threads if qps_target is not None else 0, -qps[c][1], -f.auc_delta, f.model_mb)
-    return sorted(confirmed, key=key)
+    def server_qps(s: Shippable) -> tuple:
+        c, conf, _ = s.item
+        return (open_bracket(conf) is not None, c.threads if qps_target is not None else 0, -qps[c][1])
+    rows = [Shippable(r, r[0].label(), r[2].auc_delta, r[2].auc_delta_lo, r[2].auc_delta_hi, r[2].model_mb) for r in confirmed]
+    return [s.item for s in rank(rows, None, server_qps)]
 
 
 def pick(confirmed: list[tuple[Candidate, Confirmation, Facts]], qps_target: Optional[float]) -> Optional[tuple[Candidate, Confirmation, Facts]]:

@@ -19,7 +19,8 @@ from typing import Optional
 
 from bench.report.fmt import DASH
 from bench.report.shipping_rank import Shippable, rank
-from bench.stats import FP32_EQUIVALENT, WITHIN_BUDGET, budget_floor, budget_verdict, fp32_equivalent
+from bench import stats
+from bench.stats import FP32_EQUIVALENT, fp32_equivalent
 
 ACCURACY, MEMORY, SPEED, CONFIRM, RUNNABLE = "1 accuracy", "2 memory", "3 offline speed", "4 Server confirmation", "0 runnable"
 
@@ -116,7 +117,7 @@ class Rejection:
 
 def budget_shortfall(f: Facts, budget: float) -> float:
     """How far the ΔAUC interval's low end lies below the lowest ΔAUC the budget accepts (0 or less: inside)."""
-    return budget_floor(budget) - f.auc_delta_lo
+    return stats.budget_floor(budget) - f.auc_delta_lo
 
 
 def inside_budget(f: Facts, budget: float) -> Optional[Rejection]:
@@ -124,12 +125,17 @@ def inside_budget(f: Facts, budget: float) -> Optional[Rejection]:
     the gate and tune read); else the rejection, saying by how much."""
     if math.isnan(f.auc_delta_lo):
         return Rejection(f.backend, ACCURACY, "no ΔAUC was measured (no accuracy to judge)")
-    if budget_verdict(f.auc_delta_lo, f.auc_delta_hi, budget) == WITHIN_BUDGET:
+    if stats.budget_verdict(f.auc_delta_lo, f.auc_delta_hi, budget) == stats.WITHIN_BUDGET:
         return None
     short = budget_shortfall(f, budget)
     return Rejection(f.backend, ACCURACY,
-                     f"ΔAUC {f.auc_delta:+.5f} [{f.auc_delta_lo:+.5f}, {f.auc_delta_hi:+.5f}]: its interval reaches "
-                     f"{short:.5f} past the {budget:g} budget", needs=f"accuracy.max_auc_drop={-f.auc_delta_lo:.5f}")
+                     f"ΔAUC {_small(f.auc_delta, '+')} [{_small(f.auc_delta_lo, '+')}, {_small(f.auc_delta_hi, '+')}]: its interval "
+                     f"reaches {_small(short)} past the {budget:g} budget", needs=f"accuracy.max_auc_drop={_small(-f.auc_delta_lo)}")
+
+
+def _small(x: float, sign: str = "") -> str:
+    """Five decimals; two significant digits below 1e-4, where five decimals would print a loss as 0.00000."""
+    return f"{x:{sign}.5f}" if x == 0 or abs(x) >= 1e-4 else f"{x:{sign}.2g}"
 
 
 def within_memory(f: Facts, max_mb: Optional[float]) -> Optional[Rejection]:

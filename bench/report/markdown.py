@@ -34,7 +34,8 @@ from bench.report.toolkits import toolkit_section
 from bench.registry import BATCHED_BACKEND, SPLIT_BACKEND
 from bench.results.key import BASELINE, UNSHARDED, as_dict, labelled, replace, row_key, section_point, shown_axes
 from bench.results.table import UNEXPLAINED, latest_records, trials
-from bench.stats import budget_verdict, indistinguishable_from_zero, interval_contains, ratio_interval
+from bench import stats
+from bench.stats import indistinguishable_from_zero, interval_contains, ratio_interval
 
 CONFIDENCE = "95%"
 TAIL_CALLS = 10  # a p99 made by fewer calls than this is named as such
@@ -145,7 +146,7 @@ def differs_from_budget(r) -> bool:
 
 def gate_reading(r) -> str:
     """The row's ΔAUC against its gate rule's margin, by the one accuracy rule (`budget_verdict`) the gate reads too."""
-    return budget_verdict(r.auc_delta_lo, r.auc_delta_hi, r.auc_margin)
+    return stats.budget_verdict(r.auc_delta_lo, r.auc_delta_hi, r.auc_margin)
 
 
 def verdict_cell(r) -> str:

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Generic, Optional, Sequence, TypeVar
 
-from bench.stats import WITHIN_BUDGET, budget_verdict
+from bench import stats
 
 T = TypeVar("T")
 
@@ -50,7 +50,7 @@ def _last(x: float) -> float:
 
 def within(s: Shippable, budget: Optional[float]) -> bool:
     """Whether the candidate may be shipped at all: its ΔAUC within the budget (None: judged before, by the same rule)."""
-    return budget is None or budget_verdict(s.auc_delta_lo, s.auc_delta_hi, budget) == WITHIN_BUDGET
+    return budget is None or stats.budget_verdict(s.auc_delta_lo, s.auc_delta_hi, budget) == stats.WITHIN_BUDGET
 
 
 def rank(candidates: Sequence[Shippable[T]], budget: Optional[float], measure: Callable[[Shippable], tuple] = smallest) -> list[Shippable[T]]:

@@ -27,7 +27,8 @@ from bench.metrics import AUC_DELTA, AUC_DELTA_P, AUC_FP32, EMBEDDING_BYTES, wit
 from bench.errors import UserError
 from bench.measure.memory import row_bytes
 from bench.record import RunRecord
-from bench.stats import WITHIN_BUDGET, AucDelta, budget_verdict, paired_auc_delta
+from bench import stats
+from bench.stats import AucDelta, paired_auc_delta
 
 CANDIDATE = "tune_candidate"  # a candidate record's config key: what identifies the measurement
 SUMMARY = "tune_summary"  # the summary record's metrics key: what the tune decided from its candidates
@@ -130,10 +131,10 @@ class Budget:
     def passes(self, row: Row, ratio: float = 1.0) -> bool:
         """On the check quarter: within the budget by the one rule (`budget_verdict`), its low end lowered by the guard."""
         lo = row.auc_delta_lo - self.guard(row, ratio)
-        return budget_verdict(lo, max(lo, row.auc_delta_hi), self.drop(row.auc_fp32)) == WITHIN_BUDGET
+        return stats.budget_verdict(lo, max(lo, row.auc_delta_hi), self.drop(row.auc_fp32)) == stats.WITHIN_BUDGET
 
     def verdict(self, row: Row) -> str:
-        return budget_verdict(row.auc_delta_lo, row.auc_delta_hi, self.drop(row.auc_fp32))
+        return stats.budget_verdict(row.auc_delta_lo, row.auc_delta_hi, self.drop(row.auc_fp32))
 
 
 # ------------------------------------------------------------------------------ table sizes

@@ -3,8 +3,8 @@
 `picks` goes over each workload, device and batch size of a results table (`bench.results.table`) and
 names the smallest model whose ΔAUC lies within the reader's budget (`budget_verdict`, read against
 `compare.max_auc_drop`), by the one pick rule `recommend` ranks with too (`bench.report.shipping_rank`,
-whose measure here is the embedding bytes), with its bytes and its paired speedup against fp32; beside it the fastest
-backend within the budget, a zero-loss choice (ΔAUC within ±`FP32_EQUIVALENT` of 0: fp32_tbe,
+whose measure here is the embedding bytes), with its bytes and its paired speedup against fp32; beside
+it the fastest backend within the budget, a zero-loss choice (ΔAUC within ±`FP32_EQUIVALENT` of 0: fp32_tbe,
 fp16_tbe) where one is faster than the pick, and the runner-up. When no backend is inside the budget,
 or there is no ok fp32 row, the pick says so and names nothing. `gain_source` says where the speed
 comes from (table batching, quantization) with the rows the sweep has.
@@ -216,8 +216,8 @@ def shippable(r: Any) -> Shippable[Choice]:
 def picks(df: pd.DataFrame, budget: float) -> list[Pick]:
     """For each workload, device and batch size of `df` (a `results_table` read against `budget`), the
     smallest model (fewest embedding bytes; on a tie the higher ΔAUC, then the name: nothing timed) whose
-    ΔAUC is within the budget (the one pick rule, `shipping_rank.rank`, with its default measure), its speed read as non-inferiority (`Choice.reading`), the fastest within
-    the budget and a faster zero-loss choice beside it, and the runner-up; None with the reason when none
+    ΔAUC is within the budget (the one pick rule, `shipping_rank.rank`, with its default measure), its
+    speed read as non-inferiority (`Choice.reading`), the fastest within the budget and a faster zero-loss choice beside it, and the runner-up; None with the reason when none
     is within the budget, or when there is no ok fp32 row to read against."""
     out = []
     if df.empty:

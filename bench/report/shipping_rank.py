@@ -53,7 +53,8 @@ def within(s: Shippable, budget: Optional[float]) -> bool:
     return budget is None or stats.budget_verdict(s.auc_delta_lo, s.auc_delta_hi, budget) == stats.WITHIN_BUDGET
 
 
-def rank(candidates: Sequence[Shippable[T]], budget: Optional[float], measure: Callable[[Shippable], tuple] = smallest) -> list[Shippable[T]]:
+def rank(candidates: Sequence[Shippable[T]], budget: Optional[float],
+         measure: Callable[[Shippable], tuple] = smallest) -> list[Shippable[T]]:
     """The candidates within `budget`, best first: by `measure` (lower first), then the smaller ΔAUC drop, then the
     fewer bytes, then the name."""
     def key(s: Shippable) -> tuple:

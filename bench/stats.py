@@ -499,22 +499,34 @@ def practical_verdict(lo: float, hi: float, margin: float, null: float = 0.0, ra
 
 WITHIN_BUDGET, OVER_BUDGET = "within budget", "over budget"
 
+# A ΔAUC interval within ±this of 0: the fp32 model's scores up to rounding, a zero-loss choice (fp32_tbe, fp16_tbe).
+# A drop this small is float rounding, not a loss: `budget_verdict` reads a budget below it as this.
+FP32_EQUIVALENT = 1e-5
+
+
+def budget_floor(max_drop: float) -> float:
+    """The lowest ΔAUC a budget accepts: -max_drop; -FP32_EQUIVALENT for a budget from 0 up to it (rounding)."""
+    return -max_drop if max_drop < 0 else -max(max_drop, FP32_EQUIVALENT)
+
 
 def budget_verdict(lo: float, hi: float, max_drop: float) -> str:
-    """A ΔAUC interval read against an accuracy budget (the largest drop accepted): `within budget`
-    when the whole interval lies at or above -max_drop (a gain is within), `over budget` when it lies
-    wholly below, `inconclusive` when it straddles -max_drop (or a bound is missing)."""
+    """The one accuracy rule: a ΔAUC interval read against an accuracy budget (the largest drop accepted).
+    `within budget` when the whole interval lies at or above -max_drop (a gain is within), `over budget`
+    when it lies wholly below, `inconclusive` when it straddles -max_drop (or a bound is missing).
+
+    Every reader judges a ΔAUC against a budget here and nowhere else: report.md's verdicts and bottom
+    line, the gate's `max_auc_drop` rule, tune's search and held-out check, recommend's stage 1. A budget
+    from 0 up to FP32_EQUIVALENT reads as FP32_EQUIVALENT: an interval that reaches a few 1e-9 below 0 is
+    fp32's scores up to float rounding (onnxruntime_fp32, compiled_fp32), within a 0 budget. A negative
+    budget (a gain demanded) is read as given."""
     if any(math.isnan(float(x)) for x in (lo, hi, max_drop)):
         return INCONCLUSIVE
-    if lo >= -max_drop:
+    floor = budget_floor(max_drop)
+    if lo >= floor:
         return WITHIN_BUDGET
-    if hi < -max_drop:
+    if hi < floor:
         return OVER_BUDGET
     return INCONCLUSIVE
-
-
-# A ΔAUC interval within ±this of 0: the fp32 model's scores up to rounding, a zero-loss choice (fp32_tbe, fp16_tbe).
-FP32_EQUIVALENT = 1e-5
 
 
 def fp32_equivalent(lo: float, hi: float) -> bool:

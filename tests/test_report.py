@@ -149,11 +149,11 @@ def test_report_md_contents(report_dir):
     assert "1.79× [" in md
     # sentences in words
     # read against the one budget (compare.max_auc_drop, 0.001); the fixture's records carry no gate rules, so the
-    # gate's margin is compare's 0.0005, and differing from the budget, its reading follows
+    # gate's margin is compare's 0.0005, and differing from the budget, its reading (by the same rule) follows
     assert ("**int8_tbe** (batch sizes 256, 2048): ΔAUC −0.0002 [−0.0006, +0.0002]: within the 0.001 budget (its whole "
-            "interval lies at or above −0.001); inconclusive against int8_tbe's ±0.0005 gate rule; it cannot be told from zero") in md
+            "interval lies at or above −0.001); inconclusive against int8_tbe's 0.0005 gate rule; it cannot be told from zero") in md
     assert ("**uint4** (batch sizes 256, 2048): ΔAUC −0.0019 [−0.0027, −0.0011]: outside the 0.001 budget (its whole interval "
-            "lies below −0.001); a loss past uint4's ±0.0005 gate rule; it differs from zero") in md
+            "lies below −0.001); over uint4's 0.0005 gate rule; it differs from zero") in md
     # oracle AUC only for the synthetic workload
     assert md.count("Oracle AUC") == 1 and "0.7712" in md
     assert "AUC over 200,000 eval samples, each scored once." in md
@@ -373,17 +373,17 @@ def test_auc_verdicts_are_practical_and_never_print_zero(sweep_a, tmp_path):
 
 @pytest.mark.slow
 def test_int2s_verdict_names_the_budget_and_its_gate_rule_apart(sweep_a, tmp_path):
-    """A ΔAUC equivalent within a loose gate rule (int2_tbe's ±0.008) but past the reader's budget reads as over
-    budget, with the gate rule's reading beside it; a looser budget reads it within."""
+    """A ΔAUC within a loose gate rule (int2_tbe's 0.008) but past the reader's budget reads as over budget, with the
+    gate rule's reading (the same rule, `budget_verdict`, at the rule's margin) beside it; a looser budget reads it within."""
     rec = _paired(sweep_a, backend="int8_tbe", auc_delta=-0.0042, auc_delta_lo=-0.0047, auc_delta_hi=-0.0037, auc_delta_p=0.0001)
     rec.backend, rec.config = "int2_tbe", {**rec.config, "backend": {"name": "int2_tbe"}}
     rec.config.setdefault("gate", {}).setdefault("rules", {})["int2_tbe"] = {"max_auc_drop": 0.008}
     r = row(results_table([*sweep_a, rec]), backend="int2_tbe")
     assert (r.auc_verdict, r.budget_verdict, r.auc_budget) == ("equivalent", "over budget", 0.001)
     md = Path(write_report([*sweep_a, rec], tmp_path)).read_text()
-    assert "| over budget (gate rule ±0.008: equivalent) |" in md
+    assert "| over budget (gate rule 0.008: within budget) |" in md
     assert ("**int2_tbe** (batch 2048): ΔAUC −0.0042 [−0.0047, −0.0037]: outside the 0.001 budget (its whole interval lies "
-            "below −0.001); equivalent within int2_tbe's ±0.008 gate rule;") in md
+            "below −0.001); within int2_tbe's 0.008 gate rule;") in md
     assert row(results_table([*sweep_a, rec], budget=0.01), backend="int2_tbe").budget_verdict == "within budget"
 
 

@@ -152,19 +152,24 @@ def test_one_budget_by_default_for_tune_the_report_and_the_gate():
     from bench.config.files import load_compare_config
     from bench.gate.thresholds import load_gate_config
 
-    assert Budget.of(TuneConfig()).absolute == MAX_AUC_DROP == load_compare_config().max_auc_drop
+    assert Budget.of(_cfg(TuneConfig())).absolute == MAX_AUC_DROP == load_compare_config().max_auc_drop
     assert load_gate_config().default_rules.max_auc_drop == MAX_AUC_DROP
+
+
+def _cfg(tune, max_auc_drop=0.001):
+    """A tune's config as `Budget.of` reads it: the tune's settings and compare.max_auc_drop."""
+    return SimpleNamespace(tune=tune, compare=SimpleNamespace(max_auc_drop=max_auc_drop))
 
 
 def test_budget_is_given_once_and_relative_scales_with_the_fp32_auc():
     with pytest.raises(UserError, match="give the AUC budget once"):
-        Budget.of(TuneConfig(), default=None)
-    with pytest.raises(UserError, match="give the AUC budget once"):
-        Budget.of(TuneConfig(max_auc_drop=0.001, max_auc_drop_relative=0.01))
+        Budget.of(_cfg(TuneConfig(max_auc_drop=0.001, max_auc_drop_relative=0.01)))
     with pytest.raises(UserError, match="between 0 and 1"):
-        Budget.of(TuneConfig(max_auc_drop=2.0))
-    assert Budget.of(TuneConfig(max_auc_drop_relative=0.01)).drop(0.8) == pytest.approx(0.008)
-    assert Budget.of(TuneConfig(), default=0.01).absolute == 0.01  # given neither: compare.max_auc_drop
+        Budget.of(_cfg(TuneConfig(max_auc_drop=2.0)))
+    with pytest.raises(UserError, match="compare.max_auc_drop must be a number between 0 and 1"):
+        Budget.of(_cfg(TuneConfig(), max_auc_drop=0.0))  # a 0 budget leaves a tune no room: it says which key
+    assert Budget.of(_cfg(TuneConfig(max_auc_drop_relative=0.01))).drop(0.8) == pytest.approx(0.008)
+    assert Budget.of(_cfg(TuneConfig(), 0.01)).absolute == 0.01  # given neither: compare.max_auc_drop
     row = Row("c", "chosen", "holdout", 1, "fp32", "uint4", auc_delta=-0.0005, auc_delta_lo=-0.0009, auc_delta_hi=-0.0001, auc_fp32=0.8)
     budget = Budget(absolute=0.001)
     assert budget.verdict(row) == "within budget"
@@ -370,9 +375,9 @@ def test_the_search_keeps_a_guard_so_the_held_out_check_is_likely_to_pass():
     sd_h = math.sqrt(0.5) * sd
     assert strict.guard(row, 0.5) == pytest.approx(1.959964 * (sd_h - sd) + 1.281552 * math.hypot(sd, sd_h), rel=1e-5)
     assert 0 < strict.guard(row, 0.5) < strict.guard(row)
-    assert Budget.of(TuneConfig(max_auc_drop=0.001)).holdout_confidence == 0.9
+    assert Budget.of(_cfg(TuneConfig(max_auc_drop=0.001))).holdout_confidence == 0.9
     with pytest.raises(UserError, match="holdout_confidence"):
-        Budget.of(TuneConfig(max_auc_drop=0.001, holdout_confidence=0.3))
+        Budget.of(_cfg(TuneConfig(max_auc_drop=0.001, holdout_confidence=0.3)))
 
 
 def test_an_all_fp32_choice_does_not_read_as_a_quantized_map_within_budget(tmp_path):

@@ -550,6 +550,26 @@ def check_objectives(slo, accuracy, memory) -> None:
                         "(memory.max_model_mb=100)")
 
 
+def auc_budget(cfg) -> tuple[str, float]:
+    """The accuracy budget a command reads, and the key that set it: the one setting, compare.max_auc_drop
+    (report.md's verdicts and bottom line, and `python -m bench.report --max-auc-drop`), unless the command's
+    one override is given: `python -m bench recommend`'s accuracy.max_auc_drop, or `+sweep=tune`'s
+    tune.max_auc_drop (absolute) or tune.max_auc_drop_relative (a fraction of the fp32 AUC, the same budget
+    in another unit: give one). Every reader resolves the budget here; `bench.stats.budget_verdict` judges
+    a ΔAUC against it. `cfg` is a Config or a stored record's config read back as attributes."""
+    given = []
+    accuracy, tune = getattr(cfg, "accuracy", None), getattr(cfg, "tune", None)
+    if accuracy is not None and accuracy.max_auc_drop is not None:
+        given.append(("accuracy.max_auc_drop", accuracy.max_auc_drop))
+    if tune is not None:
+        given += [(k, v) for k, v in (("tune.max_auc_drop", tune.max_auc_drop),
+                                      ("tune.max_auc_drop_relative", tune.max_auc_drop_relative)) if v is not None]
+    if len(given) > 1:
+        raise UserError(f"give the AUC budget once, not {' and '.join(k for k, _ in given)}: tune.max_auc_drop=0.001 (absolute) "
+                        "or tune.max_auc_drop_relative=0.01 (of the fp32 AUC)")
+    return given[0] if given else ("compare.max_auc_drop", cfg.compare.max_auc_drop)
+
+
 @dataclass
 class Config:
     workload: WorkloadConfig = MISSING
@@ -660,6 +680,7 @@ __all__ = [
     "RecommendConfig",
     "check_recommend_config",
     "check_objectives",
+    "auc_budget",
     "Config",
     "register_configs",
 ]

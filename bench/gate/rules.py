@@ -20,6 +20,10 @@ measure (rounds in the job's process and the spread between processes), so the r
 the whole interval is on the allowed side, fails when the whole interval is past the threshold,
 and reads inconclusive while the interval straddles it, wherever the point lies. How steady the
 absolute throughput was (`stable`) is its own flag and does not enter the ratio's verdict.
+
+The `max_auc_drop` rule reads its threshold as an accuracy budget through the one accuracy rule
+(`bench.stats.budget_verdict`, which report.md, tune and recommend read too): pass when the ΔAUC
+interval is within it, fail when over it or when the point alone is over, inconclusive otherwise.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
+from bench import stats
 from bench.comparison import Figure, finite
 from bench.metrics import ACC, ACC_DELTA, AUC, AUC_DELTA, EMBEDDING_BYTES, MAX_QPS, NE, NE_DELTA, SPEEDUP, hi, lo
 
@@ -43,6 +48,8 @@ class Measure:
     missing: str = ""  # why there is no value
     # Decided by the interval alone: pass or fail only when the whole interval is on one side.
     by_interval: bool = False
+    # An AUC drop read by the one accuracy rule (`bench.stats.budget_verdict`) against the threshold as a budget.
+    by_budget: bool = False
 
 
 JOB_ROWS = ("job",)  # rows of the results table (bench.results.table)
@@ -111,7 +118,8 @@ def auc_drop(row: Row) -> Measure:
     delta = figure(row, AUC_DELTA, lo(AUC_DELTA), hi(AUC_DELTA))  # paired, from the run's scores
     if delta.value is None:
         return Measure(None, missing=_NO_REF)
-    return _measure(delta.scaled(-1.0))
+    drop = delta.scaled(-1.0)
+    return Measure(drop.value, drop.interval, by_budget=True)
 
 
 def _ratio_to_fp32(row: Row, value: str, delta: str, label: str) -> Measure:
@@ -217,6 +225,8 @@ def judge(r: Rule, threshold: float, m: Measure, inconclusive_fails: bool) -> tu
         # Part of the interval lies past the threshold and part does not.
         straddles = (lo <= t < hi) if r.bound == "max" else (lo < t <= hi)
     shown = f"{r.label} {r.fmt(m.value)}" + (f" (95% CI {r.fmt(m.interval[0])} .. {r.fmt(m.interval[1])})" if m.interval else "")
+    if m.by_budget:
+        return _by_budget(m, t, shown, allowed, r.fmt(t), inconclusive_fails)
     if m.by_interval and m.interval is not None:
         lo, hi = m.interval
         past = hi < t if r.bound == "min" else lo > t  # the whole interval lies past the threshold
@@ -232,6 +242,20 @@ def judge(r: Rule, threshold: float, m: Measure, inconclusive_fails: bool) -> tu
     if straddles:
         return _inconclusive(f"{shown} straddles the threshold {r.fmt(t)}", inconclusive_fails)
     return PASS, f"{shown} {allowed} {r.fmt(t)}"
+
+
+def _by_budget(m: Measure, t: float, shown: str, allowed: str, t_text: str, inconclusive_fails: bool) -> tuple[str, str]:
+    """An AUC drop (and its interval) against the threshold `t` as an accuracy budget, by the one rule
+    (`stats.budget_verdict` on the ΔAUC interval): pass within it, fail over it; where the interval straddles
+    it, fail when the point itself is over (the point's own reading by the same rule), else inconclusive."""
+    lo, hi = m.interval if m.interval is not None else (m.value, m.value)
+    reading = stats.budget_verdict(-hi, -lo, t)  # the drop's interval back as ΔAUC's
+    if reading == stats.WITHIN_BUDGET:
+        return PASS, f"{shown} {allowed} {t_text}"
+    if stats.budget_verdict(-m.value, -m.value, t) == stats.OVER_BUDGET:
+        note = "; the CI straddles the threshold, so the crossing is not distinguishable from noise" if reading != stats.OVER_BUDGET else ""
+        return FAIL, f"{shown}, allowed {allowed} {t_text}{note}"
+    return _inconclusive(f"{shown} straddles the threshold {t_text}", inconclusive_fails)
 
 
 def _inconclusive(reason: str, inconclusive_fails: bool) -> tuple[str, str]:

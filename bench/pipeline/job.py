@@ -10,7 +10,7 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from bench import devices, hardware, registry
+from bench import devices, hardware, registry, stats
 from bench.backends.backend import Backend
 from bench.backends.tables import embedding_bytes
 from bench.config import BackendConfig, Config
@@ -180,7 +180,7 @@ def _layers(cfg: Config, backend: Backend, model: TrainedModel, workload: Worklo
     if not cfg.attribute_layers or backend.cfg.name == BASELINE_BACKEND or delta is None or base is None:
         return {}
     margin = auc_margin(cfg, backend.cfg.name, base)
-    if margin is None or -delta <= margin:
+    if margin is None or stats.budget_verdict(delta, delta, margin) != stats.OVER_BUDGET:  # the point, by the gate's one rule
         return {}
     try:
         batches, n = shared.split_batches(cfg, workload, "eval"), workload.num_samples("eval")

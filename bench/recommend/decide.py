@@ -1,6 +1,6 @@
 """The funnel's decisions, as pure functions of what the stages measured: nothing is measured here.
 
-    inside_budget     stage 1: a backend passes when its whole ΔAUC interval lies above minus the budget
+    inside_budget     stage 1: a backend passes when its ΔAUC is within the budget (the one rule, stats.budget_verdict)
     within_memory     stage 2: its prepared model's MB against the limit
     dominated         stage 3: a candidate beaten beyond both intervals, at no cost in ΔAUC, MB or threads
     pick              stage 4: among the confirmed that meet the bound (and the target rate), the answer
@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from bench.report.fmt import DASH
+from bench.report.shipping_rank import Shippable, rank
+from bench import stats
 from bench.stats import FP32_EQUIVALENT, fp32_equivalent
 
 ACCURACY, MEMORY, SPEED, CONFIRM, RUNNABLE = "1 accuracy", "2 memory", "3 offline speed", "4 Server confirmation", "0 runnable"
@@ -114,20 +116,26 @@ class Rejection:
 
 
 def budget_shortfall(f: Facts, budget: float) -> float:
-    """How far the ΔAUC interval's low end lies below minus the budget (0 or less: inside)."""
-    return -budget - f.auc_delta_lo
+    """How far the ΔAUC interval's low end lies below the lowest ΔAUC the budget accepts (0 or less: inside)."""
+    return stats.budget_floor(budget) - f.auc_delta_lo
 
 
 def inside_budget(f: Facts, budget: float) -> Optional[Rejection]:
-    """Stage 1: None when the whole ΔAUC interval lies at or above -budget; else the rejection, saying by how much."""
+    """Stage 1: None when the ΔAUC interval is within the budget (`budget_verdict`, the one accuracy rule report.md,
+    the gate and tune read); else the rejection, saying by how much."""
     if math.isnan(f.auc_delta_lo):
         return Rejection(f.backend, ACCURACY, "no ΔAUC was measured (no accuracy to judge)")
-    short = budget_shortfall(f, budget)
-    if short <= 0:
+    if stats.budget_verdict(f.auc_delta_lo, f.auc_delta_hi, budget) == stats.WITHIN_BUDGET:
         return None
+    short = budget_shortfall(f, budget)
     return Rejection(f.backend, ACCURACY,
-                     f"ΔAUC {f.auc_delta:+.5f} [{f.auc_delta_lo:+.5f}, {f.auc_delta_hi:+.5f}]: its interval reaches "
-                     f"{short:.5f} past the {budget:g} budget", needs=f"accuracy.max_auc_drop={-f.auc_delta_lo:.5f}")
+                     f"ΔAUC {_small(f.auc_delta, '+')} [{_small(f.auc_delta_lo, '+')}, {_small(f.auc_delta_hi, '+')}]: its interval "
+                     f"reaches {_small(short)} past the {budget:g} budget", needs=f"accuracy.max_auc_drop={_small(-f.auc_delta_lo)}")
+
+
+def _small(x: float, sign: str = "") -> str:
+    """Five decimals; two significant digits below 1e-4, where five decimals would print a loss as 0.00000."""
+    return f"{x:{sign}.5f}" if x == 0 or abs(x) >= 1e-4 else f"{x:{sign}.2g}"
 
 
 def within_memory(f: Facts, max_mb: Optional[float]) -> Optional[Rejection]:
@@ -245,16 +253,18 @@ def anchored_qps(confirmed: list[tuple[Candidate, Confirmation, Facts]]) -> dict
 
 
 def ranked(confirmed: list[tuple[Candidate, Confirmation, Facts]], qps_target: Optional[float]) -> list[tuple[Candidate, Confirmation, Facts]]:
-    """The confirmed that passed, best first. Closed ones (`open_bracket` None) always rank above open ones; among
-    each, the highest low end of the Server QPS interval read through the paired ratio (`anchored_qps`: what the
-    evidence guarantees, not its point), then the smaller ΔAUC drop, then fewer MB. With a target rate: the fewest
-    threads first, then the same order."""
+    """The confirmed that passed, best first, by the one pick rule report.md's bottom line ranks with too
+    (`bench.report.shipping_rank.rank`), its measure the Server QPS: closed ones (`open_bracket` None) always rank
+    above open ones; among each, the highest low end of the Server QPS interval read through the paired ratio
+    (`anchored_qps`: what the evidence guarantees, not its point); with a target rate the fewest threads first. Then
+    the rule's own order: the smaller ΔAUC drop, fewer MB, the name. Their budget was read at stage 1 by the same rule."""
     qps = anchored_qps(confirmed)
 
-    def key(r):
-        c, conf, f = r
-        return (open_bracket(conf) is not None, c.threads if qps_target is not None else 0, -qps[c][1], -f.auc_delta, f.model_mb)
-    return sorted(confirmed, key=key)
+    def server_qps(s: Shippable) -> tuple:
+        c, conf, _ = s.item
+        return (open_bracket(conf) is not None, c.threads if qps_target is not None else 0, -qps[c][1])
+    rows = [Shippable(r, r[0].label(), r[2].auc_delta, r[2].auc_delta_lo, r[2].auc_delta_hi, r[2].model_mb) for r in confirmed]
+    return [s.item for s in rank(rows, None, server_qps)]
 
 
 def pick(confirmed: list[tuple[Candidate, Confirmation, Facts]], qps_target: Optional[float]) -> Optional[tuple[Candidate, Confirmation, Facts]]:

@@ -33,7 +33,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from bench import registry
-from bench.config import Config
+from bench.config import Config, auc_budget
 from bench.recommend import decide
 from bench.recommend.confirm import confirm as serve_beside_fp32
 from bench.recommend.decide import (ACCURACY, CONFIRM, RUNNABLE, SPEED, Candidate, Confirmation, Estimate, Facts, Point,
@@ -83,7 +83,8 @@ def threads_axis(cfg: Config) -> list[int]:
 
 
 def budget_of(cfg: Config) -> float:
-    return cfg.accuracy.max_auc_drop if cfg.accuracy.max_auc_drop is not None else cfg.compare.max_auc_drop
+    """accuracy.max_auc_drop, else compare.max_auc_drop: resolved where every reader resolves it (`auc_budget`)."""
+    return auc_budget(cfg)[1]
 
 
 def stage4_seconds(cfg: Config) -> float:

@@ -34,6 +34,7 @@ from bench.report.toolkits import toolkit_section
 from bench.registry import BATCHED_BACKEND, SPLIT_BACKEND
 from bench.results.key import BASELINE, UNSHARDED, as_dict, labelled, replace, row_key, section_point, shown_axes
 from bench.results.table import UNEXPLAINED, latest_records, trials
+from bench import stats
 from bench.stats import indistinguishable_from_zero, interval_contains, ratio_interval
 
 CONFIDENCE = "95%"
@@ -53,9 +54,9 @@ READING_NOTES = [
     "reads the interval against one accuracy budget for every backend, the largest AUC drop accepted "
     "(compare.max_auc_drop, stated at the top): *within budget* when the whole interval lies at or "
     "above −budget (a gain is within), *over budget* when it lies wholly below, *inconclusive* when "
-    "it straddles −budget. The gate judges each backend by its own rule (conf/gate/default.yaml); "
-    "where that rule's margin differs from the budget, the verdict also gives the gate rule's reading "
-    "(*equivalent* inside ±margin, a *gain* or a *loss* past it, *inconclusive* otherwise). Deltas too "
+    "it straddles −budget (a budget below 1e-05 reads as 1e-05: float rounding, not a loss). The gate "
+    "judges each backend by its own rule (conf/gate/default.yaml) with the same reading; where that "
+    "rule's margin differs from the budget, the verdict also gives the gate rule's reading. Deltas too "
     "small for four decimals are printed in scientific notation: a printed 0.0000 is exactly zero. "
     "ΔNE (lower is better) and Δacc (accuracy at 0.5 on the probability) are paired the same way, over the same "
     "samples; `gate=mlperf_dlrmv3` judges all three as MLPerf's DLRMv3 does.",
@@ -143,11 +144,16 @@ def differs_from_budget(r) -> bool:
     return not (fmt.missing(r.auc_margin) or fmt.missing(r.auc_budget)) and not math.isclose(r.auc_margin, r.auc_budget)
 
 
+def gate_reading(r) -> str:
+    """The row's ΔAUC against its gate rule's margin, by the one accuracy rule (`budget_verdict`) the gate reads too."""
+    return stats.budget_verdict(r.auc_delta_lo, r.auc_delta_hi, r.auc_margin)
+
+
 def verdict_cell(r) -> str:
     """The ΔAUC against the one budget; the gate rule's reading beside it where its margin differs."""
     if r.budget_verdict is None or fmt.missing(r.budget_verdict):
         return fmt.DASH
-    gate = f" (gate rule ±{r.auc_margin:g}: {r.auc_verdict})" if differs_from_budget(r) and isinstance(r.auc_verdict, str) else ""
+    gate = f" (gate rule {r.auc_margin:g}: {gate_reading(r)})" if differs_from_budget(r) else ""
     return f"{r.budget_verdict}{gate}"
 
 
@@ -157,10 +163,9 @@ BUDGET_WORDS = {
     "inconclusive": "inconclusive against the {b} budget (its interval straddles −{b})",
 }
 GATE_WORDS = {
-    "equivalent": "equivalent within {name}'s ±{m} gate rule",
-    "gain": "a gain past {name}'s ±{m} gate rule",
-    "loss": "a loss past {name}'s ±{m} gate rule",
-    "inconclusive": "inconclusive against {name}'s ±{m} gate rule",
+    "within budget": "within {name}'s {m} gate rule",
+    "over budget": "over {name}'s {m} gate rule",
+    "inconclusive": "inconclusive against {name}'s {m} gate rule",
 }
 
 
@@ -189,8 +194,9 @@ def delta_sentences(g: pd.DataFrame) -> list[str]:
         detect = "cannot be told from zero" if indistinguishable_from_zero(lo, hi) else "differs from zero"
         b = f"{r.auc_budget:g}"
         words = BUDGET_WORDS.get(str(r.budget_verdict), str(r.budget_verdict)).format(b=b)
-        if differs_from_budget(r) and isinstance(r.auc_verdict, str):
-            words += "; " + GATE_WORDS.get(r.auc_verdict, r.auc_verdict).format(name=backend, m=f"{r.auc_margin:g}")
+        if differs_from_budget(r):
+            reading = gate_reading(r)
+            words += "; " + GATE_WORDS.get(reading, reading).format(name=backend, m=f"{r.auc_margin:g}")
         out.append(f"{text}: {words}; it {detect} ({p}).")
     return out
 

@@ -2,8 +2,9 @@
 
 `picks` goes over each workload, device and batch size of a results table (`bench.results.table`) and
 names the smallest model whose ΔAUC lies within the reader's budget (`budget_verdict`, read against
-`compare.max_auc_drop`), with its bytes and its paired speedup against fp32; beside it the fastest
-backend within the budget, a zero-loss choice (ΔAUC within ±`FP32_EQUIVALENT` of 0: fp32_tbe,
+`compare.max_auc_drop`), by the one pick rule `recommend` ranks with too (`bench.report.shipping_rank`,
+whose measure here is the embedding bytes), with its bytes and its paired speedup against fp32; beside
+it the fastest backend within the budget, a zero-loss choice (ΔAUC within ±`FP32_EQUIVALENT` of 0: fp32_tbe,
 fp16_tbe) where one is faster than the pick, and the runner-up. When no backend is inside the budget,
 or there is no ok fp32 row, the pick says so and names nothing. `gain_source` says where the speed
 comes from (table batching, quantization) with the rows the sweep has.
@@ -34,13 +35,13 @@ from typing import Any, Optional
 
 import pandas as pd
 
-from bench.metrics import AUC_DELTA, EMBEDDING_BYTES
 from bench.report import fmt
+from bench.report.shipping_rank import Shippable, rank
 from bench.registry import BATCHED_BACKEND, SPLIT_BACKEND
 from bench.results.key import BASELINE, UNSHARDED, shown_axes
 from bench.results.readable import too_short, unreadable
 from bench.results.table import DEFAULT_SPEED_MARGIN
-from bench.stats import (BORDERLINE, FP32_EQUIVALENT, INCONCLUSIVE, NOT_SLOWER, SLOWER, WITHIN_BUDGET, fp32_equivalent,
+from bench.stats import (BORDERLINE, FP32_EQUIVALENT, INCONCLUSIVE, NOT_SLOWER, SLOWER, fp32_equivalent,
                          noninferiority_verdict)
 
 BATCHED, QUANTIZED = BATCHED_BACKEND, SPLIT_BACKEND  # the rows that split a speedup into batching and quantization
@@ -206,11 +207,17 @@ def _beside(choices: list[Choice]) -> tuple[Optional[Choice], Optional[Choice], 
     return fastest, zero, rivals
 
 
+def shippable(r: Any) -> Shippable[Choice]:
+    """A results row as the one pick rule reads it (`bench.report.shipping_rank`): its ΔAUC and embedding bytes."""
+    c = Choice.of(r)
+    return Shippable(c, c.backend, c.auc_delta, c.auc_delta_lo, c.auc_delta_hi, c.embedding_bytes)
+
+
 def picks(df: pd.DataFrame, budget: float) -> list[Pick]:
     """For each workload, device and batch size of `df` (a `results_table` read against `budget`), the
     smallest model (fewest embedding bytes; on a tie the higher ΔAUC, then the name: nothing timed) whose
-    ΔAUC is within the budget, its speed read as non-inferiority (`Choice.reading`), the fastest within
-    the budget and a faster zero-loss choice beside it, and the runner-up; None with the reason when none
+    ΔAUC is within the budget (the one pick rule, `shipping_rank.rank`, with its default measure), its
+    speed read as non-inferiority (`Choice.reading`), the fastest within the budget and a faster zero-loss choice beside it, and the runner-up; None with the reason when none
     is within the budget, or when there is no ok fp32 row to read against."""
     out = []
     if df.empty:
@@ -237,16 +244,13 @@ def picks(df: pd.DataFrame, budget: float) -> list[Pick]:
                 else "no other backend finished"
             out.append(pick(None, None, why))
             continue
-        inside = rows[rows["budget_verdict"] == WITHIN_BUDGET]
-        if inside.empty:
+        choices = [s.item for s in rank([shippable(r) for r in rows.itertuples(index=False)], budget)]
+        if not choices:
             undecided = sorted(rows.loc[rows["budget_verdict"] == INCONCLUSIVE, "backend"])
             why = f"no backend is within the {budget:g} budget"
             why += f" ({', '.join(undecided)}: inconclusive against it)" if undecided else ""
             out.append(pick(None, None, why + "; stay on fp32"))
             continue
-        ranked = inside.assign(_bytes=inside[EMBEDDING_BYTES].fillna(math.inf), _auc=-inside[AUC_DELTA].fillna(-math.inf))
-        ranked = ranked.sort_values(["_bytes", "_auc", "backend"], kind="mergesort")
-        choices = [Choice.of(r) for r in ranked.itertuples(index=False)]
         fastest, zero, rivals = _beside(choices)
         out.append(pick(choices[0], choices[1] if len(choices) > 1 else None, None, fastest, zero, rivals))
     return out

@@ -22,6 +22,8 @@ from bench.serve.paired import NOT_ENOUGH
 from bench.results.table import as_records
 from bench.serve.qps_search import disturbed
 
+C = fmt.Column  # a table column: its header and alignment (bench.report.fmt.table)
+
 NOTES = [
     "A **sample** is one LoadGen sample: one user's group of candidate pairs (rows), as in MLPerf's DLRM-v2 "
     "(sizes drawn from its quantiles, 100-700 pairs, mean 270, unless the run fixed them). pairs/s = samples/s "
@@ -109,8 +111,10 @@ def _paired_lines(server: pd.DataFrame) -> list[str]:
             "then both tracked their limits in the same rounds until the ratio had its evidence; the ratio is the tracked loads' "
             "over the joint rounds after both first reversals, its interval where a re-run's should fall (the brackets' beside "
             "it); tracked: each side's tracked level; runs and reversals: backend / fp32.", "",
-            fmt.markdown_table(["backend", "max QPS / fp32's", "interval (a re-run)", "max QPS [bracket]", "fp32 beside it [bracket]",
-                                "evidence", "fp32 evidence", "tracked", "joint rounds", "runs", "reversals"], table, "lrrrrllrrrr"), "",
+            fmt.table([C("backend"), C("max QPS / fp32's", align="r"), C("interval (a re-run)", align="r"),
+                       C("max QPS [bracket]", align="r"), C("fp32 beside it [bracket]", align="r"), C("evidence"),
+                       C("fp32 evidence"), C("tracked", align="r"), C("joint rounds", align="r"), C("runs", align="r"),
+                       C("reversals", align="r")], table), "",
             *short, *([""] if short else [])]
 
 
@@ -150,9 +154,11 @@ def render_serve(df: pd.DataFrame, latest: dict[tuple, RunRecord], plots: list[P
             table = [[r.backend, f"{r.max_qps:g}", _bracket(r), r.evidence or fmt.DASH, fmt.count(r.pairs_per_s), fmt.ms(r.latency_p50_ms),
                       fmt.ms(r.latency_p99_ms), _vs_fp32(r), fmt.DASH if fmt.missing(r.queue_qps) else f"{r.queue_qps:.3g}", _ratio(r.queue_ratio),
                       _ratio(r.offline_ratio), r.validity or fmt.DASH] for r in g.itertuples(index=False)]
-            lines += [fmt.markdown_table(["backend", "max QPS", "bracket [VALID, INVALID]", "evidence (runs agreeing)", "pairs/s", "p50 ms",
-                                          "p99 ms", "vs fp32", "queue estimate QPS", "vs queue", "vs Offline",
-                                          "targets (QPS: verdict, runs agreeing)"], table, "lrllrrrrrrrl"), ""]
+            lines += [fmt.table([C("backend"), C("max QPS", align="r"), C("bracket [VALID, INVALID]"),
+                                 C("evidence (runs agreeing)"), C("pairs/s", align="r"), C("p50 ms", align="r"),
+                                 C("p99 ms", align="r"), C("vs fp32", align="r"), C("queue estimate QPS", align="r"),
+                                 C("vs queue", align="r"), C("vs Offline", align="r"),
+                                 C("targets (QPS: verdict, runs agreeing)")], table), ""]
             for r in g.itertuples(index=False):
                 if r.max_qps == 0 or r.monotonic is False:
                     lines.append(f"- {r.backend}: {r.search_stop}")
@@ -173,20 +179,22 @@ def render_serve(df: pd.DataFrame, latest: dict[tuple, RunRecord], plots: list[P
                               s.get("queries"), s.get("overlatency_queries"),
                               fmt.DASH if steal is None else f"{steal:.1%}" + (" (set aside)" if disturbed(s, max_steal(rec)) else ""),
                               _why_late(s)])
-        lines += [fmt.markdown_table(["backend", "step", "target QPS", "run", "LoadGen", "samples/s", "p50 ms", "p99 ms",
-                                      "queries", "over bound", "steal", "why late (the SUT's clock)"], steps, "lrrrlrrrrrrl"), ""]
+        lines += [fmt.table([C("backend"), C("step", align="r"), C("target QPS", align="r"), C("run", align="r"), C("LoadGen"),
+                             C("samples/s", align="r"), C("p50 ms", align="r"), C("p99 ms", align="r"), C("queries", align="r"),
+                             C("over bound", align="r"), C("steal", align="r"), C("why late (the SUT's clock)")], steps), ""]
     if not offline.empty:
         lines += ["## Offline: every query at once", ""]
         table = [[r.backend, fmt.number(r.samples_per_s, 1), fmt.count(r.pairs_per_s), _ratio(r.qps_ratio),
                   r.validity or fmt.DASH] for r in offline.itertuples(index=False)]
-        lines += [fmt.markdown_table(["backend", "samples/s", "pairs/s", "vs fp32", "LoadGen (target: verdict)"], table, "lrrrl"), ""]
+        lines += [fmt.table([C("backend"), C("samples/s", align="r"), C("pairs/s", align="r"), C("vs fp32", align="r"),
+                             C("LoadGen (target: verdict)")], table), ""]
     checked = ok[ok["auc_check"].notna()]
     if not checked.empty:
         lines += ["## Accuracy mode", ""]
         table = [[r.backend, r.scenario, f"{r.auc_loadgen:.6f}", f"{r.auc_offline:.6f}", f"{r.auc_shift:+.2e}".replace("-", fmt.MINUS),
                   f"{r.auc_tolerance:g}", "yes" if r.batch_dependent else "no", r.auc_check] for r in checked.itertuples(index=False)]
-        lines += [fmt.markdown_table(["backend", "scenario", "AUC (LoadGen)", "AUC (offline)", "shift", "tolerance",
-                                      "batch-dependent", "check"], table, "llrrrrll"), ""]
+        lines += [fmt.table([C("backend"), C("scenario"), C("AUC (LoadGen)", align="r"), C("AUC (offline)", align="r"),
+                             C("shift", align="r"), C("tolerance", align="r"), C("batch-dependent"), C("check")], table), ""]
     for p in plots:
         lines += [f"![{p.stem}]({Path(p).relative_to(out_dir).as_posix()})", ""]
     lines += _machine_lines(ok)
@@ -237,7 +245,8 @@ def _machine_lines(ok: pd.DataFrame) -> list[str]:
              "The same two kernels timed at each job's start and end, on one thread (a fixed fp32 GEMM, and a gather of "
              "random rows from a table larger than the caches): they move only when the machine does. Load is the "
              "1-minute load average at the job's start and end; steal, the share of CPU time the hypervisor took over the job.", "",
-             fmt.markdown_table(["backend", "scenario", "load", "steal", "reference GEMM µs", "reference gather µs"], table, "llrrrr"), ""]
+             fmt.table([C("backend"), C("scenario"), C("load", align="r"), C("steal", align="r"),
+                        C("reference GEMM µs", align="r"), C("reference gather µs", align="r")], table), ""]
     for name, cols in (("GEMM", ("ref_gemm_us_start", "ref_gemm_us_end")), ("gather", ("ref_gather_us_start", "ref_gather_us_end"))):
         times = pd.concat([have[c] for c in cols]).dropna()
         low, high = times.min(), times.max()

@@ -24,6 +24,8 @@ from bench.results.tune import (NOTHING_COMPRESSED, PRECISIONS, Row, TuneResult,
                                 nothing_compressed, uniform)
 from bench.store import RECORDS, write_records
 
+C = fmt.Column  # a table column: its header and alignment (bench.report.fmt.table)
+
 CSV_COLUMNS = ["candidate", "split", EMBEDDING_BYTES, AUC_DELTA, lo(AUC_DELTA), hi(AUC_DELTA), "chosen",
                "kind", "dense", "measured_by", AUC_DELTA_P, AUC_FP32, "per_table"]  # fmt: skip
 
@@ -134,7 +136,7 @@ def _sizes_section(result: TuneResult) -> list[str]:
             b = map_bytes(tables, uniform(tables, p))
             rows.append([f"uniform {p}", fmt.megabytes(b), f"{fp32 / b:.2f}×"])
     return ["Embedding bytes (FBGEMM row bytes, CPU row alignment 1; MB = 10^6 bytes):", "",
-            fmt.markdown_table(["map", "embedding MB", "compression vs fp32"], rows, "lrr"), ""]
+            fmt.table([C("map"), C("embedding MB", align="r"), C("compression vs fp32", align="r")], rows), ""]
 
 
 def _sensitivity_section(result: TuneResult) -> list[str]:
@@ -152,12 +154,12 @@ def _sensitivity_section(result: TuneResult) -> list[str]:
         "Paired ΔAUC against fp32 [95% CI, DeLong] when that one table is quantize-dequantized at the precision, "
         "everything else fp32 (dense layers too):",
         "",
-        fmt.markdown_table(["table", "rows", "fp32 MB", *precisions], rows, "lrr" + "l" * len(precisions)),
+        fmt.table([C("table"), C("rows", align="r"), C("fp32 MB", align="r"), *(C(p) for p in precisions)], rows),
         "",
         "The dense layers are one more component: the MLP's Linear layers in int8 (torch.ao, as the integer backends "
         "run them), every table fp32:",
         "",
-        fmt.markdown_table(["dense layers", "ΔAUC [95% CI]"], [["fp32", "0 (reference)"], *dense], "ll"),
+        fmt.table([C("dense layers"), C("ΔAUC [95% CI]")], [["fp32", "0 (reference)"], *dense]),
         "",
     ]
 
@@ -186,8 +188,8 @@ def _search_section(result: TuneResult) -> list[str]:
         f"probability {budget.holdout_confidence:g} (tune.holdout_confidence; the check's and the held-out delta differ by the "
         f"noise of both, the held-out one's variance {s.ratio:.2g}× the check's by their sample counts). Bisection: {passed}.",
         "",
-        fmt.markdown_table(["probe", "embedding MB", "predicted loss", "ΔAUC [95% CI]", "lower bound − guard", "passes", ""],
-                           rows, "lrrllll"),
+        fmt.table([C("probe"), C("embedding MB", align="r"), C("predicted loss", align="r"), C("ΔAUC [95% CI]"),
+                   C("lower bound − guard"), C("passes"), C("")], rows),
         "",
     ]
 
@@ -233,16 +235,16 @@ def _chosen_section(result: TuneResult, out: Path) -> list[str]:
     lines += [
         "Held-out half, real integer backends (and the chosen map's emulation), the same dense layers:",
         "",
-        fmt.markdown_table(["map", "backend", "embedding MB", "compression vs fp32", "bytes vs chosen", "ΔAUC [95% CI]",
-                            "against the budget"], rows, "llrrrll"),
+        fmt.table([C("map"), C("backend"), C("embedding MB", align="r"), C("compression vs fp32", align="r"),
+                   C("bytes vs chosen", align="r"), C("ΔAUC [95% CI]"), C("against the budget")], rows),
         "",
         "![frontier](frontier.png)",
         "",
         "## The chosen map",
         "",
-        fmt.markdown_table(["table", "rows", "precision", "MB"],
-                           [[t.name, fmt.count(t.rows), chosen.per_table[t.name], fmt.megabytes(t.bytes(chosen.per_table[t.name]))]
-                            for t in tables], "lrlr"),
+        fmt.table([C("table"), C("rows", align="r"), C("precision"), C("MB", align="r")],
+                  [[t.name, fmt.count(t.rows), chosen.per_table[t.name], fmt.megabytes(t.bytes(chosen.per_table[t.name]))]
+                   for t in tables]),
         "",
         "Use it (`per_table.yaml` names every table, so the backend's own default type names none):",
         "",
@@ -271,7 +273,7 @@ def render(result: TuneResult, out: Path) -> str:
         lines += _sizes_section(result)
         rows = [[t.name, fmt.count(t.rows), *(fmt.megabytes(t.bytes(p)) if t.packs(p) else "does not pack" for p in PRECISIONS)]
                 for t in result.tables]
-        lines += [fmt.markdown_table(["table", "rows", *(f"{p} MB" for p in PRECISIONS)], rows, "lr" + "r" * len(PRECISIONS)), ""]
+        lines += [fmt.table([C("table"), C("rows", align="r"), *(C(p, "MB", "r") for p in PRECISIONS)], rows), ""]
         return "\n".join(lines + _timing(result))
     lines += [
         f"The eval split is cut by sample index: even indices are the search half ({fmt.count(result.n_search)} samples), "

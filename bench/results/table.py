@@ -64,7 +64,8 @@ from bench.results.key import AXES, BASELINE, KEY, UNSHARDED, is_reference, key_
 from bench.results.machine import EXTRA_COLUMNS, row_extras
 from bench.results.readable import too_short, unreadable
 from bench.config import MAX_AUC_DROP
-from bench.stats import budget_verdict, practical_verdict
+from bench import stats
+from bench.stats import practical_verdict
 
 COLUMNS = [
     *KEY,
@@ -329,7 +330,7 @@ def _verdict_columns(df: pd.DataFrame, latest: dict[tuple, RunRecord], budget: f
         if rec.status == "ok" and not is_reference(key):
             if not row.performance_only:  # untrained weights: no AUC was measured, nothing to judge
                 auc_v = practical_verdict(row.auc_delta_lo, row.auc_delta_hi, auc_m)
-                budget_v = budget_verdict(row.auc_delta_lo, row.auc_delta_hi, budget)
+                budget_v = stats.budget_verdict(row.auc_delta_lo, row.auc_delta_hi, budget)
             if unreadable(row.speedup, row.speedup_lo, row.speedup_hi):  # an interval too wide to read supports no verdict
                 speed_v = too_short(row.latency_calls)
             elif not (row.performance_only and math.isnan(row.speedup)):  # an unpaired performance-only job has no reference

@@ -22,12 +22,13 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 import numpy as np
 
 from bench.backends.tbe import BITS
-from bench.config import MAX_AUC_DROP
+from bench.config import auc_budget
 from bench.metrics import AUC_DELTA, AUC_DELTA_P, AUC_FP32, EMBEDDING_BYTES, with_interval
 from bench.errors import UserError
 from bench.measure.memory import row_bytes
 from bench.record import RunRecord
-from bench.stats import AucDelta, budget_verdict, paired_auc_delta
+from bench import stats
+from bench.stats import AucDelta, paired_auc_delta
 
 CANDIDATE = "tune_candidate"  # a candidate record's config key: what identifies the measurement
 SUMMARY = "tune_summary"  # the summary record's metrics key: what the tune decided from its candidates
@@ -98,15 +99,11 @@ class Budget:
     holdout_confidence: float = 0.9
 
     @classmethod
-    def of(cls, tune, default: Optional[float] = MAX_AUC_DROP) -> "Budget":
-        """The tune's budget: tune.max_auc_drop or tune.max_auc_drop_relative; with neither, `default`
-        (the reader's budget, compare.max_auc_drop), so tune and report.md read one budget."""
-        given = [(k, v) for k, v in (("tune.max_auc_drop", tune.max_auc_drop), ("tune.max_auc_drop_relative", tune.max_auc_drop_relative)) if v is not None]
-        if not given and default is not None:
-            given = [("compare.max_auc_drop", default)]
-        if len(given) != 1:
-            raise UserError("give the AUC budget once: tune.max_auc_drop=0.001 (absolute) or tune.max_auc_drop_relative=0.01 (of the fp32 AUC)")
-        key, value = given[0]
+    def of(cls, cfg) -> "Budget":
+        """The tune's budget, resolved where every reader resolves it (`bench.config.auc_budget`): tune.max_auc_drop or
+        tune.max_auc_drop_relative, else compare.max_auc_drop, so tune and report.md read one budget."""
+        tune = cfg.tune
+        key, value = auc_budget(cfg)
         for k, v in ((key, value), ("tune.holdout_confidence", tune.holdout_confidence)):
             if not (isinstance(v, (int, float)) and 0 < v < 1):
                 raise UserError(f"{k} must be a number between 0 and 1, got {v!r}")
@@ -132,11 +129,12 @@ class Budget:
         return z95 * (sd_holdout - sd) + NormalDist().inv_cdf(self.holdout_confidence) * math.hypot(sd, sd_holdout)
 
     def passes(self, row: Row, ratio: float = 1.0) -> bool:
-        """On the check quarter: the whole interval above -drop, by the guard."""
-        return row.auc_delta_lo - self.guard(row, ratio) >= -self.drop(row.auc_fp32)
+        """On the check quarter: within the budget by the one rule (`budget_verdict`), its low end lowered by the guard."""
+        lo = row.auc_delta_lo - self.guard(row, ratio)
+        return stats.budget_verdict(lo, max(lo, row.auc_delta_hi), self.drop(row.auc_fp32)) == stats.WITHIN_BUDGET
 
     def verdict(self, row: Row) -> str:
-        return budget_verdict(row.auc_delta_lo, row.auc_delta_hi, self.drop(row.auc_fp32))
+        return stats.budget_verdict(row.auc_delta_lo, row.auc_delta_hi, self.drop(row.auc_fp32))
 
 
 # ------------------------------------------------------------------------------ table sizes
@@ -295,7 +293,7 @@ def from_records(records: Sequence[RunRecord]) -> TuneResult:
     result.sensitivity = [r for r in rows if r.kind in ("sensitivity", "dense")]
     result.holdout = [r for r in rows if r.kind in ("chosen", "emulation", "uniform")]
     if not result.sizes_only:
-        result.budget = Budget.of(cfg.tune, cfg.compare.max_auc_drop)
+        result.budget = Budget.of(cfg)
     search = s["search"]
     if search is not None:
         result.search = SearchResult([Candidate(_in_order(per_table, names), int(n), float(loss))

@@ -77,7 +77,7 @@ def model_tables(module) -> list[Table]:
 def run_tune(cfg: Config, work: SharedWork, clock: Callable[[], float] = time.perf_counter) -> TuneResult:
     tune = cfg.tune
     check_tune(tune)
-    budget = None if tune.sizes_only else Budget.of(tune, cfg.compare.max_auc_drop)  # bad input fails before anything is built
+    budget = None if tune.sizes_only else Budget.of(cfg)  # bad input fails before anything is built
     started = clock()
     device, skip = device_of(cfg)  # the device path every job takes
     if skip is not None:

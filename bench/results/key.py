@@ -1,7 +1,9 @@
 """The results' row key, declared once: its axes, their order, how a record gives each, how a row is named.
 
 A results row is one `KEY` (workload, device, backend, sharding, world_size, batch_size, then any
-further axis a sweep declares in `AXES`), the newest record winning. Every reader of the results (the
+further axis a sweep declares in `AXES`: access, table_rows, threads), the newest record winning. A
+serving row is one `SERVE_KEY`: the same axes and the serving ones (`SERVE_AXES`: scenario, bound,
+batcher wait, workers). Every reader of the results (the
 report's tables, results.csv, the gate's rows, the baseline comparison, the history) takes the axes
 from here: a new axis is one `Axis` entry.
 
@@ -90,8 +92,32 @@ AXES: tuple[Axis, ...] = (
     # `+sweep=scale`: the access pattern and the rows of every table (bench.workloads.synthetic_scale)
     Axis("access", config_value("workload.access"), unswept="zipf"),
     Axis("table_rows", config_value("workload.table_rows"), kind=int),
+    # the torch threads the job set (`threads`; recommend times each candidate at several): None is torch's default
+    Axis("threads", config_value("threads"), kind=int),
 )
 KEY = [a.name for a in AXES]
+
+
+def server_bound(record: RunRecord) -> Any:
+    """A serving job's p99 bound: the Server scenario's (an Offline run has none)."""
+    serve = (record.config or {}).get("serve") or {}
+    return serve.get("bound_ms") if serve.get("scenario") == "server" else None
+
+
+# The axes a serving job has beside `AXES` (`+sweep=serve`, bench.results.serving): its LoadGen scenario, the
+# Server bound, and the batcher's wait and workers. Each keys as the record holds it (None where absent).
+SERVE_AXES: tuple[Axis, ...] = (
+    Axis("scenario", config_value("serve.scenario")),
+    Axis("bound_ms", server_bound, kind=float),
+    Axis("max_wait_ms", config_value("serve.max_wait_ms"), kind=float),
+    Axis("workers", config_value("serve.workers"), kind=int),
+)
+SERVE_KEY = [*KEY, *(a.name for a in SERVE_AXES)]
+
+
+def serve_key_of(record: RunRecord) -> tuple:
+    """A serving record's row key, in SERVE_KEY order: its results key, then its serving axes."""
+    return (*key_of(record), *(a.keyed(a.of(record)) for a in SERVE_AXES))
 
 
 def extra_axes() -> list[Axis]:

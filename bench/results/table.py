@@ -52,6 +52,7 @@ from bench.metrics import (
     SPEEDUP,
     SPEEDUP_PROCESS_SD,
     THROUGHPUT,
+    THREADS,
     THROUGHPUT_TRIALS,
     hi,
     METRICS,
@@ -59,7 +60,7 @@ from bench.metrics import (
     lo,
     with_interval,
 )
-from bench.record import RunRecord, degraded_kernels, is_serving
+from bench.record import RunRecord, degraded_kernels, is_serving, measure_of
 from bench.results.key import AXES, BASELINE, KEY, UNSHARDED, is_reference, key_of, key_values, reference_key, row_key, sharding_of, sort_key
 from bench.results.machine import EXTRA_COLUMNS, row_extras
 from bench.results.readable import too_short, unreadable
@@ -128,7 +129,6 @@ COLUMNS = [
     "compression",
     PEAK_RSS_BYTES,
     CUDA_PEAK_BYTES,
-    "threads",
     "ps_twin",
     "ps_precision",  # ps_redis: the precision of the rows it pulls (fp32, int8, int4)
     "ps_cache_fraction",
@@ -146,7 +146,7 @@ COLUMNS = [
 
 # The record's figures copied into the table as numbers: every declared metric of one value, with its
 # interval's bounds (the serving figures have their own table; speedup is joined in `results_table`).
-_NOT_COPIED = {SPEEDUP, THROUGHPUT_TRIALS, LATENCY_MS}
+_NOT_COPIED = {SPEEDUP, THROUGHPUT_TRIALS, LATENCY_MS, THREADS}  # threads: the row key's column (the threads the job set)
 _METRICS = [name for m in METRICS.values() if m.stage != SERVING and m.name not in _NOT_COPIED
             for name in (with_interval(m.name) if m.interval else (m.name,))]
 _METRICS += ["ps_cache_fraction", "ps_hit_rate_steady", "ps_pull_share"]  # the parameter server's (bench.report.paramserver)
@@ -175,7 +175,7 @@ def latest_records(records: Iterable[RunRecord | dict[str, Any]]) -> dict[tuple,
     """Newest record per row key (`bench.results.key`), serving jobs left out; on equal times the later one."""
     latest: dict[tuple, RunRecord] = {}
     for r in as_records(records):
-        if is_serving(r):  # serving jobs have their own table (bench.results.serving)
+        if is_serving(r) or measure_of(r):  # serving jobs and parts of jobs have their own tables (results.serving, .measured)
             continue
         k = key_of(r)
         if k not in latest or _created(r) >= _created(latest[k]):

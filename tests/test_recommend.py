@@ -17,7 +17,7 @@ from bench.recommend import decide
 from bench.recommend.confirm import confirm, confirmation
 from bench.recommend.decide import (ACCURACY, CONFIRM, MEMORY, SPEED, Candidate, Confirmation, Estimate, Facts, Point,
                                     Rejection)
-from bench.recommend.jobs import Jobs, offline_config, served_config, server_config
+from bench.recommend.jobs import Jobs, facts_config, offline_config, served_config, server_config
 from bench.recommend.run import backend_facts, run_recommend, served_times
 from bench.results.measured import measured_table
 from bench.results.table import results_table
@@ -220,6 +220,19 @@ def test_a_paired_search_without_enough_runs_leaves_the_bracket_open_and_says_wh
                                                   "not_enough_runs": short}}))
     why = decide.open_bracket(c)
     assert c.not_enough_runs == short and short in why and "nan" not in why
+
+def test_a_part_of_a_job_has_its_own_identity_and_whole_jobs_keep_theirs(tmp_path):
+    """`measure` (facts, served) joined the config after records were stored: a whole job (measure null) keeps the hash it
+    had without the key, so every stored record still resumes and joins; a facts or served job is never a whole job's."""
+    from bench.config.compose import compose
+    cfg = compose(["+sweep=recommend", "+preset=tiny", "backend=int8_tbe", f"reports_dir={tmp_path}"])
+    whole = dataclasses.asdict(offline_config(cfg, 256, 1))
+    before_the_key = {k: v for k, v in whole.items() if k != "measure"}
+    assert whole["measure"] is None and job_hash(whole) == job_hash(before_the_key)
+    facts_hash = job_hash(dataclasses.asdict(facts_config(cfg)))
+    served_hash = job_hash(dataclasses.asdict(served_config(cfg, 256, 1)))
+    assert len({job_hash(whole), facts_hash, served_hash}) == 3
+
 
 # ------------------------------------------------------------------------------------------------ on real jobs
 

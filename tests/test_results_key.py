@@ -184,13 +184,15 @@ def threaded(backend: str, threads, created: str, measure=None) -> RunRecord:
 
 def test_threads_key_the_rows_and_torch_s_default_keys_as_none():
     """recommend stores a backend's jobs at 1 and 2 threads: two rows, neither the newest winning over the other; a job
-    that left threads to torch (null) keys as before the axis existed."""
+    that left threads to torch (null), or a sweep that pins one count for every job, keys as before the axis existed."""
     records = [threaded(b, t, f"2026-11-2{t}T00:00:00+00:00") for b in ("fp32", "int8_tbe") for t in (1, 2)]
     df = results_table(records)
     assert len(df) == 4 and sorted(df[df["backend"] == "int8_tbe"]["threads"]) == [1, 2]
     assert {key.row_key(r)[-1] for r in df.to_dict("records")} == {1, 2}
     assert key.label("int8_tbe", threads=2) == "int8_tbe threads=2"
     assert key.key_of(threaded("fp32", None, "2026-11-20T00:00:00+00:00"))[-1] is None
+    pinned = results_table([threaded(b, 16, "2026-11-21T00:00:00+00:00") for b in ("fp32", "int8_tbe")])
+    assert pinned["threads"].isna().all() and "threads" not in key.shown_axes(pinned)  # a sweep that pins one count keys as before
     parts = [threaded("int8_tbe", 1, "2026-11-23T00:00:00+00:00", measure) for measure in ("facts", "served")]
     assert len(results_table(records + parts)) == 4  # a part of a job (recommend's facts, served times) is never a row
 

@@ -19,7 +19,7 @@ import pandas as pd
 from bench.config import FACTS, SERVED
 from bench.metrics import AUC_DELTA, AUC_FP32, EMBEDDING_BYTES, MODEL_BYTES, hi, lo
 from bench.record import RunRecord, measure_of
-from bench.results.key import KEY, key_of, sort_key
+from bench.results.key import KEY, in_context, key_of, sort_key
 from bench.results.table import as_records
 from bench.serve.path import ServedTimes
 
@@ -64,12 +64,10 @@ def measured_table(records: Iterable[RunRecord | dict[str, Any]]) -> pd.DataFram
     """One row per (results key, part measured), the newest record winning: facts rows with their ΔAUC and MB, served
     rows with their batch times beside fp32's."""
     latest: dict[tuple, RunRecord] = {}
-    for r in as_records(records):
-        part = measure_of(r)
-        if part in (FACTS, SERVED):
-            k = (*key_of(r), part)
-            if k not in latest or _created(r) >= _created(latest[k]):
-                latest[k] = r
+    parts = [r for r in as_records(records) if measure_of(r) in (FACTS, SERVED)]
+    for r, k in zip(parts, in_context([(*key_of(r), measure_of(r)) for r in parts], [*KEY, "measure"])):
+        if k not in latest or _created(r) >= _created(latest[k]):
+            latest[k] = r
     rows = []
     for k, r in sorted(latest.items(), key=lambda kv: (sort_key(kv[0][:-1]), kv[0][-1])):
         row: dict[str, Any] = {**dict(zip(KEY, k[:-1])), "measure": k[-1], "status": r.status, "error": why_not(r),

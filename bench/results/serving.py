@@ -18,7 +18,7 @@ import pandas as pd
 
 from bench.metrics import LATENCY_MS, MAX_QPS, PAIRS_PER_S, SAMPLES_PER_S, hi, lo
 from bench.record import RunRecord, is_serving
-from bench.results.key import BASELINE, SERVE_KEY, backend_rank, serve_key_of
+from bench.results.key import BASELINE, SERVE_KEY, backend_rank, in_context, serve_key_of
 from bench.results.table import as_records
 
 COLUMNS = [
@@ -55,8 +55,8 @@ def _created(r: RunRecord) -> datetime:
 
 def latest_serving(records: Iterable[RunRecord | dict[str, Any]]) -> dict[tuple, RunRecord]:
     latest: dict[tuple, RunRecord] = {}
-    for r in serving_records(records):
-        k = serve_key_of(r)
+    served = serving_records(records)
+    for r, k in zip(served, in_context([serve_key_of(r) for r in served], SERVE_KEY)):
         if k not in latest or _created(r) >= _created(latest[k]):
             latest[k] = r
     return latest

@@ -91,7 +91,7 @@ def is_serving(record: RunRecord) -> bool:
 
 def measure_of(record: RunRecord) -> str | None:
     """The part of a job the record measured (`facts`, `served`: Config.measure, run by recommend's plan), or None for a
-    whole job. Such records have a table of their own (bench.results.measured), never a row of the results table."""
+    whole job. Such records have a table of their own (bench.results.parts), never a row of the results table."""
     return (record.config or {}).get("measure")
 
 

@@ -19,7 +19,7 @@ from bench.recommend.decide import (ACCURACY, CONFIRM, MEMORY, SPEED, Candidate,
                                     Rejection)
 from bench.recommend.jobs import Jobs, facts_config, offline_config, served_config, server_config
 from bench.recommend.run import backend_facts, run_recommend, served_times
-from bench.results.measured import measured_table
+from bench.results.parts import measured_table
 from bench.results.table import results_table
 from bench.recommend.speed import estimate, point, timed_sizes
 from bench.runner import Session, job_hash

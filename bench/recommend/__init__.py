@@ -7,7 +7,7 @@
                  ΔAUC and model MB, bench.routes.facts), its paired offline jobs and served batch times (stage 3,
                  bench.routes.served), its paired Server jobs (stage 4)
     run.py       run_recommend(...) -> Outcome: the stages in order, within the time budget; the figures read back
-                 from each job's record (bench.results.measured)
+                 from each job's record (bench.results.parts)
     outputs.py   reports/recommend/<timestamp>/: recommend.md, recommend.json, front.png; the console lines
     ranges.py    the recommend's own values (objectives, candidate lists, sizes), checked before torch is imported
     command.py   `python -m bench recommend`: compose, check, run the funnel, write the folder, print the pick

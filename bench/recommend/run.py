@@ -19,7 +19,7 @@ The pick is the confirmed candidate with the highest low end of its Server QPS i
 ratio to fp32 (with `slo.qps`: the fewest threads that hold it); one whose bracket or fp32's is open is "not
 confirmed" and ranks below every closed one (bench.recommend.decide.ranked). Every job, the facts and served times
 among them, goes through `run_job` with `resume=true` (bench.recommend.jobs): an interrupted recommend resumes, an
-identical one reads every figure back from the store (bench.results.measured) and measures nothing.
+identical one reads every figure back from the store (bench.results.parts) and measures nothing.
 
 `run_recommend` runs the stages in turn: `accuracy_and_memory` (1-2), `OfflineSpeed` (3), `confirm_best` (4) and
 `decide_pick`.
@@ -45,7 +45,7 @@ from bench.recommend.decide import (ACCURACY, CONFIRM, RUNNABLE, SPEED, Candidat
 from bench.recommend.jobs import Jobs, facts_config, offline_config, served_config, server_config
 from bench.recommend.speed import estimate, point, timed_sizes
 from bench.registry import BASELINE_BACKEND
-from bench.results.measured import facts_of, served_of, why_not
+from bench.results.parts import facts_of, served_of, why_not
 from bench.serve.path import ServedTimes
 
 RESIDUE_NOTED = 1.25  # a served batch this much slower after the other module's than after its own is said

@@ -1,4 +1,4 @@
-"""report.md's section of the parts of jobs recommend's plan ran (bench.results.measured): each backend's ΔAUC and
+"""report.md's section of the parts of jobs recommend's plan ran (bench.results.parts): each backend's ΔAUC and
 model MB (`facts`), and its served batch times beside fp32's at each batcher size and thread count (`served`)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from bench.metrics import AUC_DELTA, hi, lo
 from bench.record import RunRecord
 from bench.report import fmt
 from bench.results.key import label
-from bench.results.measured import measured_table
+from bench.results.parts import measured_table
 
 
 def _name(r: dict[str, Any]) -> str:

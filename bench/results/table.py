@@ -175,7 +175,7 @@ def route_of(record: RunRecord) -> str | None:
 def latest_records(records: Iterable[RunRecord | dict[str, Any]]) -> dict[tuple, RunRecord]:
     """Newest record per row key (`bench.results.key`), serving jobs left out; on equal times the later one."""
     latest: dict[tuple, RunRecord] = {}
-    # serving jobs and parts of jobs have their own tables (results.serving, .measured)
+    # serving jobs and parts of jobs have their own tables (results.serving, .parts)
     kept = [r for r in as_records(records) if not (is_serving(r) or measure_of(r))]
     for r, k in zip(kept, in_context([key_of(r) for r in kept])):
         if k not in latest or _created(r) >= _created(latest[k]):

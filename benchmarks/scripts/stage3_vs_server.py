@@ -24,7 +24,7 @@ from bench.record import RunRecord
 from bench.recommend.confirm import confirmation
 from bench.recommend.jobs import served_config, server_config
 from bench.recommend.speed import estimate, point, timed_sizes
-from bench.results.measured import served_of, why_not
+from bench.results.parts import served_of, why_not
 from bench.runner import Session, run_job
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts' shared setup beside them (serving_setup.py)

@@ -266,7 +266,10 @@ def test_accuracy_and_size_are_measured_once_then_read_back(make, tmp_path):
     assert [r.config["measure"] for r in stored] == ["facts", "facts"]  # int8_tbe's once, fp32's
     table = measured_table(stored)
     int8 = table[table["backend"] == "int8_tbe"].iloc[0]
-    assert (int8["measure"], int8["auc_delta"], int8["model_mb"]) == ("facts", first.auc_delta, first.model_mb)
+    assert (int8["measure"], int8["status"], int8["auc_delta"], int8["model_mb"]) == ("facts", "ok", first.auc_delta, first.model_mb)
+    from bench.report.measured_parts import measured_parts_section
+    shown = "\n".join(measured_parts_section(stored))  # the report's section, as `python -m bench.report` renders it
+    assert f"| int8_tbe | {first.auc_delta:+.5f} [".replace("-", "\u2212") in shown and "nan" not in shown
     assert results_table(stored).empty  # a part of a job is never a row of the results table
 
 

@@ -112,6 +112,7 @@ def test_a_pick_then_reuse_then_a_target_beyond_reach(place):
     measured = md.split("## Measured for recommend")[1]
     for name in ("fp32", "int8_tbe", "uint4"):
         assert f"| synthetic | cpu | {name} | " in measured, name
+    assert "nan" not in measured.split("\n## ")[0]  # every stored figure read back
     assert "| batcher rows | threads |" in measured and "| 1024 | 1 |" in measured
 
     beyond = recommend(place, "slo.qps=1000000")

@@ -70,7 +70,8 @@ def measured_table(records: Iterable[RunRecord | dict[str, Any]]) -> pd.DataFram
             latest[k] = r
     rows = []
     for k, r in sorted(latest.items(), key=lambda kv: (sort_key(kv[0][:-1]), kv[0][-1])):
-        row: dict[str, Any] = {**dict(zip(KEY, key_of(r))), "measure": k[-1],  # each axis as the job ran (its threads) "status": r.status, "error": why_not(r),
+        # each axis as the job ran (a served job's threads), whatever its key in the set
+        row: dict[str, Any] = {**dict(zip(KEY, key_of(r))), "measure": k[-1], "status": r.status, "error": why_not(r),
                                "config_hash": r.config_hash, "created_at": r.created_at, "record_id": r.record_id}
         if k[-1] == FACTS:
             row.update(facts_of(r))

@@ -180,6 +180,8 @@ RECORD_KEYS: dict[str, str] = {
     "rss_start_bytes": "resident memory when the job started",
     "score_read": "a probabilities model: how its scores were read (before its sigmoid, or the clamp)",
     "search_stop": "serving: why the QPS search stopped",
+    "served": "measure=served: the serving function's median batch time at batch_size rows, the backend's and fp32's, "
+              "each after its own batch and after the other's, and the packed batches' median pairs",
     "service_p99_ms": "serving: the SUT's own p99 batch time",
     "sharding": "a sharded run: its route, plan and ranks",
     "speedup_method": "how the speedup was timed: paired, unpaired or reference",

@@ -86,7 +86,13 @@ class RunRecord:
 
 def is_serving(record: RunRecord) -> bool:
     """A serving job (`+sweep=serve`): reports show it in serve.md and the gate joins it by scenario and bound."""
-    return (record.config or {}).get("serve") is not None
+    return (record.config or {}).get("serve") is not None and measure_of(record) is None
+
+
+def measure_of(record: RunRecord) -> str | None:
+    """The part of a job the record measured (`facts`, `served`: Config.measure, run by recommend's plan), or None for a
+    whole job. Such records have a table of their own (bench.results.parts), never a row of the results table."""
+    return (record.config or {}).get("measure")
 
 
 class SchemaError(ValueError):

@@ -17,11 +17,12 @@ from bench.recommend import decide
 from bench.recommend.confirm import confirm, confirmation
 from bench.recommend.decide import (ACCURACY, CONFIRM, MEMORY, SPEED, Candidate, Confirmation, Estimate, Facts, Point,
                                     Rejection)
-from bench.recommend.facts import backend_facts
-from bench.recommend.jobs import Jobs, offline_config, server_config
-from bench.recommend.run import run_recommend
+from bench.recommend.jobs import Jobs, facts_config, offline_config, served_config, server_config
+from bench.recommend.run import backend_facts, run_recommend, served_times
+from bench.results.parts import measured_table
+from bench.results.table import results_table
 from bench.recommend.speed import estimate, point, timed_sizes
-from bench.runner import Session
+from bench.runner import Session, job_hash
 from tests.support.models import FAST, config_maker, train_once
 
 SIZES = np.asarray(MLPERF_PAIRS, dtype=float)
@@ -197,15 +198,15 @@ def serving(backend, metrics, status="ok"):
 
 
 def test_a_paired_serving_record_gives_the_ratio_and_its_interval():
-    c = confirmation(serving("uint4", {"max_qps": 300.0, "max_qps_lo": 300.0, "max_qps_hi": 330.0, "reference_max_qps": 200.0,
-                                       "qps_ratio": 1.5, "qps_ratio_lo": 1.2, "qps_ratio_hi": 1.65, "latency_ms": {"p99": 30.0}}))
+    c = confirmation(serving("uint4", {"max_qps": 300.0, "max_qps_lo": 300.0, "max_qps_hi": 330.0, "latency_ms": {"p99": 30.0},
+                                       "paired": {"reference_max_qps": 200.0, "qps_ratio": 1.5, "qps_ratio_lo": 1.2, "qps_ratio_hi": 1.65}}))
     assert (c.max_qps, c.max_qps_lo, c.max_qps_hi, c.fp32_max_qps) == (300.0, 300.0, 330.0, 200.0)
     assert (c.relative, c.relative_lo, c.relative_hi, c.p99_ms, c.records) == (1.5, 1.2, 1.65, 30.0, ["r1"])
     assert "interleaved run by run (ABBA)" in c.method
     alone = confirmation(serving("fp32", {"max_qps": 200.0, "max_qps_lo": 200.0, "max_qps_hi": 220.0}))
     assert (alone.fp32_max_qps, alone.relative, alone.relative_lo, alone.relative_hi) == (200.0, 1.0, 1.0, 1.0)
-    failed = confirmation(serving("uint4", {"max_qps": 0.0, "max_qps_hi": 40.0, "reference_max_qps": 200.0, "qps_ratio": 0.0,
-                                            "qps_ratio_lo": None, "qps_ratio_hi": 0.2}))
+    failed = confirmation(serving("uint4", {"max_qps": 0.0, "max_qps_hi": 40.0, "paired": {"reference_max_qps": 200.0, "qps_ratio": 0.0,
+                                            "qps_ratio_lo": None, "qps_ratio_hi": 0.2}}))
     assert failed.max_qps == 0.0 and math.isnan(failed.relative_lo) and decide.confirmation_fails(failed, None, 60) is not None
     broken = confirmation(serving("uint4", {}, status="error"))
     assert broken.max_qps == 0.0 and "is error: it broke" in broken.method
@@ -214,11 +215,24 @@ def test_a_paired_serving_record_gives_the_ratio_and_its_interval():
 
 def test_a_paired_search_without_enough_runs_leaves_the_bracket_open_and_says_why():
     short = "not enough runs: 3 joint rounds of 6 (serve.max_search_s=240 reached)"
-    c = confirmation(serving("uint4", {"max_qps": 300.0, "max_qps_lo": 300.0, "max_qps_hi": 330.0, "reference_max_qps": 200.0,
-                                       "qps_ratio": None, "qps_ratio_lo": None, "qps_ratio_hi": None,
-                                       "paired": {"not_enough_runs": short}}))
+    c = confirmation(serving("uint4", {"max_qps": 300.0, "max_qps_lo": 300.0, "max_qps_hi": 330.0,
+                                       "paired": {"reference_max_qps": 200.0, "qps_ratio": None, "qps_ratio_lo": None, "qps_ratio_hi": None,
+                                                  "not_enough_runs": short}}))
     why = decide.open_bracket(c)
     assert c.not_enough_runs == short and short in why and "nan" not in why
+
+def test_a_part_of_a_job_has_its_own_identity_and_whole_jobs_keep_theirs(tmp_path):
+    """`measure` (facts, served) joined the config after records were stored: a whole job (measure null) keeps the hash it
+    had without the key, so every stored record still resumes and joins; a facts or served job is never a whole job's."""
+    from bench.config.compose import compose
+    cfg = compose(["+sweep=recommend", "+preset=tiny", "backend=int8_tbe", f"reports_dir={tmp_path}"])
+    whole = dataclasses.asdict(offline_config(cfg, 256, 1))
+    before_the_key = {k: v for k, v in whole.items() if k != "measure"}
+    assert whole["measure"] is None and job_hash(whole) == job_hash(before_the_key)
+    facts_hash = job_hash(dataclasses.asdict(facts_config(cfg)))
+    served_hash = job_hash(dataclasses.asdict(served_config(cfg, 256, 1)))
+    assert len({job_hash(whole), facts_hash, served_hash}) == 3
+
 
 # ------------------------------------------------------------------------------------------------ on real jobs
 
@@ -237,38 +251,47 @@ RECOMMEND = ["+sweep=recommend", "recommend.batch_sizes=[1024]", "recommend.thre
 
 
 @pytest.mark.slow
-def test_accuracy_and_size_are_measured_once_then_read_back(make):
+def test_accuracy_and_size_are_measured_once_then_read_back(make, tmp_path):
+    """Stages 1-2's figures are a `facts` job's record (bench.routes.facts): stored in the record store, a second session
+    reads them back (resume) and measures nothing; the results layer reads the same figures from the store."""
     cfg = make(*RECOMMEND, "backend=int8_tbe")
-    session = Session()
-    first, reused = backend_facts(cfg, session)
+    first, reused = backend_facts(cfg, "int8_tbe", Jobs(Session(), tmp_path / "jobs"))
     assert not reused and first.skipped is None and first.auc_delta_lo <= first.auc_delta <= first.auc_delta_hi
     assert 0 < first.embedding_mb <= first.model_mb
-    again, reused = backend_facts(cfg, Session())
+    again, reused = backend_facts(cfg, "int8_tbe", Jobs(Session(), tmp_path / "jobs2"))
     assert reused and again == first
-    fp32, _ = backend_facts(make(*RECOMMEND, "backend=fp32"), session)
+    fp32, _ = backend_facts(make(*RECOMMEND, "backend=fp32"), "fp32", Jobs(Session(), tmp_path / "jobs3"))
     assert fp32.auc_delta == fp32.auc_delta_lo == fp32.auc_delta_hi == 0.0 and fp32.fp32_equivalent and fp32.model_mb > first.model_mb
+    stored = [RunRecord.from_dict(json.loads(line)) for line in (tmp_path / "reports" / "records.jsonl").read_text().splitlines()]
+    assert [r.config["measure"] for r in stored] == ["facts", "facts"]  # int8_tbe's once, fp32's
+    table = measured_table(stored)
+    int8 = table[table["backend"] == "int8_tbe"].iloc[0]
+    assert (int8["measure"], int8["status"], int8["auc_delta"], int8["model_mb"]) == ("facts", "ok", first.auc_delta, first.model_mb)
+    from bench.report.measured_parts import measured_parts_section
+    shown = "\n".join(measured_parts_section(stored))  # the report's section, as `python -m bench.report` renders it
+    assert f"| int8_tbe | {first.auc_delta:+.5f} [".replace("-", "\u2212") in shown and "nan" not in shown
+    assert results_table(stored).empty  # a part of a job is never a row of the results table
 
 
 @pytest.mark.slow
-def test_served_times_are_timed_once_then_read_back(make):
-    """Stage 3's served batch times are stored like the accuracy facts: a second session reads them back (the same
-    figures, nothing prepared); other sizes or another query set are timed again."""
-    from bench.recommend.serving_path import served_path, served_times
+def test_served_times_are_timed_once_then_read_back(make, tmp_path):
+    """Stage 3's served batch times are `served` jobs (bench.routes.served), one per batcher size: a second session reads
+    them back from the store (the same figures, nothing prepared); other threads, another query set or another size are
+    other jobs, timed."""
     cfg = make(*RECOMMEND, "backend=int8_tbe")
-    off, srv = offline_config(cfg, 1024, 1), server_config(cfg, 1024, 1, 60.0)
-    first, why, reused = served_times(off, srv, [256, 1024], Session())
+    first, why, reused = served_times(cfg, [256, 1024], 1, Jobs(Session(), tmp_path / "jobs"))
     assert why is None and not reused and sorted(first) == [256, 1024]
     assert all(t.ms > 0 and t.fp32_ms > 0 and 0 < t.pairs <= size for size, t in first.items())
-    again, why, reused = served_times(off, srv, [256, 1024], Session())
+    again, why, reused = served_times(cfg, [256, 1024], 1, Jobs(Session(), tmp_path / "jobs"))
     assert why is None and reused and again == first
-    _, _, reused = served_times(off, srv, [1024], Session())
-    assert not reused  # other sizes: timed
-    fixed = dataclasses.replace(srv, serve=dataclasses.replace(srv.serve, fixed_pairs=100))
-    assert served_path(off, fixed, [1024], "m") != served_path(off, srv, [1024], "m") != served_path(off, srv, [1024], "n")
-    for stored in served_path(off, srv, [256, 1024], "m").parent.glob("served-*.json"):
-        stored.write_text("{damaged")
-    _, why, reused = served_times(off, srv, [256, 1024], Session())
-    assert why is None and not reused  # a damaged file is timed again
+    jobs = Jobs(Session(), tmp_path / "jobs")
+    _, _, reused = served_times(cfg, [1024, 512], 1, jobs)
+    assert not reused and jobs.resumed == 1  # 1024's read back, 512's timed
+    fixed = dataclasses.replace(cfg, serve=dataclasses.replace(cfg.serve, fixed_pairs=100))
+    assert job_hash(dataclasses.asdict(served_config(fixed, 1024, 1))) != job_hash(dataclasses.asdict(served_config(cfg, 1024, 1)))
+    assert job_hash(dataclasses.asdict(served_config(cfg, 1024, 2))) != job_hash(dataclasses.asdict(served_config(cfg, 1024, 1)))
+    stored = [json.loads(line) for line in (tmp_path / "reports" / "records.jsonl").read_text().splitlines()]
+    assert [(r["config"]["measure"], r["batch_size"]) for r in stored] == [("served", 256), ("served", 1024), ("served", 512)]
 
 
 @pytest.mark.slow
@@ -298,15 +321,14 @@ def test_a_tune_map_joins_the_candidates_under_its_own_name(make, tmp_path):
     tuned = [r for r in records if r["config"]["backend"].get("per_table_file") == str(left)]
     assert tuned and all(r["backend"] == "uint4" and r["config"]["backend"]["per_table"] == {"t_cat_0": "int8", "t_cat_1": "fp16"}
                          for r in tuned)
-    # a tune run again into the same file: its facts and served times are another backend's, not read back
-    from bench.recommend.facts import facts_path
-    from bench.recommend.serving_path import served_path
+    # a tune run again into the same file: its facts are another backend's, measured, not read back (the runner
+    # joins the map's contents to the job's identity)
     tuned_cfg = make(*RECOMMEND, *candidate_overrides(cfg, TUNED))
-    keys = (facts_path(tuned_cfg), served_path(offline_config(tuned_cfg, 1024, 1), server_config(tuned_cfg, 1024, 1, 60.0), [256, 1024], "m"))
-    assert keys[0].is_file()
+    _, reused = backend_facts(tuned_cfg, TUNED, Jobs(Session(), tmp_path / "again"))
+    assert reused
     left.write_text("{t_cat_0: int2}\n")
-    again = (facts_path(tuned_cfg), served_path(offline_config(tuned_cfg, 1024, 1), server_config(tuned_cfg, 1024, 1, 60.0), [256, 1024], "m"))
-    assert again[0] != keys[0] and again[1] != keys[1]
+    changed, reused = backend_facts(tuned_cfg, TUNED, Jobs(Session(), tmp_path / "again"))
+    assert not reused and changed.model_mb != out.facts[TUNED].model_mb
 
 
 @pytest.mark.slow

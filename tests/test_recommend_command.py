@@ -5,10 +5,12 @@ is beyond reach."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
-from tests.conftest import run_bench
+from tests.conftest import REPO, run_bench
 from tests.support.models import FAST, trained_place
 from tests.test_recommend import SHORT_SERVE
 
@@ -21,6 +23,12 @@ SMALL = ["recommend.backends=[int8_tbe,uint4]", "recommend.batch_sizes=[1024]", 
 @pytest.fixture(scope="module")
 def place(tmp_path_factory):
     return trained_place(tmp_path_factory.mktemp("recommend-command"), FAST)
+
+
+def report(place):
+    """`python -m bench.report <reports_dir>`, as a user re-renders the store."""
+    return subprocess.run([sys.executable, "-m", "bench.report", str(place / "reports")], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
 
 
 def recommend(place, *more, timeout=600):
@@ -83,6 +91,11 @@ def test_a_pick_then_reuse_then_a_target_beyond_reach(place):
     timed = [b for b in ("fp32", "int8_tbe", "uint4") if b not in {r["what"] for r in answer["rejected"]}]
     assert measured >= 2 * len(timed) + 1 and len(records) == measured  # 2 offline jobs per backend past stage 1, the Server jobs
 
+    stored = [json.loads(x) for x in records]  # the facts and served times are records like every job's
+    assert sorted(r["backend"] for r in stored if r["config"].get("measure") == "facts") == ["fp32", "int8_tbe", "uint4"]
+    assert any(r["config"].get("measure") == "served" for r in stored)
+    assert not (place / "cache" / "recommend").exists()  # no private cache beside the store
+
     again = recommend(place)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "(0 jobs measured, " in again.stdout and "3 of 3 backends' accuracy and " in again.stdout, again.stdout[-2000:]
@@ -91,6 +104,16 @@ def test_a_pick_then_reuse_then_a_target_beyond_reach(place):
     assert len((place / "reports" / "records.jsonl").read_text().splitlines()) == len(records)  # nothing measured twice
     second = json.loads((folder / "recommend.json").read_text())
     assert second["pick"]["backend"] == pick["backend"] and second["pick"]["server"] == pick["server"]  # the same stored records
+    assert second["facts"] == answer["facts"] and second["estimates"] == answer["estimates"]  # read back, not measured again
+
+    shown = report(place)  # the report reads what recommend measured from the same store
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    md = (place / "reports" / "report.md").read_text()
+    measured = md.split("## Measured for recommend")[1]
+    for name in ("fp32", "int8_tbe", "uint4"):
+        assert f"| synthetic | cpu | {name} | " in measured, name
+    assert "nan" not in measured.split("\n## ")[0]  # every stored figure read back
+    assert "| batcher rows | threads |" in measured and "| 1024 | 1 |" in measured
 
     beyond = recommend(place, "slo.qps=1000000")
     assert beyond.returncode == 1, beyond.stdout[-3000:] + beyond.stderr[-3000:]
@@ -117,7 +140,27 @@ def test_a_bound_no_load_can_meet_ends_before_loadgen(place):
     assert answer["pick"] is None and answer["confirmations"] == [] and answer["nearest_miss"] == miss.strip()
     assert answer["estimates"] and all(e["qps_hi"] == 0 and e["idle_p99_ms"] > 0.001 for e in answer["estimates"])
     new = [json.loads(x) for x in store.read_text().splitlines()[before:]]
-    assert all(r["config"].get("serve") is None for r in new)  # offline jobs only: no Server job ran
+    assert all(r["config"].get("serve") is None or r["config"].get("measure") == "served" for r in new)  # no Server job ran
+
+
+def test_jobs_at_1_and_2_threads_are_two_rows_of_the_report(place):
+    """Threads is an axis of the results key: a recommend that times the leading backend at 1 and 2 threads (a bound no
+    load can meet, so no LoadGen search) leaves both in the store, and the report renders a row at each."""
+    out = recommend(place, "slo.p99_ms=0.001", "recommend.threads=[1,2]")
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    answer = json.loads((place / "reports" / "recommend" / "latest" / "recommend.json").read_text())
+    leader = next(e["backend"] for e in answer["estimates"] if e["threads"] == 2)
+    shown = report(place)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    import pandas as pd
+
+    csv = pd.read_csv(place / "reports" / "results.csv")
+    rows = csv[(csv["backend"] == leader) & (csv["batch_size"] == 1024)]
+    assert sorted(rows["threads"]) == [1, 2], rows[["backend", "batch_size", "threads"]]
+    md = (place / "reports" / "report.md").read_text()
+    assert "## synthetic on cpu, threads 1" in md and "## synthetic on cpu, threads 2" in md
+    served = md.split("## Measured for recommend")[1]
+    assert f"| {leader} | 1024 | 1 |" in served and f"| {leader} | 1024 | 2 |" in served
 
 
 def test_help_and_the_sweep_form_refused(tmp_path):

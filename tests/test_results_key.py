@@ -124,8 +124,8 @@ def test_scale_axes_key_the_rows_and_an_unswept_access_keys_as_none():
     assert len(df) == 8 and df["workload"].eq("synthetic_scale").all()
     assert sorted(set(df["access"])) == ["uniform", "zipf"] and sorted(set(df["table_rows"])) == [10_000, 60_000]
     keys = {key.row_key(r) for r in df.to_dict("records")}
-    assert ("synthetic_scale", "cpu", "int8_tbe", "none", 1, 2048, None, 10_000) in keys  # zipf is the unswept access
-    assert ("synthetic_scale", "cpu", "int8_tbe", "none", 1, 2048, "uniform", 60_000) in keys
+    assert ("synthetic_scale", "cpu", "int8_tbe", "none", 1, 2048, None, 10_000, None) in keys  # zipf is the unswept access
+    assert ("synthetic_scale", "cpu", "int8_tbe", "none", 1, 2048, "uniform", 60_000, None) in keys  # threads: torch's default
     assert df["speedup"].dropna().round(6).tolist().count(1.5) == 4  # each against fp32 at its own point
     assert key.label("int8_tbe", access="uniform", table_rows=60_000) == "int8_tbe access=uniform table_rows=60000"
     assert key.label("int8_tbe", access="zipf") == "int8_tbe"
@@ -133,7 +133,7 @@ def test_scale_axes_key_the_rows_and_an_unswept_access_keys_as_none():
 
 def test_a_row_without_placement_columns_reads_its_backend_cell():
     assert key.row_key({"workload": "w", "device": "cpu", "backend": "int8_tbe@row_wise×2", "batch_size": 8}) == (
-        "w", "cpu", "int8_tbe", "row_wise", 2, 8, None, None)
+        "w", "cpu", "int8_tbe", "row_wise", 2, 8, None, None, None)
     with pytest.raises(ValueError, match="batch_size 'x' is not an integer"):
         key.row_key({"workload": "w", "device": "cpu", "backend": "fp32", "batch_size": "x"})
 
@@ -173,3 +173,42 @@ def test_a_history_line_written_before_the_further_axes_is_compared_with_the_nex
     changes = history_changes(load_history(path), CompareConfig())
     mine = changes[changes["backend"] == "int8_tbe"]
     assert "throughput" in set(mine["metric"]) and not mine["note"].str.contains("no earlier run").any()
+
+
+def threaded(backend: str, threads, created: str, measure=None) -> RunRecord:
+    r = record(row(backend, speedup=1.5 if backend != "fp32" else 1.0))
+    r.update(record_id=f"{backend}-{threads}-{measure}", created_at=created,
+             config={"threads": threads, **({"measure": measure} if measure else {})})
+    return RunRecord.from_dict(r)
+
+
+def test_threads_key_the_rows_and_torch_s_default_keys_as_none():
+    """recommend stores a backend's jobs at 1 and 2 threads: two rows, neither the newest winning over the other; a job
+    that left threads to torch (null), or a sweep that pins one count for every job, keys as before the axis existed."""
+    records = [threaded(b, t, f"2026-11-2{t}T00:00:00+00:00") for b in ("fp32", "int8_tbe") for t in (1, 2)]
+    df = results_table(records)
+    assert len(df) == 4 and sorted(df[df["backend"] == "int8_tbe"]["threads"]) == [1, 2]
+    assert {key.row_key(r)[-1] for r in df.to_dict("records")} == {1, 2}
+    assert key.label("int8_tbe", threads=2) == "int8_tbe threads=2"
+    assert key.key_of(threaded("fp32", None, "2026-11-20T00:00:00+00:00"))[-1] is None
+    pinned = results_table([threaded(b, 16, "2026-11-21T00:00:00+00:00") for b in ("fp32", "int8_tbe")])
+    assert pinned["threads"].isna().all() and "threads" not in key.shown_axes(pinned)  # a sweep that pins one count keys as before
+    parts = [threaded("int8_tbe", 1, "2026-11-23T00:00:00+00:00", measure) for measure in ("facts", "served")]
+    assert len(results_table(records + parts)) == 4  # a part of a job (recommend's facts, served times) is never a row
+
+
+def test_the_serving_key_is_the_results_key_and_the_serving_axes():
+    """Every axis serving has comes from bench.results.key: the results key (threads, sharding, world size, access, table
+    rows among it) and scenario, bound, batcher wait and workers."""
+    from bench.results.serving import SERVE_KEY, serve_table
+
+    assert key.SERVE_KEY == SERVE_KEY == [*key.KEY, "scenario", "bound_ms", "max_wait_ms", "workers"]
+    assert {"sharding", "world_size", "access", "table_rows", "threads"} <= set(SERVE_KEY)
+
+    def served(threads: int) -> RunRecord:
+        r = record(row("int8_tbe"))
+        r.update(record_id=f"s{threads}", metrics={"max_qps": 100.0 * threads},
+                 config={"threads": threads, "serve": {"scenario": "server", "bound_ms": 60.0, "max_wait_ms": 2.0, "workers": 1}})
+        return RunRecord.from_dict(r)
+    table = serve_table([served(1), served(2)])
+    assert sorted(table["threads"]) == [1, 2] and sorted(table["max_qps"]) == [100.0, 200.0]

@@ -340,16 +340,17 @@ def test_a_paired_server_job_through_loadgen(serve_cfg):
     assert all(Path(s["log_dir"]).parent.name == "fp32" for s in tracked.get(REFERENCE, []))
     for s in ref["steps"]:
         assert Path(s["log_dir"]).parent.name == "fp32" and s["validity"] in ("VALID", "INVALID") and "late" in s
-    assert m["reference_max_qps"] == ref["max_qps"] and ref["warm_up"]["capacity_samples_per_s"] > 0
+    assert p["reference_max_qps"] == ref["max_qps"] and ref["warm_up"]["capacity_samples_per_s"] > 0
+    assert not {"qps_ratio", "qps_ratio_lo", "qps_ratio_hi", "reference_max_qps"} & set(m)  # the paired figures are stored once, under paired
     from bench.report.summary import serving_summary
 
     assert "  fp32 searched beside it: max QPS " in serving_summary(record)
     assert p["joint_rounds"] == len(p["round_ratios"]) <= 4 and sum(p["side_runs"].values()) == len(p["runs"])
     if ref["max_qps"] > 0 and m["max_qps"] > 0 and not p["not_enough_runs"]:  # 4 joint rounds after both first reversals
         assert p["used_rounds"] == 4 and all(n >= 2 for n in p["reversals"].values())
-        assert m["qps_ratio_lo"] <= m["qps_ratio"] <= m["qps_ratio_hi"]
+        assert p["qps_ratio_lo"] <= p["qps_ratio"] <= p["qps_ratio_hi"]
     else:  # a side met no load, or the 4 rounds held less than the evidence: no ratio, and the record says why
-        assert m["qps_ratio"] is None and (p["no_load"] or p["not_enough_runs"].startswith(NOT_ENOUGH))
+        assert p["qps_ratio"] is None and (p["no_load"] or p["not_enough_runs"].startswith(NOT_ENOUGH))
 
 
 @pytest.mark.slow
@@ -382,8 +383,8 @@ def test_paired_max_qps_over_two_prepared_modules(serve_cfg, tmp_path):
     m = paired_max_qps(cfg, candidate, reference, device, work, logs=tmp_path / "logs")
     ref = m["paired"]["reference"]
     assert len(m["steps"]) >= 2 and len(ref["steps"]) >= 2 and all(s["scenario"] == "Server" for s in m["steps"] + ref["steps"])
-    assert m["reference_max_qps"] == ref["max_qps"] and m["max_qps"] == (m["max_qps_lo"] or 0.0)
-    assert (m["qps_ratio"] is None) == (ref["max_qps"] == 0)
+    assert m["paired"]["reference_max_qps"] == ref["max_qps"] and m["max_qps"] == (m["max_qps_lo"] or 0.0)
+    assert (m["paired"]["qps_ratio"] is None) == (ref["max_qps"] == 0)
     names = {p.name for p in (tmp_path / "logs").iterdir()}
     made = [m["steps"], m["paired"]["track_steps"].get("candidate", [])]
     assert names == {"fp32"} | {Path(s["log_dir"]).name for steps in made for s in steps}

@@ -43,6 +43,9 @@ what a record without them measured, or where they do not apply:
   is what every job without it measures, so a job that leaves it keeps its identity.
 - `timing.cuda_graphs`: false is what every earlier job measured (eager calls only), and still the default,
   so a job that leaves it keeps its identity and resumes from records made before the key.
+- `measure` (a top-level key: a part of a job that recommend's plan runs, its facts or its served batch times):
+  null is the whole job every record before it measured, so a job that leaves it keeps its identity; `facts`
+  and `served` jobs have identities of their own, never a whole job's.
 """
 
 from __future__ import annotations
@@ -55,11 +58,15 @@ LEGACY = {("model", "output_key"): None, ("model", "hstu"): None, ("backend", "m
           ("serve", "paired"): False, ("serve", "confirm_runs"): 0,
           ("serve", "track_rounds"): 0, ("serve", "track_step"): 0.04, ("serve", "paired_judgments"): None,
           ("timing", "cuda_graphs"): False, ("backend", "planted_slowdown"): None}
+LEGACY_TOP = {"measure": None}  # top-level keys added after records were stored, at their legacy values
 
 
 def job_identity(resolved: dict[str, Any]) -> dict[str, Any]:
     """`resolved` (a job's config as plain containers) less the added keys that do not change the job."""
     out = copy.deepcopy(resolved)
+    for key, legacy in LEGACY_TOP.items():
+        if key in out and out[key] == legacy:
+            del out[key]
     for (group, key), legacy in LEGACY.items():
         section = out.get(group)
         if not isinstance(section, dict) or key not in section:

@@ -621,6 +621,14 @@ class Config:
     # Hold this host's job lock while a job runs, so parallel launchers never measure two jobs at once
     # (bench.distributed.host).
     one_job_per_host: bool = True
+    # What the job measures where it is a part of a whole job, set by recommend's plan (bench.recommend.jobs):
+    # `facts` its ΔAUC against fp32 and its model's bytes, nothing timed (bench.routes.facts); `served` the
+    # serving function's batch times at batch_size rows beside fp32's (bench.routes.served). null: the whole job.
+    measure: Optional[str] = None
+
+
+FACTS, SERVED = "facts", "served"
+MEASURES = (FACTS, SERVED)  # the values of Config.measure (bench.routes picks the route by it)
 
 
 def register_configs(plugins: bool = True) -> None:
@@ -648,6 +656,9 @@ def register_configs(plugins: bool = True) -> None:
 
 
 __all__ = [
+    "FACTS",
+    "MEASURES",
+    "SERVED",
     "NOT_THE_JOB",
     "MAX_AUC_DROP",
     "RECORDS_FILE",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterable
 
 from bench import registry
-from bench.config import RECORDS_FILE, Config
+from bench.config import MEASURES, RECORDS_FILE, Config
 from bench.errors import UserError
 
 CLOCKS = ("auto", "wall", "thread_cpu")
@@ -38,6 +38,8 @@ def check_values(cfg: Config) -> None:
     if fraction is not None and not (isinstance(fraction, (int, float)) and fraction > 0):
         raise UserError(f"memory_fraction must be a positive number (or null to turn the memory check off), got {fraction!r}")
     check_timing(cfg.timing, cfg.threads)
+    if cfg.measure is not None and cfg.measure not in MEASURES:
+        raise UserError(f"measure must be one of {', '.join(MEASURES)} (or null: the whole job), got {cfg.measure!r}")
     _check_backend(cfg)
     cfg.gate.validate()
     cfg.compare.validate()

@@ -34,13 +34,14 @@ def confirm(candidate: Config, fp32: Config, jobs: Jobs, label: str) -> Confirma
 def confirmation(served: RunRecord) -> Confirmation:
     """What a paired serving record says: the candidate's max QPS, fp32's, and their ratio with its interval."""
     m = served.metrics if served.status == "ok" else {}
+    paired = m.get("paired") or {}  # fp32's search beside it and the ratio, stored once (bench.serve.scenario)
     nan = float("nan")
     qps = float(m.get(MAX_QPS) or 0.0)
-    alone = served.backend == BASELINE_BACKEND and "qps_ratio" not in m
-    base = qps if alone else float(m.get("reference_max_qps") or 0.0)
+    alone = served.backend == BASELINE_BACKEND and not paired
+    base = qps if alone else float(paired.get("reference_max_qps") or 0.0)
 
     def ratio(key: str) -> float:
-        value: Optional[float] = 1.0 if alone and served.status == "ok" else m.get(key)
+        value: Optional[float] = 1.0 if alone and served.status == "ok" else paired.get(key)
         return nan if value is None else float(value)
 
     p99 = (m.get(LATENCY_MS) or {}).get("p99")
@@ -50,4 +51,4 @@ def confirmation(served: RunRecord) -> Confirmation:
         method = ALONE if alone else PAIRED
     return Confirmation(qps, m.get(lo(MAX_QPS)), m.get(hi(MAX_QPS)), base, ratio("qps_ratio"), ratio("qps_ratio_lo"),
                         ratio("qps_ratio_hi"), p99, method, [served.resumed_from or served.record_id],
-                        (m.get("paired") or {}).get("not_enough_runs"))
+                        paired.get("not_enough_runs"))

@@ -159,7 +159,7 @@ def markdown(out: Outcome) -> str:
     lines += ["", "## Cost", "", f"{out.seconds.get('total', 0):.0f} s in all: " + ", ".join(f"{k} {v:.0f} s" for k, v in out.seconds.items() if k != "total")
               + f"; {out.jobs_measured} jobs measured, {out.jobs_resumed} reused from the store; {out.facts_reused} of {len(out.facts)} "
               f"backends' accuracy and size, and {out.served_reused} of {out.served_reused + out.served_timed} served batch times, read back "
-              "from the cache.", "", HOW, ""]
+              "from the store.", "", HOW, ""]
     return "\n".join(lines)
 
 

@@ -1,11 +1,11 @@
 """`run_recommend(...) -> Outcome`: the funnel's stages in order, cheapest first.
 
-1. accuracy: each backend's ΔAUC interval against fp32 from the cached eval scores (bench.recommend.facts);
+1. accuracy: each backend's ΔAUC interval against fp32 from the cached eval scores, its `facts` job (bench.routes.facts);
    a backend whose interval is not inside the budget is out, with how far it reaches past it.
 2. memory: its prepared model's MB against `memory.max_model_mb`.
 3. offline speed: paired offline jobs at a query's rows and at each batcher size, every backend at the fewest
    threads and the best `recommend.confirm` backends at the other thread counts; then the serving function's own
-   batch times at those sizes, the backend's and fp32's in turn (bench.recommend.serving_path), turned into a queue
+   batch times at those sizes, the backend's and fp32's in turn (its `served` jobs, bench.routes.served), turned into a queue
    estimate of max QPS under the bound (bench.recommend.speed); a candidate dominated beyond
    both intervals is out. Before each backend, the time spent and the mean job's time project the stage's
    end: a backend whose jobs would take the funnel past `recommend.budget_min` (less what stage 4 needs) is
@@ -17,13 +17,17 @@
 
 The pick is the confirmed candidate with the highest low end of its Server QPS interval read through the paired
 ratio to fp32 (with `slo.qps`: the fewest threads that hold it); one whose bracket or fp32's is open is "not
-confirmed" and ranks below every closed one (bench.recommend.decide.ranked). Every job goes through `run_job` with `resume=true` (bench.recommend.jobs): an
-interrupted recommend resumes, an identical one reuses the first's records.
+confirmed" and ranks below every closed one (bench.recommend.decide.ranked). Every job, the facts and served times
+among them, goes through `run_job` with `resume=true` (bench.recommend.jobs): an interrupted recommend resumes, an
+identical one reads every figure back from the store (bench.results.parts) and measures nothing.
+
+`run_recommend` runs the stages in turn: `accuracy_and_memory` (1-2), `OfflineSpeed` (3), `confirm_best` (4) and
+`decide_pick`.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -38,14 +42,12 @@ from bench.recommend import decide
 from bench.recommend.confirm import confirm as serve_beside_fp32
 from bench.recommend.decide import (ACCURACY, CONFIRM, RUNNABLE, SPEED, Candidate, Confirmation, Estimate, Facts, Point,
                                     Rejection)
-from bench.recommend.facts import backend_facts, is_measured
-from bench.recommend.jobs import Jobs, offline_config, server_config
-from bench.recommend.serving_path import served_times
+from bench.recommend.jobs import Jobs, facts_config, offline_config, served_config, server_config
 from bench.recommend.speed import estimate, point, timed_sizes
 from bench.registry import BASELINE_BACKEND
+from bench.results.parts import facts_of, served_of, why_not
 from bench.serve.path import ServedTimes
 
-PathSeam = Callable[[Config, Config, list[int]], tuple[Optional[dict[int, ServedTimes]], Optional[str], bool]]
 RESIDUE_NOTED = 1.25  # a served batch this much slower after the other module's than after its own is said
 TUNED_BASE = "uint4"  # the TBE backend a tune's per-table map is served with (docs/tuning.md)
 TUNED = "uint4+tune_map"  # the candidate name of the tune's map
@@ -114,7 +116,7 @@ class Outcome:
     jobs_measured: int = 0
     jobs_resumed: int = 0
     served_timed: int = 0  # backends (at a thread count) whose served batches stage 3 timed now
-    served_reused: int = 0  # ... and whose served times it read back (bench.recommend.serving_path)
+    served_reused: int = 0  # ... and whose served times it read back from the store (`served_times`)
 
     @property
     def through_ratio(self) -> dict[Candidate, tuple[float, float, float]]:
@@ -146,23 +148,62 @@ def plan_text(cfg: Config, backends: list[str], threads: list[int]) -> str:
             f"budget {cfg.recommend.budget_min:g} min; stored jobs are reused (resume)")
 
 
+ServedTimesOf = Callable[[Config, list[int], int, Jobs], tuple[Optional[dict[int, ServedTimes]], Optional[str], bool]]
+
+
+def served_times(backend_cfg: Config, sizes: list[int], threads: int, jobs: Jobs) -> tuple[Optional[dict[int, ServedTimes]], Optional[str], bool]:
+    """Stage 3's served batch times of one backend at `threads`: its `served` job at each size (bench.routes.served),
+    read back from the store where this machine ran it before. ({size: times}, None, whether every one was read back),
+    or (None, why not, False) where one of them has none."""
+    served, reused = {}, True
+    for size in sizes:
+        record = jobs.run(served_config(backend_cfg, size, threads), f"{backend_cfg.backend.name} served bs={size} threads={threads}")
+        times = served_of(record)
+        if times is None:
+            return None, why_not(record) or "no served times in its record", False
+        served[size], reused = times, reused and bool(record.resumed_from)
+    return served, None, reused
+
+
+def backend_facts(backend_cfg: Config, name: str, jobs: Jobs) -> tuple[Facts, bool]:
+    """Stages 1-2's figures of candidate `name`: its `facts` job (bench.routes.facts), read back from the store where
+    this machine ran it before; and whether it was."""
+    record = jobs.run(facts_config(backend_cfg), f"{name} facts")
+    return Facts(name, **facts_of(record), skipped=why_not(record)), bool(record.resumed_from)
+
+
 def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say: Callable[[str], None] = print,
                   confirm: Callable[[Config, Config, Jobs, str], Confirmation] = serve_beside_fp32,
-                  clock: Callable[[], float] = time.perf_counter, path: Optional[PathSeam] = None) -> Outcome:
+                  clock: Callable[[], float] = time.perf_counter, time_served: ServedTimesOf = served_times) -> Outcome:
     """The funnel. `configs(backend)` is the recommend's config with that backend chosen (as the command line
-    composes it); `confirm` is stage 4's seam (bench.recommend.confirm); `path(offline_cfg, serve_cfg, sizes)` stage
-    3's served batch times (bench.recommend.serving_path; default: on the jobs' session)."""
-    path = path or (lambda c, s, sizes: served_times(c, s, sizes, jobs.session))
+    composes it); `confirm` is stage 4's seam (bench.recommend.confirm), `time_served` stage 3's served batch times
+    (`served_times`)."""
     started = clock()
     names = list(dict.fromkeys([BASELINE_BACKEND, *(cfg.recommend.backends or default_backends()), *([TUNED] if tune_map(cfg) else [])]))
     out = Outcome(cfg, budget_of(cfg), names, threads_axis(cfg))
     say(plan_text(cfg, names, out.threads))
     backend_cfgs = {name: configs(name) for name in names}
+    accuracy_and_memory(out, backend_cfgs, jobs, say)
+    out.seconds["stages 1-2"] = clock() - started
+    mark = clock()
+    stage = OfflineSpeed(out, backend_cfgs, jobs, clock, started, time_served)
+    alive = stage.run(say)
+    out.seconds["stage 3"] = clock() - mark
+    mark = clock()
+    confirmed = confirm_best(out, alive, backend_cfgs, jobs, confirm, say)
+    out.seconds["stage 4"] = clock() - mark
+    decide_pick(out, confirmed, stage.serve.max_wait_ms)
+    out.jobs_measured, out.jobs_resumed = len(jobs.seconds), jobs.resumed
+    out.seconds["total"] = clock() - started
+    return out
 
-    # stages 1 and 2
-    for name in names:
-        f, reused = backend_facts(backend_cfgs[name], jobs.session)
-        f = dataclasses.replace(f, backend=name)  # the candidate's name (the tune map's is not its backend's)
+
+def accuracy_and_memory(out: Outcome, backend_cfgs: dict[str, Config], jobs: Jobs, say: Callable[[str], None]) -> None:
+    """Stages 1 and 2: each candidate's facts, and out the ones that cannot run here, reach past the ΔAUC budget or
+    exceed the model MB limit."""
+    cfg = out.cfg
+    for name in out.backends:
+        f, reused = backend_facts(backend_cfgs[name], name, jobs)
         out.facts[name], out.facts_reused = f, out.facts_reused + reused
         if f.skipped is not None:
             out.rejections.append(Rejection(name, RUNNABLE, f"cannot run here: {f.skipped}"))
@@ -172,91 +213,125 @@ def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say
             out.rejections.append(r)
     left = out.survivors
     equivalent = [b for b in left["accuracy"] if is_measured(out.facts[b]) and out.facts[b].fp32_equivalent]
-    say(f"stage 1 (accuracy): {len(left['accuracy'])} of {len(names)} backends inside the {out.budget:g} budget: {', '.join(left['accuracy']) or 'none'}"
+    say(f"stage 1 (accuracy): {len(left['accuracy'])} of {len(out.backends)} backends inside the {out.budget:g} budget: {', '.join(left['accuracy']) or 'none'}"
         + (f" (only fp32-equivalent ones: ΔAUC within ±{decide.FP32_EQUIVALENT:g}, fp32's scores up to rounding)"
            if left["accuracy"] and len(equivalent) == len(left["accuracy"]) else ""))
     if cfg.memory.max_model_mb is not None:
         say(f"stage 2 (memory): {len(left['memory'])} within {cfg.memory.max_model_mb:g} MB: {', '.join(left['memory']) or 'none'}")
-    out.seconds["stages 1-2"] = clock() - started
 
-    # stage 3
-    mark = clock()
-    rows: list[tuple[Candidate, Estimate, Facts]] = []
-    sizes = timed_sizes(list(cfg.recommend.batch_sizes))
-    serve = server_config(cfg, cfg.recommend.batch_sizes[0], 1, cfg.slo.p99_ms).serve
-    query_sizes = np.asarray([serve.fixed_pairs] if serve.fixed_pairs else serve.pairs_quantiles, dtype=float)
-    order = sorted(left["memory"], key=lambda b: (b != BASELINE_BACKEND, out.facts[b].model_mb))
-    limit_s = cfg.recommend.budget_min * 60 - stage4_seconds(cfg)
-    first, more = out.threads[0], out.threads[1:]
 
-    def timed(name: str, threads: int) -> bool:
-        """Time one backend at one thread count (its jobs at every size) unless the budget says no; its candidates' estimates."""
-        per_job = jobs.per_job()
-        if per_job is not None and (clock() - started) + per_job * len(sizes) > limit_s and name != BASELINE_BACKEND:
-            out.rejections.append(Rejection(f"{name} threads={threads}", SPEED,
-                                            f"not timed: its {len(sizes)} jobs (about {per_job * len(sizes):.0f} s) would take the funnel "
-                                            f"past recommend.budget_min={cfg.recommend.budget_min:g} less stage 4's share"))
+def is_measured(f: Facts) -> bool:
+    return f.skipped is None and not math.isnan(f.auc_delta)
+
+
+@dataclass
+class OfflineSpeed:
+    """Stage 3: each backend left after stage 2 timed by its paired offline jobs and its served batch times, turned into
+    a queue estimate per batcher size; every backend at the fewest threads, the best `recommend.confirm` at the others."""
+
+    out: Outcome
+    backend_cfgs: dict[str, Config]
+    jobs: Jobs
+    clock: Callable[[], float]
+    started: float
+    time_served: ServedTimesOf
+    rows: list[tuple[Candidate, Estimate, Facts]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        cfg = self.out.cfg
+        self.sizes = timed_sizes(list(cfg.recommend.batch_sizes))
+        self.serve = server_config(cfg, cfg.recommend.batch_sizes[0], 1, cfg.slo.p99_ms).serve
+        self.query_sizes = np.asarray([self.serve.fixed_pairs] if self.serve.fixed_pairs else self.serve.pairs_quantiles, dtype=float)
+        self.limit_s = cfg.recommend.budget_min * 60 - stage4_seconds(cfg)
+
+    def run(self, say: Callable[[str], None]) -> list[tuple[Candidate, Estimate, Facts]]:
+        """Time the backends, reject the dominated; the candidates left, for stage 4."""
+        out, cfg, jobs = self.out, self.out.cfg, self.jobs
+        order = sorted(out.survivors["memory"], key=lambda b: (b != BASELINE_BACKEND, out.facts[b].model_mb))
+        first, more = out.threads[0], out.threads[1:]
+        for name in order:
+            self.time(name, first)
+        if more:  # the other thread counts for the backends of the best estimates only
+            by_rank = list(dict.fromkeys(c.backend for c, e, _ in decide.confirm_order(self.rows, cfg.slo.qps)))
+            leaders = by_rank[:cfg.recommend.confirm]
+            for name in order:
+                for threads in more:
+                    if name in leaders:
+                        self.time(name, threads)
+                    elif name in by_rank:
+                        out.rejections.append(Rejection(f"{name} threads={threads}", SPEED,
+                                                        f"not timed at {threads} threads: at {first} its estimates rank below the best "
+                                                        f"{cfg.recommend.confirm} backends' (recommend.confirm)",
+                                                        needs=f"recommend.confirm={by_rank.index(name) + 1}"))
+        for c, r in decide.dominated(self.rows).items():
+            out.rejections.append(r)
+        out.jobs_measured, out.jobs_resumed = len(jobs.seconds), jobs.resumed
+        dominated = {r.what for r in out.rejections if r.stage == SPEED}
+        alive = [row for row in self.rows if row[0].label() not in dominated]
+        say(f"stage 3 (offline speed): {len(self.rows)} candidates estimated, {len(alive)} not dominated"
+            f" ({jobs.count} jobs: {len(jobs.seconds)} measured, {jobs.resumed} reused; served batch times: {out.served_timed} timed, "
+            f"{out.served_reused} read back)")
+        return alive
+
+    def over_budget(self, name: str, threads: int) -> bool:
+        """Whether this backend's jobs would take the funnel past the budget (fp32 is timed whatever it says); says so."""
+        per_job, cfg = self.jobs.per_job(), self.out.cfg
+        if per_job is None or name == BASELINE_BACKEND or (self.clock() - self.started) + per_job * len(self.sizes) <= self.limit_s:
             return False
+        self.out.rejections.append(Rejection(f"{name} threads={threads}", SPEED,
+                                             f"not timed: its {len(self.sizes)} jobs (about {per_job * len(self.sizes):.0f} s) would take the funnel "
+                                             f"past recommend.budget_min={cfg.recommend.budget_min:g} less stage 4's share"))
+        return True
+
+    def time(self, name: str, threads: int) -> None:
+        """Time one backend at one thread count (its offline jobs at every size, then its served batches) unless the
+        budget says no; its candidates' estimates."""
+        if self.over_budget(name, threads):
+            return
         points, failed = {}, None
-        for size in sizes:
-            record = jobs.run(offline_config(backend_cfgs[name], size, threads), f"{name} bs={size} threads={threads}")
+        for size in self.sizes:
+            record = self.jobs.run(offline_config(self.backend_cfgs[name], size, threads), f"{name} bs={size} threads={threads}")
             p = point(record)
             if p is None:
                 why = (record.error or "").splitlines()[0] if record.error else "no throughput"
                 failed = failed or f"its offline job at bs={size} threads={threads} is {record.status}: {why}"
                 continue
             points[size] = p
-        served = None
-        if points:  # the serving function's own batch times, the backend's and fp32's in turn (bench.serve.path)
-            served, why, reused = path(offline_config(backend_cfgs[name], max(sizes), threads),
-                                       server_config(backend_cfgs[name], max(sizes), threads, cfg.slo.p99_ms), sizes)
-            if served is not None:
-                out.served_reused += reused
-                out.served_timed += not reused
-                size, worst = max(((r, t.residue()) for r, t in served.items()), key=lambda x: x[1])
-                if worst > RESIDUE_NOTED:
-                    out.notes.append(f"{name} threads={threads}: at {size} rows a served batch ran {worst:.2f}x slower right after the "
-                                     "other module's than after its own (work left running between calls); each module's times are "
-                                     "its own-order batches (bench.serve.path)")
-            else:
-                out.notes.append(f"{name} threads={threads}: served batches not timed ({why}); its estimate is from offline times alone")
+        served = self.served(name, threads) if points else None
+        out, cfg = self.out, self.out.cfg
         for m in cfg.recommend.batch_sizes:
             c = Candidate(name, m, threads)
-            e = estimate(points, query_sizes, m, serve.max_wait_ms / 1000, cfg.slo.p99_ms, served) if points else None
+            e = estimate(points, self.query_sizes, m, self.serve.max_wait_ms / 1000, cfg.slo.p99_ms, served) if points else None
             if e is None:
                 out.rejections.append(Rejection(c.label(), SPEED, failed or "no offline figure"))
                 continue
             out.estimates[c] = e
-            rows.append((c, e, out.facts[name]))
-        return True
+            self.rows.append((c, e, out.facts[name]))
 
-    # every backend at the fewest threads first; the other thread counts for the backends of the best estimates only
-    for name in order:
-        timed(name, first)
-    if more:
-        by_rank = list(dict.fromkeys(c.backend for c, e, _ in decide.confirm_order(rows, cfg.slo.qps)))
-        leaders = by_rank[:cfg.recommend.confirm]
-        for name in order:
-            for threads in more:
-                if name in leaders:
-                    timed(name, threads)
-                elif name in by_rank:
-                    out.rejections.append(Rejection(f"{name} threads={threads}", SPEED,
-                                                    f"not timed at {threads} threads: at {first} its estimates rank below the best "
-                                                    f"{cfg.recommend.confirm} backends' (recommend.confirm)",
-                                                    needs=f"recommend.confirm={by_rank.index(name) + 1}"))
-    for c, r in decide.dominated(rows).items():
-        out.rejections.append(r)
-    out.seconds["stage 3"] = clock() - mark
-    out.jobs_measured, out.jobs_resumed = len(jobs.seconds), jobs.resumed
-    dominated = {r.what for r in out.rejections if r.stage == SPEED}
-    alive = [row for row in rows if row[0].label() not in dominated]
-    say(f"stage 3 (offline speed): {len(rows)} candidates estimated, {len(alive)} not dominated"
-        f" ({jobs.count} jobs: {len(jobs.seconds)} measured, {jobs.resumed} reused; served batch times: {out.served_timed} timed, "
-        f"{out.served_reused} read back)")
+    def served(self, name: str, threads: int) -> Optional[dict[int, ServedTimes]]:
+        """The serving function's own batch times, the backend's and fp32's in turn (bench.routes.served); None, said,
+        where they could not be timed."""
+        out = self.out
+        served, why, reused = self.time_served(self.backend_cfgs[name], self.sizes, threads, self.jobs)
+        if served is None:
+            out.notes.append(f"{name} threads={threads}: served batches not timed ({why}); its estimate is from offline times alone")
+            return None
+        out.served_reused += reused
+        out.served_timed += not reused
+        size, worst = max(((r, t.residue()) for r, t in served.items()), key=lambda x: x[1])
+        if worst > RESIDUE_NOTED:
+            out.notes.append(f"{name} threads={threads}: at {size} rows a served batch ran {worst:.2f}x slower right after the "
+                             "other module's than after its own (work left running between calls); each module's times are "
+                             "its own-order batches (bench.serve.path)")
+        return served
 
-    # stage 4, unless stage 3 put every candidate below the bound: then no Server search could meet it either
-    mark = clock()
+
+def confirm_best(out: Outcome, alive: list[tuple[Candidate, Estimate, Facts]], backend_cfgs: dict[str, Config], jobs: Jobs,
+                 confirm: Callable[[Config, Config, Jobs, str], Confirmation], say: Callable[[str], None]
+                 ) -> list[tuple[Candidate, Confirmation, Facts]]:
+    """Stage 4, unless stage 3 put every candidate below the bound (then no Server search could meet it either): the
+    best `recommend.confirm` estimates served beside fp32; the ones whose Server runs hold."""
+    cfg = out.cfg
     ranked = decide.confirm_order(alive, cfg.slo.qps)
     confirmed = []
     if decide.below_the_bound(out.estimates):
@@ -284,7 +359,12 @@ def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say
             why_open = decide.open_bracket(conf)
             if why_open is not None:
                 out.notes.append(f"{c.label()} not confirmed: {why_open}; it ranks below every closed candidate")
-    out.seconds["stage 4"] = clock() - mark
+    return confirmed
+
+
+def decide_pick(out: Outcome, confirmed: list[tuple[Candidate, Confirmation, Facts]], max_wait_ms: float) -> None:
+    """The pick among the confirmed, the front, why it won, what would change it; the nearest miss without a pick."""
+    cfg = out.cfg
     chosen = decide.pick(confirmed, cfg.slo.qps)
     out.chosen = chosen[0] if chosen else None
     points = front_points(out)
@@ -295,12 +375,7 @@ def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say
         chosen_point, out.rejections, out.front, out.facts, points)
     if out.chosen is None:
         out.miss = decide.nearest_miss(out.rejections, out.confirmations, cfg.slo.qps, out.facts, out.budget, out.estimates,
-                                       cfg.slo.p99_ms, serve.max_wait_ms)
-    out.jobs_measured, out.jobs_resumed = len(jobs.seconds), jobs.resumed
-    out.seconds["total"] = clock() - started
-    return out
-
-
+                                       cfg.slo.p99_ms, max_wait_ms)
 
 
 def front_points(out: Outcome) -> list[Point]:

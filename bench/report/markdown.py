@@ -18,6 +18,7 @@ from bench.report import fmt
 from bench.results.readable import too_short, unreadable, UNREADABLE_SPAN
 from bench.report.kernels import banner_lines, inconclusive_note, isa_line
 from bench.report.regime import regime_sentences
+from bench.report.measured_parts import measured_parts_section
 from bench.report.machine import (
     PERFORMANCE_ONLY_NOTE,
     SCALE_PLOTS,
@@ -500,6 +501,7 @@ def render_report(
     serving = sum(is_serving(r) for r in records)
     if serving:
         lines += [f"{serving} serving records (MLPerf LoadGen scenarios): see [serve.md](serve.md).", ""]
+    lines += measured_parts_section(records)
     lines += scale_section(df)
     lines += [f"![{p.stem}]({Path(p).relative_to(out_dir).as_posix()})\n" for p in plots.get(SCALE_PLOTS, [])]
     axes = shown_axes(df)  # a section per point of the further axes a row moved, each a column of its table

@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Any, Sequence
 
 from bench.metrics import DENSE_PATH, THROUGHPUT_TRIALS
-from bench.record import RunRecord
+from bench.record import RunRecord, measure_of
 from bench.report import fmt
 
 FIDELITY_NOTE = (
@@ -21,7 +21,8 @@ FIDELITY_NOTE = (
 
 
 def _ok(records: Sequence[RunRecord]) -> list[RunRecord]:
-    return [r for r in records if r.status == "ok"]
+    """The whole jobs that ran (recommend's parts of jobs have their own section: bench.report.measured_parts)."""
+    return [r for r in records if r.status == "ok" and measure_of(r) is None]
 
 
 def _layers(sizes: Any) -> str:

@@ -17,6 +17,7 @@ from bench.metrics import LATENCY_MS, MAX_QPS, SAMPLES_PER_S, hi, lo
 from bench.record import RunRecord
 from bench.report import fmt
 from bench.results.key import BASELINE
+from bench.results.key import SERVE_KEY
 from bench.results.serving import PAIRED, latest_serving, serve_table
 from bench.serve.paired import NOT_ENOUGH
 from bench.results.table import as_records
@@ -265,7 +266,7 @@ def _run_lines(ok: pd.DataFrame) -> list[str]:
         return []
     durations = sorted({f"{x:g}" for x in ok["min_duration_s"].dropna()})
     counts = sorted({f"{x:g}" for x in ok["min_query_count"].dropna()}) or ["mlperf.conf's"]
-    threads = sorted({f"{x:g}" for x in ok["threads"].dropna()})
+    threads = sorted({f"{x:g}" for x in ok["threads"].dropna()}) or ["torch's default"]  # the threads the jobs set
     versions = sorted({str(v) for v in ok["loadgen_version"].dropna()})
     compliant = all(float(d) >= 600 for d in durations)
     used = sorted({t for t in ok["threads_used"].dropna()})
@@ -297,7 +298,8 @@ def latency_plot(latest: dict[tuple, RunRecord], key: tuple, path: Path) -> Path
         for x, y, s in zip(qps, values, steps):
             valid = s.get("validity") == "VALID"
             ax.plot([x], [y], "o", color=line.get_color(), markerfacecolor=line.get_color() if valid else "none")
-    bound = key[4]
+    at = dict(zip(SERVE_KEY, key))
+    bound = at["bound_ms"]
     if bound is not None:
         ax.axhline(bound, color="red", linewidth=1, linestyle="--", label=f"bound {bound:g} ms")
     ax.set_yscale("log")
@@ -305,7 +307,7 @@ def latency_plot(latest: dict[tuple, RunRecord], key: tuple, path: Path) -> Path
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if str(v)[0] in "25" else ""))
     ax.set_xlabel("target QPS (LoadGen Server scenario)")
     ax.set_ylabel("latency (ms, log)")
-    ax.set_title(f"{key[2]} on {key[0]}/{key[1]}: filled = VALID, hollow = INVALID", fontsize="medium")
+    ax.set_title(f"{at['backend']} on {at['workload']}/{at['device']}: filled = VALID, hollow = INVALID", fontsize="medium")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small")
     FigureCanvasAgg(fig)
@@ -325,8 +327,9 @@ def write_serve_report(records: Iterable[RunRecord | dict[str, Any]], out_dir: P
     df = serve_table(records) if df is None else df
     plots = []
     for key in latest:
-        if key[3] == "server":
-            name = "serve_latency_" + "_".join(str(k) for k in (key[2], key[0], key[1], key[5]) if k is not None)
+        at = dict(zip(SERVE_KEY, key))
+        if at["scenario"] == "server":
+            name = "serve_latency_" + "_".join(str(at[k]) for k in ("backend", "workload", "device", "batch_size") if at[k] is not None)
             p = latency_plot(latest, key, out_dir / f"{''.join(c if c.isalnum() or c in '._-' else '-' for c in name)}.png")
             if p is not None:
                 plots.append(p)

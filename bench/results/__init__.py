@@ -4,6 +4,7 @@
 - `table`: the results table (one row per key, the newest record winning) with its speedups, verdict
   words and margins;
 - `serving`: the serving table;
+- `parts`: the parts of jobs recommend's plan runs (its facts and served batch times), read back;
 - `load`: finding and reading a folder's stored records;
 - `readable`: what counts as missing, and when an interval is too wide to read;
 - `machine`: the table's columns of where each job stood against the machine;

@@ -1,14 +1,19 @@
 """The results' row key, declared once: its axes, their order, how a record gives each, how a row is named.
 
 A results row is one `KEY` (workload, device, backend, sharding, world_size, batch_size, then any
-further axis a sweep declares in `AXES`), the newest record winning. Every reader of the results (the
+further axis a sweep declares in `AXES`: access, table_rows, threads), the newest record winning. A
+serving row is one `SERVE_KEY`: the same axes and the serving ones (`SERVE_AXES`: scenario, bound,
+batcher wait, workers). Every reader of the results (the
 report's tables, results.csv, the gate's rows, the baseline comparison, the history) takes the axes
 from here: a new axis is one `Axis` entry.
 
 A further axis (past the six every harness version keyed by) reads one config value of the record
 (`config_value`). It keys as None where the run did not move it off its `unswept` value, so a row of a
 job that never swept it, and a history line written before the axis was declared, key alike. The
-results table's column holds the value the record ran with.
+results table's column holds the value the record ran with. An axis declared `where_varied` (threads)
+keys only where a set of records holds one point at several of its values (`in_context`): a sweep
+pins one thread count for all its jobs and keys as before, recommend's jobs at 1 and 2 threads are two
+rows.
 
 `label` names a row's backend in the reports' tables: the backend, its placement when it did not run
 unsharded in one process (`int8_tbe@row_wise×2`), and each further axis it moved
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from bench.record import RunRecord
 from bench.registry import BASELINE_BACKEND, BATCHED_BACKEND
@@ -57,6 +62,7 @@ class Axis:
     reference: Any = None
     placement: bool = False
     unswept: Any = None
+    where_varied: bool = False  # keys only where a set of records holds one point at several values (`in_context`)
 
     def keyed(self, value: Any) -> Any:
         """The value as the row key holds it: of the axis's kind; a further axis's unswept value is None."""
@@ -90,8 +96,33 @@ AXES: tuple[Axis, ...] = (
     # `+sweep=scale`: the access pattern and the rows of every table (bench.workloads.synthetic_scale)
     Axis("access", config_value("workload.access"), unswept="zipf"),
     Axis("table_rows", config_value("workload.table_rows"), kind=int),
+    # the torch threads the job set (`threads`): recommend times each candidate at several. A sweep pins one count for
+    # all its jobs, so threads keys only where the records hold one point at several counts (`in_context`)
+    Axis("threads", config_value("threads"), kind=int, where_varied=True),
 )
 KEY = [a.name for a in AXES]
+
+
+def server_bound(record: RunRecord) -> Any:
+    """A serving job's p99 bound: the Server scenario's (an Offline run has none)."""
+    serve = (record.config or {}).get("serve") or {}
+    return serve.get("bound_ms") if serve.get("scenario") == "server" else None
+
+
+# The axes a serving job has beside `AXES` (`+sweep=serve`, bench.results.serving): its LoadGen scenario, the
+# Server bound, and the batcher's wait and workers. Each keys as the record holds it (None where absent).
+SERVE_AXES: tuple[Axis, ...] = (
+    Axis("scenario", config_value("serve.scenario")),
+    Axis("bound_ms", server_bound, kind=float),
+    Axis("max_wait_ms", config_value("serve.max_wait_ms"), kind=float),
+    Axis("workers", config_value("serve.workers"), kind=int),
+)
+SERVE_KEY = [*KEY, *(a.name for a in SERVE_AXES)]
+
+
+def serve_key_of(record: RunRecord) -> tuple:
+    """A serving record's row key, in SERVE_KEY order: its results key, then its serving axes."""
+    return (*key_of(record), *(a.keyed(a.of(record)) for a in SERVE_AXES))
 
 
 def extra_axes() -> list[Axis]:
@@ -103,12 +134,32 @@ def key_of(record: RunRecord) -> tuple:
     return tuple(a.keyed(a.of(record)) for a in AXES)
 
 
-def key_values(record: RunRecord) -> dict[str, Any]:
-    """The record's value on each axis as the results table's columns show it (a further axis's as it ran)."""
-    key = dict(zip(KEY, key_of(record)))
+def in_context(keys: list[tuple], names: Sequence[str] = KEY) -> list[tuple]:
+    """`keys` (each in `names` order) as a set of records keys them: an axis declared `where_varied` keeps its value
+    only where the records hold that point (every other axis but the backend) at several of its values, else None.
+    So the jobs a recommend timed at 1 and 2 threads are two rows, each against fp32 at its own thread count, while a
+    sweep that pins one thread count (the serving sweep's 1) keys, labels and joins its rows as before the axis."""
+    out = [list(k) for k in keys]
+    for a in AXES:
+        if not a.where_varied:
+            continue
+        i, skip = names.index(a.name), {names.index("backend"), names.index(a.name)}
+        seen: dict[tuple, set] = {}
+        for k in keys:
+            seen.setdefault(tuple(v for j, v in enumerate(k) if j not in skip), set()).add(k[i])
+        for k in out:
+            if len(seen[tuple(v for j, v in enumerate(k) if j not in skip)]) < 2:
+                k[i] = None
+    return [tuple(k) for k in out]
+
+
+def key_values(record: RunRecord, key: tuple | None = None) -> dict[str, Any]:
+    """The record's value on each axis as the results table's columns show it (a further axis's as it ran; a
+    `where_varied` one as `key`, the record's key in its set, holds it)."""
+    key = dict(zip(KEY, key_of(record) if key is None else key))
     for a in extra_axes():
         value = a.of(record)
-        key[a.name] = key[a.name] if _absent(value) else a.kind(value)
+        key[a.name] = key[a.name] if _absent(value) or a.where_varied else a.kind(value)
     return key
 
 
@@ -178,8 +229,9 @@ def read_label(text: str) -> tuple[str, str, int]:
 
 
 def record_label(record: RunRecord) -> str:
-    """`label` of a record's row: its backend, placement and further axes."""
-    return key_label(key_of(record))
+    """`label` of a record's row: its backend, placement and further axes (not the `where_varied` ones, which need the
+    other records)."""
+    return key_label(tuple(None if a.where_varied else v for a, v in zip(AXES, key_of(record))))
 
 
 def backend_label(record: RunRecord) -> str:

@@ -1,5 +1,5 @@
 """The serving table (`+sweep=serve`): one row per serving job, the newest record winning for each
-(workload, device, backend, scenario, bound, batcher).
+`SERVE_KEY` (bench.results.key: the results key's axes, threads among them, and scenario, bound, batcher).
 
 Every figure is read from the record, which holds what LoadGen's logs said: the Server scenario's
 bracket (highest VALID and lowest INVALID target QPS) with each step's verdict and percentiles, the
@@ -18,15 +18,14 @@ import pandas as pd
 
 from bench.metrics import LATENCY_MS, MAX_QPS, PAIRS_PER_S, SAMPLES_PER_S, hi, lo
 from bench.record import RunRecord, is_serving
-from bench.results.key import BASELINE, backend_rank
+from bench.results.key import BASELINE, SERVE_KEY, backend_rank, in_context, serve_key_of
 from bench.results.table import as_records
 
-SERVE_KEY = ["workload", "device", "backend", "scenario", "bound_ms", "batch_size", "max_wait_ms", "workers"]
 COLUMNS = [
     *SERVE_KEY, "status", MAX_QPS, lo(MAX_QPS), hi(MAX_QPS), "monotonic", "search_stop", "steps", "validity",
     "latency_p50_ms", "latency_p90_ms", "latency_p99_ms", SAMPLES_PER_S, PAIRS_PER_S, "qps_ratio",
     "service_p99_ms", "pairs_mean", "auc_loadgen", "auc_offline", "auc_shift", "auc_tolerance", "auc_check",
-    "batch_dependent", "min_duration_s", "min_query_count", "threads", "loadgen_version", "evidence", "queue_qps",
+    "batch_dependent", "min_duration_s", "min_query_count", "loadgen_version", "evidence", "queue_qps",
     "queue_ratio", "offline_ratio", "step_queries", "step_tells", "threads_used", "load_start", "load_end", "steal_share", "cpus",
     "ref_gemm_us_start", "ref_gemm_us_end", "ref_gather_us_start", "ref_gather_us_end", "error", "config_hash",
     "fingerprint", "created_at", "record_id",
@@ -47,13 +46,6 @@ def serving_records(records: Iterable[RunRecord | dict[str, Any]]) -> list[RunRe
     return [r for r in as_records(records) if is_serving(r)]
 
 
-def _key(r: RunRecord) -> tuple:
-    serve = (r.config or {}).get("serve") or {}
-    bound = serve.get("bound_ms") if serve.get("scenario") == "server" else None
-    return (r.workload, r.device, r.backend, serve.get("scenario"), bound, int(r.batch_size),
-            serve.get("max_wait_ms"), serve.get("workers"))
-
-
 def _created(r: RunRecord) -> datetime:
     try:
         return datetime.fromisoformat(r.created_at)
@@ -63,8 +55,8 @@ def _created(r: RunRecord) -> datetime:
 
 def latest_serving(records: Iterable[RunRecord | dict[str, Any]]) -> dict[tuple, RunRecord]:
     latest: dict[tuple, RunRecord] = {}
-    for r in serving_records(records):
-        k = _key(r)
+    served = serving_records(records)
+    for r, k in zip(served, in_context([serve_key_of(r) for r in served], SERVE_KEY)):
         if k not in latest or _created(r) >= _created(latest[k]):
             latest[k] = r
     return latest
@@ -77,8 +69,8 @@ def _num(x: Any) -> float:
 def _row(key: tuple, r: RunRecord) -> dict[str, Any]:
     m, serve = r.metrics or {}, (r.config or {}).get("serve") or {}
     lat = m.get(LATENCY_MS) or {}
-    server = key[3] == "server"
-    row: dict[str, Any] = dict(zip(SERVE_KEY, key))
+    row: dict[str, Any] = dict(zip(SERVE_KEY, key))  # `threads` among them: the torch threads the job set
+    server = row["scenario"] == "server"
     row.update(
         status=r.status, error=r.error, config_hash=r.config_hash, created_at=r.created_at, record_id=r.record_id,
         fingerprint=(r.env or {}).get("fingerprint"),
@@ -97,7 +89,7 @@ def _row(key: tuple, r: RunRecord) -> dict[str, Any]:
         auc_loadgen=_num(m.get("auc_loadgen")), auc_offline=_num(m.get("auc_offline")), auc_shift=_num(m.get("auc_shift")),
         auc_tolerance=_num(m.get("auc_tolerance")), auc_check=m.get("auc_check"), batch_dependent=m.get("batch_dependent"),
         min_duration_s=_num(serve.get("min_duration_s")), min_query_count=_num(serve.get("min_query_count")),
-        threads=_num(m.get("threads")), loadgen_version=m.get("loadgen_version"),
+        loadgen_version=m.get("loadgen_version"),
         evidence=m.get("evidence"), queue_qps=_num((m.get("queue_estimate") or {}).get("qps")),
         step_queries=_num(m.get("step_queries")), step_tells=m.get("step_tells"), threads_used=_threads(m.get("threads_used")),
     )

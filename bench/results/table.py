@@ -52,6 +52,7 @@ from bench.metrics import (
     SPEEDUP,
     SPEEDUP_PROCESS_SD,
     THROUGHPUT,
+    THREADS,
     THROUGHPUT_TRIALS,
     hi,
     METRICS,
@@ -59,8 +60,9 @@ from bench.metrics import (
     lo,
     with_interval,
 )
-from bench.record import RunRecord, degraded_kernels, is_serving
-from bench.results.key import AXES, BASELINE, KEY, UNSHARDED, is_reference, key_of, key_values, reference_key, row_key, sharding_of, sort_key
+from bench.record import RunRecord, degraded_kernels, is_serving, measure_of
+from bench.results.key import (AXES, BASELINE, KEY, UNSHARDED, in_context, is_reference, key_of, key_values, reference_key, row_key,
+                               sharding_of, sort_key)
 from bench.results.machine import EXTRA_COLUMNS, row_extras
 from bench.results.readable import too_short, unreadable
 from bench.config import MAX_AUC_DROP
@@ -129,7 +131,6 @@ COLUMNS = [
     "compression",
     PEAK_RSS_BYTES,
     CUDA_PEAK_BYTES,
-    "threads",
     "ps_twin",
     "ps_precision",  # ps_redis: the precision of the rows it pulls (fp32, int8, int4)
     "ps_cache_fraction",
@@ -147,7 +148,7 @@ COLUMNS = [
 
 # The record's figures copied into the table as numbers: every declared metric of one value, with its
 # interval's bounds (the serving figures have their own table; speedup is joined in `results_table`).
-_NOT_COPIED = {SPEEDUP, THROUGHPUT_TRIALS, LATENCY_MS}
+_NOT_COPIED = {SPEEDUP, THROUGHPUT_TRIALS, LATENCY_MS, THREADS}  # threads: the row key's column (the threads the job set)
 _METRICS = [name for m in METRICS.values() if m.stage != SERVING and m.name not in _NOT_COPIED
             for name in (with_interval(m.name) if m.interval else (m.name,))]
 _METRICS += ["ps_cache_fraction", "ps_hit_rate_steady", "ps_pull_share"]  # the parameter server's (bench.report.paramserver)
@@ -175,10 +176,9 @@ def route_of(record: RunRecord) -> str | None:
 def latest_records(records: Iterable[RunRecord | dict[str, Any]]) -> dict[tuple, RunRecord]:
     """Newest record per row key (`bench.results.key`), serving jobs left out; on equal times the later one."""
     latest: dict[tuple, RunRecord] = {}
-    for r in as_records(records):
-        if is_serving(r):  # serving jobs have their own table (bench.results.serving)
-            continue
-        k = key_of(r)
+    # serving jobs and parts of jobs have their own tables (results.serving, .parts)
+    kept = [r for r in as_records(records) if not (is_serving(r) or measure_of(r))]
+    for r, k in zip(kept, in_context([key_of(r) for r in kept])):
         if k not in latest or _created(r) >= _created(latest[k]):
             latest[k] = r
     return latest
@@ -197,10 +197,10 @@ def _num(value: Any) -> float:
     return math.nan if x is None else x
 
 
-def _row(r: RunRecord) -> dict[str, Any]:
+def _row(r: RunRecord, key: tuple) -> dict[str, Any]:
     m = r.metrics or {}
     lat = m.get(LATENCY_MS) or {}
-    row: dict[str, Any] = key_values(r)
+    row: dict[str, Any] = key_values(r, key)
     row.update({
         "route": route_of(r),
         "status": r.status,
@@ -384,7 +384,7 @@ def results_table(records: Iterable[RunRecord | dict[str, Any]], alpha: float = 
     latest = latest_records(records)
     if not latest:
         return pd.DataFrame(columns=COLUMNS)
-    df = pd.DataFrame([_row(r) for r in latest.values()])
+    df = pd.DataFrame([_row(r, k) for k, r in latest.items()])
     df = _relative_columns(df, latest, alpha)
     df = _verdict_columns(df, latest, budget)
     df = _disagreement_column(df)

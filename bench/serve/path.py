@@ -21,17 +21,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import numpy as np
 import torch
 from torch import nn
 
-from bench import registry
-from bench.backends.backend import Backend
-from bench.batch import Batch
-from bench.config.compose import compose
-from bench.pipeline.shared import SharedWork
 from bench.serve.queries import QuerySet
 from bench.serve.sut import predict
 
@@ -98,37 +93,3 @@ def paired_served_times(candidate: nn.Module, reference: nn.Module, queries: Que
             other[second].append(b)
     return ServedTimes(float(np.median(pairs)), float(np.median(own["candidate"])), float(np.median(own["fp32"])),
                        float(np.median(other["candidate"])), float(np.median(other["fp32"])))
-
-
-def unknown_backend(names: list[str]) -> Optional[str]:
-    """The benchmark scripts' check of their `--backends`, which takes every word after it (so an override given
-    after it lands there): the message for the first name that is no backend, or None."""
-    bad = next((name for name in names if name not in registry.names("backend")), None)
-    return None if bad is None else f"unknown backend {bad!r}: name backends after --backends and overrides (key=value) before it"
-
-
-@dataclass
-class ServingBench:
-    """What the benchmark scripts time served batches on: each backend and its prepared module (on the CPU), the
-    query set a serving job cuts and the eval split's batches."""
-
-    backends: dict[str, Backend]
-    modules: dict[str, nn.Module]
-    queries: QuerySet
-    eval_batches: list[Batch]
-
-
-def serving_bench(names: list[str], batch_size: int, overrides: list[str], threads: Optional[int] = None) -> ServingBench:
-    """`names`' modules prepared as a serving job of `overrides` at `batch_size` (and `threads`) would prepare them."""
-    work, device = SharedWork(), torch.device("cpu")
-    backends, modules, queries, batches = {}, {}, None, []
-    for name in names:
-        cfg = compose([f"backend={name}", "+sweep=serve", f"batch_size={batch_size}",
-                       *([f"threads={threads}"] if threads else []), *overrides])
-        workload = work.workload(cfg)
-        backends[name] = registry.get("backend", name).factory(cfg.backend)
-        modules[name] = work.prepared(cfg, backends[name], work.model(cfg, workload), workload, device)
-        if queries is None:
-            batches = work.split_batches(cfg, workload, "eval")
-            queries = QuerySet.from_eval(batches, cfg.serve, cfg.seed)
-    return ServingBench(backends, modules, queries, batches)

@@ -122,8 +122,8 @@ def paired_max_qps(cfg: Config, candidate: nn.Module, reference: nn.Module, devi
 
     - `max_qps`, `max_qps_lo`, `max_qps_hi`, `evidence`, `judgments`, `steps`: the candidate's search
       (steps: each LoadGen run with its verdict, percentiles, late-query causes and steal);
-    - `reference_max_qps` and `paired.reference`: fp32's search, the same keys;
-    - `qps_ratio`, `qps_ratio_lo`, `qps_ratio_hi`: candidate / fp32 capacity from the two sides' staircases tracked
+    - `paired.reference_max_qps` and `paired.reference`: fp32's search, the same keys;
+    - `paired.qps_ratio`, `paired.qps_ratio_lo`, `paired.qps_ratio_hi`: candidate / fp32 capacity from the two sides' staircases tracked
       in the same rounds after their searches (the geometric mean of the per-round load ratios, and where a re-run's
       should fall; None when either side met no load, `paired.no_load` says which, or when serve.max_search_s came
       before the evidence serve.min_rounds / serve.min_reversals ask, `paired.not_enough_runs` says what was
@@ -226,8 +226,7 @@ def server(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any], pair: "Pai
         search = paired.candidate
         server_finish(pair.runs, pair.warm, reference, paired.reference)
         reference["warm_up"] = pair.warm
-        metrics["paired"] = {**paired.as_metrics(), "reference_backend": BASELINE_BACKEND, "reference": reference}
-        metrics.update({k: metrics["paired"][k] for k in ("qps_ratio", "qps_ratio_lo", "qps_ratio_hi", "reference_max_qps")})
+        metrics["paired"] = {**paired.as_metrics(), "reference_backend": BASELINE_BACKEND, "reference": reference}  # stored once, here
     return server_finish(runs, warm, metrics, search)
 
 

@@ -23,14 +23,19 @@ Overrides (key=value) go before --backends, which takes every word after it.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from bench.batch import fresh_inputs, take_rows
-from bench.serve.path import packed, serving_bench, unknown_backend
+from bench.serve.path import packed
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts' shared setup beside them (serving_setup.py)
+from serving_setup import serving_bench, unknown_backend  # noqa: E402
 from bench.serve.queries import QuerySet
 from bench.serve.sut import predict
 

@@ -12,13 +12,18 @@ alone and beside the bursts, and their ratio, per backend.
 from __future__ import annotations
 
 import argparse
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from bench.serve.path import paired_served_times, serving_bench, unknown_backend
+from bench.serve.path import paired_served_times
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts' shared setup beside them (serving_setup.py)
+from serving_setup import serving_bench, unknown_backend  # noqa: E402
 
 DEFAULT = ["fp32", "onnxruntime_int8_dynamic", "compiled_fp32", "inc_int8_static"]
 

@@ -18,14 +18,19 @@ from __future__ import annotations
 
 import argparse
 import copy
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from bench.backends.ort_runtime import OrtRunner
 from bench.batch import take_rows
-from bench.serve.path import ServedTimes, paired_served_times, serving_bench, unknown_backend
+from bench.serve.path import ServedTimes, paired_served_times
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts' shared setup beside them (serving_setup.py)
+from serving_setup import serving_bench, unknown_backend  # noqa: E402
 
 DEFAULT = ["onnxruntime_int8_static", "onnxruntime_fp32", "openvino_int8", "inc_int8_static", "compiled_fp32", "int8_tbe"]
 

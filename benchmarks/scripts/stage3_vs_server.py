@@ -1,6 +1,6 @@
 """Stage 3's estimate beside LoadGen's Server max QPS, from stored records: for each backend, its paired offline
 jobs (at threads=1, the recommend's sizes) and its serving records (Server max QPS, and fp32's beside it) from a
-records file; its served batch times beside fp32's timed now, in this process (bench.recommend.serving_path).
+records file; its served batch times beside fp32's timed now, in this process, as recommend's `served` jobs time them (bench.routes.served), not stored.
 Prints each candidate's estimate from the offline times alone and from the served times, absolute and relative
 to fp32, and LoadGen's figures.
 
@@ -12,18 +12,23 @@ Overrides (key=value) go before --backends, which takes every word after it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 
 from bench.config.compose import compose
 from bench.record import RunRecord
 from bench.recommend.confirm import confirmation
-from bench.recommend.jobs import offline_config, server_config
-from bench.recommend.serving_path import measure_served
+from bench.recommend.jobs import served_config, server_config
 from bench.recommend.speed import estimate, point, timed_sizes
-from bench.serve.path import unknown_backend
-from bench.runner import Session
+from bench.results.parts import served_of, why_not
+from bench.runner import Session, run_job
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts' shared setup beside them (serving_setup.py)
+from serving_setup import unknown_backend  # noqa: E402
 
 COMMAND = "+sweep=recommend"
 
@@ -43,7 +48,7 @@ def main() -> None:
     offline, served = {}, {}
     for line in open(args.records):
         d = json.loads(line)
-        if d.get("status") != "ok" or (d["config"].get("threads") or 1) != 1:
+        if d.get("status") != "ok" or (d["config"].get("threads") or 1) != 1 or d["config"].get("measure"):  # whole jobs only
             continue
         if d["config"].get("serve"):
             c = confirmation(RunRecord.from_dict(d))  # as stage 4 reads it: fp32 served alone is its own reference
@@ -57,7 +62,10 @@ def main() -> None:
     sizes = timed_sizes(list(cfg.recommend.batch_sizes))
     for name in args.backends:
         bcfg = compose([COMMAND, *args.overrides, f"backend={name}"])
-        times, why = measure_served(offline_config(bcfg, max(sizes), 1), server_config(bcfg, max(sizes), 1, cfg.slo.p99_ms), sizes, session)
+        records = [run_job(dataclasses.replace(served_config(bcfg, size, 1), resume=False), session)[0] for size in sizes]  # timed now
+        times = {size: served_of(r) for size, r in zip(sizes, records)}
+        why = next((why_not(r) for r in records if served_of(r) is None), None)
+        times = None if why else times
         costs[name] = times
         print(f"{name:26s} served ms (candidate, fp32) by size: " + ("; ".join(f"{s}: {t.pairs:.0f} pairs {t.ms:.2f} / {t.fp32_ms:.2f}" for s, t in times.items()) if times else why))
     print(f"{'candidate':34s} {'bare est':>9s} {'x fp32':>7s} {'new est':>9s} {'x fp32':>7s} {'Server':>7s} {'fp32 Srv':>8s} {'x fp32':>7s} {'new/Srv':>7s}")

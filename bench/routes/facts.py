@@ -1,0 +1,53 @@
+"""A backend's accuracy and size alone, nothing timed (`measure=facts`): recommend's stages 1 and 2 (bench.recommend).
+
+The eval scores come from the score cache every job uses (bench.pipeline.job.backend_scores: scored once per
+model, backend and workload), so a backend a sweep or an earlier job scored costs a read and a DeLong interval
+here; the model's bytes need the prepared module, built as a job builds it. The record holds the paired ΔAUC
+against fp32 with its interval, fp32's AUC, and the model's and its tables' bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from bench import registry
+from bench.backends.backend import Backend
+from bench.backends.tables import embedding_bytes
+from bench.config import FACTS, Config
+from bench.distributed import unsharded_skip_reason
+from bench.measure.memory import model_bytes
+from bench.metrics import AUC_DELTA, AUC_FP32, EMBEDDING_BYTES, MODEL_BYTES, hi, lo
+from bench.pipeline.job import backend_config, backend_scores
+from bench.pipeline.shared import SharedWork
+from bench.registry import BASELINE_BACKEND
+from bench.routes.route import Route
+from bench.stats import paired_auc_delta
+
+
+
+class FactsRoute(Route):
+    name = FACTS
+    uncalibrated = "a facts job times nothing"
+
+    @classmethod
+    def takes(cls, cfg: Config) -> bool:
+        return cfg.measure == FACTS
+
+    def skip_reason(self, cfg: Config, backend: Backend, device: torch.device, work: SharedWork) -> str | None:
+        return unsharded_skip_reason(cfg)
+
+    def measure(self, cfg: Config, backend: Backend, device: torch.device, work: SharedWork,
+                setting: dict[str, Any]) -> dict[str, Any]:
+        workload = work.workload(cfg)
+        model = work.model(cfg, workload)
+        work.release_leftovers(cfg, backend, device)
+        labels, logits = backend_scores(cfg, backend, model, workload, device, work)
+        fp32 = registry.get("backend", BASELINE_BACKEND).factory(backend_config({"name": BASELINE_BACKEND}))
+        _, base = backend_scores(cfg, fp32, model, workload, device, work)
+        prepared = work.prepared(cfg, backend, model, workload, device)
+        delta = paired_auc_delta(labels, base, logits)
+        return {AUC_DELTA: float(delta.delta), lo(AUC_DELTA): float(delta.lo), hi(AUC_DELTA): float(delta.hi),
+                AUC_FP32: float(delta.auc_base), MODEL_BYTES: int(model_bytes(prepared)),
+                EMBEDDING_BYTES: int(embedding_bytes(prepared))}

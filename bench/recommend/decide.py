@@ -51,8 +51,8 @@ class Candidate:
 
 @dataclass
 class Facts:
-    """What stages 1 and 2 know of a backend: its ΔAUC against fp32 with the paired 95% interval, its model MB;
-    or why it cannot run here."""
+    """What stages 1 and 2 know of a backend: its ΔAUC against fp32 with the paired 95% interval (ΔNE beside it,
+    shown, not judged), its model MB; or why it cannot run here."""
 
     backend: str
     auc_delta: float = math.nan
@@ -62,6 +62,9 @@ class Facts:
     model_mb: float = math.nan
     embedding_mb: float = math.nan
     skipped: Optional[str] = None
+    ne_delta: float = math.nan
+    ne_delta_lo: float = math.nan
+    ne_delta_hi: float = math.nan
 
     @property
     def fp32_equivalent(self) -> bool:

@@ -30,7 +30,7 @@ from bench.pipeline.scores import code_digest
 from bench.recommend.decide import Facts
 from bench.registry import BASELINE_BACKEND
 from bench.runner import Session, job_hash
-from bench.stats import paired_auc_delta
+from bench.stats import paired_auc_delta, paired_ne_acc_delta
 
 MB = 1e6
 NOT_ACCURACY = ("batch_size", "threads", "timing", "serve")  # what a backend's accuracy and size do not depend on
@@ -83,8 +83,9 @@ def measure_facts(cfg: Config, session: Session) -> Facts:
         _, base = backend_scores(cfg, fp32, model, workload, device, work)
         prepared = work.prepared(cfg, backend, model, workload, device)
         delta = paired_auc_delta(labels, base, logits)
+        ne, _ = paired_ne_acc_delta(labels, base, logits)
         return Facts(name, float(delta.delta), float(delta.lo), float(delta.hi), float(delta.auc_base),
-                     model_bytes(prepared) / MB, embedding_bytes(prepared) / MB)
+                     model_bytes(prepared) / MB, embedding_bytes(prepared) / MB, ne_delta=ne.delta, ne_delta_lo=ne.lo, ne_delta_hi=ne.hi)
     except NotApplicable as exc:
         return Facts(name, skipped=str(exc))
     except UserError as exc:

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-import numpy as np
 
 from bench import registry
 from bench.config import Config
@@ -44,6 +43,7 @@ from bench.recommend.serving_path import served_times
 from bench.recommend.speed import estimate, point, timed_sizes
 from bench.registry import BASELINE_BACKEND
 from bench.serve.path import ServedTimes
+from bench.serve.queries import served_sizes
 
 PathSeam = Callable[[Config, Config, list[int]], tuple[Optional[dict[int, ServedTimes]], Optional[str], bool]]
 RESIDUE_NOTED = 1.25  # a served batch this much slower after the other module's than after its own is said
@@ -182,8 +182,9 @@ def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say
     mark = clock()
     rows: list[tuple[Candidate, Estimate, Facts]] = []
     sizes = timed_sizes(list(cfg.recommend.batch_sizes))
-    serve = server_config(cfg, cfg.recommend.batch_sizes[0], 1, cfg.slo.p99_ms).serve
-    query_sizes = np.asarray([serve.fixed_pairs] if serve.fixed_pairs else serve.pairs_quantiles, dtype=float)
+    served_cfg = server_config(backend_cfgs[BASELINE_BACKEND], cfg.recommend.batch_sizes[0], 1, cfg.slo.p99_ms)
+    serve = served_cfg.serve
+    query_sizes = served_sizes(served_cfg, jobs.session.work)  # a sequential workload's: its requests' candidates
     order = sorted(left["memory"], key=lambda b: (b != BASELINE_BACKEND, out.facts[b].model_mb))
     limit_s = cfg.recommend.budget_min * 60 - stage4_seconds(cfg)
     first, more = out.threads[0], out.threads[1:]

@@ -76,7 +76,7 @@ def measure_served(cfg: Config, serve_cfg: Config, sizes: list[int], session: Se
         if reference is None and cfg.backend.name != BASELINE_BACKEND:
             return None, f"no fp32 beside it: {why}"
         reference = reference if reference is not None else module  # fp32 itself: each batch twice
-        queries = QuerySet.from_eval(work.split_batches(cfg, workload, "eval"), serve_cfg.serve, cfg.seed)
+        queries = QuerySet.from_eval(work.split_batches(cfg, workload, "eval"), serve_cfg.serve, cfg.seed, workload.sequences)
         return {size: paired_served_times(module, reference, queries, device, size) for size in sizes}, None
     except Exception as exc:  # noqa: BLE001 - a backend that cannot be timed this way keeps its offline-only estimate, said
         return None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"

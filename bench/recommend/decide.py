@@ -65,6 +65,7 @@ class Facts:
     ne_delta: float = math.nan
     ne_delta_lo: float = math.nan
     ne_delta_hi: float = math.nan
+    not_applicable: bool = False  # skipped because the backend cannot take this model (NotApplicable), not for the machine
 
     @property
     def fp32_equivalent(self) -> bool:

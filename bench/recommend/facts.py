@@ -86,8 +86,8 @@ def measure_facts(cfg: Config, session: Session) -> Facts:
         ne, _ = paired_ne_acc_delta(labels, base, logits)
         return Facts(name, float(delta.delta), float(delta.lo), float(delta.hi), float(delta.auc_base),
                      model_bytes(prepared) / MB, embedding_bytes(prepared) / MB, ne_delta=ne.delta, ne_delta_lo=ne.lo, ne_delta_hi=ne.hi)
-    except NotApplicable as exc:
-        return Facts(name, skipped=str(exc))
+    except NotApplicable as exc:  # the model, not the machine: e.g. a toolkit's export on a sequential model
+        return Facts(name, skipped=str(exc), not_applicable=True)
     except UserError as exc:
         return Facts(name, skipped=str(exc))
     except Exception as exc:  # noqa: BLE001 - one backend failing leaves the others to judge

@@ -164,12 +164,19 @@ def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say
         f = dataclasses.replace(f, backend=name)  # the candidate's name (the tune map's is not its backend's)
         out.facts[name], out.facts_reused = f, out.facts_reused + reused
         if f.skipped is not None:
-            out.rejections.append(Rejection(name, RUNNABLE, f"cannot run here: {f.skipped}"))
+            out.rejections.append(Rejection(name, RUNNABLE, f"{'cannot take this model' if f.not_applicable else 'cannot run here'}: {f.skipped}"))
             continue
         r = decide.inside_budget(f, out.budget) or decide.within_memory(f, cfg.memory.max_model_mb)
         if r is not None:
             out.rejections.append(r)
     left = out.survivors
+    stage0 = [r for r in out.rejections if r.stage == RUNNABLE]
+    if stage0:
+        by_reason: dict[str, list[str]] = {}
+        for r in stage0:
+            by_reason.setdefault(r.reason, []).append(r.what)
+        say(f"stage 0 (runnable): {len(stage0)} of {len(names)} backends out: "
+            + "; ".join(f"{', '.join(who)}: {why}" for why, who in by_reason.items()))
     equivalent = [b for b in left["accuracy"] if is_measured(out.facts[b]) and out.facts[b].fp32_equivalent]
     say(f"stage 1 (accuracy): {len(left['accuracy'])} of {len(names)} backends inside the {out.budget:g} budget: {', '.join(left['accuracy']) or 'none'}"
         + (f" (only fp32-equivalent ones: ΔAUC within ±{decide.FP32_EQUIVALENT:g}, fp32's scores up to rounding)"

@@ -1,5 +1,7 @@
 """`run_recommend(...) -> Outcome`: the funnel's stages in order, cheapest first.
 
+0. runnable: a backend that cannot run here (a toolkit not installed) or cannot take the model (its NotApplicable: a
+   toolkit's export on a sequential model's EmbeddingCollection) is out, with its reason.
 1. accuracy: each backend's ΔAUC interval against fp32 from the cached eval scores (bench.recommend.facts);
    a backend whose interval is not inside the budget is out, with how far it reaches past it.
 2. memory: its prepared model's MB against `memory.max_model_mb`.

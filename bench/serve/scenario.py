@@ -251,8 +251,11 @@ def server_plan(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any],
     hopeless = None
     if floor > serve.bound_ms:  # the slowest queries alone take longer than the bound
         largest = int(queries.sizes.max())
+        largest_ms = warm['query_alone_ms'][str(largest)]
         hopeless = (f"no load can meet the bound: one query at a time, the p99 of the service times is {floor:.1f} ms "
-                    f"(the largest query, {largest} pairs, takes {warm['query_alone_ms'][str(largest)]:.1f} ms)")
+                    + (f"(the largest query, {largest} pairs, takes {largest_ms:.1f} ms)" if queries.history is None else
+                       f"(a request of {largest} candidates and a {int(queries.history[alone_sample(queries, largest)])}-event history "
+                       f"takes {largest_ms:.1f} ms)"))
     step_queries = max(serve.min_query_count or 0, queries_for_share(serve.step_late_share) if serve.step_late_share is not None else 0)
     metrics["step_queries"] = step_queries or None
     metrics["step_tells"] = what_a_step_tells(step_queries) if step_queries else None

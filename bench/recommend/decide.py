@@ -385,8 +385,9 @@ def nearest_estimate(estimates: dict[Candidate, Estimate], bound_ms: float, max_
         return f"nearest miss: {c.label()}: stage 3 estimates no load within p99 <= {bound_ms:g} ms; it would need a looser slo.p99_ms"
     over = e.idle_p99_ms / bound_ms
     wait = f"the batcher's {max_wait_ms:g} ms wait" if max_wait_ms is not None else "the batcher's wait"
+    times = f"{over:,.0f}x" if over >= 10 else f"{over:.2f}x"
     return (f"nearest miss: {c.label()}: at no load, each query alone, stage 3 estimates a p99 of {e.idle_p99_ms:.3g} ms against the "
-            f"{bound_ms:g} ms bound ({over:,.0f}x it" if over >= 10 else f"{over:.2f}x it") + (
+            f"{bound_ms:g} ms bound ({times} it") + (
             f"; from its served batch times at the fast end of their interval, {wait} included); it would need slo.p99_ms above "
             f"{e.idle_p99_ms:.3g}, a shorter serve.max_wait_ms or a smaller batcher size")
 

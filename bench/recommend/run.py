@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-
 from bench import registry
 from bench.config import Config
 from bench.recommend import decide

@@ -8,7 +8,8 @@ a newer one is refused with a message that says to upgrade (`NewerSchema`). Hist
      resumed sweep re-emitted instead of measuring again).
   3: `error_kind`: "user" when an `error` record holds bad input that only the running job could
      find (a batch larger than the eval split), so that reports and the gate tell it from a failed
-     measurement.
+     measurement. A `skipped` record may hold "not_applicable": the backend cannot take this model
+     (its NotApplicable, e.g. a toolkit's export on a sequential model), not this machine.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from bench.io import json_safe
 SCHEMA_VERSION = 3
 STATUSES = ("ok", "error", "skipped")
 USER = "user"
-ERROR_KINDS = (USER,)
+NOT_APPLICABLE = "not_applicable"  # a skipped record: the backend cannot take this model
+ERROR_KINDS = (USER, NOT_APPLICABLE)
 RESUMABLE = ("ok", "skipped")  # a resumed sweep reuses these; `error` jobs run again
 
 

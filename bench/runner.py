@@ -41,7 +41,7 @@ from bench.pipeline.calibrate import (Calibration, Setting, calibration, calibra
                                       timing_setting)
 from bench.pipeline.guard import memory_estimate
 from bench.pipeline.shared import SharedWork
-from bench.record import USER, RunRecord
+from bench.record import NOT_APPLICABLE, USER, RunRecord
 from bench.routes import route_for
 from bench.store import RECORDS, Claims, StoreIndex
 from bench.config.identity import job_identity
@@ -250,7 +250,7 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
                 _log_rerun(record, setting)
         return record, None
     except NotApplicable as exc:  # this backend cannot apply to this model: nothing failed
-        record.status, record.error = "skipped", str(exc)
+        record.status, record.error, record.error_kind = "skipped", str(exc), NOT_APPLICABLE
         return record, None
     except Exception as exc:  # noqa: BLE001 - every failure becomes a record
         record.status = "error"

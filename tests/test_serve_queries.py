@@ -58,3 +58,39 @@ def test_unknown_indices_are_refused():
     queries.check_indices([0, 1, 2])
     with pytest.raises(IndexError, match="query set of 3"):
         queries.check_indices([3])
+
+
+def seq_batches(requests=40, candidates=4, longest=24, per_batch=50):
+    """synthetic_seq's eval rows, cut into batches that split requests across their edges as the workload's do."""
+    from bench.workloads.sequence_batch import batches_of
+    from bench.workloads.synthetic_seq import SeqTeacher, SyntheticSeqConfig
+
+    cfg = SyntheticSeqConfig(candidates=candidates, history_length=longest, min_history=2, num_items=100)
+    rows = SeqTeacher(cfg, seed=0).requests(np.random.default_rng(1), requests)
+    return rows, list(batches_of([rows], per_batch))
+
+
+def test_a_sequential_workload_is_cut_by_request_one_sample_per_request():
+    from bench.workloads.sequence_batch import SEQUENCES
+
+    rows, parts = seq_batches()
+    queries = QuerySet.from_eval(parts, ServeConfig(), seed=0, sequences=SEQUENCES)
+    assert len(queries) == 40 and queries.sizes.tolist() == [4] * 40 and queries.pairs == 160  # pairs_quantiles do not apply
+    for i in (0, 12, 39):  # request 12's rows straddle the first batch edge (50 rows)
+        sample = queries.inputs([i])
+        assert sample.sparse["request"].values().tolist() == [i] * 4
+        assert torch.equal(sample.labels, torch.from_numpy(rows.labels[4 * i:4 * i + 4]))
+        assert queries.history[i] == rows.lengths[4 * i] == sample.sparse["history"].lengths()[0]
+    described = queries.describe()
+    assert described["sizes"] == "requests" and described["samples"] == 40
+    assert described["history_min"] == rows.lengths.min() and described["history_max"] == rows.lengths.max()
+
+
+def test_the_request_query_set_holds_varied_history_lengths_and_max_samples_caps_it():
+    from bench.workloads.sequence_batch import SEQUENCES
+
+    _, parts = seq_batches(requests=200)
+    queries = QuerySet.from_eval(parts, ServeConfig(max_samples=150), seed=0, sequences=SEQUENCES)
+    assert len(queries) == 150 and len(queries.batch) == 600
+    assert queries.describe()["history_distinct"] >= 15  # lengths drawn uniformly from 2..24
+    assert queries.history.min() <= 4 and queries.history.max() >= 22

@@ -364,7 +364,8 @@ class ServeConfig:
     scenario: str = "server"  # server: Poisson arrivals under a p99 bound | offline: every query at once
     bound_ms: float = 60.0  # the Server scenario's p99 latency bound (MLPerf DLRM-v2: 60 ms)
     # One LoadGen sample is one user's group of candidate pairs; its size is drawn from this list
-    # (uniformly, as MLPerf's reference draws from its quantiles), or fixed at `fixed_pairs`.
+    # (uniformly, as MLPerf's reference draws from its quantiles), or fixed at `fixed_pairs`. A sequential workload
+    # with a `request` key is served one request per sample (its own sizes and histories), and ignores both.
     pairs_quantiles: list[int] = field(default_factory=lambda: list(MLPERF_PAIRS))
     fixed_pairs: Optional[int] = None
     max_samples: Optional[int] = None  # samples in the query set; null: as many as the eval split holds

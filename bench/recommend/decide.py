@@ -53,8 +53,8 @@ class Candidate:
 
 @dataclass
 class Facts:
-    """What stages 1 and 2 know of a backend: its ΔAUC against fp32 with the paired 95% interval, its model MB;
-    or why it cannot run here."""
+    """What stages 1 and 2 know of a backend: its ΔAUC against fp32 with the paired 95% interval (ΔNE beside it,
+    shown, not judged), its model MB; or why it cannot run here."""
 
     backend: str
     auc_delta: float = math.nan
@@ -64,6 +64,10 @@ class Facts:
     model_mb: float = math.nan
     embedding_mb: float = math.nan
     skipped: Optional[str] = None
+    ne_delta: float = math.nan
+    ne_delta_lo: float = math.nan
+    ne_delta_hi: float = math.nan
+    not_applicable: bool = False  # skipped because the backend cannot take this model (NotApplicable), not for the machine
 
     @property
     def fp32_equivalent(self) -> bool:
@@ -391,8 +395,9 @@ def nearest_estimate(estimates: dict[Candidate, Estimate], bound_ms: float, max_
         return f"nearest miss: {c.label()}: stage 3 estimates no load within p99 <= {bound_ms:g} ms; it would need a looser slo.p99_ms"
     over = e.idle_p99_ms / bound_ms
     wait = f"the batcher's {max_wait_ms:g} ms wait" if max_wait_ms is not None else "the batcher's wait"
+    times = f"{over:,.0f}x" if over >= 10 else f"{over:.2f}x"
     return (f"nearest miss: {c.label()}: at no load, each query alone, stage 3 estimates a p99 of {e.idle_p99_ms:.3g} ms against the "
-            f"{bound_ms:g} ms bound ({over:,.0f}x it" if over >= 10 else f"{over:.2f}x it") + (
+            f"{bound_ms:g} ms bound ({times} it") + (
             f"; from its served batch times at the fast end of their interval, {wait} included); it would need slo.p99_ms above "
             f"{e.idle_p99_ms:.3g}, a shorter serve.max_wait_ms or a smaller batcher size")
 

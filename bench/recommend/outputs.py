@@ -13,13 +13,18 @@ from matplotlib.figure import Figure
 
 from bench.io import to_json, write_text_atomic
 from bench.metrics import AUC_DELTA
-from bench.recommend.decide import Candidate, ratio_text
+from bench.recommend.decide import Candidate, Facts, ratio_text
 from bench.recommend.run import Outcome, front_points
 from bench.report import fmt
 
 
 def _num(x: Any, spec: str = ",.0f") -> str:
     return fmt.DASH if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def ne_text(f: Facts) -> str:
+    """`; ΔNE +0.00031 [...]` beside ΔAUC where stage 1 measured it (facts stored before it have none)."""
+    return "" if math.isnan(f.ne_delta) else f"; ΔNE {fmt.delta_ci(f.ne_delta, f.ne_delta_lo, f.ne_delta_hi, 5)}"
 
 
 def pick_lines(out: Outcome) -> list[str]:
@@ -35,7 +40,7 @@ def pick_lines(out: Outcome) -> list[str]:
             f"  Server max QPS under {out.cfg.slo.p99_ms:g} ms: {conf.max_qps:,.4g} [{_num(conf.max_qps_lo, ',.4g')}, "
             f"{_num(conf.max_qps_hi, ',.4g')}], {ratio_text(conf.relative, conf.relative_lo, conf.relative_hi)} fp32's "
             f"({conf.fp32_max_qps:,.4g}); stage-3 estimate {e.qps:,.0f} QPS, {ratio_text(e.relative, e.relative_lo, e.relative_hi)} fp32's",
-            f"  ΔAUC {fmt.delta_ci(f.auc_delta, f.auc_delta_lo, f.auc_delta_hi, 5)} (budget {out.budget:g}); model {f.model_mb:.2f} MB "
+            f"  ΔAUC {fmt.delta_ci(f.auc_delta, f.auc_delta_lo, f.auc_delta_hi, 5)} (budget {out.budget:g}){ne_text(f)}; model {f.model_mb:.2f} MB "
             f"(embeddings {f.embedding_mb:.2f} MB)"]
 
 
@@ -150,8 +155,9 @@ def markdown(out: Outcome) -> str:
           f"{e.qps:,.0f}", f"{e.fp32_qps:,.0f}"]
          for c, e in sorted(out.estimates.items(), key=lambda kv: -anchored[kv[0]][0])]) if out.estimates else "None.", "",
         "## Accuracy and size (stages 1-2)", "", fmt.markdown_table(
-        ["backend", "ΔAUC [95% CI]", "model MB", "embeddings MB"],
+        ["backend", "ΔAUC [95% CI]", "ΔNE [95% CI]", "model MB", "embeddings MB"],
         [[b, fmt.delta_ci(f.auc_delta, f.auc_delta_lo, f.auc_delta_hi, 5) if f.skipped is None else f"not run: {f.skipped}",
+          fmt.DASH if math.isnan(f.ne_delta) else fmt.delta_ci(f.ne_delta, f.ne_delta_lo, f.ne_delta_hi, 5),
           _num(f.model_mb, ".2f"), _num(f.embedding_mb, ".2f")] for b, f in out.facts.items()]), "",
         "## Rejected", "", fmt.markdown_table(["candidate", "stage", "reason"], [[r.what, r.stage, r.reason] for r in out.rejections])
         if out.rejections else "None.", "", "## What would change the pick", ""]

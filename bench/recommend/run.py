@@ -1,5 +1,7 @@
 """`run_recommend(...) -> Outcome`: the funnel's stages in order, cheapest first.
 
+0. runnable: a backend that cannot run here (a toolkit not installed) or cannot take the model (its NotApplicable: a
+   toolkit's export on a sequential model's EmbeddingCollection) is out, with its reason.
 1. accuracy: each backend's ΔAUC interval against fp32 from the cached eval scores, its `facts` job (bench.routes.facts);
    a backend whose interval is not inside the budget is out, with how far it reaches past it.
 2. memory: its prepared model's MB against `memory.max_model_mb`.
@@ -34,8 +36,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-import numpy as np
-
 from bench import registry
 from bench.config import Config, auc_budget
 from bench.recommend import decide
@@ -44,9 +44,11 @@ from bench.recommend.decide import (ACCURACY, CONFIRM, RUNNABLE, SPEED, Candidat
                                     Rejection)
 from bench.recommend.jobs import Jobs, facts_config, offline_config, served_config, server_config
 from bench.recommend.speed import estimate, point, timed_sizes
+from bench.record import NOT_APPLICABLE
 from bench.registry import BASELINE_BACKEND
 from bench.results.parts import facts_of, served_of, why_not
 from bench.serve.path import ServedTimes
+from bench.serve.queries import served_sizes
 
 RESIDUE_NOTED = 1.25  # a served batch this much slower after the other module's than after its own is said
 TUNED_BASE = "uint4"  # the TBE backend a tune's per-table map is served with (docs/tuning.md)
@@ -169,7 +171,8 @@ def backend_facts(backend_cfg: Config, name: str, jobs: Jobs) -> tuple[Facts, bo
     """Stages 1-2's figures of candidate `name`: its `facts` job (bench.routes.facts), read back from the store where
     this machine ran it before; and whether it was."""
     record = jobs.run(facts_config(backend_cfg), f"{name} facts")
-    return Facts(name, **facts_of(record), skipped=why_not(record)), bool(record.resumed_from)
+    return (Facts(name, **facts_of(record), skipped=why_not(record), not_applicable=record.error_kind == NOT_APPLICABLE),
+            bool(record.resumed_from))
 
 
 def run_recommend(cfg: Config, configs: Callable[[str], Config], jobs: Jobs, say: Callable[[str], None] = print,
@@ -206,12 +209,19 @@ def accuracy_and_memory(out: Outcome, backend_cfgs: dict[str, Config], jobs: Job
         f, reused = backend_facts(backend_cfgs[name], name, jobs)
         out.facts[name], out.facts_reused = f, out.facts_reused + reused
         if f.skipped is not None:
-            out.rejections.append(Rejection(name, RUNNABLE, f"cannot run here: {f.skipped}"))
+            out.rejections.append(Rejection(name, RUNNABLE, f"{'cannot take this model' if f.not_applicable else 'cannot run here'}: {f.skipped}"))
             continue
         r = decide.inside_budget(f, out.budget) or decide.within_memory(f, cfg.memory.max_model_mb)
         if r is not None:
             out.rejections.append(r)
     left = out.survivors
+    stage0 = [r for r in out.rejections if r.stage == RUNNABLE]
+    if stage0:
+        by_reason: dict[str, list[str]] = {}
+        for r in stage0:
+            by_reason.setdefault(r.reason, []).append(r.what)
+        say(f"stage 0 (runnable): {len(stage0)} of {len(out.backends)} backends out: "
+            + "; ".join(f"{', '.join(who)}: {why}" for why, who in by_reason.items()))
     equivalent = [b for b in left["accuracy"] if is_measured(out.facts[b]) and out.facts[b].fp32_equivalent]
     say(f"stage 1 (accuracy): {len(left['accuracy'])} of {len(out.backends)} backends inside the {out.budget:g} budget: {', '.join(left['accuracy']) or 'none'}"
         + (f" (only fp32-equivalent ones: ΔAUC within ±{decide.FP32_EQUIVALENT:g}, fp32's scores up to rounding)"
@@ -240,8 +250,9 @@ class OfflineSpeed:
     def __post_init__(self) -> None:
         cfg = self.out.cfg
         self.sizes = timed_sizes(list(cfg.recommend.batch_sizes))
-        self.serve = server_config(cfg, cfg.recommend.batch_sizes[0], 1, cfg.slo.p99_ms).serve
-        self.query_sizes = np.asarray([self.serve.fixed_pairs] if self.serve.fixed_pairs else self.serve.pairs_quantiles, dtype=float)
+        served_cfg = server_config(self.backend_cfgs[BASELINE_BACKEND], cfg.recommend.batch_sizes[0], 1, cfg.slo.p99_ms)
+        self.serve = served_cfg.serve
+        self.query_sizes = served_sizes(served_cfg, self.jobs.session.work)  # a sequential workload's: its requests' candidates
         self.limit_s = cfg.recommend.budget_min * 60 - stage4_seconds(cfg)
 
     def run(self, say: Callable[[str], None]) -> list[tuple[Candidate, Estimate, Facts]]:

@@ -3,7 +3,7 @@
 The eval scores come from the score cache every job uses (bench.pipeline.job.backend_scores: scored once per
 model, backend and workload), so a backend a sweep or an earlier job scored costs a read and a DeLong interval
 here; the model's bytes need the prepared module, built as a job builds it. The record holds the paired ΔAUC
-against fp32 with its interval, fp32's AUC, and the model's and its tables' bytes.
+against fp32 with its interval, the paired ΔNE with its interval, fp32's AUC, and the model's and its tables' bytes.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from bench.backends.tables import embedding_bytes
 from bench.config import FACTS, Config
 from bench.distributed import unsharded_skip_reason
 from bench.measure.memory import model_bytes
-from bench.metrics import AUC_DELTA, AUC_FP32, EMBEDDING_BYTES, MODEL_BYTES, hi, lo
+from bench.metrics import AUC_DELTA, AUC_FP32, EMBEDDING_BYTES, MODEL_BYTES, NE_DELTA, hi, lo
 from bench.pipeline.job import backend_config, backend_scores
 from bench.pipeline.shared import SharedWork
 from bench.registry import BASELINE_BACKEND
 from bench.routes.route import Route
-from bench.stats import paired_auc_delta
+from bench.stats import paired_auc_delta, paired_ne_acc_delta
 
 
 
@@ -48,6 +48,8 @@ class FactsRoute(Route):
         _, base = backend_scores(cfg, fp32, model, workload, device, work)
         prepared = work.prepared(cfg, backend, model, workload, device)
         delta = paired_auc_delta(labels, base, logits)
+        ne, _ = paired_ne_acc_delta(labels, base, logits)  # a sequential ranker's other accuracy figure (MLPerf DLRMv3)
         return {AUC_DELTA: float(delta.delta), lo(AUC_DELTA): float(delta.lo), hi(AUC_DELTA): float(delta.hi),
+                NE_DELTA: float(ne.delta), lo(NE_DELTA): float(ne.lo), hi(NE_DELTA): float(ne.hi),
                 AUC_FP32: float(delta.auc_base), MODEL_BYTES: int(model_bytes(prepared)),
                 EMBEDDING_BYTES: int(embedding_bytes(prepared))}

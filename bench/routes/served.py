@@ -49,5 +49,5 @@ class ServedRoute(Route):
         if reference is None and backend.cfg.name != BASELINE_BACKEND:
             raise RuntimeError(f"no fp32 beside it: {why}")
         reference = reference if reference is not None else module  # fp32 itself: each batch twice
-        queries = QuerySet.from_eval(work.split_batches(cfg, workload, "eval"), cfg.serve, cfg.seed)
+        queries = QuerySet.from_eval(work.split_batches(cfg, workload, "eval"), cfg.serve, cfg.seed, workload.sequences)
         return {SERVED: dataclasses.asdict(paired_served_times(module, reference, queries, device, cfg.batch_size))}

@@ -46,6 +46,8 @@ from bench.serve.queue import ServiceModel, max_rate
 from bench.serve.sut import ServingSystem, predict
 
 SAMPLE = "one LoadGen sample is one user's group of candidate pairs (rows); pairs/s = samples/s x the pairs per sample served"
+REQUEST_SAMPLE = ("one LoadGen sample is one request: a user's history and all its candidates (rows); "
+                  "pairs/s = samples/s x the candidates per request served")
 OFFLINE_RETRY_MARGIN = 1.2  # the second Offline run asks for this much more than LoadGen measured
 ALONE_PASSES = 2  # passes over the query sizes timing one query alone. A single pass once read 264 ms for the
 # smallest query (7.5 ms for the next size) right after the full batches at 2 threads: that one stall made the
@@ -67,7 +69,7 @@ def measure_serving(cfg: Config, backend: Backend, device: torch.device, work: S
     model = work.model(cfg, workload)
     work.release_leftovers(cfg, backend, device)
     prepared = work.prepared(cfg, backend, model, workload, device)
-    queries = QuerySet.from_eval(work.split_batches(cfg, workload, "eval"), serve, cfg.seed)
+    queries = QuerySet.from_eval(work.split_batches(cfg, workload, "eval"), serve, cfg.seed, workload.sequences)
     runs = serving_runs(cfg, prepared, queries, device, job_dir(cfg) / "loadgen", planted_stall=True)
     reference, unpaired = fp32_reference(cfg, backend, model, workload, device, work)
     reference_start = reference_speed()
@@ -137,7 +139,7 @@ def paired_max_qps(cfg: Config, candidate: nn.Module, reference: nn.Module, devi
     cfg = dataclasses.replace(cfg, serve=serve)
     check_serve_config(serve)
     workload = work.workload(cfg)
-    queries = QuerySet.from_eval(work.split_batches(cfg, workload, "eval"), serve, cfg.seed)
+    queries = QuerySet.from_eval(work.split_batches(cfg, workload, "eval"), serve, cfg.seed, workload.sequences)
     logs = Path(logs) if logs is not None else job_dir(cfg) / "loadgen"
     runs = serving_runs(cfg, candidate, queries, device, logs, planted_stall=True)
     warm = warm_up(candidate, queries, device, cfg.batch_size)
@@ -155,10 +157,9 @@ def _measure(cfg: Config, backend: Backend, model: nn.Module, workload: Any, dev
         "scenario": serve.scenario,
         "bound_ms": serve.bound_ms if serve.scenario == "server" else None,
         "batcher": {"max_rows": cfg.batch_size, "max_wait_ms": serve.max_wait_ms, "workers": serve.workers},
-        "query_set": {"samples": len(queries), "pairs": queries.pairs, "pairs_mean": queries.pairs / len(queries),
-                      "sizes": "fixed" if serve.fixed_pairs is not None else "quantiles"},
+        "query_set": {"sizes": "fixed" if serve.fixed_pairs is not None else "quantiles", **queries.describe()},
         "warm_up": warm,
-        "sample": SAMPLE,
+        "sample": SAMPLE if queries.history is None else REQUEST_SAMPLE,
     }
     accuracy_qps = server(runs, warm, metrics, pair) if serve.scenario == "server" else offline(runs, warm, metrics)
     metrics["validity"] = [s["validity"] for s in metrics["steps"]]
@@ -249,8 +250,11 @@ def server_plan(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any],
     hopeless = None
     if floor > serve.bound_ms:  # the slowest queries alone take longer than the bound
         largest = int(queries.sizes.max())
+        largest_ms = warm['query_alone_ms'][str(largest)]
         hopeless = (f"no load can meet the bound: one query at a time, the p99 of the service times is {floor:.1f} ms "
-                    f"(the largest query, {largest} pairs, takes {warm['query_alone_ms'][str(largest)]:.1f} ms)")
+                    + (f"(the largest query, {largest} pairs, takes {largest_ms:.1f} ms)" if queries.history is None else
+                       f"(a request of {largest} candidates and a {int(queries.history[alone_sample(queries, largest)])}-event history "
+                       f"takes {largest_ms:.1f} ms)"))
     step_queries = max(serve.min_query_count or 0, queries_for_share(serve.step_late_share) if serve.step_late_share is not None else 0)
     metrics["step_queries"] = step_queries or None
     metrics["step_tells"] = what_a_step_tells(step_queries) if step_queries else None
@@ -401,12 +405,22 @@ def warm_up(module: nn.Module, queries: QuerySet, device: torch.device, max_rows
     alone: dict[str, float] = {}
     for _ in range(ALONE_PASSES):  # a size's lower median over the passes: one stalled pass does not set the floor
         for size in sorted(set(int(s) for s in queries.sizes)):
-            index = int(np.flatnonzero(queries.sizes == size)[0])
+            index = alone_sample(queries, size)
             ms = _median_ms(lambda: predict(module, queries, [index], device, max_rows))
             alone[str(size)] = min(ms, alone.get(str(size), ms))
     full = {"pairs": pairs / calls, "ms": elapsed * 1000 / calls}  # the full batches' mean size and time
     return {"capacity_samples_per_s": samples / elapsed, "capacity_batches": max(1, len(batches) - 1),
             "query_alone_ms": alone, "full_batch": full}
+
+
+def alone_sample(queries: QuerySet, size: int) -> int:
+    """The sample of `size` pairs timed alone: the first; among requests, the one at the 99th percentile of that size's
+    history lengths, since a request's time grows with its history and the floor is read as a p99."""
+    of_size = np.flatnonzero(queries.sizes == size)
+    if queries.history is None:
+        return int(of_size[0])
+    order = of_size[np.argsort(queries.history[of_size], kind="stable")]
+    return int(order[min(len(order) - 1, int(0.99 * len(order)))])
 
 
 def _full_batches(queries: QuerySet, max_rows: int, limit: int = 64) -> list[list[int]]:

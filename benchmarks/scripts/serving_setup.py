@@ -52,5 +52,5 @@ def serving_bench(names: list[str], batch_size: int, overrides: list[str], threa
         modules[name] = work.prepared(cfg, backends[name], work.model(cfg, workload), workload, device)
         if queries is None:
             batches = work.split_batches(cfg, workload, "eval")
-            queries = QuerySet.from_eval(batches, cfg.serve, cfg.seed)
+            queries = QuerySet.from_eval(batches, cfg.serve, cfg.seed, workload.sequences)
     return ServingBench(backends, modules, queries, batches)

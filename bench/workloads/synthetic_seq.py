@@ -23,6 +23,11 @@ Rows and features
     side key `history_age`); the candidate `item_id` in the history's table; side key `request`. Dense:
     log(1 + L) and log(1 + hours since the last event). Deterministic from `seed`; chunk c of a split comes
     from (seed, split, c) alone.
+A larger item table (`table_rows`, for the scale sweep: docs/sequential.md)
+    The item table holds `table_rows` rows: A = table_rows // num_items copies of the catalogue, and each
+    event and candidate is looked up at a copy drawn uniformly (id = item + num_items * a). Labels still
+    follow the catalogue item, and the lookups spread over the whole table as a catalogue of that many
+    items' would, without a per-item array (a 1e8-row table needs no teacher state beyond the catalogue's).
 """
 
 from __future__ import annotations
@@ -68,12 +73,23 @@ class SyntheticSeqConfig(WorkloadConfig):
     drift_hours: float = 240.0
     positive_rate: float = 0.3
     chunk_requests: int = 4096
+    # the item table's rows: 0 (or num_items) for the catalogue itself; more spreads the lookups over that
+    # many rows, copies of the catalogue (the scale sweep: +sweep=scale model=hstu +preset=dlrmv3)
+    table_rows: int = 0
 
     def validate(self) -> None:
         if self.candidates < 1 or self.history_length < 1 or not 0 <= self.min_history <= self.history_length:
             raise UserError("workload.candidates and workload.history_length must be positive, and 0 <= workload.min_history <= history_length")
         if self.num_items < self.num_categories or self.num_items % self.num_categories:
             raise UserError(f"workload.num_items ({self.num_items}) must be a multiple of workload.num_categories ({self.num_categories})")
+        if self.table_rows and self.table_rows < self.num_items:
+            raise UserError(f"workload.table_rows ({self.table_rows}) must be 0 (the catalogue's own rows) or at least "
+                            f"workload.num_items ({self.num_items})")
+
+    @property
+    def item_rows(self) -> int:
+        """Rows of the item table."""
+        return max(self.table_rows, self.num_items)
 
 
 class SeqTeacher:
@@ -137,6 +153,10 @@ class SeqTeacher:
         keep = np.arange(longest)[None, :] >= (longest - lengths)[:, None]  # the last L events
         hist = items[keep]
         hist_ages = ages[keep].astype(np.int64)
+        copies = cfg.item_rows // cfg.num_items
+        if copies > 1:  # drawn last, so the catalogue's draws (and labels) are the same at every table size
+            hist = hist + cfg.num_items * rng.integers(0, copies, hist.shape)
+            cand = cand + cfg.num_items * rng.integers(0, copies, cand.shape)
         offsets = np.concatenate([[0], np.cumsum(lengths)])
         # each of a request's K rows carries its history: repeat every request's slice K times
         take = segments(np.repeat(offsets[:-1], k), np.repeat(lengths, k))
@@ -165,8 +185,8 @@ class SyntheticSeqWorkload(Workload):
         c = self.cfg
         return [
             TableSpec("t_user_id", "user_id", c.num_users),
-            TableSpec("t_item", HISTORY, c.num_items, pooling=c.history_length, sequence=True),
-            TableSpec("t_item", CANDIDATE, c.num_items, sequence=True),
+            TableSpec("t_item", HISTORY, c.item_rows, pooling=c.history_length, sequence=True),
+            TableSpec("t_item", CANDIDATE, c.item_rows, sequence=True),
         ]
 
     @property
@@ -212,4 +232,5 @@ class SyntheticSeqWorkload(Workload):
     def describe(self) -> dict:
         c = self.cfg
         return {"rows": "one (request, candidate) pair each", "candidates": c.candidates, "history_length": c.history_length,
-                "items": c.num_items, "sequence_features": [HISTORY, CANDIDATE]}
+                "items": c.num_items, "sequence_features": [HISTORY, CANDIDATE],
+                **({"item_table_rows": c.item_rows} if c.item_rows > c.num_items else {})}

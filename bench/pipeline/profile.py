@@ -22,9 +22,10 @@ from bench.errors import one_line
 from bench.measure.working_set import working_set_bytes
 from bench.measure.environment import environment
 from bench.measure.kernels import OperatorLog, families, operators
+from bench.measure.lookups import lookup_timing
 from bench.measure.cuda_health import GpuLimits
 from bench.measure.roofline import Limits, roofline_metrics
-from bench.measure.timing import Timing
+from bench.measure.timing import CLOCKS, Timing
 from bench.pipeline.shared import SharedWork
 from bench.workloads.workload import Workload
 
@@ -59,6 +60,13 @@ def job_profile(cfg: Config, prepared: nn.Module, inputs: list[tuple], workload:
         # each table's stored type, pooled (EmbeddingBagCollection) or sequence (EmbeddingCollection)
         "table_precisions": table_precisions(prepared),
     }
+    if device.type == "cpu" and row_bytes:  # the lookups alone, per id and per distinct row (bench.measure.lookups)
+        try:
+            lookups_alone = lookup_timing(prepared, inputs, CLOCKS.get(cfg.timing.clock, CLOCKS["wall"]))
+        except Exception as exc:  # noqa: BLE001 - extra, as the operator log: a collection that cannot be called alone keeps its job
+            lookups_alone = {"error": f"the lookups could not be timed alone: {one_line(exc)}"}
+        if lookups_alone:
+            metrics["lookups"] = lookups_alone
     if device.type in ("cpu", "cuda") and row_bytes:
         fingerprint = environment(device)["fingerprint"]
         limits = (Limits(cfg.cache_dir, fingerprint) if device.type == "cpu" else GpuLimits(cfg.cache_dir, fingerprint, device)).ensure(row_bytes.values())

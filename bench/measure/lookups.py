@@ -1,0 +1,77 @@
+"""The embedding lookups alone: how long a prepared model's table collections take per row, on the job's own
+timed batches, beside the whole forward.
+
+A sequential model's batch looks many rows up more than once: each of a request's K candidate rows carries the
+request's history (docs/sequential.md), so one history row is read K times in a call, and all but the first of
+those reads hit the caches. So two figures: nanoseconds per id looked up, and per distinct row a call fetches.
+The second is what compares with the gather roofline (`bench.measure.roofline.gather_bandwidth`: rows at
+uniformly random positions, each fetched once), and what `benchmarks/scripts/dlrmv3_paper.py` reads.
+
+The clock is injectable (nanoseconds, as `bench.measure.timing`'s), and the time of a call is the fastest of
+`repeats` passes over the batches, as the roofline takes the fastest of its gathers.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import torch
+from torch import nn
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from bench.backends.modules import EMBEDDING_TYPES, configs_of
+
+Clock = Callable[[], int]
+
+
+def collections(model: nn.Module) -> list[nn.Module]:
+    """The outermost table collections of `model` (eager or quantized EmbeddingBagCollection / EmbeddingCollection)."""
+    found: list[nn.Module] = []
+    inside: set[int] = set()
+    for module in model.modules():
+        if id(module) in inside:
+            continue
+        if isinstance(module, EMBEDDING_TYPES):
+            found.append(module)
+            inside.update(id(m) for m in module.modules())
+    return found
+
+
+def rows_of(collection: nn.Module, kjt: KeyedJaggedTensor) -> tuple[int, int]:
+    """(ids the collection looks up in `kjt`, distinct (table, row) pairs among them)."""
+    looked, distinct = 0, 0
+    for cfg in configs_of(collection):
+        ids = [kjt[f].values() for f in cfg.feature_names if f in kjt.keys()]
+        if ids:
+            values = torch.cat(ids)
+            looked += values.numel()
+            distinct += int(torch.unique(values).numel())
+    return looked, distinct
+
+
+def lookup_timing(model: nn.Module, inputs: list[tuple], clock: Clock = time.perf_counter_ns, repeats: int = 3,
+                  max_calls: int = 32) -> dict | None:
+    """ns per id and per distinct row of the model's table collections, over up to `max_calls` of the timed
+    `inputs` ((dense, kjt) pairs); None when the model holds no torchrec collection (a toolkit's own graph)."""
+    found = collections(model)
+    batches = [b[1] for b in inputs[:max_calls] if len(b) > 1 and isinstance(b[1], KeyedJaggedTensor)]
+    if not found or not batches:
+        return None
+    counts = [rows_of(c, kjt) for kjt in batches for c in found]
+    looked, distinct = sum(c[0] for c in counts), sum(c[1] for c in counts)
+    if not looked:
+        return None
+    best = None
+    with torch.inference_mode():
+        for c in found:  # one untimed pass: the first call of a kernel allocates
+            c(batches[0])
+        for _ in range(repeats):
+            start = clock()
+            for kjt in batches:
+                for c in found:
+                    c(kjt)
+            elapsed = clock() - start
+            best = elapsed if best is None else min(best, elapsed)
+    return {"calls": len(batches), "ids_per_call": looked / len(batches), "distinct_rows_per_call": distinct / len(batches),
+            "ns_per_id": best / looked, "ns_per_distinct_row": best / distinct, "seconds_per_call": best / len(batches) / 1e9}

@@ -1,0 +1,45 @@
+"""bench.measure.lookups: the table collections timed alone, per id and per distinct row, with an injected clock."""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+from torchrec.modules.embedding_configs import EmbeddingConfig
+from torchrec.modules.embedding_modules import EmbeddingCollection
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from bench.measure.lookups import collections, lookup_timing, rows_of
+
+
+class Ranker(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ec = EmbeddingCollection([EmbeddingConfig(name="t_item", embedding_dim=4, num_embeddings=50, feature_names=["history", "item_id"])])
+        self.mlp = torch.nn.Linear(4, 1)
+
+    def forward(self, dense, kjt):
+        return self.mlp(self.ec(kjt)["item_id"].values()).squeeze(1)
+
+
+def _kjt() -> KeyedJaggedTensor:
+    # two rows of one request: each carries the history [3, 4, 5]; candidates 7 and 3
+    return KeyedJaggedTensor.from_lengths_sync(["history", "item_id", "request"], torch.tensor([3, 4, 5, 3, 4, 5, 7, 3, 9, 9]),
+                                               torch.tensor([3, 3, 1, 1, 1, 1]))
+
+
+def test_rows_count_every_id_and_each_distinct_row_once():
+    model = Ranker()
+    assert collections(model) == [model.ec]
+    assert rows_of(model.ec, _kjt()) == (8, 4)  # 8 ids of t_item (the side key `request` is no table's), rows 3, 4, 5, 7
+
+
+def test_the_fastest_pass_over_the_rows_gives_ns_per_id_and_per_distinct_row():
+    ticks = itertools.count(0, 1000)  # each clock read 1 us later: every pass over two calls reads 2 ticks
+    out = lookup_timing(Ranker(), [(torch.zeros(2, 1), _kjt())] * 2, clock=lambda: next(ticks), repeats=3)
+    assert out["calls"] == 2 and out["ids_per_call"] == 8 and out["distinct_rows_per_call"] == 4
+    assert out["ns_per_id"] == 1000 / 16 and out["ns_per_distinct_row"] == 1000 / 8
+
+
+def test_a_model_without_collections_has_no_lookup_time():
+    assert lookup_timing(torch.nn.Linear(2, 1), [(torch.zeros(1, 2), _kjt())]) is None

@@ -9,7 +9,7 @@ from torchrec.modules.embedding_configs import EmbeddingConfig
 from torchrec.modules.embedding_modules import EmbeddingCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from bench.measure.lookups import collections, lookup_timing, rows_of
+from bench.measure.lookups import collections, lookup_timing, random_ids, rows_of
 
 
 class Ranker(torch.nn.Module):
@@ -36,9 +36,16 @@ def test_rows_count_every_id_and_each_distinct_row_once():
 
 def test_the_fastest_pass_over_the_rows_gives_ns_per_id_and_per_distinct_row():
     ticks = itertools.count(0, 1000)  # each clock read 1 us later: every pass over two calls reads 2 ticks
-    out = lookup_timing(Ranker(), [(torch.zeros(2, 1), _kjt())] * 2, clock=lambda: next(ticks), repeats=3)
+    out = lookup_timing(Ranker(), [(torch.zeros(2, 1), _kjt())] * 2, clock=lambda: next(ticks), repeats=3, random_n=100)
     assert out["calls"] == 2 and out["ids_per_call"] == 8 and out["distinct_rows_per_call"] == 4
     assert out["ns_per_id"] == 1000 / 16 and out["ns_per_distinct_row"] == 1000 / 8
+    assert out["random_rows"] == 200 and out["ns_per_random_row"] == 1000 / 200  # 100 ids of each of the two features
+
+
+def test_random_ids_spread_over_each_table():
+    kjt = random_ids(Ranker().ec, 5000, torch.Generator().manual_seed(1))
+    assert kjt.keys() == ["history", "item_id"] and kjt.lengths().tolist() == [5000, 5000]
+    assert int(kjt.values().min()) < 3 and int(kjt.values().max()) > 46 and int(kjt.values().max()) < 50
 
 
 def test_a_model_without_collections_has_no_lookup_time():

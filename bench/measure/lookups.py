@@ -7,6 +7,12 @@ those reads hit the caches. So two figures: nanoseconds per id looked up, and pe
 The second is what compares with the gather roofline (`bench.measure.roofline.gather_bandwidth`: rows at
 uniformly random positions, each fetched once), and what `benchmarks/scripts/dlrmv3_paper.py` reads.
 
+A call on the model's own batches also pays torchrec's per-call work (splitting the features, building the
+jagged outputs), which is fixed per call. So a third figure times each collection on one call of `RANDOM_IDS`
+ids per feature drawn uniformly over its tables (`ns_per_random_row`): the kernel's rate on rows fetched from
+all over the tables, with the per-call work spread over many rows, which is what a row costs at the scale
+where the tables are far beyond the caches.
+
 The clock is injectable (nanoseconds, as `bench.measure.timing`'s), and the time of a call is the fastest of
 `repeats` passes over the batches, as the roofline takes the fastest of its gathers.
 """
@@ -23,6 +29,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from bench.backends.modules import EMBEDDING_TYPES, configs_of
 
 Clock = Callable[[], int]
+RANDOM_IDS = 8192  # ids per feature in the random-rows call
 
 
 def collections(model: nn.Module) -> list[nn.Module]:
@@ -50,10 +57,35 @@ def rows_of(collection: nn.Module, kjt: KeyedJaggedTensor) -> tuple[int, int]:
     return looked, distinct
 
 
+def random_ids(collection: nn.Module, n: int, generator: torch.Generator) -> KeyedJaggedTensor:
+    """One sample holding `n` ids per feature of `collection` (one id per sample, n samples, for a pooled one),
+    uniform over each feature's table."""
+    keys, values, lengths = [], [], []
+    pooled = hasattr(collection, "embedding_bag_configs")
+    for cfg in configs_of(collection):
+        for feature in cfg.feature_names:
+            keys.append(feature)
+            values.append(torch.randint(cfg.num_embeddings, (n,), generator=generator))
+            lengths.append(torch.ones(n, dtype=torch.int32) if pooled else torch.tensor([n], dtype=torch.int32))
+    return KeyedJaggedTensor.from_lengths_sync(keys, torch.cat(values), torch.cat(lengths))
+
+
+def _best(fn: Callable[[], object], clock: Clock, repeats: int) -> int:
+    fn()  # untimed: the first call of a kernel allocates
+    best = None
+    for _ in range(repeats):
+        start = clock()
+        fn()
+        elapsed = clock() - start
+        best = elapsed if best is None else min(best, elapsed)
+    return int(best)
+
+
 def lookup_timing(model: nn.Module, inputs: list[tuple], clock: Clock = time.perf_counter_ns, repeats: int = 3,
-                  max_calls: int = 32) -> dict | None:
+                  max_calls: int = 32, random_n: int = RANDOM_IDS) -> dict | None:
     """ns per id and per distinct row of the model's table collections, over up to `max_calls` of the timed
-    `inputs` ((dense, kjt) pairs); None when the model holds no torchrec collection (a toolkit's own graph)."""
+    `inputs` ((dense, kjt) pairs), and per row of `random_n` uniformly drawn ids a feature; None when the model
+    holds no torchrec collection (a toolkit's own graph)."""
     found = collections(model)
     batches = [b[1] for b in inputs[:max_calls] if len(b) > 1 and isinstance(b[1], KeyedJaggedTensor)]
     if not found or not batches:
@@ -62,16 +94,12 @@ def lookup_timing(model: nn.Module, inputs: list[tuple], clock: Clock = time.per
     looked, distinct = sum(c[0] for c in counts), sum(c[1] for c in counts)
     if not looked:
         return None
-    best = None
+    generator = torch.Generator().manual_seed(0)
+    spread = [(c, random_ids(c, random_n, generator)) for c in found]
     with torch.inference_mode():
-        for c in found:  # one untimed pass: the first call of a kernel allocates
-            c(batches[0])
-        for _ in range(repeats):
-            start = clock()
-            for kjt in batches:
-                for c in found:
-                    c(kjt)
-            elapsed = clock() - start
-            best = elapsed if best is None else min(best, elapsed)
+        best = _best(lambda: [c(kjt) for kjt in batches for c in found], clock, repeats)
+        random_best = _best(lambda: [c(kjt) for c, kjt in spread], clock, repeats) if random_n else 0
+    random_rows = sum(kjt.values().numel() for _, kjt in spread) if random_n else 0
     return {"calls": len(batches), "ids_per_call": looked / len(batches), "distinct_rows_per_call": distinct / len(batches),
-            "ns_per_id": best / looked, "ns_per_distinct_row": best / distinct, "seconds_per_call": best / len(batches) / 1e9}
+            "ns_per_id": best / looked, "ns_per_distinct_row": best / distinct, "seconds_per_call": best / len(batches) / 1e9,
+            "random_rows": random_rows, "ns_per_random_row": random_best / random_rows if random_rows else None}

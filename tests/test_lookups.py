@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 
 import torch
-from torchrec.modules.embedding_configs import EmbeddingConfig
-from torchrec.modules.embedding_modules import EmbeddingCollection
+from torchrec.modules.embedding_configs import EmbeddingBagConfig, EmbeddingConfig
+from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from bench.measure.lookups import collections, lookup_timing, random_ids, rows_of
@@ -43,9 +43,21 @@ def test_the_fastest_pass_over_the_rows_gives_ns_per_id_and_per_distinct_row():
 
 
 def test_random_ids_spread_over_each_table():
-    kjt = random_ids(Ranker().ec, 5000, torch.Generator().manual_seed(1))
-    assert kjt.keys() == ["history", "item_id"] and kjt.lengths().tolist() == [5000, 5000]
+    kjt = random_ids(Ranker().ec, ["history", "item_id", "request"], 5000, torch.Generator().manual_seed(1))
+    assert kjt.keys() == ["history", "item_id", "request"] and kjt.lengths().tolist() == [5000, 5000, 0]  # the model's keys, in order
     assert int(kjt.values().min()) < 3 and int(kjt.values().max()) > 46 and int(kjt.values().max()) < 50
+
+
+def test_a_quantized_collection_that_caches_its_feature_order_is_timed_on_random_rows():
+    """torchrec's quantized collections (cache_features_order) read every batch in the first one's key order."""
+    from bench.backends.direct import build_quantized_ebc
+
+    model = Ranker()
+    model.ec = build_quantized_ebc(model.ec, {"t_item": "int4"}, torch.device("cpu"), 1, seed=0)
+    pooled = EmbeddingBagCollection(tables=[EmbeddingBagConfig(name="t_user", embedding_dim=4, num_embeddings=9, feature_names=["request"])])
+    model.ebc = build_quantized_ebc(pooled, {"t_user": "int8"}, torch.device("cpu"), 1, seed=0)
+    out = lookup_timing(model, [(torch.zeros(2, 1), _kjt())] * 2, random_n=64)
+    assert out["random_rows"] == 3 * 64 and out["ns_per_random_row"] > 0
 
 
 def test_a_model_without_collections_has_no_lookup_time():

@@ -57,17 +57,21 @@ def rows_of(collection: nn.Module, kjt: KeyedJaggedTensor) -> tuple[int, int]:
     return looked, distinct
 
 
-def random_ids(collection: nn.Module, n: int, generator: torch.Generator) -> KeyedJaggedTensor:
-    """One sample holding `n` ids per feature of `collection` (one id per sample, n samples, for a pooled one),
-    uniform over each feature's table."""
-    keys, values, lengths = [], [], []
+def random_ids(collection: nn.Module, keys: list[str], n: int, generator: torch.Generator) -> KeyedJaggedTensor:
+    """A batch with the model's own `keys`, in its order (a quantized collection caches the feature order of its first
+    call): `n` ids for each feature of `collection`, uniform over its table (one sample of n ids, or n samples of one
+    for a pooled collection), none for the other keys."""
     pooled = hasattr(collection, "embedding_bag_configs")
-    for cfg in configs_of(collection):
-        for feature in cfg.feature_names:
-            keys.append(feature)
-            values.append(torch.randint(cfg.num_embeddings, (n,), generator=generator))
-            lengths.append(torch.ones(n, dtype=torch.int32) if pooled else torch.tensor([n], dtype=torch.int32))
-    return KeyedJaggedTensor.from_lengths_sync(keys, torch.cat(values), torch.cat(lengths))
+    tables = {f: cfg.num_embeddings for cfg in configs_of(collection) for f in cfg.feature_names}
+    values, lengths = [], []
+    for key in keys:
+        ids = torch.randint(tables[key], (n,), generator=generator) if key in tables else torch.zeros(0, dtype=torch.long)
+        values.append(ids)
+        if pooled:
+            lengths.append(torch.full((n,), int(key in tables), dtype=torch.int32))
+        else:
+            lengths.append(torch.tensor([len(ids)], dtype=torch.int32))
+    return KeyedJaggedTensor.from_lengths_sync(list(keys), torch.cat(values), torch.cat(lengths))
 
 
 def _best(fn: Callable[[], object], clock: Clock, repeats: int) -> int:
@@ -95,7 +99,7 @@ def lookup_timing(model: nn.Module, inputs: list[tuple], clock: Clock = time.per
     if not looked:
         return None
     generator = torch.Generator().manual_seed(0)
-    spread = [(c, random_ids(c, random_n, generator)) for c in found]
+    spread = [(c, random_ids(c, batches[0].keys(), random_n, generator)) for c in found]
     with torch.inference_mode():
         best = _best(lambda: [c(kjt) for kjt in batches for c in found], clock, repeats)
         random_best = _best(lambda: [c(kjt) for c, kjt in spread], clock, repeats) if random_n else 0

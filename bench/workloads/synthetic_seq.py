@@ -108,8 +108,9 @@ class SeqTeacher:
         self.rank_cdf = np.cumsum(weights) / weights.sum()
         self.taste = rng.normal(0, 1, (cfg.num_users, r))
         self.bias = 0.0
-        rows = self.requests(np.random.default_rng([seed, 9]), 4096)
-        logits = rows.oracle
+        # the oracle logits alone: the rows (each history repeated per candidate) would hold 0.2 GB at
+        # history_length 128 and K 32, and the heap keeps what it freed
+        logits = self._events(np.random.default_rng([seed, 9]), 4096)[-1].reshape(-1)
         lo, hi = -20.0, 20.0
         for _ in range(50):  # the bias that gives the target positive rate
             mid = (lo + hi) / 2
@@ -132,7 +133,8 @@ class SeqTeacher:
         rho = np.exp(-gaps / (self.cfg.drift_hours * HOUR))[:, None]
         return rho * z + np.sqrt(1 - rho**2) * rng.normal(0, 1, z.shape)
 
-    def requests(self, rng: np.random.Generator, n: int, first_request: int = 0) -> SequenceRows:
+    def _events(self, rng: np.random.Generator, n: int) -> tuple:
+        """n requests' users, history lengths, gaps, events, ages, candidates and their oracle logits."""
         cfg = self.cfg
         k, longest = cfg.candidates, cfg.history_length
         users = rng.integers(0, cfg.num_users, n)
@@ -149,6 +151,12 @@ class SeqTeacher:
         cand = np.where(rng.random((n, k)) < 0.5, self._pick(rng, np.repeat(z, k, axis=0), n * k).reshape(n, k),
                         self._pick(rng, None, n * k).reshape(n, k))
         logit = self.bias + cfg.affinity_scale * np.einsum("nr,nkr->nk", z, self.vectors[cand]) + self.item_bias[cand]
+        return users, lengths, gaps, items, ages, cand, logit
+
+    def requests(self, rng: np.random.Generator, n: int, first_request: int = 0) -> SequenceRows:
+        cfg = self.cfg
+        k, longest = cfg.candidates, cfg.history_length
+        users, lengths, gaps, items, ages, cand, logit = self._events(rng, n)
         labels = (rng.random((n, k)) < 1 / (1 + np.exp(-logit))).astype(np.float32)
         keep = np.arange(longest)[None, :] >= (longest - lengths)[:, None]  # the last L events
         hist = items[keep]

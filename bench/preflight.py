@@ -403,15 +403,17 @@ def _names(backends: list[str]) -> str:
     return ", ".join(backends[:6]) + (f" and {len(backends) - 6} more" if len(backends) > 6 else "")
 
 
-SCALE_SWEEPS = {"scale": "scale_seq"}  # +sweep=scale on a sequential model (arch hstu): its own axes (conf/sweep/scale_seq.yaml)
+# +sweep=scale on a sequential model (arch hstu): its own axes (conf/sweep/sequential/scale.yaml; a subfolder, so
+# --help lists the one +sweep=scale)
+SEQUENTIAL_SWEEPS = {"scale": "+sweep/sequential=scale"}
 
 
 def sequential_sweep(argv: list[str]) -> list[str]:
-    """`argv` with `+sweep=scale` read as `+sweep=scale_seq` where the model it composes is a sequential ranker
+    """`argv` with `+sweep=scale` read as `+sweep/sequential=scale` where the model it composes is a sequential ranker
     (`+sweep=scale model=hstu +preset=dlrmv3`): the DLRM axes (26 tables, access patterns, batch sizes) name
     keys synthetic_seq does not have, and a Hydra sweep config cannot pick its axes by the model it is given."""
     sweeps = {i: a.lstrip("+").split("=", 1)[1] for i, a in enumerate(argv) if a.lstrip("+").startswith("sweep=")}
-    at = next((i for i, name in sweeps.items() if name in SCALE_SWEEPS), None)
+    at = next((i for i, name in sweeps.items() if name in SEQUENTIAL_SWEEPS), None)
     if at is None:
         return argv
     lines = [a for i, a in enumerate(argv) if i != at and not a.startswith("-") and "," not in a.partition("=")[2]]
@@ -424,7 +426,7 @@ def sequential_sweep(argv: list[str]) -> list[str]:
         _composed.clear()
     if arch != HSTU_ARCH:
         return argv
-    return [a.replace(f"sweep={sweeps[at]}", f"sweep={SCALE_SWEEPS[sweeps[at]]}", 1) if i == at else a for i, a in enumerate(argv)]
+    return [SEQUENTIAL_SWEEPS[sweeps[at]] if i == at else a for i, a in enumerate(argv)]
 
 
 def sweep_ready(argv: list[str]) -> list[str]:

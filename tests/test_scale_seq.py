@@ -1,4 +1,4 @@
-"""`+sweep=scale model=hstu +preset=dlrmv3`: the sequential model's scale sweep (conf/sweep/scale_seq.yaml), in a
+"""`+sweep=scale model=hstu +preset=dlrmv3`: the sequential model's scale sweep (conf/sweep/sequential/scale.yaml), in a
 tiny form: the item table at a small size and at one no machine holds, through the real command."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_scale_sweep_on_a_sequential_model_takes_its_own_axes():
-    assert preflight.sequential_sweep(["+sweep=scale", "model=hstu", "+preset=dlrmv3"]) == ["+sweep=scale_seq", "model=hstu", "+preset=dlrmv3"]
-    assert preflight.sequential_sweep(["+sweep=scale", "+preset=dlrmv3", "workload.table_rows=1000,2000"])[0] == "+sweep=scale_seq"
+    assert preflight.sequential_sweep(["+sweep=scale", "model=hstu", "+preset=dlrmv3"]) == ["+sweep/sequential=scale", "model=hstu", "+preset=dlrmv3"]
+    assert preflight.sequential_sweep(["+sweep=scale", "+preset=dlrmv3", "workload.table_rows=1000,2000"])[0] == "+sweep/sequential=scale"
     assert preflight.sequential_sweep(["+sweep=scale"]) == ["+sweep=scale"]  # the DLRM scale sweep as it was
     assert preflight.sequential_sweep(["+sweep=scale", "model=dlrm_v2"]) == ["+sweep=scale", "model=dlrm_v2"]
     assert preflight.sequential_sweep(["+sweep=serve", "+preset=dlrmv3"]) == ["+sweep=serve", "+preset=dlrmv3"]

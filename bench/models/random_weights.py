@@ -28,7 +28,7 @@ TRAINED = "trained"
 WEIGHTS = (TRAINED, RANDOM)
 
 
-PIECE_BYTES = 64 << 20  # fp32 rows handed out at a time: a 512-wide table's 256K-row chunk (512 MiB) would outweigh a small INT4 table
+PIECE_BYTES = 4 << 20  # fp32 rows handed out at a time: a 512-wide table's 256K-row chunk (512 MiB) would outweigh a small INT4 table
 
 
 def _chunk_generator(seed: int, table: str, chunk: int) -> torch.Generator:

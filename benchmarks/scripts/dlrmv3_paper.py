@@ -65,11 +65,14 @@ def main() -> None:
     if not records:
         raise SystemExit(f"no records of a +sweep=scale model=hstu run in {', '.join(map(str, args.records))}")
     ok = [r for r in records if r["status"] == "ok"]
+    wide = next((r["metrics"]["roofline"]["limits"]["gather_bytes_per_s"]["2048"] for r in ok
+                 if "2048" in r["metrics"]["roofline"]["limits"]["gather_bytes_per_s"]), None)  # an fp32 row of 512
     some = ok[0]
     env, cfg = some["env"], some["config"]
     llc = some["metrics"]["access"]["llc_bytes"]
-    print(f"machine: {env['cpu']}, {env['cpu_count']} CPUs, LLC {llc / 2**20:.0f} MiB; commit {env['git_sha'][:7]}"
-          f"{' (dirty)' if env.get('git_dirty') else ''}; clock {cfg['timing']['clock']}, threads {cfg['threads']}")
+    commits = sorted({r["env"]["git_sha"][:7] + (" (dirty)" if r["env"].get("git_dirty") else "") for r in ok})
+    print(f"machine: {env['cpu']}, {env['cpu_count']} CPUs, LLC {llc / 2**20:.0f} MiB; commit {', '.join(commits)}; "
+          f"clock {cfg['timing']['clock']}, threads {cfg['threads']}")
     w = cfg["workload"]
     print(f"request: histories of {w['min_history']}-{w['history_length']} events, {w['candidates']} candidates; "
           f"item table 512 wide (model.embedding_dim {cfg['model']['embedding_dim']})\n")
@@ -89,7 +92,6 @@ def main() -> None:
         limits = m["roofline"]["limits"]["gather_bytes_per_s"]
         width = int(round(row_bytes))
         roof = width / float(limits[str(width)]) * 1e9 if str(width) in limits else None
-        wide = m["roofline"]["limits"]["gather_bytes_per_s"].get("2048")
         look = m.get("lookups") or {}
         random_ns = look.get("ns_per_random_row")
         k = r["config"]["workload"]["candidates"]

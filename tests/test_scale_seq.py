@@ -49,3 +49,13 @@ def test_tiny_scale_sweep_measures_what_fits_and_refuses_what_does_not(tmp_path)
         assert huge["status"] == "skipped" and huge["metrics"] == {}
         need_gb = (50 + rows[1]) * row_bytes / 1e9
         assert "not enough host memory" in huge["error"] and f"backend tables {need_gb:,.2f} GB".replace(",", "") in huge["error"].replace(",", "")
+    # the figures and the paper, from these records
+    paper = subprocess.run([sys.executable, "benchmarks/scripts/dlrmv3_paper.py", str(tmp_path / "reports" / "records.jsonl")],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert paper.returncode == 0, paper.stderr[-3000:]
+    out = paper.stdout
+    assert "| 4,000 | INT4 | ok | 260 |" in out and "| 4,000 | FP32 | ok | 2,048 |" in out
+    assert "| 1,000,000,000,000 | FP32 | skipped: not enough host memory" in out
+    assert "| INT4 | 260 | 260.00 GB | 10.1 |" in out and "| FP32 | 2,048 | 2,048.00 GB | 79.5 |" in out  # 1e9 rows on paper
+    assert "Where the item table leaves the last-level cache" in out and "- INT4: " in out
+    assert "MLPerf (16,384 events, 2,048 candidates)" in out

@@ -190,6 +190,9 @@ def run(argv: list[str]) -> int:
         if any(a.lstrip("+") == "sweep=recommend" for a in argv):
             raise UserError("recommend is a command, not a sweep: python -m bench recommend slo.p99_ms=60 accuracy.max_auc_drop=0.001")
         check_overrides(argv)
+        sequential = preflight.sequential_sweep(argv)  # +sweep=scale on model=hstu: its own axes
+        if sequential != argv:
+            argv = sys.argv[1:] = sequential  # what hydra.main parses
         preflight.check(argv)  # bad keys, values, combinations, inputs and output places: refused before any work
         ready = preflight.sweep_ready(argv)  # a backend.KEY beside a swept backend group: applied in each job
         if ready != argv:

@@ -162,6 +162,8 @@ RECORD_KEYS: dict[str, str] = {
     "kernels": "the embedding and GEMM kernels one call ran (a dispatch mode's record)",
     "latency_samples_ms": "per-call latencies, [trial][call]",
     "loadgen_version": "serving: the LoadGen version that judged the runs",
+    "lookups": "the table collections timed alone on the timed batches: ids and distinct rows per call, ns per id and per "
+               "distinct row (bench.measure.lookups)",
     "machine": "the reference GEMM and gather times (bench.measure.noise.reference_speed) at the start and end of the job "
                "(serving: with load and steal); a run-vs-run compare normalizes samples/s by them",
     "model_source": "where the weights came from: trained, cache or a checkpoint",

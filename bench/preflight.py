@@ -40,7 +40,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from bench import registry
-from bench.config import CONF_DIR, Config, register_configs
+from bench.config import CONF_DIR, HSTU_ARCH, Config, register_configs
 from bench.errors import UserError
 from bench.models.checkpoint_file import checkpoint_problem
 from bench.config.validation import validate_config
@@ -401,6 +401,32 @@ def check_swept_backend_keys(overrides: list[Override], lines: list[str]) -> Non
 
 def _names(backends: list[str]) -> str:
     return ", ".join(backends[:6]) + (f" and {len(backends) - 6} more" if len(backends) > 6 else "")
+
+
+# +sweep=scale on a sequential model (arch hstu): its own axes (conf/sweep/sequential/scale.yaml; a subfolder, so
+# --help lists the one +sweep=scale)
+SEQUENTIAL_SWEEPS = {"scale": "+sweep/sequential=scale"}
+
+
+def sequential_sweep(argv: list[str]) -> list[str]:
+    """`argv` with `+sweep=scale` read as `+sweep/sequential=scale` where the model it composes is a sequential ranker
+    (`+sweep=scale model=hstu +preset=dlrmv3`): the DLRM axes (26 tables, access patterns, batch sizes) name
+    keys synthetic_seq does not have, and a Hydra sweep config cannot pick its axes by the model it is given."""
+    sweeps = {i: a.lstrip("+").split("=", 1)[1] for i, a in enumerate(argv) if a.lstrip("+").startswith("sweep=")}
+    at = next((i for i, name in sweeps.items() if name in SEQUENTIAL_SWEEPS), None)
+    if at is None:
+        return argv
+    lines = [a for i, a in enumerate(argv) if i != at and not a.startswith("-") and "," not in a.partition("=")[2]]
+    try:
+        with _open_plugin_schemas():
+            arch = _compose(lines).model.arch
+    except Exception:  # noqa: BLE001 - whatever does not compose, `check` reports as it is
+        return argv
+    finally:
+        _composed.clear()
+    if arch != HSTU_ARCH:
+        return argv
+    return [SEQUENTIAL_SWEEPS[sweeps[at]] if i == at else a for i, a in enumerate(argv)]
 
 
 def sweep_ready(argv: list[str]) -> list[str]:

@@ -251,3 +251,19 @@ def test_random_weights_sequence_tables_are_built_straight_into_their_stored_row
         assert torch.equal(prepared.ec.embeddings[table].weight, want)
     batch = sequence_batch(9, seed=2)
     assert torch.isfinite(prepared(batch.dense, batch.sparse)).all()
+
+
+def test_random_weights_sequence_tables_get_fp32_rows_for_the_eager_backends():
+    """fp32 (eager) on a random-weights sequence model: its meta-device EmbeddingCollection gets the seeded rows."""
+    from bench.models.random_weights import table_chunks
+
+    model = build_ranker(dim=16)
+    model.ec = EmbeddingCollection([EmbeddingConfig(name="t_item", embedding_dim=16, num_embeddings=ITEMS, feature_names=["history", "candidate"]),
+                                    EmbeddingConfig(name="t_genre", embedding_dim=16, num_embeddings=8, feature_names=["history_genre"])],
+                                   device=torch.device("meta"))
+    model.random_weights_seed = 7
+    prepared = make("fp32").prepare(model, [sequence_batch(32, seed=1)], CPU)
+    want = torch.cat([chunk for _, chunk in table_chunks(7, "t_item", ITEMS, 16)])
+    assert torch.equal(prepared.ec.embeddings["t_item"].weight, want)
+    batch = sequence_batch(9, seed=2)
+    assert torch.isfinite(prepared(batch.dense, batch.sparse)).all()

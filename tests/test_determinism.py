@@ -22,7 +22,7 @@ TIMING_METRICS = {"throughput", "throughput_lo", "throughput_hi", "throughput_tr
                   "speedup", "speedup_lo", "speedup_hi", "speedup_rounds", "reference_throughput", "reference_throughput_trials",
                   "noise", "stable", "unstable_reason", "timing_calls", "timing_calls_per_batch",
                   "rss_start_bytes", "page_faults_per_call", "prepare_seconds", "timing_pool", "roofline", "job_window",
-                  "machine"}  # fmt: skip
+                  "machine", "lookups"}  # fmt: skip
 VOLATILE = {"created_at", "record_id"}
 PATHS = {"cache_dir"}
 

@@ -9,7 +9,7 @@ from bench.backends.direct import build_tables_directly
 from bench.backends.modules import materialize_random_tables
 from bench.backends.tbe import quantize_tables, row_alignment
 from bench.config import ModelConfig
-from bench.models.random_weights import CHUNK_ROWS, table_chunk
+from bench.models.random_weights import CHUNK_ROWS, table_chunk, table_chunks
 from bench.models.train import trained_model
 from bench.workloads.random_batch import random_batch, tiny_tables
 from bench.workloads.workload import TableSpec
@@ -83,3 +83,12 @@ def test_direct_build_is_bit_identical_to_torchrec_quantize_path(dtypes):
     batch = random_batch(tables, 32)
     with torch.inference_mode():
         assert torch.equal(reference(*batch.model_inputs()), direct(*batch.model_inputs()))
+
+
+def test_pieces_hold_each_chunks_own_values():
+    """table_chunks hands a chunk out in pieces (a small build's memory stays small) with table_chunk's values."""
+    rows, dim = CHUNK_ROWS + 70, 4
+    pieces = list(table_chunks(3, "t_item", rows, dim, piece_bytes=4 * dim * 64))
+    assert max(len(p) for _, p in pieces) == 64 and [s for s, _ in pieces] == list(range(0, rows, 64))[: len(pieces)]
+    whole = torch.cat([table_chunk(3, "t_item", rows, dim, c) for c in (0, 1)])
+    assert torch.equal(torch.cat([p for _, p in pieces]), whole)

@@ -56,6 +56,13 @@ DOCS_LONG = {
        for points in ("131072 262144 393216 524288 786432 1048576", "589824 655360 720896")},
     "pytest benchmarks/suites/": "the pytest-benchmark suites: tests/test_suites.py runs them in their quick mode",
     "python -m bench": MINUTES,
+    # the DLRMv3 preset and its scale sweep (docs/sequential.md): tests/test_scale_seq.py runs the sweep and the script tiny
+    **{c: MINUTES for c in ("python -m bench backend=uint4 +preset=dlrmv3 model.weights=random",
+                            "python -m bench +preset=dlrmv3 workload.history_length=256 workload.candidates=64")},
+    "python -m bench +sweep=scale model=hstu +preset=dlrmv3 threads=1 timing.clock=thread_cpu":
+        "a sweep of 12 jobs up to 8 GB each, minutes as written; tests/test_scale_seq.py runs it tiny",
+    "python benchmarks/scripts/dlrmv3_paper.py reports/records.jsonl": "reads a scale sweep's records: tests/test_scale_seq.py runs it "
+                                                                       "on the tiny sweep's",
     **{c: MINUTES for c in (
         "python -m bench backend=uint4 '+backend.per_table={t_cat_3: int8}'", "python -m bench backend=fake_quant backend.bits=4",
         "python -m bench model=dlrm_kaggle threads=1", "python -m bench backend=ps_redis backend.cache_fraction=0.1",

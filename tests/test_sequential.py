@@ -156,3 +156,18 @@ def test_a_builtin_model_that_cannot_read_the_workload_is_refused_before_any_wor
     with pytest.raises(UserError, match="model=hstu reads a history and candidates, and workload synthetic has none"):
         check_builtin(ModelConfig(name="hstu", arch="hstu", hstu=HstuConfig()), pooled)
     check_builtin(ModelConfig(name="hstu", arch="hstu", hstu=HstuConfig()), _workload())
+
+
+def test_a_larger_item_table_spreads_the_lookups_and_keeps_the_labels():
+    """workload.table_rows: copies of the catalogue; each lookup at a uniformly drawn copy, labels unchanged."""
+    small, large = _workload(), _workload(table_rows=40 * 1000)
+    assert [t.num_embeddings for t in large.tables if t.name == "t_item"] == [40_000, 40_000]
+    a, b = next(iter(small.batches("eval", 256))), next(iter(large.batches("eval", 256)))
+    assert torch.equal(a.labels, b.labels) and torch.equal(a.dense, b.dense)
+    for key in ("history", "item_id"):
+        ids, catalogue = b.sparse[key].values(), a.sparse[key].values()
+        assert torch.equal(ids % 40, catalogue) and int(ids.max()) < 40_000
+        copy = (ids // 40).double()  # uniform over the 1,000 copies: spread over the whole table
+        assert 400 < float(copy.mean()) < 600 and float(copy.min()) < 50 and float(copy.max()) > 950
+    with pytest.raises(UserError, match="table_rows"):
+        _workload(table_rows=39)

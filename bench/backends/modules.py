@@ -139,7 +139,7 @@ def table_rows(model: nn.Module) -> dict[str, int]:
 def materialize_random_tables(model: nn.Module) -> nn.Module:
     """Give the meta-device tables of a random-weights model their fp32 rows (in place), for the backends
     that compute with fp32 tables; the TBE backends build their stored rows directly instead."""
-    for _, ebc in embedding_bag_collections(model):
+    for _, ebc in [*embedding_bag_collections(model), *embedding_collections(model)]:
         if unmaterialized(ebc):
             materialize_tables(ebc, random_weights_seed(model))
     return model

@@ -41,6 +41,9 @@ what a record without them measured, or where they do not apply:
   with that evidence.
 - `backend.planted_slowdown` (testing only: a backend made slower on purpose, bench.backends.planted): null
   is what every job without it measures, so a job that leaves it keeps its identity.
+- `workload.table_rows` of synthetic_seq (its item table grown past the catalogue, for the scale sweep): 0 is
+  the catalogue's own table, what every synthetic_seq record before it measured (synthetic_scale's own
+  `table_rows` is never 0).
 - `timing.cuda_graphs`: false is what every earlier job measured (eager calls only), and still the default,
   so a job that leaves it keeps its identity and resumes from records made before the key.
 - `measure` (a top-level key: a part of a job that recommend's plan runs, its facts or its served batch times):
@@ -57,7 +60,7 @@ LEGACY = {("model", "output_key"): None, ("model", "hstu"): None, ("backend", "m
           ("serve", "step_late_share"): None, ("serve", "test_stall_ms"): None, ("serve", "max_steal"): None,
           ("serve", "paired"): False, ("serve", "confirm_runs"): 0,
           ("serve", "track_rounds"): 0, ("serve", "track_step"): 0.04, ("serve", "paired_judgments"): None,
-          ("timing", "cuda_graphs"): False, ("backend", "planted_slowdown"): None}
+          ("timing", "cuda_graphs"): False, ("backend", "planted_slowdown"): None, ("workload", "table_rows"): 0}
 LEGACY_TOP = {"measure": None}  # top-level keys added after records were stored, at their legacy values
 
 

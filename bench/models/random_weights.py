@@ -20,7 +20,7 @@ from typing import Iterator
 import numpy as np
 import torch
 from torch import nn
-from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
 
 CHUNK_ROWS = 1 << 18  # rows generated at a time: 128 MiB of fp32 at dim 128
 RANDOM = "random"
@@ -28,25 +28,38 @@ TRAINED = "trained"
 WEIGHTS = (TRAINED, RANDOM)
 
 
+PIECE_BYTES = 4 << 20  # fp32 rows handed out at a time: a 512-wide table's 256K-row chunk (512 MiB) would outweigh a small INT4 table
+
+
+def _chunk_generator(seed: int, table: str, chunk: int) -> torch.Generator:
+    entropy = [seed, zlib.crc32(table.encode()), chunk]
+    return torch.Generator().manual_seed(int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0] >> 1))
+
+
 def table_chunk(seed: int, table: str, rows: int, dim: int, chunk: int) -> torch.Tensor:
     """fp32 rows [chunk * CHUNK_ROWS, ...) of `table`; the same values whoever asks."""
     start = chunk * CHUNK_ROWS
     n = min(CHUNK_ROWS, rows - start)
-    entropy = [seed, zlib.crc32(table.encode()), chunk]
-    generator = torch.Generator().manual_seed(int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0] >> 1))
     bound = math.sqrt(1.0 / rows)
-    return torch.rand(n, dim, generator=generator).mul_(2 * bound).sub_(bound)
+    return torch.rand(n, dim, generator=_chunk_generator(seed, table, chunk)).mul_(2 * bound).sub_(bound)
 
 
-def table_chunks(seed: int, table: str, rows: int, dim: int) -> Iterator[tuple[int, torch.Tensor]]:
-    """(first row, fp32 rows) of every chunk of a table, in order."""
+def table_chunks(seed: int, table: str, rows: int, dim: int, piece_bytes: int = PIECE_BYTES) -> Iterator[tuple[int, torch.Tensor]]:
+    """(first row, fp32 rows) of every piece of a table, in order: each chunk's rows (`table_chunk`'s values)
+    drawn in pieces of at most `piece_bytes` from the chunk's generator, which draws the same values in pieces
+    as at once, so the build's transient memory stays small beside the stored table."""
+    bound = math.sqrt(1.0 / rows)
+    piece = max(1, piece_bytes // (4 * dim))
     for chunk in range(-(-rows // CHUNK_ROWS)):
-        yield chunk * CHUNK_ROWS, table_chunk(seed, table, rows, dim, chunk)
+        generator = _chunk_generator(seed, table, chunk)
+        first, end = chunk * CHUNK_ROWS, min(rows, (chunk + 1) * CHUNK_ROWS)
+        for start in range(first, end, piece):
+            yield start, torch.rand(min(piece, end - start), dim, generator=generator).mul_(2 * bound).sub_(bound)
 
 
 def unmaterialized(ebc: nn.Module) -> bool:
-    """True for an EmbeddingBagCollection whose tables live on the meta device (random weights)."""
-    return isinstance(ebc, EmbeddingBagCollection) and any(p.is_meta for p in ebc.parameters())
+    """True for an EmbeddingBagCollection or EmbeddingCollection whose tables live on the meta device (random weights)."""
+    return isinstance(ebc, (EmbeddingBagCollection, EmbeddingCollection)) and any(p.is_meta for p in ebc.parameters())
 
 
 def random_weights_seed(model: nn.Module) -> int:
@@ -55,10 +68,12 @@ def random_weights_seed(model: nn.Module) -> int:
 
 
 @torch.no_grad()
-def materialize_tables(ebc: EmbeddingBagCollection, seed: int) -> None:
-    """Give a meta-device EmbeddingBagCollection its fp32 tables on the CPU, filled chunk by chunk."""
-    for cfg in ebc.embedding_bag_configs():
-        bag = ebc.embedding_bags[cfg.name]
+def materialize_tables(ebc: EmbeddingBagCollection | EmbeddingCollection, seed: int) -> None:
+    """Give a meta-device EmbeddingBagCollection (or a sequence model's EmbeddingCollection) its fp32 tables
+    on the CPU, filled chunk by chunk."""
+    pooled = isinstance(ebc, EmbeddingBagCollection)
+    for cfg in ebc.embedding_bag_configs() if pooled else ebc.embedding_configs():
+        bag = (ebc.embedding_bags if pooled else ebc.embeddings)[cfg.name]
         weight = torch.empty(cfg.num_embeddings, cfg.embedding_dim)
         for start, rows in table_chunks(seed, cfg.name, cfg.num_embeddings, cfg.embedding_dim):
             weight[start:start + len(rows)] = rows

@@ -23,7 +23,8 @@ from bench.measure.working_set import working_set_bytes
 from bench.measure.environment import environment
 from bench.measure.kernels import OperatorLog, families, operators
 from bench.devices.roofline import roofline_metrics
-from bench.measure.timing import Timing
+from bench.measure.lookups import lookup_timing
+from bench.measure.timing import CLOCKS, Timing
 from bench.pipeline.shared import SharedWork
 from bench.workloads.workload import Workload
 
@@ -58,6 +59,13 @@ def job_profile(cfg: Config, prepared: nn.Module, inputs: list[tuple], workload:
         # each table's stored type, pooled (EmbeddingBagCollection) or sequence (EmbeddingCollection)
         "table_precisions": table_precisions(prepared),
     }
+    if device.type == "cpu" and row_bytes:  # the lookups alone, per id and per distinct row (bench.measure.lookups); host-clocked, so the CPU's only
+        try:
+            lookups_alone = lookup_timing(prepared, inputs, CLOCKS.get(cfg.timing.clock, CLOCKS["wall"]))
+        except Exception as exc:  # noqa: BLE001 - extra, as the operator log: a collection that cannot be called alone keeps its job
+            lookups_alone = {"error": f"the lookups could not be timed alone: {one_line(exc)}"}
+        if lookups_alone:
+            metrics["lookups"] = lookups_alone
     if row_bytes:
         limits = devices.get(cfg.device).limits(cfg.cache_dir, environment(device)["fingerprint"], device).ensure(row_bytes.values())
         lookups = {name: p["lookups_per_sample"] for name, p in access["tables"].items() if name in row_bytes}

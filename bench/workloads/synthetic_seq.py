@@ -23,6 +23,11 @@ Rows and features
     side key `history_age`); the candidate `item_id` in the history's table; side key `request`. Dense:
     log(1 + L) and log(1 + hours since the last event). Deterministic from `seed`; chunk c of a split comes
     from (seed, split, c) alone.
+A larger item table (`table_rows`, for the scale sweep: docs/sequential.md)
+    The item table holds `table_rows` rows: A = table_rows // num_items copies of the catalogue, and each
+    event and candidate is looked up at a copy drawn uniformly (id = item + num_items * a). Labels still
+    follow the catalogue item, and the lookups spread over the whole table as a catalogue of that many
+    items' would, without a per-item array (a 1e8-row table needs no teacher state beyond the catalogue's).
 """
 
 from __future__ import annotations
@@ -68,12 +73,23 @@ class SyntheticSeqConfig(WorkloadConfig):
     drift_hours: float = 240.0
     positive_rate: float = 0.3
     chunk_requests: int = 4096
+    # the item table's rows: 0 (or num_items) for the catalogue itself; more spreads the lookups over that
+    # many rows, copies of the catalogue (the scale sweep: +sweep=scale model=hstu +preset=dlrmv3)
+    table_rows: int = 0
 
     def validate(self) -> None:
         if self.candidates < 1 or self.history_length < 1 or not 0 <= self.min_history <= self.history_length:
             raise UserError("workload.candidates and workload.history_length must be positive, and 0 <= workload.min_history <= history_length")
         if self.num_items < self.num_categories or self.num_items % self.num_categories:
             raise UserError(f"workload.num_items ({self.num_items}) must be a multiple of workload.num_categories ({self.num_categories})")
+        if self.table_rows and self.table_rows < self.num_items:
+            raise UserError(f"workload.table_rows ({self.table_rows}) must be 0 (the catalogue's own rows) or at least "
+                            f"workload.num_items ({self.num_items})")
+
+    @property
+    def item_rows(self) -> int:
+        """Rows of the item table."""
+        return max(self.table_rows, self.num_items)
 
 
 class SeqTeacher:
@@ -92,8 +108,9 @@ class SeqTeacher:
         self.rank_cdf = np.cumsum(weights) / weights.sum()
         self.taste = rng.normal(0, 1, (cfg.num_users, r))
         self.bias = 0.0
-        rows = self.requests(np.random.default_rng([seed, 9]), 4096)
-        logits = rows.oracle
+        # the oracle logits alone: the rows (each history repeated per candidate) would hold 0.2 GB at
+        # history_length 128 and K 32, and the heap keeps what it freed
+        logits = self._events(np.random.default_rng([seed, 9]), 4096)[-1].reshape(-1)
         lo, hi = -20.0, 20.0
         for _ in range(50):  # the bias that gives the target positive rate
             mid = (lo + hi) / 2
@@ -116,7 +133,8 @@ class SeqTeacher:
         rho = np.exp(-gaps / (self.cfg.drift_hours * HOUR))[:, None]
         return rho * z + np.sqrt(1 - rho**2) * rng.normal(0, 1, z.shape)
 
-    def requests(self, rng: np.random.Generator, n: int, first_request: int = 0) -> SequenceRows:
+    def _events(self, rng: np.random.Generator, n: int) -> tuple:
+        """n requests' users, history lengths, gaps, events, ages, candidates and their oracle logits."""
         cfg = self.cfg
         k, longest = cfg.candidates, cfg.history_length
         users = rng.integers(0, cfg.num_users, n)
@@ -133,10 +151,20 @@ class SeqTeacher:
         cand = np.where(rng.random((n, k)) < 0.5, self._pick(rng, np.repeat(z, k, axis=0), n * k).reshape(n, k),
                         self._pick(rng, None, n * k).reshape(n, k))
         logit = self.bias + cfg.affinity_scale * np.einsum("nr,nkr->nk", z, self.vectors[cand]) + self.item_bias[cand]
+        return users, lengths, gaps, items, ages, cand, logit
+
+    def requests(self, rng: np.random.Generator, n: int, first_request: int = 0) -> SequenceRows:
+        cfg = self.cfg
+        k, longest = cfg.candidates, cfg.history_length
+        users, lengths, gaps, items, ages, cand, logit = self._events(rng, n)
         labels = (rng.random((n, k)) < 1 / (1 + np.exp(-logit))).astype(np.float32)
         keep = np.arange(longest)[None, :] >= (longest - lengths)[:, None]  # the last L events
         hist = items[keep]
         hist_ages = ages[keep].astype(np.int64)
+        copies = cfg.item_rows // cfg.num_items
+        if copies > 1:  # drawn last, so the catalogue's draws (and labels) are the same at every table size
+            hist = hist + cfg.num_items * rng.integers(0, copies, hist.shape)
+            cand = cand + cfg.num_items * rng.integers(0, copies, cand.shape)
         offsets = np.concatenate([[0], np.cumsum(lengths)])
         # each of a request's K rows carries its history: repeat every request's slice K times
         take = segments(np.repeat(offsets[:-1], k), np.repeat(lengths, k))
@@ -165,8 +193,8 @@ class SyntheticSeqWorkload(Workload):
         c = self.cfg
         return [
             TableSpec("t_user_id", "user_id", c.num_users),
-            TableSpec("t_item", HISTORY, c.num_items, pooling=c.history_length, sequence=True),
-            TableSpec("t_item", CANDIDATE, c.num_items, sequence=True),
+            TableSpec("t_item", HISTORY, c.item_rows, pooling=c.history_length, sequence=True),
+            TableSpec("t_item", CANDIDATE, c.item_rows, sequence=True),
         ]
 
     @property
@@ -212,4 +240,5 @@ class SyntheticSeqWorkload(Workload):
     def describe(self) -> dict:
         c = self.cfg
         return {"rows": "one (request, candidate) pair each", "candidates": c.candidates, "history_length": c.history_length,
-                "items": c.num_items, "sequence_features": [HISTORY, CANDIDATE]}
+                "items": c.num_items, "sequence_features": [HISTORY, CANDIDATE],
+                **({"item_table_rows": c.item_rows} if c.item_rows > c.num_items else {})}

@@ -4,7 +4,7 @@ timed batches, beside the whole forward.
 A sequential model's batch looks many rows up more than once: each of a request's K candidate rows carries the
 request's history (docs/sequential.md), so one history row is read K times in a call, and all but the first of
 those reads hit the caches. So two figures: nanoseconds per id looked up, and per distinct row a call fetches.
-The second is what compares with the gather roofline (`bench.devices.roofline: a device's `gather_bandwidth``: rows at
+The second is what compares with the gather roofline (a device's `gather_bandwidth`, bench.devices: rows at
 uniformly random positions, each fetched once), and what `benchmarks/scripts/dlrmv3_paper.py` reads.
 
 A call on the model's own batches also pays torchrec's per-call work (splitting the features, building the

@@ -70,12 +70,15 @@ def buffer_bytes() -> int:
     return min(want, available // 4) if available else want
 
 
-def gather_bandwidth(row_bytes: int, total_bytes: int) -> float:
+def gather_bandwidth(row_bytes: int, total_bytes: int, buffer: torch.Tensor | None = None) -> float:
     """Bytes per second of rows of `row_bytes` gathered at uniformly random positions of a `total_bytes`
     buffer: the fastest of ATen's row gathers (index_select of uint8 rows; embedding_bag sums of 1 and
-    of 32 rows per bag over the same bytes as fp32, where the width allows)."""
+    of 32 rows per bag over the same bytes as fp32, where the width allows). `buffer`: `total_bytes` of
+    uint8 already written, shared by the row widths (writing 1 GiB anew per width was most of the cost)."""
     rows = total_bytes // row_bytes
-    table = torch.ones(rows, row_bytes, dtype=torch.uint8)  # written once: every page is resident
+    if buffer is None:
+        buffer = torch.ones(total_bytes, dtype=torch.uint8)  # written once: every page is resident
+    table = buffer[: rows * row_bytes].view(rows, row_bytes)
     out = torch.empty(LOOKUPS, row_bytes, dtype=torch.uint8)
     ids = [torch.randint(rows, (LOOKUPS,)) for _ in range(REPEATS + 1)]  # fresh rows in every call
     turn = itertools.count()
@@ -91,7 +94,7 @@ def gather_bandwidth(row_bytes: int, total_bytes: int) -> float:
             gathers.append(lambda offsets=offsets: F.embedding_bag(draw(), floats, offsets, mode="sum"))
     with torch.inference_mode():
         best = min(_best(gather) for gather in gathers)
-    del table
+    del table, buffer
     return LOOKUPS * row_bytes / best
 
 
@@ -133,8 +136,10 @@ class Limits:
         total = total_bytes or buffer_bytes()
         log.info("roofline: measuring gather bandwidth at row widths %s over %.1f GiB, and GEMM throughput", missing, total / 2**30)
         with once_per_machine("roofline"):
+            buffer = torch.ones(total, dtype=torch.uint8) if missing else None  # one for every width
             for width in missing:
-                self.data["gather_bytes_per_s"][str(width)] = gather_bandwidth(width, total)
+                self.data["gather_bytes_per_s"][str(width)] = gather_bandwidth(width, total, buffer)
+            del buffer
             self.data["gather_buffer_bytes"] = total
             if not self.data["gemm_flops"]:
                 self.data["gemm_flops"] = gemm_flops()

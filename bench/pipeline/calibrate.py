@@ -147,7 +147,7 @@ def calibration(cache_dir: str | Path, plan: Plan = Plan()) -> Calibration:
         pass
     settings = candidates(torch.get_num_threads())
     log.info("timing: calibrating this machine's timing, once per machine (about a minute on an idle machine, longer "
-             "when other work shares the cores): %d processes x %s; cached in %s",
+             "when other work shares the cores): %d processes forked one after another x %s; cached in %s",
              plan.processes, ", ".join(s.text() for s in settings), path)
     start = time.perf_counter()
     with once_per_machine("calibration"):
@@ -168,13 +168,22 @@ def needs_calibration(cache_dir: str | Path) -> bool:
         return True
 
 
-def calibration_seconds(startup_seconds: float, plan: Plan = Plan(), all_threads: Optional[int] = None) -> float:
-    """About how long `calibration` takes here: per process, `startup_seconds` (what starting this process
-    cost: the probe's processes import the same libraries) and the paired rounds it times at least
-    (each half `half_seconds`, per probe size and thread count)."""
+# A forked probe process's own building (its model, the int8 candidate, the timing inputs), as a share of what starting
+# the harness's process cost up to its first job (imports, composes, the workload): 0.6 on a busy 2-core AMD EPYC with
+# AVX-512 (bench/pipeline/calibrate.py's forked calibration, benchmarks/scripts/first_run_breakdown.py).
+BUILD_PER_STARTUP = 0.6
+
+
+def calibration_seconds(startup_seconds: float, plan: Plan = Plan(), all_threads: Optional[int] = None,
+                        wall_per_cpu: float = 1.0) -> float:
+    """About how long `calibration` takes here: `startup_seconds` (the CPU seconds starting this process cost: the
+    calibration's process imports the same libraries, once), then per forked probe process its building
+    (`BUILD_PER_STARTUP` of that) and the paired rounds it times at least (each half `half_seconds`, per probe size
+    and thread count); all of it times `wall_per_cpu` (bench.progress.wall_per_cpu, measured when the estimate is
+    made: other work on the cores stretches every CPU second alike)."""
     thread_counts = {s.threads for s in candidates(all_threads or torch.get_num_threads())}
     timed = len(plan.batch_sizes) * len(thread_counts) * plan.rounds * 2 * plan.half_seconds
-    return plan.processes * (startup_seconds + timed)
+    return wall_per_cpu * (startup_seconds + plan.processes * (BUILD_PER_STARTUP * startup_seconds + timed))
 
 
 def timing_setting(cfg, device: torch.device, backend, calibrated: Optional[Calibration], why_not: str = "",

@@ -168,10 +168,10 @@ def needs_calibration(cache_dir: str | Path) -> bool:
         return True
 
 
-# A forked probe process's own building (its model, the int8 candidate, the timing inputs), as a share of what starting
-# the harness's process cost up to its first job (imports, composes, the workload): 0.6 on a busy 2-core AMD EPYC with
-# AVX-512 (bench/pipeline/calibrate.py's forked calibration, benchmarks/scripts/first_run_breakdown.py).
-BUILD_PER_STARTUP = 0.6
+# A forked probe process's own building (the workload, the model, the int8 candidate, the fp32 reference and the timing
+# inputs at both probe sizes), as a share of the CPU seconds starting a process cost (imports, plug-ins, the probe's
+# configs): 2.0 s against 5.2 s (0.38) on a busy 2-vCPU AMD EPYC with AVX-512 (family 26, model 2).
+BUILD_PER_STARTUP = 0.4
 
 
 def calibration_seconds(startup_seconds: float, plan: Plan = Plan(), all_threads: Optional[int] = None,

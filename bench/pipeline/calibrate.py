@@ -35,6 +35,7 @@ import os
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -283,6 +284,8 @@ def _forked(args: dict) -> list[dict]:
                 with os.fdopen(write, "w") as out:
                     out.write(json.dumps(_child({**args, "settings": order}, configs)))
                 code = 0
+            except BaseException:  # noqa: BLE001 - its traceback reaches the calibration's error through stderr
+                traceback.print_exc()
             finally:
                 os._exit(code)  # noqa: PLW0150 - the fork never returns into the parent's code
         os.close(write)

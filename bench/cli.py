@@ -13,6 +13,7 @@ or skipped record yet. A resumed job's record goes to its job folder but not aga
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import logging
@@ -193,7 +194,7 @@ def run(argv: list[str]) -> int:
         sequential = preflight.sequential_sweep(argv)  # +sweep=scale on model=hstu: its own axes
         if sequential != argv:
             argv = sys.argv[1:] = sequential  # what hydra.main parses
-        preflight.check(argv)  # bad keys, values, combinations, inputs and output places: refused before any work
+        checked = preflight.check(argv)  # bad keys, values, combinations, inputs and output places: refused before any work
         ready = preflight.sweep_ready(argv)  # a backend.KEY beside a swept backend group: applied in each job
         if ready != argv:
             argv = sys.argv[1:] = ready  # what hydra.main parses
@@ -207,7 +208,8 @@ def run(argv: list[str]) -> int:
     from bench.sweep import ended_sweep, finish
 
     try:
-        hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(task)()
+        with preflight.sweep_checked() if checked else contextlib.nullcontext():  # each job composed once, not twice
+            hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(task)()
     except KeyboardInterrupt:
         print("interrupted: the running job left no record; re-run the same command with resume=true to finish", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -31,11 +31,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from hydra._internal.utils import get_args_parser
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import ConfigCompositionException, HydraException
+from hydra.plugins.sweeper import Sweeper
 from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
@@ -57,13 +59,14 @@ class _OpenPluginsConfig(Config):
     backend: Any = MISSING
 
 
-def check(argv: list[str], early: Callable[[DictConfig], None] | None = None) -> None:
+def check(argv: list[str], early: Callable[[DictConfig], None] | None = None) -> bool:
     """Raise UserError for the first bad input in `argv` (the arguments of `python -m bench`). `early(cfg)` is a
     command's own check of each composed config that needs no plug-in (recommend's ranges): it runs in the first
-    pass, before torch is imported."""
+    pass, before torch is imported. False when another config tree is given (`--config-path` and the like),
+    which Hydra composes and checks alone; True when every swept value was composed here."""
     args, extra = get_args_parser().parse_known_args(argv)
     if args.config_path or args.config_name or args.config_dir or args.experimental_rerun:
-        return  # another config tree: Hydra composes and reports it
+        return False  # another config tree: Hydra composes and reports it
     lines = [*args.overrides, *(a for a in extra if not a.startswith("-"))]
     overrides = parse(lines)
     for o in overrides:
@@ -71,7 +74,7 @@ def check(argv: list[str], early: Callable[[DictConfig], None] | None = None) ->
             raise UserError(f"{o.input_line}: a sweep is added to the config, not chosen: write +{o.input_line.lstrip('~')}")
     read_inputs = not any(getattr(args, flag, None) for flag in SHOW_ONLY_FLAGS)
     _composed.clear()
-    with _open_plugin_schemas():
+    with _open_plugin_schemas(), _one_loader():
         if _backend_key_lines(overrides):  # before the first compose, which takes the sweep's first backend
             check_swept_backend_keys(overrides, lines)
         # every swept axis but the backend's, whose choices only the plug-in schemas tell apart
@@ -85,16 +88,18 @@ def check(argv: list[str], early: Callable[[DictConfig], None] | None = None) ->
     register_configs()  # loads the plug-ins (torch, torchrec) and their schemas replace the stand-ins
     _composed.clear()
     multirun = bool(args.multirun)
-    for variant in variants(overrides):
-        cfg = _checked_compose(variant)
-        validate(cfg, PLUGIN_GROUPS)
-        if read_inputs:
-            validate_config(typed(cfg), run_dirs(cfg, multirun))
-    from bench.models.contract import check_model_and_data  # torch, loaded with the plug-ins above
+    with _one_loader():  # a new loader: the first pass's reads of the stand-in schemas are not reused
+        for variant in variants(overrides):
+            cfg = _checked_compose(variant)
+            validate(cfg, PLUGIN_GROUPS)
+            if read_inputs:
+                validate_config(typed(cfg), run_dirs(cfg, multirun))
+        from bench.models.contract import check_model_and_data  # torch, loaded with the plug-ins above
 
-    for variant in variants(overrides, expand=lambda key: key.split(".")[0] in ("model", "workload")) if read_inputs else ():
-        check_model_and_data(_checked_compose(variant))  # the workload opens its data; a model=custom runs one tiny batch
+        for variant in variants(overrides, expand=lambda key: key.split(".")[0] in ("model", "workload")) if read_inputs else ():
+            check_model_and_data(_checked_compose(variant))  # the workload opens its data; a model=custom runs one tiny batch
     _composed.clear()
+    return True
 
 
 def parse(lines: list[str]) -> list[Override]:
@@ -164,12 +169,39 @@ def _open_plugin_schemas() -> Iterator[None]:
 _composed: dict[tuple[str, ...], DictConfig] = {}  # within one pass: the sweep axes and the first variant share a compose
 
 
+@contextmanager
+def _one_loader() -> Iterator[None]:
+    """One Hydra config loader for the composes of a pass: the option files are read once, not at every compose
+    (a quarter of a compose's cost)."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        yield
+
+
 def _compose(overrides: list[str]) -> DictConfig:
     key = tuple(overrides)
     if key not in _composed:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        if GlobalHydra.instance().is_initialized():  # inside a pass's `_one_loader`
             _composed[key] = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+        else:
+            with _one_loader():
+                _composed[key] = compose(config_name="config", overrides=overrides, return_hydra_config=True)
     return _composed[key]
+
+
+@contextmanager
+def sweep_checked() -> Iterator[None]:
+    """Hydra's sweeper left without its own check of the batch: before launching, it composes every job's
+    config once to see that it composes, then the launcher composes each again to run it (42 composes of the default
+    sweep before job 0: 15-20 s of a slow machine's start-up). `check` has composed each swept value already, with
+    better messages; a combination of values that still fails to compose stops the sweep at its job, the jobs before
+    it keeping their records."""
+    # on the base class: Hydra's plug-in scan loads the basic sweeper's module anew, so its class is not importable
+    validate = Sweeper.validate_batch_is_legal
+    Sweeper.validate_batch_is_legal = lambda self, batch: None  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Sweeper.validate_batch_is_legal = validate  # type: ignore[method-assign]
 
 
 def _checked_compose(overrides: list[str]) -> DictConfig:

@@ -56,6 +56,16 @@ class OncePerMachine:
 ONCE = OncePerMachine()
 
 
+def wall_per_cpu(spin_seconds: float = 0.2, wall: Callable[[], float] = time.perf_counter,
+                 cpu: Callable[[], float] = time.thread_time) -> float:
+    """Wall seconds per CPU second of this thread right now (at least 1): a short spin, timed on both clocks. An
+    estimate made of CPU seconds is a wait this many times longer where other work shares the cores."""
+    start_wall, start_cpu = wall(), cpu()
+    while cpu() - start_cpu < spin_seconds:
+        pass
+    return max(1.0, (wall() - start_wall) / max(cpu() - start_cpu, 1e-9))
+
+
 def once_per_machine(name: str):
     """Time a once-per-machine step (`with once_per_machine("training"): ...`): a sweep's time left leaves it out."""
     return ONCE.step(name)
@@ -171,7 +181,8 @@ class PlainProgress:
             self.closed = True
             now = self.clock()
             if self.n and self.interval > 0 and now - self.start >= self.interval:  # a long step says it ended
-                self.emit(f"{self.desc}: done, {self.n} {self.unit} in {duration(now - self.start)}" + (f", {self.postfix}" if self.postfix else ""))
+                self.emit(f"{self.desc}: done, {self.n} {self.unit} in {duration(now - self.start)}{once_words(self.once.since(self.once_mark))}"
+                          + (f", {self.postfix}" if self.postfix else ""))
 
     def __enter__(self) -> "PlainProgress":
         return self

@@ -41,6 +41,7 @@ from bench.pipeline.calibrate import (Calibration, Setting, calibration, calibra
                                       timing_setting)
 from bench.pipeline.guard import memory_estimate
 from bench.pipeline.shared import SharedWork
+from bench.progress import once_per_machine, wall_per_cpu
 from bench.record import NOT_APPLICABLE, USER, RunRecord
 from bench.routes import route_for
 from bench.store import RECORDS, Claims, StoreIndex
@@ -135,7 +136,7 @@ class Session:
                 return
             steps = {}
             if calibrate:  # this process's CPU time so far is what starting it cost: each probe process starts alike
-                steps["calibration"] = calibration_seconds(time.process_time())
+                steps["calibration"] = calibration_seconds(time.process_time(), wall_per_cpu=wall_per_cpu())
             if train:
                 steps["training"] = training_seconds(cfg.model, workload)
         except Exception as exc:  # noqa: BLE001 - the estimate is extra: the job goes on without it

@@ -44,13 +44,6 @@ def test_the_rough_training_time_follows_the_samples():
     assert training_time_words(MINUTES_FROM_SAMPLES - 1) != training_time_words(MINUTES_FROM_SAMPLES)
 
 
-def test_the_calibration_estimate_is_each_probe_process_start_and_its_rounds():
-    plan = calibrate.Plan(processes=4, rounds=4, batch_sizes=(256, 4096), half_seconds=0.2)
-    # two thread counts (1, 2) x two sizes x 4 rounds x 2 halves x 0.2 s = 6.4 s timed per process
-    assert calibrate.calibration_seconds(5.0, plan, all_threads=2) == pytest.approx(4 * (5.0 + 6.4))
-    assert calibrate.calibration_seconds(5.0, plan, all_threads=1) == pytest.approx(4 * (5.0 + 3.2))
-
-
 def test_a_cached_calibration_is_not_measured_again(tmp_path):
     assert calibrate.needs_calibration(tmp_path)
     path = calibrate.cache_path(tmp_path)

@@ -49,7 +49,7 @@ DOCS_LONG = {
     "python -m bench +sweep=toolkits model=custom model.factory=examples.torchrec_models.dlrm_dcn:build hydra.sweeper.params.batch_size=1024":
         "a sweep of DLRM_DCN, minutes as written; tests/test_deploy.py exports DLRM_DCN and tests/test_toolkits.py runs the backends tiny",
     **{f"python benchmarks/scripts/{name}.py": SCRIPT for name in ("runner_overhead", "sweep_bench", "noise_bench", "scale_diagnose",
-                                                                      "fit_criteo_access", "torchao_mlp", "cold_warm")},
+                                                                      "fit_criteo_access", "torchao_mlp", "cold_warm", "first_run_breakdown")},
     "python benchmarks/scripts/probe_stability.py": "6 kernel probe decisions in three cases, minutes: tests/test_kernel_probe.py runs "
                                                     "it in its short mode",
     **{f"python benchmarks/scripts/train_curve.py --at {points}": "trains the default model (minutes): run by hand, never by the tests"

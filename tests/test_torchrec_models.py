@@ -54,7 +54,8 @@ def shared(tmp_path_factory):
     threads = torch.get_num_threads()
     root = tmp_path_factory.mktemp("torchrec_models")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(cpu, "gather_bandwidth", lambda row_bytes, total_bytes: 10e9)
+        mp.setattr(cpu, "gather_bandwidth", lambda row_bytes, total_bytes, buffer=None: 10e9)
+        mp.setattr(cpu.CpuDevice, "buffer_bytes", lambda self, device: 1 << 20)  # the shared buffer the stand-in never reads
         mp.setattr(cpu, "gemm_flops", lambda: {"fp32": 100e9, "int8": 200e9})
         yield Session(), [f"cache_dir={root / 'cache'}", f"reports_dir={root / 'reports'}"], {}
     torch.set_num_threads(threads)

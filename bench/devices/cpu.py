@@ -52,12 +52,15 @@ def _best(fn, repeats: int = REPEATS) -> float:
     return min(times)
 
 
-def gather_bandwidth(row_bytes: int, total_bytes: int) -> float:
+def gather_bandwidth(row_bytes: int, total_bytes: int, buffer: torch.Tensor | None = None) -> float:
     """Bytes per second of rows of `row_bytes` gathered at uniformly random positions of a `total_bytes`
     buffer: the fastest of ATen's row gathers (index_select of uint8 rows; embedding_bag sums of 1 and
-    of 32 rows per bag over the same bytes as fp32, where the width allows)."""
+    of 32 rows per bag over the same bytes as fp32, where the width allows). `buffer`: `total_bytes` of
+    uint8 already written, shared by the row widths (writing 1 GiB anew per width was most of the cost)."""
     rows = total_bytes // row_bytes
-    table = torch.ones(rows, row_bytes, dtype=torch.uint8)  # written once: every page is resident
+    if buffer is None:
+        buffer = torch.ones(total_bytes, dtype=torch.uint8)  # written once: every page is resident
+    table = buffer[: rows * row_bytes].view(rows, row_bytes)
     out = torch.empty(LOOKUPS, row_bytes, dtype=torch.uint8)
     ids = [torch.randint(rows, (LOOKUPS,)) for _ in range(REPEATS + 1)]  # fresh rows in every call
     turn = itertools.count()
@@ -73,7 +76,7 @@ def gather_bandwidth(row_bytes: int, total_bytes: int) -> float:
             gathers.append(lambda offsets=offsets: F.embedding_bag(draw(), floats, offsets, mode="sum"))
     with torch.inference_mode():
         best = min(_best(gather) for gather in gathers)
-    del table
+    del table, buffer
     return LOOKUPS * row_bytes / best
 
 
@@ -136,8 +139,12 @@ class CpuDevice(Device):
     def cache_bytes(self, device: torch.device) -> Optional[int]:
         return hardware.llc_bytes()
 
-    def gather_bandwidth(self, row_bytes: int, total_bytes: int, device: torch.device) -> float:
-        return gather_bandwidth(row_bytes, total_bytes)
+    def gather_buffer(self, total_bytes: int, device: torch.device) -> torch.Tensor:
+        return torch.ones(total_bytes, dtype=torch.uint8)  # written once: every page is resident
+
+    def gather_bandwidth(self, row_bytes: int, total_bytes: int, device: torch.device,
+                         buffer: torch.Tensor | None = None) -> float:
+        return gather_bandwidth(row_bytes, total_bytes, buffer)
 
     def gemm_flops(self, device: torch.device) -> dict[str, float]:
         return gemm_flops()

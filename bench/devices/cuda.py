@@ -299,7 +299,7 @@ class CudaDevice(Device):
     def buffer_free_bytes(self, device: torch.device) -> Optional[int]:
         return hardware.gpu_free_bytes(device) if device.type == "cuda" else hardware.mem_available_bytes()
 
-    def gather_bandwidth(self, row_bytes: int, total_bytes: int, device: torch.device) -> float:
+    def gather_bandwidth(self, row_bytes: int, total_bytes: int, device: torch.device, buffer=None) -> float:
         return gather_bandwidth(row_bytes, total_bytes, device)
 
     def gemm_flops(self, device: torch.device) -> dict[str, float]:

@@ -98,8 +98,15 @@ class Device:
         """Free memory where the gather buffer lives (the host's, unless the device has its own)."""
         return hardware.mem_available_bytes()
 
-    def gather_bandwidth(self, row_bytes: int, total_bytes: int, device: torch.device) -> float:
-        """Bytes per second of `row_bytes`-wide rows gathered at random from a `total_bytes` buffer on the device."""
+    def gather_buffer(self, total_bytes: int, device: torch.device) -> Optional[torch.Tensor]:
+        """`total_bytes` written once and shared by every row width the limits measure, or None where each
+        measurement makes its own (writing 1 GiB anew per width was most of the CPU roofline's cost)."""
+        return None
+
+    def gather_bandwidth(self, row_bytes: int, total_bytes: int, device: torch.device,
+                         buffer: Optional[torch.Tensor] = None) -> float:
+        """Bytes per second of `row_bytes`-wide rows gathered at random from a `total_bytes` buffer on the device
+        (`buffer`: the one `gather_buffer` gave, where it gives one)."""
         raise NotImplementedError
 
     def gemm_flops(self, device: torch.device) -> dict[str, float]:

@@ -63,8 +63,10 @@ class Limits:
                  self.device.name, missing, total / 2**30)
         with once_per_machine("roofline"):
             with torch.inference_mode():
+                buffer = self.device.gather_buffer(total, self.where) if missing else None  # one for every width
                 for width in missing:
-                    self.data["gather_bytes_per_s"][str(width)] = self.device.gather_bandwidth(width, total, self.where)
+                    self.data["gather_bytes_per_s"][str(width)] = self.device.gather_bandwidth(width, total, self.where, buffer)
+                del buffer
             self.data["gather_buffer_bytes"] = total
             if not self.data["gemm_flops"]:
                 self.data["gemm_flops"] = self.device.gemm_flops(self.where)

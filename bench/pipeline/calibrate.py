@@ -7,7 +7,11 @@ work. On the development machine one process's FBGEMM table lookups took 7.3 ms 
 another's 10.8 ms, for the same job (docs/measuring.md). A re-run samples that level, so an
 interval that claims to cover a re-run must carry it (Kalibera & Jones, "Rigorous benchmarking in
 reasonable time", ISMM 2013: repeat at the level where the variance lives). Several processes per job would cost seconds of start-up each;
-instead `calibration` starts a few fresh processes once per machine (`Plan`). Each builds the probe
+instead `calibration` samples a few processes once per machine (`Plan`): one fresh process imports the
+libraries once, then forks each probe process from itself in turn, so the imports are paid once, not per
+process (they were most of the calibration's minute on a slow machine). A forked process shares the
+libraries' placement with its siblings but builds its models, allocates its memory and generates FBGEMM's
+kernels anew, after the fork. Each builds the probe
 pair (fp32 and int8_tbe on the default model with random weights) and times paired rounds at each
 probe batch size, as a job times them (halves as long as a job's, as many rounds as a job's
 minimum), under every candidate setting: all threads on the wall clock, and one thread, whose calls
@@ -27,9 +31,11 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -142,12 +148,12 @@ def calibration(cache_dir: str | Path, plan: Plan = Plan()) -> Calibration:
         pass
     settings = candidates(torch.get_num_threads())
     log.info("timing: calibrating this machine's timing, once per machine (about a minute on an idle machine, longer "
-             "when other work shares the cores): %d processes x %s; cached in %s",
+             "when other work shares the cores): %d processes forked one after another x %s; cached in %s",
              plan.processes, ", ".join(s.text() for s in settings), path)
     start = time.perf_counter()
     with once_per_machine("calibration"):
-        runs = [_child_run(cache_dir, settings, plan, first=i) for i in range(plan.processes)]
-    data = {"version": VERSION, "processes": plan.processes, "rounds": plan.rounds,
+        runs = _child_run(cache_dir, settings, plan)
+    data = {"version": VERSION, "processes": plan.processes, "rounds": plan.rounds, "started": "forked",
             "probe": {"backend": PROBE_BACKEND, "batch_sizes": list(plan.batch_sizes), "half_seconds": plan.half_seconds},
             "seconds": time.perf_counter() - start, "runs": runs,
             "measured": [dataclasses.asdict(m) for m in split(runs, settings, plan)]}
@@ -163,13 +169,22 @@ def needs_calibration(cache_dir: str | Path) -> bool:
         return True
 
 
-def calibration_seconds(startup_seconds: float, plan: Plan = Plan(), all_threads: Optional[int] = None) -> float:
-    """About how long `calibration` takes here: per process, `startup_seconds` (what starting this process
-    cost: the probe's processes import the same libraries) and the paired rounds it times at least
-    (each half `half_seconds`, per probe size and thread count)."""
+# A forked probe process's own building (the workload, the model, the int8 candidate, the fp32 reference and the timing
+# inputs at both probe sizes), as a share of the CPU seconds starting a process cost (imports, plug-ins, the probe's
+# configs): 2.0 s against 5.2 s (0.38) on a busy 2-vCPU AMD EPYC with AVX-512 (family 26, model 2).
+BUILD_PER_STARTUP = 0.4
+
+
+def calibration_seconds(startup_seconds: float, plan: Plan = Plan(), all_threads: Optional[int] = None,
+                        wall_per_cpu: float = 1.0) -> float:
+    """About how long `calibration` takes here: `startup_seconds` (the CPU seconds starting this process cost: the
+    calibration's process imports the same libraries, once), then per forked probe process its building
+    (`BUILD_PER_STARTUP` of that) and the paired rounds it times at least (each half `half_seconds`, per probe size
+    and thread count); all of it times `wall_per_cpu` (bench.progress.wall_per_cpu, measured when the estimate is
+    made: other work on the cores stretches every CPU second alike)."""
     thread_counts = {s.threads for s in candidates(all_threads or torch.get_num_threads())}
     timed = len(plan.batch_sizes) * len(thread_counts) * plan.rounds * 2 * plan.half_seconds
-    return plan.processes * (startup_seconds + timed)
+    return wall_per_cpu * (startup_seconds + plan.processes * (BUILD_PER_STARTUP * startup_seconds + timed))
 
 
 def timing_setting(cfg, device: torch.device, backend, calibrated: Optional[Calibration], why_not: str = "",
@@ -237,11 +252,12 @@ def _from_json(data: dict, path: Path) -> Calibration:
     return Calibration(measured, str(path), int(data["processes"]), int(data["rounds"]))
 
 
-def _child_run(cache_dir: str | Path, settings: list[Setting], plan: Plan, first: int) -> dict:
-    """One fresh process times the probe pair under every setting, starting at a different one each time
-    (the settings of one thread count are timed together, each on its own clock)."""
-    order = settings[first % len(settings):] + settings[:first % len(settings)]
-    args = json.dumps({"cache_dir": str(cache_dir), "settings": [dataclasses.asdict(s) for s in order],
+def _child_run(cache_dir: str | Path, settings: list[Setting], plan: Plan) -> list[dict]:
+    """`plan.processes` probe processes, forked one after another from one fresh process (`_forked`); each times the
+    probe pair under every setting, starting at a different one each time (the settings of one thread count are timed
+    together, each on its own clock)."""
+    orders = [settings[i % len(settings):] + settings[:i % len(settings)] for i in range(plan.processes)]
+    args = json.dumps({"cache_dir": str(cache_dir), "orders": [[dataclasses.asdict(s) for s in order] for order in orders],
                        "plan": dataclasses.asdict(plan)})
     done = subprocess.run([sys.executable, "-m", "bench.pipeline.calibrate", args], capture_output=True, text=True)
     if done.returncode != 0:
@@ -249,25 +265,71 @@ def _child_run(cache_dir: str | Path, settings: list[Setting], plan: Plan, first
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _child(args: dict) -> dict:
-    """In the fresh process: per setting and probe batch size, paired rounds' log ratios and log throughputs."""
-    from bench import cpuinfo_fix, registry
+def _forked(args: dict) -> list[dict]:
+    """In the fresh process: the libraries imported once, then one forked process per order of the settings, each
+    after the last has ended (none times beside another), each measuring with `_child`."""
+    from bench.measure.timing import time_paired  # noqa: F401 - imported here, before the forks, not in each of them
+    from bench.pipeline.shared import SharedWork  # noqa: F401
+
+    plan = _plan(args)
+    configs = _probe_configs(plan, args["cache_dir"])  # composed once (imports the plug-ins): alike in every process
+    runs = []
+    for order in args["orders"]:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the probe process: its result to the pipe, nothing else of the parent's runs on
+            os.close(read)
+            code = 1
+            try:
+                with os.fdopen(write, "w") as out:
+                    out.write(json.dumps(_child({**args, "settings": order}, configs)))
+                code = 0
+            except BaseException:  # noqa: BLE001 - its traceback reaches the calibration's error through stderr
+                traceback.print_exc()
+            finally:
+                os._exit(code)  # noqa: PLW0150 - the fork never returns into the parent's code
+        os.close(write)
+        with os.fdopen(read) as result:
+            text = result.read()
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise RuntimeError(f"a timing calibration probe process failed (exit {os.waitstatus_to_exitcode(status)})")
+        runs.append(json.loads(text))
+    return runs
+
+
+def _plan(args: dict) -> Plan:
+    return Plan(**{**args["plan"], "batch_sizes": tuple(args["plan"]["batch_sizes"]), "overrides": tuple(args["plan"]["overrides"])})
+
+
+def _probe_configs(plan: Plan, cache_dir: str) -> dict[int, tuple[Any, Any]]:
+    """Per probe batch size, the candidate's job config and the fp32 reference's backend config."""
     from bench.config.compose import compose
+
+    return {batch_size: (compose([*plan.overrides, f"backend={PROBE_BACKEND}", f"batch_size={batch_size}", "model.weights=random",
+                                  f"cache_dir={cache_dir}"]),
+                         compose([*plan.overrides, "backend=fp32", f"batch_size={batch_size}", "model.weights=random"]).backend)
+            for batch_size in plan.batch_sizes}
+
+
+def _child(args: dict, configs: Optional[dict[int, tuple[Any, Any]]] = None) -> dict:
+    """In a probe process: per setting and probe batch size, paired rounds' log ratios and log throughputs.
+    `configs`: `_probe_configs`, composed before the fork."""
+    from bench import cpuinfo_fix, registry
     from bench.measure.timing import CLOCKS, time_paired
     from bench.pipeline.shared import SharedWork
 
-    plan = Plan(**{**args["plan"], "batch_sizes": tuple(args["plan"]["batch_sizes"]), "overrides": tuple(args["plan"]["overrides"])})
+    plan = _plan(args)
+    configs = configs or _probe_configs(plan, args["cache_dir"])
     out: dict[str, dict] = {}
     shared = SharedWork()
     device = torch.device("cpu")
     for batch_size in plan.batch_sizes:
-        cfg = compose([*plan.overrides, f"backend={PROBE_BACKEND}", f"batch_size={batch_size}", "model.weights=random",
-                       f"cache_dir={args['cache_dir']}"])
+        cfg, fp32 = configs[batch_size]
         hardware.prepare_process(cfg.device, None)
         workload = shared.workload(cfg)
         model = shared.model(cfg, workload)
         candidate = shared.prepared(cfg, registry.get("backend", PROBE_BACKEND).factory(cfg.backend), model, workload, device)
-        fp32 = compose([*plan.overrides, "backend=fp32", f"batch_size={batch_size}", "model.weights=random"]).backend
         reference = shared.reference(cfg, registry.get("backend", "fp32").factory(fp32), model, device)
         inputs = shared.timing_inputs(cfg, workload, device)
         settings = [Setting(**s) for s in args["settings"]]
@@ -288,4 +350,5 @@ def _child(args: dict) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(_child(json.loads(sys.argv[1]))))
+    given = json.loads(sys.argv[1])
+    print(json.dumps(_forked(given) if "orders" in given else _child(given)))  # "settings": one probe, in this process

@@ -3,12 +3,15 @@
 `python -m bench recommend` checks its command line in two passes (bench.preflight). The first composes the config
 before the plug-ins (torch, torchrec) load; `check_ranges` runs there on that composed config, and again on the typed
 one before the funnel starts (bench.recommend.command). It reads only the config: the objectives, the candidate
-lists, the backends' names (the option files of `conf/backend/`) and the sizes the eval split can hold. This module
+lists, the backends' names (the option files of `conf/backend/`), whether the tune map is there, and the sizes the
+eval split can hold (known before torch loads only where the command line or a preset sets `workload.eval_samples`;
+otherwise the check runs again once the workload's schema is loaded). This module
 imports nothing that imports torch; tests/test_recommend_command.py checks that a range error loads no torch.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from bench.config import check_objectives, check_recommend_config, group_options
@@ -24,7 +27,8 @@ def timed_sizes(batch_sizes: list[int]) -> list[int]:
 
 def check_ranges(cfg: Any) -> None:
     """One line (UserError) for the first value the funnel cannot run with: a bound, budget or limit out of range,
-    an empty or non-positive candidate list, an unknown backend, a batcher size the eval split cannot fill.
+    an empty or non-positive candidate list, an unknown backend, a missing tune map, a batcher size the eval split
+    cannot fill.
     `cfg` is the typed Config or the composed DictConfig of the first pre-flight pass (the same keys)."""
     check_objectives(cfg.slo, cfg.accuracy, cfg.memory)
     check_recommend_config(cfg.recommend)
@@ -33,6 +37,9 @@ def check_ranges(cfg: Any) -> None:
         if name not in known:
             raise UserError(f"unknown backend {name!r} in recommend.backends: choose among {', '.join(known)} "
                             "(recommend.backends=[fp32,int8_tbe])")
+    tune_map = cfg.recommend.tune_map
+    if tune_map and not Path(str(tune_map)).is_file():  # its contents are read with the TBE backend's reader (torch)
+        raise UserError(f"recommend.tune_map={str(tune_map)!r}: no such file; give the per_table.yaml that `+sweep=tune` wrote")
     largest = max(timed_sizes(list(cfg.recommend.batch_sizes)))
     eval_samples = getattr(cfg.workload, "eval_samples", None)
     if isinstance(eval_samples, int) and largest > eval_samples:

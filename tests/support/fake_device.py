@@ -49,7 +49,7 @@ class FakeDevice(Device):
 
         return timed
 
-    def gather_bandwidth(self, row_bytes: int, total_bytes: int, device: torch.device) -> float:
+    def gather_bandwidth(self, row_bytes: int, total_bytes: int, device: torch.device, buffer=None) -> float:
         return GATHER_BYTES_PER_S
 
     def gemm_flops(self, device: torch.device) -> dict[str, float]:

@@ -41,7 +41,7 @@ from bench.pipeline.calibrate import (Calibration, Setting, calibration, calibra
                                       timing_setting)
 from bench.pipeline.guard import memory_estimate
 from bench.pipeline.shared import SharedWork
-from bench.progress import once_per_machine, wall_per_cpu
+from bench.progress import wall_per_cpu
 from bench.record import NOT_APPLICABLE, USER, RunRecord
 from bench.routes import route_for
 from bench.store import RECORDS, Claims, StoreIndex

@@ -90,6 +90,8 @@ AXES: tuple[Axis, ...] = (
     # `+sweep=scale`: the access pattern and the rows of every table (bench.workloads.synthetic_scale)
     Axis("access", config_value("workload.access"), unswept="zipf"),
     Axis("table_rows", config_value("workload.table_rows"), kind=int),
+    # `+sweep=zoo`: the model family (conf/zoo/), so the families of one sweep keep rows of their own
+    Axis("family", config_value("family")),
 )
 KEY = [a.name for a in AXES]
 

@@ -133,7 +133,7 @@ def test_scale_axes_key_the_rows_and_an_unswept_access_keys_as_none():
 
 def test_a_row_without_placement_columns_reads_its_backend_cell():
     assert key.row_key({"workload": "w", "device": "cpu", "backend": "int8_tbe@row_wise×2", "batch_size": 8}) == (
-        "w", "cpu", "int8_tbe", "row_wise", 2, 8, None, None)
+        "w", "cpu", "int8_tbe", "row_wise", 2, 8, None, None, None)
     with pytest.raises(ValueError, match="batch_size 'x' is not an integer"):
         key.row_key({"workload": "w", "device": "cpu", "backend": "fp32", "batch_size": "x"})
 

@@ -39,6 +39,14 @@ def counts_line(rows: pd.DataFrame) -> str:
             f"{n['skipped']} skipped with a reason, {n['error']} error{'s' if n['error'] != 1 else ''}.")
 
 
+def console_lines(df: pd.DataFrame) -> list[str]:
+    """What the sweep prints after its bottom line: the matrix's counts per device and batch size, [] without families."""
+    if FAMILY not in df.columns or df[FAMILY].isna().all():
+        return []
+    zoo = df[df[FAMILY].notna()]
+    return [f"zoo matrix ({device}, batch {batch}): {counts_line(g)}" for (device, batch), g in zoo.groupby(["device", "batch_size"], sort=True)]
+
+
 def zoo_section(df: pd.DataFrame) -> list[str]:
     """The matrix section, or [] when no row names a family. `df`: the results table, the family a column."""
     if FAMILY not in df.columns or df[FAMILY].isna().all():

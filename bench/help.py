@@ -76,6 +76,9 @@ def help_text() -> str:
         if group == "ps_case":  # the parameter-server sweep's cases on one line: the help stays within its screens
             lines.append(f"  {group_key(group)}=  {', '.join(options)}: the cases of +sweep=ps (conf/ps_case/, docs/backends.md)")
             continue
+        if group == "zoo":  # the model families on one line, as the cases above
+            lines.append(f"  {group_key(group)}=  {', '.join(options)}: the model families of +sweep=zoo (conf/zoo/, docs/backends.md)")
+            continue
         width = max(len(o) for o in options) + 2
         lines.append(f"  {group_key(group)}=")
         for option in options:
@@ -218,7 +221,7 @@ def plain_options() -> list[tuple[str, str, str]]:
     for cls, prefix in ((schemas.Config, ""), (schemas.TimingConfig, "timing.")):
         notes = field_notes(cls)
         for f in dataclasses.fields(cls):
-            if f.name in config_groups() or f.name in ("timing", "sweep_name", "run_gate", *RECOMMEND_NODES):
+            if f.name in config_groups() or f.name in ("timing", "sweep_name", "run_gate", "family", *RECOMMEND_NODES):
                 continue
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
             out.append((prefix + f.name, "null" if default is None else str(default).lower() if isinstance(default, bool) else str(default), notes.get(f.name, "")))

@@ -83,6 +83,11 @@ def sweep_backends() -> list[str]:
     return sorted(joined, key=lambda name: name != BASELINE_BACKEND)
 
 
+def every_backend() -> list[str]:
+    """Every registered backend, the baseline first (`+sweep=zoo`: the toolkits' too, whether installed or not)."""
+    return sorted(names("backend"), key=lambda name: name != BASELINE_BACKEND)
+
+
 # The harness's own backends beside the toolkits in `+sweep=toolkits`: the reference and its int8/int4 tables.
 TOOLKIT_SWEEP_OWN = ("fp32", "int8_tbe", "uint4")
 

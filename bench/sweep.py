@@ -217,6 +217,10 @@ def finish(config: DictConfig) -> int:
     if stages.run("report", lambda: finish_report(results.records, report_dir, title, variant, results=results)) is not None:
         for line in stages.run("report", lambda: console_bottom_line(results)) or []:
             print(line)
+        from bench.report.zoo import console_lines as zoo_lines
+
+        for line in stages.run("report", lambda: zoo_lines(results.jobs)) or []:
+            print(line)
         print(f"report: {report_dir / 'report.md'}")
     if any(is_serving(r) for r in records):
         from bench.report.serve import console_lines

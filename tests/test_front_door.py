@@ -111,7 +111,7 @@ def test_help_explains_the_tool(tmp_path):
                  "batch_size=2048", "<reports_dir>/<sweep>/latest", "2 bad input", "3 the", "store check"):
         assert text in out, text
     sweeps = sorted(p.stem for p in (REPO / "conf" / "sweep").glob("*.yaml") if p.stem != "recommend")  # recommend: a command's node
-    assert f"[+sweep={'|'.join(sweeps)}]" in out and len(sweeps) == 8  # every sweep of conf/sweep/
+    assert f"[+sweep={'|'.join(sweeps)}]" in out and len(sweeps) == 9  # every sweep of conf/sweep/
     assert "python -m bench recommend slo.p99_ms=60 accuracy.max_auc_drop=0.001" in out
     assert ("ao_embeddingbag, ao_embeddingbag4, compiled_fp32, inc_int8_static, onnxruntime_{fp32,int8_dynamic,int8_static,w4}, "
             "openvino_{fp32,int8,w4,w8}, quark_w8a8  the quantization toolkits' backends") in out

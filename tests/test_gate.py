@@ -155,7 +155,8 @@ def test_verdict_row_fields():
     assert v.verdict == PASS
     frame_out = evaluate_gate(frame(row("uint4")), gate(uint4={"max_auc_drop": 0.001})).to_frame()
     assert list(frame_out.columns) == ["workload", "device", "backend", "batch_size", "rule", "threshold", "value",
-                                       "interval", "verdict", "reason", "scenario", "sharding", "world_size", "access", "table_rows", "threads"]
+                                       "interval", "verdict", "reason", "scenario", "sharding", "world_size", "access", "table_rows", "threads",
+                                       "family"]
 
 
 def test_auc_ratio_uses_fp32_auc_recovered_from_the_delta():

@@ -40,6 +40,8 @@ DOCS_LONG = {
                           "python3.11 -m venv .venv", ".venv/bin/pip install torch==2.14.1 fbgemm-gpu==1.9.0",
                           '.venv/bin/pip install -e ".[dev]"', ".venv/bin/pip install --no-deps torchrec==1.9.2")},
     "make docs": "the documentation site: tests/test_docs.py builds it strictly",
+    "python -m bench +sweep=zoo": "every family x every backend, many minutes; tests/test_zoo_matrix.py runs the matrix tiny",
+    "python -m bench +sweep=zoo '+zoo=dlrm,deepfm'": "a sweep of two families, minutes; tests/test_zoo_matrix.py runs each tiny",
     "OUT=<a folder to copy back> bash benchmarks/scripts/gpu_check_run.sh": "on a GPU machine only: tests/test_gpu_check.py runs it with "
                                                                            "stand-ins for .gpu/run.sh",
     "OUT=<a folder to copy back> BUDGET_S=540 bash benchmarks/scripts/gpu_session.sh":

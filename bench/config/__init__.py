@@ -23,6 +23,11 @@ def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml") if not p.stem.startswith("base_"))
 
 
+def zoo_families() -> list[str]:
+    """The model families of the zoo (`+zoo=NAME`, `+sweep=zoo`): one file each in conf/zoo/, so a new one joins with its file."""
+    return group_options("zoo")
+
+
 def config_groups() -> list[str]:
     """Every config group: the folders of `conf/`."""
     return sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir())

@@ -23,7 +23,7 @@ RECORDS_FILE = "records.jsonl"  # the record store in reports_dir (bench.store)
 # Keys that change where output goes or what happens after measuring, never what a job measures: not
 # part of a job's identity (its config hash, bench.runner) nor of a sweep's variant (bench.sweep).
 NOT_THE_JOB = ("reports_dir", "cache_dir", "sweep_name", "gate", "compare", "run_gate", "resume", "memory_fraction", "tune",
-               "one_job_per_host", "kernel_health", "attribute_layers", "slo", "accuracy", "memory", "recommend")
+               "one_job_per_host", "kernel_health", "attribute_layers", "slo", "accuracy", "memory", "recommend", "family")
 
 
 @dataclass
@@ -627,6 +627,10 @@ class Config:
     # serving function's batch times at batch_size rows beside fp32's (bench.routes.served). null: the whole job.
     measure: Optional[str] = None
 
+    # Set by a model family of the zoo (`+zoo=NAME`, conf/zoo/; `+sweep=zoo`): names the family, so the families of
+    # one sweep keep rows of their own (the results' `family` axis). A label: not part of a job's identity.
+    family: Optional[str] = None
+
 
 FACTS, SERVED = "facts", "served"
 MEASURES = (FACTS, SERVED)  # the values of Config.measure (bench.routes picks the route by it)
@@ -640,6 +644,12 @@ def register_configs(plugins: bool = True) -> None:
         OmegaConf.register_new_resolver("registered_backends", lambda: ",".join(registry.sweep_backends()))
     if not OmegaConf.has_resolver("toolkit_backends"):  # +sweep=toolkits
         OmegaConf.register_new_resolver("toolkit_backends", lambda: ",".join(registry.toolkit_sweep_backends()))
+    if not OmegaConf.has_resolver("zoo_backends"):  # +sweep=zoo: every registered backend, fp32 first
+        OmegaConf.register_new_resolver("zoo_backends", lambda: ",".join(registry.every_backend()))
+    if not OmegaConf.has_resolver("zoo_families"):  # +sweep=zoo: every model family of conf/zoo/
+        from bench.config import zoo_families  # the package's, which imports this module
+
+        OmegaConf.register_new_resolver("zoo_families", lambda: ",".join(zoo_families()))
     if not OmegaConf.has_resolver("dense_path"):  # a quantized backend's default backend.mlp per device
         OmegaConf.register_new_resolver("dense_path", dense_path)
     if not OmegaConf.has_resolver("pid"):  # in the run folder's name (conf/config.yaml)

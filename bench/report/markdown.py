@@ -32,6 +32,7 @@ from bench.report.pick import bottom_line
 from bench.report.protocol import measured_section
 from bench.report.sharding import sharding_section
 from bench.report.toolkits import toolkit_section
+from bench.report.zoo import zoo_section
 from bench.registry import BATCHED_BACKEND, SPLIT_BACKEND
 from bench.results.key import BASELINE, UNSHARDED, as_dict, labelled, replace, row_key, section_point, shown_axes
 from bench.results.table import UNEXPLAINED, latest_records, trials
@@ -491,6 +492,7 @@ def render_report(
         f"{len(records)} records, {len(df)} rows (the newest record per {_key_words(df)}); rendered {now} from stored records only.",
         "",
         *_bottom_line_block(df, budget),
+        *zoo_section(df),
         *toolkit_section(df, latest),
         "How to read this:",
         "",

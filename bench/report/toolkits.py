@@ -18,7 +18,7 @@ from bench.metrics import RUNTIME_REFERENCE, SPEEDUP, TIMED_INPUTS, TOOLKIT
 from bench.record import RunRecord
 from bench.report import fmt
 from bench.results.readable import unreadable
-from bench.results.key import BASELINE, row_key
+from bench.results.key import BASELINE, row_key, section_point, shown_axes
 from bench.results.table import margins
 from bench.stats import practical_verdict
 
@@ -42,9 +42,12 @@ def toolkit_section(df: pd.DataFrame, latest: dict[tuple, RunRecord]) -> list[st
         "over its `_fp32` row is the quantization's part, the `_fp32` row's over fp32 the runtime's.",
         "",
     ]
-    for (workload, device), g in df.groupby(["workload", "device"], sort=False):
+    axes = shown_axes(df)  # a ranking per point of the further axes (a zoo's model family): one model's rows each
+    for _, g in df.groupby(["workload", "device", *axes], sort=False, dropna=False):
+        workload, device, *point = section_point(g, axes)
+        where = "".join(f", {axis} {value}" for axis, value in zip(axes, point))
         for batch, b in g.groupby("batch_size", sort=True):
-            lines += [f"### {workload} on {device}, batch {batch}", ""] + _ranking(_default_verdicts(b, latest), toolkits)
+            lines += [f"### {workload} on {device}{where}, batch {batch}", ""] + _ranking(_default_verdicts(b, latest), toolkits)
             lines += _split(b, references)
     return lines
 

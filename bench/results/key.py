@@ -99,6 +99,8 @@ AXES: tuple[Axis, ...] = (
     # the torch threads the job set (`threads`): recommend times each candidate at several. A sweep pins one count for
     # all its jobs, so threads keys only where the records hold one point at several counts (`in_context`)
     Axis("threads", config_value("threads"), kind=int, where_varied=True),
+    # `+sweep=zoo`: the model family (conf/zoo/), so the families of one sweep keep rows of their own
+    Axis("family", config_value("family")),
 )
 KEY = [a.name for a in AXES]
 

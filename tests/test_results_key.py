@@ -124,7 +124,7 @@ def test_scale_axes_key_the_rows_and_an_unswept_access_keys_as_none():
     assert len(df) == 8 and df["workload"].eq("synthetic_scale").all()
     assert sorted(set(df["access"])) == ["uniform", "zipf"] and sorted(set(df["table_rows"])) == [10_000, 60_000]
     keys = {key.row_key(r) for r in df.to_dict("records")}
-    assert ("synthetic_scale", "cpu", "int8_tbe", "none", 1, 2048, None, 10_000, None) in keys  # zipf is the unswept access
+    assert ("synthetic_scale", "cpu", "int8_tbe", "none", 1, 2048, None, 10_000, None, None) in keys  # zipf is the unswept access
     assert ("synthetic_scale", "cpu", "int8_tbe", "none", 1, 2048, "uniform", 60_000, None, None) in keys  # threads: torch's default; no zoo family
     assert df["speedup"].dropna().round(6).tolist().count(1.5) == 4  # each against fp32 at its own point
     assert key.label("int8_tbe", access="uniform", table_rows=60_000) == "int8_tbe access=uniform table_rows=60000"

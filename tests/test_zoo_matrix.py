@@ -29,7 +29,7 @@ from bench.config import CONF_DIR, group_options, zoo_families
 from bench.config.compose import compose, compose_dictconfig
 from bench.gate.rules import FAIL, RULES
 from bench.gate.stored import judge, settings
-from bench.measure import roofline
+from bench.devices import cpu
 from bench.pipeline import job
 from bench.runner import Session, run_one
 
@@ -106,8 +106,9 @@ def shared(tmp_path_factory):
     root = tmp_path_factory.mktemp("zoo")
     probe = {f"{k}_{c}_us": 1.0 for k in ("gemm", "gather") for c in ("wall", "cpu")}
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(roofline, "gather_bandwidth", lambda row_bytes, total_bytes: 10e9)
-        mp.setattr(roofline, "gemm_flops", lambda: {"fp32": 100e9, "int8": 200e9})
+        mp.setattr(cpu, "gather_bandwidth", lambda row_bytes, total_bytes, buffer=None: 10e9)
+        mp.setattr(cpu.CpuDevice, "buffer_bytes", lambda self, device: 1 << 20)  # the shared buffer the stand-in never reads
+        mp.setattr(cpu, "gemm_flops", lambda: {"fp32": 100e9, "int8": 200e9})
         mp.setattr(job, "reference_speed", lambda: dict(probe), raising=False)
         yield Session(), [f"cache_dir={root / 'cache'}", f"reports_dir={root / 'reports'}"], {}
     torch.set_num_threads(threads)

@@ -133,7 +133,7 @@ def test_scale_axes_key_the_rows_and_an_unswept_access_keys_as_none():
 
 def test_a_row_without_placement_columns_reads_its_backend_cell():
     assert key.row_key({"workload": "w", "device": "cpu", "backend": "int8_tbe@row_wise×2", "batch_size": 8}) == (
-        "w", "cpu", "int8_tbe", "row_wise", 2, 8, None, None, None)
+        "w", "cpu", "int8_tbe", "row_wise", 2, 8, None, None, None, None)
     with pytest.raises(ValueError, match="batch_size 'x' is not an integer"):
         key.row_key({"workload": "w", "device": "cpu", "backend": "fp32", "batch_size": "x"})
 
@@ -188,9 +188,10 @@ def test_threads_key_the_rows_and_torch_s_default_keys_as_none():
     records = [threaded(b, t, f"2026-11-2{t}T00:00:00+00:00") for b in ("fp32", "int8_tbe") for t in (1, 2)]
     df = results_table(records)
     assert len(df) == 4 and sorted(df[df["backend"] == "int8_tbe"]["threads"]) == [1, 2]
-    assert {key.row_key(r)[-1] for r in df.to_dict("records")} == {1, 2}
+    threads = key.KEY.index("threads")
+    assert {key.row_key(r)[threads] for r in df.to_dict("records")} == {1, 2}
     assert key.label("int8_tbe", threads=2) == "int8_tbe threads=2"
-    assert key.key_of(threaded("fp32", None, "2026-11-20T00:00:00+00:00"))[-1] is None
+    assert key.key_of(threaded("fp32", None, "2026-11-20T00:00:00+00:00"))[threads] is None
     pinned = results_table([threaded(b, 16, "2026-11-21T00:00:00+00:00") for b in ("fp32", "int8_tbe")])
     assert pinned["threads"].isna().all() and "threads" not in key.shown_axes(pinned)  # a sweep that pins one count keys as before
     parts = [threaded("int8_tbe", 1, "2026-11-23T00:00:00+00:00", measure) for measure in ("facts", "served")]

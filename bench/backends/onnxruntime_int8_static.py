@@ -17,6 +17,7 @@ class OnnxruntimeInt8StaticConfig(OrtConfig):
 
 @register("backend", "onnxruntime_int8_static", config=OnnxruntimeInt8StaticConfig, in_sweeps=False, toolkit="onnxruntime")
 class OnnxruntimeInt8StaticBackend(OrtBackend):
+    preprocesses = True
     quantizes = "Linear weights int8 per channel, their inputs uint8 (static, calibrated), tables int8 (Gather): QDQ"
 
     def quantize(self, onnx_path, workdir, calibration):

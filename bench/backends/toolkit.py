@@ -25,6 +25,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from bench.backends.backend import Backend, NotApplicable
 from bench.backends.deploy import FORMS as EXPORT_FORMS
+from bench.backends.layer_outputs import LayerOutput
 from bench.backends.deploy import TRIANGLES, export_twin
 from bench.backends.twin import Twin
 from bench.batch import Batch
@@ -187,6 +188,22 @@ class ToolkitBackend(Backend):
 
     def timed_inputs(self, prepared: nn.Module, inputs: list[tuple]) -> list[tuple]:
         return [(prepared.feeds(dense, sparse),) for dense, sparse in inputs]
+
+    def reference_runner(self, onnx_path: Path, workdir: Path):
+        """A runner of the fp32 exported graph in this toolkit's runtime, whose op names are the quantized graph's."""
+        raise NotImplementedError
+
+    def layer_outputs(self, prepared: nn.Module, fp32: nn.Module, calibration: Sequence[Batch],
+                      batch: Batch) -> tuple[list[LayerOutput], list[LayerOutput]]:
+        """Every op's output in the runtime: the quantized graph's, and the fp32 twin's exported again from `fp32`
+        (as `prepare` exported it) and run unquantized in the same runtime."""
+        feeds = prepared.feeds(batch.dense, batch.sparse)
+        threads = torch.get_num_threads()
+        twin = twin_of(fp32, calibration, self.cfg, self.best_triangle)
+        with tempfile.TemporaryDirectory(prefix="bench-toolkit-") as tmp:
+            onnx_path = export_onnx(twin, twin.inputs(calibration[0].dense, calibration[0].sparse), Path(tmp) / "twin.onnx")
+            reference = self.reference_runner(onnx_path, Path(tmp))
+        return prepared.runner.layer_outputs(feeds, threads), reference.layer_outputs(feeds, threads)
 
     def job_metrics(self, prepared: nn.Module) -> dict[str, Any]:
         reference = f"{self.toolkit}_fp32"  # the same runtime unquantized: the quantization's part of the speedup is over it

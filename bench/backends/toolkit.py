@@ -26,7 +26,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from bench.backends.backend import Backend, NotApplicable
 from bench.backends.deploy import FORMS as EXPORT_FORMS
 from bench.backends.layer_outputs import LayerOutput
-from bench.backends.deploy import TRIANGLES, export_twin
+from bench.backends.deploy import STACKINGS, TRIANGLES, export_twin
 from bench.backends.twin import Twin
 from bench.batch import Batch
 from bench.config import BackendConfig
@@ -43,6 +43,9 @@ class ToolkitConfig(BackendConfig):
     export: str = "deploy"
     # how the deploy form takes the interaction's upper triangle: gather or fold; auto: the runtime's measured best
     triangle: str = "auto"
+    # the deploy form's tables: stacked (one weight per dim, one gather) or per_table (one weight and gather each);
+    # auto: per_table where the backend's quantizer scales a gathered table per tensor, else stacked
+    stacking: str = "auto"
 
 
 def check_export_options(cfg) -> None:
@@ -51,12 +54,25 @@ def check_export_options(cfg) -> None:
         raise UserError(f"backend.export={cfg.export!r}: choose one of {', '.join(EXPORT_FORMS)}")
     if cfg.triangle not in ("auto", *TRIANGLES):
         raise UserError(f"backend.triangle={cfg.triangle!r}: choose one of auto, {', '.join(TRIANGLES)}")
+    if cfg.stacking not in ("auto", *STACKINGS):
+        raise UserError(f"backend.stacking={cfg.stacking!r}: choose one of auto, {', '.join(STACKINGS)}")
 
 
-def twin_of(model: nn.Module, calibration_batches: Sequence[Batch], cfg, best_triangle: str) -> Twin:
-    """The exported twin in the form the backend config asks for (`backend.export`, `backend.triangle`)."""
+def stacking_of(cfg, per_tensor_tables: str | None) -> tuple[str, str]:
+    """The deploy form's tables (`backend.stacking`) and why: `auto` keeps the tables apart where the quantizer
+    scales a gathered table per tensor (`per_tensor_tables` says how), as a stacked weight would share one scale."""
+    if cfg.stacking != "auto":
+        return cfg.stacking, f"backend.stacking={cfg.stacking}"
+    if per_tensor_tables:
+        return "per_table", f"auto: {per_tensor_tables}; stacked, every table would share one scale"
+    return "stacked", "auto: the quantizer keeps a scale per row (or none), so stacking changes no table's scale"
+
+
+def twin_of(model: nn.Module, calibration_batches: Sequence[Batch], cfg, best_triangle: str, stacking: str = "stacked") -> Twin:
+    """The exported twin in the form the backend config asks for (`backend.export`, `backend.triangle`; `stacking` resolved)."""
     triangle = best_triangle if cfg.triangle == "auto" else cfg.triangle
-    return export_twin(model, calibration_batches[0], form=cfg.export, triangle=triangle, calibration=calibration_batches)
+    return export_twin(model, calibration_batches[0], form=cfg.export, triangle=triangle, calibration=calibration_batches,
+                       stacking=stacking)
 
 Feeds = dict[str, np.ndarray]
 
@@ -157,15 +173,27 @@ class ToolkitBackend(Backend):
     quantizes: ClassVar[str]  # what is integer, in the record
     # the deploy form's triangle when backend.triangle=auto: the runtime's faster one, measured (docs/toolkits.md)
     best_triangle: ClassVar[str] = "gather"
+    # how the quantizer scales a gathered table when it scales it per tensor (None: per row, or not at all):
+    # `backend.stacking=auto` then keeps the deploy form's tables apart
+    per_tensor_tables: ClassVar[str | None] = None
 
     def check(self) -> None:
         check_export_options(self.cfg)
+
+    def twin(self, model: nn.Module, calibration_batches: Sequence[Batch]) -> Twin:
+        """The exported twin as this backend's config asks (`backend.export`, `triangle`, `stacking`); the record says
+        which tables' form ran and why (`stacking`, `stacking_why`; the plain form keeps every table apart)."""
+        stacking, why = stacking_of(self.cfg, self.per_tensor_tables)
+        twin = twin_of(model, calibration_batches, self.cfg, self.best_triangle, stacking)
+        if self.cfg.export != "plain":
+            twin.details["stacking_why"] = why
+        return twin
 
     def prepare(self, model: nn.Module, calibration_batches: Sequence[Batch], device: torch.device) -> nn.Module:
         if not calibration_batches:
             raise NotApplicable(f"backend {self.cfg.name!r} builds its exported twin from a calibration batch, and none was given")
         self.load_toolkit()
-        twin = twin_of(model, calibration_batches, self.cfg, self.best_triangle)
+        twin = self.twin(model, calibration_batches)
         calibration = [feeds_of(twin.inputs(b.dense, b.sparse), twin.input_names()) for b in calibration_batches]
         with tempfile.TemporaryDirectory(prefix="bench-toolkit-") as tmp:
             onnx_path = export_onnx(twin, twin.inputs(calibration_batches[0].dense, calibration_batches[0].sparse), Path(tmp) / "twin.onnx")
@@ -199,7 +227,7 @@ class ToolkitBackend(Backend):
         (as `prepare` exported it) and run unquantized in the same runtime."""
         feeds = prepared.feeds(batch.dense, batch.sparse)
         threads = torch.get_num_threads()
-        twin = twin_of(fp32, calibration, self.cfg, self.best_triangle)
+        twin = self.twin(fp32, calibration)
         with tempfile.TemporaryDirectory(prefix="bench-toolkit-") as tmp:
             onnx_path = export_onnx(twin, twin.inputs(calibration[0].dense, calibration[0].sparse), Path(tmp) / "twin.onnx")
             reference = self.reference_runner(onnx_path, Path(tmp))

@@ -32,6 +32,7 @@ from bench.batch import Batch
 from bench.config import BackendConfig
 from bench.errors import UserError
 from bench.metrics import RUNTIME_REFERENCE, TOOLKIT
+from bench.models.logits import CLAMP, LogitsOf, clamped_logit
 
 
 @dataclass
@@ -132,13 +133,29 @@ def feeds_of(twin_inputs: tuple[torch.Tensor, ...], names: Sequence[str]) -> Fee
     return {name: t.numpy() for name, t in zip(names, twin_inputs)}
 
 
+READ_BACK = ("the runtime returns the model's probabilities; the harness reads them as logits (log(p / (1 - p)), clamped) "
+             "in fp32 after the call: that read-back is its scoring, not part of the graph a deployer ships, and quantized "
+             "with it (its clamp and its 1 - p) rounded the smallest and largest probabilities to 0 and 1, whose logits are infinite")
+
+
+def deployed_model(model: nn.Module) -> tuple[nn.Module, Callable[[torch.Tensor], torch.Tensor] | None]:
+    """The model a deployer exports, and the read-back the harness applies to its output after the runtime (None:
+    none). A probabilities model read through the clamp (bench.models.logits) is exported as it ends, at its
+    sigmoid; one read before a trailing nn.Sigmoid module exports that pre-sigmoid value, with no read-back."""
+    if isinstance(model, LogitsOf) and model.score_read() == CLAMP:
+        return model.model, clamped_logit
+    return model, None
+
+
 class RuntimeModule(nn.Module):
     """A toolkit runtime behind the harness's signature: `module(dense, kjt)` (scoring) or `module(feeds)`
-    (timing: the feeds built beforehand). `runner(feeds, threads)` runs the runtime at that thread count."""
+    (timing: the feeds built beforehand). `runner(feeds, threads)` runs the runtime at that thread count;
+    `read_back` turns its output into the harness's logits (bench.backends.toolkit.deployed_model)."""
 
     def __init__(self, twin: Twin, runner: Callable[[Feeds, int], np.ndarray], runtime_bytes: int, table_bytes: int,
-                 details: dict[str, Any]) -> None:
+                 details: dict[str, Any], read_back: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
         super().__init__()
+        self.read_back = read_back
         self.layout, self.names = twin.layout, twin.input_names()  # not the twin: its fp32 weights are freed
         self.runner = runner
         self._runtime_bytes, self._table_bytes = runtime_bytes, table_bytes
@@ -151,7 +168,8 @@ class RuntimeModule(nn.Module):
 
     def forward(self, first, sparse: KeyedJaggedTensor | None = None) -> torch.Tensor:
         feeds = first if sparse is None else self.feeds(first, sparse)
-        return torch.from_numpy(np.asarray(self.runner(feeds, torch.get_num_threads())))  # the exported output's shape
+        out = torch.from_numpy(np.asarray(self.runner(feeds, torch.get_num_threads())))  # the exported output's shape
+        return out if self.read_back is None else self.read_back(out)
 
     def runtime_bytes(self) -> int:
         """The weights as the runtime was handed them (bench.measure.memory reads this)."""
@@ -193,12 +211,16 @@ class ToolkitBackend(Backend):
         if not calibration_batches:
             raise NotApplicable(f"backend {self.cfg.name!r} builds its exported twin from a calibration batch, and none was given")
         self.load_toolkit()
-        twin = self.twin(model, calibration_batches)
+        deployed, read_back = deployed_model(model)
+        twin = self.twin(deployed, calibration_batches)
         calibration = [feeds_of(twin.inputs(b.dense, b.sparse), twin.input_names()) for b in calibration_batches]
         with tempfile.TemporaryDirectory(prefix="bench-toolkit-") as tmp:
             onnx_path = export_onnx(twin, twin.inputs(calibration_batches[0].dense, calibration_batches[0].sparse), Path(tmp) / "twin.onnx")
             built = self.build(onnx_path, Path(tmp), calibration)
-        return RuntimeModule(twin, *built).eval()
+        module = RuntimeModule(twin, *built, read_back=read_back).eval()
+        if read_back is not None:
+            module.details["score_read_outside"] = READ_BACK
+        return module
 
     def unsupported_reason(self, device: torch.device) -> str | None:
         # a missing extra skips the job before the model is trained or loaded
@@ -227,7 +249,7 @@ class ToolkitBackend(Backend):
         (as `prepare` exported it) and run unquantized in the same runtime."""
         feeds = prepared.feeds(batch.dense, batch.sparse)
         threads = torch.get_num_threads()
-        twin = self.twin(fp32, calibration)
+        twin = self.twin(deployed_model(fp32)[0], calibration)
         with tempfile.TemporaryDirectory(prefix="bench-toolkit-") as tmp:
             onnx_path = export_onnx(twin, twin.inputs(calibration[0].dense, calibration[0].sparse), Path(tmp) / "twin.onnx")
             reference = self.reference_runner(onnx_path, Path(tmp))

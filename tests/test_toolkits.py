@@ -202,6 +202,8 @@ def test_elementwise_products_of_activations_stay_out_of_openvino_int8():
         backend, module = prepared("openvino_int8", model.eval(), calibration)
         ignored = backend.job_metrics(module)["nncf_ignored_scope"]
         assert len(ignored) == products and all(n.rsplit("/", 1)[-1].startswith("Mul") for n in ignored), (name, ignored)
+        kept = backend.job_metrics(module)["nncf_kept_fp32"]  # what stayed fp32, and why
+        assert sorted(kept) == sorted(ignored) and all(why.startswith("Multiply of two activations") for why in kept.values()), kept
         batch = random_batch(tables, 128, seed=5)
         with torch.inference_mode(), hardware.timing_threads(1):
             got, want = module(batch.dense, batch.sparse), model(batch.dense, batch.sparse)

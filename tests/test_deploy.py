@@ -140,3 +140,34 @@ def test_a_bad_export_option_is_one_line_naming_the_choices():
     with pytest.raises(UserError, match=r"backend.triangle='slice': choose one of auto, gather, fold"):
         check_export_options(ToolkitConfig(name="openvino_fp32", triangle="slice"))
     check_export_options(ToolkitConfig(name="openvino_fp32"))
+
+
+@needs_ort
+def test_per_table_gathers_each_table_from_its_own_weight_and_scores_as_eager(tmp_path):
+    torch.manual_seed(0)
+    specs = tables([1, 1, 2, 1])
+    model = build_dlrm(tiny_model_config(8), specs, num_dense=13).eval()
+    calibration = [random_batch(specs, 128, seed=s) for s in (1, 2)]
+    twin = export_twin(model, calibration[0], form="deploy", calibration=calibration, stacking="per_table")
+    assert twin.details["stacking"] == "per_table" and twin.details["stacked_tables"] == [1, 1, 1, 1]
+    path, graph = onnx_graph(twin, calibration[0], tmp_path)
+    weights = {t.name for t in graph.initializer}
+    assert sum(1 for n in graph.node if n.op_type == "Gather" and n.input[0] in weights) == 4  # one gather per table
+    batch = random_batch(specs, 200, seed=5)
+    np.testing.assert_allclose(ort_scores(path, twin, batch), eager(model, batch), rtol=1e-5, atol=1e-6)
+    assert export_twin(model, calibration[0], form="deploy", calibration=calibration).details["stacking"] == "stacked"
+
+
+def test_stacking_auto_keeps_tables_apart_where_the_quantizer_scales_a_table_per_tensor():
+    from bench.backends.toolkit import ToolkitConfig, check_export_options, stacking_of
+    from bench.errors import UserError
+    from bench import registry
+
+    auto = ToolkitConfig(name="onnxruntime_int8_static")
+    static = registry.get("backend", "onnxruntime_int8_static").factory
+    assert stacking_of(auto, static.per_tensor_tables) == ("per_table", "auto: ONNX Runtime's quantize_static scales a Gather's "
+                                                           "table per tensor; stacked, every table would share one scale")
+    assert stacking_of(auto, None)[0] == "stacked"  # a per-row scheme (NNCF, ONNX Runtime's 4-bit blocks): stacking is free
+    assert stacking_of(ToolkitConfig(name="x", stacking="stacked"), static.per_tensor_tables) == ("stacked", "backend.stacking=stacked")
+    with pytest.raises(UserError, match=r"backend.stacking='rows': choose one of auto, stacked, per_table"):
+        check_export_options(ToolkitConfig(name="x", stacking="rows"))

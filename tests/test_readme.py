@@ -50,6 +50,10 @@ DOCS_LONG = {
     "python -m bench +sweep=toolkits": "a sweep, minutes as written; tests/test_toolkits.py runs its backends on a tiny model",
     "python -m bench +sweep=toolkits model=custom model.factory=examples.torchrec_models.dlrm_dcn:build hydra.sweeper.params.batch_size=1024":
         "a sweep of DLRM_DCN, minutes as written; tests/test_deploy.py exports DLRM_DCN and tests/test_toolkits.py runs the backends tiny",
+    "python -m bench +sweep=toolkits batch_size=1024 model=custom model.factory=examples.dcn_v2:build model.output=probabilities "
+    "timing.calibrate=false timing.max_rounds=4 kernel_health=false hydra/launcher=joblib hydra.launcher.n_jobs=3":
+        "a sweep of the DCN-v2 example, minutes as written; tests/test_toolkits.py runs it tiny through openvino_int8 and "
+        "onnxruntime_int8_static",
     **{f"python benchmarks/scripts/{name}.py": SCRIPT for name in ("runner_overhead", "sweep_bench", "noise_bench", "scale_diagnose",
                                                                       "fit_criteo_access", "torchao_mlp", "cold_warm", "first_run_breakdown")},
     "python benchmarks/scripts/probe_stability.py": "6 kernel probe decisions in three cases, minutes: tests/test_kernel_probe.py runs "

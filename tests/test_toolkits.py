@@ -202,7 +202,40 @@ def test_elementwise_products_of_activations_stay_out_of_openvino_int8():
         backend, module = prepared("openvino_int8", model.eval(), calibration)
         ignored = backend.job_metrics(module)["nncf_ignored_scope"]
         assert len(ignored) == products and all(n.rsplit("/", 1)[-1].startswith("Mul") for n in ignored), (name, ignored)
+        kept = backend.job_metrics(module)["nncf_kept_fp32"]  # what stayed fp32, and why
+        assert sorted(kept) == sorted(ignored) and all(why.startswith("Multiply of two activations") for why in kept.values()), kept
         batch = random_batch(tables, 128, seed=5)
         with torch.inference_mode(), hardware.timing_threads(1):
             got, want = module(batch.dense, batch.sparse), model(batch.dense, batch.sparse)
         assert torch.isfinite(got).all() and torch.corrcoef(torch.stack([got.flatten(), want.flatten()]))[0, 1] > 0.9
+
+
+@needs_toolkits
+@pytest.mark.parametrize("name", ["openvino_int8", "onnxruntime_int8_static"])
+def test_a_probabilities_model_is_deployed_as_it_ends_and_read_back_outside_the_runtime(name):
+    """A DCN-v2-style ranker with a functional sigmoid head (examples/dcn_v2.py), read through the clamp: the runtime
+    runs the model as it ends, at its sigmoid, and the harness's log(p / (1 - p)) runs after it in fp32. Quantized
+    inside the graph, that read-back's clamp and 1 - p rounded the probabilities near 0 and 1 to 0 and 1, whose
+    logits are infinite; here the probabilities are pushed to both ends (the head's weights times 30)."""
+    from examples.dcn_v2 import build as dcn_v2
+
+    from bench.models.dlrm import embedding_bag_collection
+    from bench.models.logits import LogitsOf
+
+    torch.manual_seed(0)
+    tables = tiny_tables()
+    model = dcn_v2(embedding_bag_collection(tables, 8), 13, cross_layers=2, low_rank=8, deep_sizes=(32, 16)).eval()
+    with torch.no_grad():
+        model.head.weight.mul_(30)
+    wrapped = LogitsOf(model)  # no trailing nn.Sigmoid: read through the clamp
+    calibration = [random_batch(tables, 256, seed=s) for s in (1, 2)]
+    backend, module = prepared(name, wrapped, calibration)
+    metrics = backend.job_metrics(module)
+    assert "the harness reads them as logits" in metrics["score_read_outside"]
+    ops = metrics.get("openvino_ops") or metrics["onnx_ops"]
+    assert "Log" not in ops and "Sigmoid" in ops  # the graph ends at the model's sigmoid
+    batch = random_batch(tables, 512, seed=5)
+    with torch.inference_mode(), hardware.timing_threads(1):
+        got, want = module(batch.dense, batch.sparse), wrapped(batch.dense, batch.sparse)
+        assert torch.sigmoid(want).min() < 1e-3 and torch.sigmoid(want).max() > 1 - 1e-3  # both ends reached
+    assert torch.isfinite(got).all() and torch.corrcoef(torch.stack([got.flatten(), want.flatten()]))[0, 1] > 0.95

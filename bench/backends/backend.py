@@ -46,6 +46,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 import torch
 from torch import nn
 
+from bench.backends.layer_outputs import LayerOutput, module_outputs
 from bench.batch import Batch
 
 
@@ -97,6 +98,13 @@ class Backend:
 
     def job_metrics(self, prepared: nn.Module) -> dict[str, Any]:
         return {}
+
+    def layer_outputs(self, prepared: nn.Module, fp32: nn.Module, calibration: Sequence[Batch],
+                      batch: Batch) -> tuple[list[LayerOutput], list[LayerOutput]]:
+        """Every layer's output on `batch` (on the job's device), the prepared module's and the fp32 model's, in the
+        order computed: where a non-finite score starts (bench.pipeline.nonfinite). Torch modules: each submodule."""
+        inputs = batch.model_inputs()
+        return module_outputs(prepared, inputs), module_outputs(fp32, inputs)
 
     def close(self) -> None:
         pass

@@ -21,7 +21,7 @@ from torch import nn
 
 from bench.backends.backend import NotApplicable
 from bench.backends.inc_int8_static import CompiledTwin, CompiledTwinBackend, exported_twin
-from bench.backends.toolkit import ToolkitConfig, check_export_options, twin_of
+from bench.backends.toolkit import ToolkitConfig, check_export_options, stacking_of, twin_of
 from bench.batch import Batch
 from bench.metrics import TOOLKIT
 from bench.registry import register
@@ -46,7 +46,7 @@ class CompiledFp32Backend(CompiledTwinBackend):
     def prepare(self, model: nn.Module, calibration_batches: Sequence[Batch], device: torch.device) -> nn.Module:
         if not calibration_batches:
             raise NotApplicable(f"backend {self.cfg.name!r} builds its exported twin from a calibration batch, and none was given")
-        twin = twin_of(model, calibration_batches, self.cfg, BEST_TRIANGLE)
+        twin = twin_of(model, calibration_batches, self.cfg, BEST_TRIANGLE, stacking_of(self.cfg, None)[0])
         inputs = [twin.inputs(b.dense, b.sparse) for b in calibration_batches[:1]]
         with torch.no_grad():
             program, _ = exported_twin(twin, inputs)

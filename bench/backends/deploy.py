@@ -39,17 +39,23 @@ from bench.batch import Batch
 
 TRIANGLES = ("gather", "fold")
 FORMS = ("deploy", "plain")
+# the deploy form's tables: one weight per dim (stacked) or one per table (per_table: a per-tensor scale per table)
+STACKINGS = ("stacked", "per_table")
 
 
-def export_twin(model: nn.Module, sample: Batch, form: str = "deploy", triangle: str = "gather", calibration: Sequence[Batch] = ()) -> Twin:
+def export_twin(model: nn.Module, sample: Batch, form: str = "deploy", triangle: str = "gather", calibration: Sequence[Batch] = (),
+                stacking: str = "stacked") -> Twin:
     """The exported twin of `model` in `form` (`plain`: bench.backends.twin.build_twin), checked on `sample`
-    against the model's scores; the deploy form judges one-hot features on `sample` and `calibration`."""
+    against the model's scores; the deploy form judges one-hot features on `sample` and `calibration`, and stacks the
+    tables of one dim (`stacking=stacked`) or gathers each table from its own weight (`per_table`)."""
     if form == "plain":
         return build_twin(model, sample)
     if form not in FORMS:
         raise ValueError(f"export form {form!r}: choose one of {', '.join(FORMS)}")
+    if stacking not in STACKINGS:
+        raise ValueError(f"stacking {stacking!r}: choose one of {', '.join(STACKINGS)}")
     model, found = expressible(model)
-    twin = deploy_twin(model, found, [sample, *calibration], triangle)
+    twin = deploy_twin(model, found, [sample, *calibration], triangle, per_table=stacking == "per_table")
     check_scores(twin, model, sample)
     return twin
 
@@ -68,15 +74,17 @@ class StackedBags(nn.Module):
     """One EmbeddingBagCollection as stacked gathers, returning the KeyedTensor the collection would."""
 
     def __init__(self, ebc: EmbeddingBagCollection, keys: Sequence[str], length_per_key: Sequence[int], one_hot: set[str],
-                 prefix: str) -> None:
+                 prefix: str, per_table: bool = False) -> None:
         super().__init__()
         cfgs = ebc.embedding_bag_configs()
-        dims = list(dict.fromkeys(c.embedding_dim for c in cfgs))
+        stack_of = (lambda c: c.name) if per_table else (lambda c: c.embedding_dim)  # a stack per table, or per dim
+        dims = list(dict.fromkeys(stack_of(c) for c in cfgs))
         self.stacks = nn.ParameterList()
         where: dict[str, tuple[int, int]] = {}  # table -> (stack, first row)
         self.stacked_tables: list[list[str]] = []
-        for k, dim in enumerate(dims):
-            members = [c for c in cfgs if c.embedding_dim == dim]
+        for k, key in enumerate(dims):
+            members = [c for c in cfgs if stack_of(c) == key]
+            dim = members[0].embedding_dim
             start, parts = 0, []
             for c in members:
                 where[c.name] = (k, start)
@@ -179,20 +187,24 @@ def _fold_target(model: nn.Module, arch: InteractionArch) -> tuple[nn.Linear | N
     return first, ""
 
 
-def deploy_twin(model: nn.Module, found: list[tuple[str, EmbeddingBagCollection]], samples: Sequence[Batch], triangle: str) -> Twin:
-    """The deploy-form twin of `model` (its EBCs `found`; one-hot features judged on `samples`)."""
+def deploy_twin(model: nn.Module, found: list[tuple[str, EmbeddingBagCollection]], samples: Sequence[Batch], triangle: str,
+                per_table: bool = False) -> Twin:
+    """The deploy-form twin of `model` (its EBCs `found`; one-hot features judged on `samples`; `per_table`: each table
+    gathered from its own weight)."""
     if triangle not in TRIANGLES:
         raise ValueError(f"triangle {triangle!r}: choose one of {', '.join(TRIANGLES)}")
     one_hot = one_hot_features(samples)
     memo: dict[int, nn.Module] = {}
     specs: list = []
     pads: dict[str, int] = {}
-    details: dict = {"export_form": "deploy", "one_hot_features": 0, "multi_hot_features": 0, "stacked_tables": []}
+    details: dict = {"export_form": "deploy", "stacking": "per_table" if per_table else "stacked", "one_hot_features": 0,
+                     "multi_hot_features": 0, "stacked_tables": []}
     stand_ins: dict[int, StackedBags] = {}
     with torch.inference_mode(False), torch.no_grad():
         for n, (_, ebc) in enumerate(found):
             pooled = ebc(samples[0].sparse)
-            bags = StackedBags(ebc, pooled.keys(), pooled.length_per_key(), one_hot, prefix="" if len(found) == 1 else f"ebc{n}_")
+            bags = StackedBags(ebc, pooled.keys(), pooled.length_per_key(), one_hot, prefix="" if len(found) == 1 else f"ebc{n}_",
+                               per_table=per_table)
             stand_ins[id(ebc)] = memo[id(ebc)] = bags
             specs += bags.inputs
             details["stacked_tables"] += [len(tables) for tables in bags.stacked_tables]

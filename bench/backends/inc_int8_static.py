@@ -34,7 +34,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from bench.backends.backend import Backend, NotApplicable
 from bench.backends.deploy import StackedBags
-from bench.backends.toolkit import ToolkitConfig, check_export_options, missing, require, twin_of
+from bench.backends.toolkit import ToolkitConfig, check_export_options, missing, require, stacking_of, twin_of
 from bench.backends.twin import GatherBags, Twin
 from bench.batch import Batch
 from bench.metrics import RUNTIME_REFERENCE, TOOLKIT
@@ -146,7 +146,7 @@ class IncInt8StaticBackend(CompiledTwinBackend):
         from neural_compressor.torch.export import export
         from neural_compressor.torch.quantization import convert, get_default_static_config, prepare
 
-        twin = twin_of(model, calibration_batches, self.cfg, BEST_TRIANGLE)
+        twin = twin_of(model, calibration_batches, self.cfg, BEST_TRIANGLE, stacking_of(self.cfg, None)[0])
         calibration = [twin.inputs(b.dense, b.sparse) for b in calibration_batches]  # contiguous: export fixes strides
         with torch.no_grad():
             example = export_example(twin, calibration[0])

@@ -16,6 +16,8 @@ class OnnxruntimeInt8DynamicConfig(OrtConfig):
 
 @register("backend", "onnxruntime_int8_dynamic", config=OnnxruntimeInt8DynamicConfig, in_sweeps=False, toolkit="onnxruntime")
 class OnnxruntimeInt8DynamicBackend(OrtBackend):
+    preprocesses = True
+    per_tensor_tables = "ONNX Runtime's quantize_dynamic scales a Gather's table per tensor"
     quantizes = "Linear weights int8 per tensor (MatMulInteger, activations per call) and tables int8 (Gather)"
 
     def scores_depend_on_batch(self) -> bool:

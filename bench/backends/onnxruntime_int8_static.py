@@ -17,6 +17,8 @@ class OnnxruntimeInt8StaticConfig(OrtConfig):
 
 @register("backend", "onnxruntime_int8_static", config=OnnxruntimeInt8StaticConfig, in_sweeps=False, toolkit="onnxruntime")
 class OnnxruntimeInt8StaticBackend(OrtBackend):
+    preprocesses = True
+    per_tensor_tables = "ONNX Runtime's quantize_static scales a Gather's table per tensor"
     quantizes = "Linear weights int8 per channel, their inputs uint8 (static, calibrated), tables int8 (Gather): QDQ"
 
     def quantize(self, onnx_path, workdir, calibration):

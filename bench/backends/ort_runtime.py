@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
+from bench.backends.layer_outputs import LayerOutput, all_finite, summary
 from bench.backends.toolkit import Feeds, ToolkitBackend, ToolkitConfig
 
 EXTRA = "onnxruntime"
@@ -51,19 +52,22 @@ class OrtRunner:
         self.threads: int | None = None
         self.settings: dict = {}
 
+    def _session(self, model_bytes: bytes, threads: int):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.enable_mem_pattern = True
+        options.enable_cpu_mem_arena = True
+        options.add_session_config_entry(SPIN_STOP, "0" if self.spin_between_calls else "1")
+        return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"]), options
+
     def __call__(self, feeds: Feeds, threads: int) -> np.ndarray:
         if threads != self.threads:
-            import onnxruntime as ort
-
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
-            options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            options.enable_mem_pattern = True
-            options.enable_cpu_mem_arena = True
-            options.add_session_config_entry(SPIN_STOP, "0" if self.spin_between_calls else "1")
-            self.session = ort.InferenceSession(self.model_bytes, options, providers=["CPUExecutionProvider"])
+            self.session, options = self._session(self.model_bytes, threads)
             self.threads = threads
             self.settings = {"graph_optimization_level": options.graph_optimization_level.name,
                              "execution_mode": options.execution_mode.name, "intra_op_num_threads": options.intra_op_num_threads,
@@ -71,6 +75,20 @@ class OrtRunner:
                              "enable_cpu_mem_arena": options.enable_cpu_mem_arena,
                              SPIN_STOP: self.session.get_session_options().get_session_config_entry(SPIN_STOP), "providers": self.session.get_providers()}
         return self.session.run(None, feeds)[0]
+
+    def layer_outputs(self, feeds: Feeds, threads: int) -> list[LayerOutput]:
+        """Every node's output on `feeds`, in the graph's order: a copy of the graph with each node's output a graph output."""
+        import onnx
+
+        model = onnx.load_from_string(self.model_bytes)
+        have = {o.name for o in model.graph.output}
+        names = [o for n in model.graph.node for o in n.output if o and o not in have]
+        model.graph.output.extend(onnx.ValueInfoProto(name=name) for name in names)
+        session, _ = self._session(model.SerializeToString(), threads)
+        values = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+        return [summary(n.name or n.output[0], n.op_type, [values[o] for o in n.output if o in values],
+                        all_finite(values[i] for i in n.input if i in values))
+                for n in model.graph.node if any(o in values for o in n.output)]
 
     def metrics(self) -> dict:
         return {"runtime_threads": self.threads, "runtime_settings": self.settings}
@@ -138,6 +156,15 @@ class OrtBackend(ToolkitBackend):
     toolkit = EXTRA
     best_triangle = "fold"  # the deploy form's triangle: a Gather on axis 1 is ONNX Runtime's slow spot (docs/toolkits.md)
     modules = ("onnx", "onnxruntime", "onnxruntime.quantization")
+
+    # whether `quantize` starts from ONNX Runtime's pre-processed graph (its node names are that graph's)
+    preprocesses: ClassVar[bool] = False
+
+    def reference_runner(self, onnx_path: Path, workdir: Path) -> OrtRunner:
+        import onnx
+
+        path = preprocessed(onnx_path, workdir) if self.preprocesses else onnx_path
+        return OrtRunner(onnx.load(str(path)).SerializeToString(), self.cfg.spin_between_calls)
 
     def quantize(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> Path:
         """The quantized model's path (ONNX Runtime's quantization API); fp32 returns `onnx_path`."""

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from bench.backends.layer_outputs import LayerOutput, all_finite, summary
 from bench.backends.toolkit import Feeds, ToolkitBackend
 
 EXTRA = "openvino"
@@ -34,15 +35,10 @@ class OvRunner:
 
     def compile(self, threads: int) -> None:
         import openvino as ov
-        import openvino.properties as props
         import openvino.properties.hint as hints
 
         pinned = getattr(ov.Type, PRECISION)
-        # OpenVINO's CPU guidance for one synchronous request at a fixed thread count: the LATENCY hint, one
-        # stream holding every thread the job times with
-        config = {hints.inference_precision: pinned, props.inference_num_threads: threads,
-                  hints.performance_mode: hints.PerformanceMode.LATENCY, props.num_streams: 1}
-        compiled = ov.Core().compile_model(self.model, "CPU", config)
+        compiled = ov.Core().compile_model(self.model, "CPU", _config(threads))
         precision = compiled.get_property(hints.inference_precision)
         if precision != pinned:
             raise RuntimeError(f"OpenVINO compiled the model at inference precision {precision.get_type_name()}, not {PRECISION} as pinned")
@@ -59,10 +55,45 @@ class OvRunner:
             self.compile(threads)
         return np.array(self.request.infer(feeds)[0])  # a copy: the request reuses its output buffer
 
+    def layer_outputs(self, feeds: Feeds, threads: int) -> list[LayerOutput]:
+        """Every op's output on `feeds`, in the graph's order: a copy of the model with each op's output a model output."""
+        import openvino as ov
+
+        model = self.model.clone()
+        model.add_outputs([o for op in model.get_ordered_ops() if op.get_type_name() not in ("Parameter", "Result", "Constant")
+                           for o in op.outputs()])
+        compiled = ov.Core().compile_model(model, "CPU", _config(threads))
+        result = compiled.create_infer_request().infer(feeds)
+        values = {}  # (op, port) -> its output, found through the Result each one feeds
+        for i, out in enumerate(model.outputs):
+            source = out.get_node().input(0).get_source_output()
+            values[(source.get_node().get_friendly_name(), source.get_index())] = np.asarray(result[i])
+        found = []
+        for op in model.get_ordered_ops():
+            name = op.get_friendly_name()
+            if (name, 0) not in values:
+                continue
+            given = [values.get((i.get_source_output().get_node().get_friendly_name(), i.get_source_output().get_index()))
+                     for i in op.inputs()]
+            found.append(summary(name, op.get_type_name(), [values[(name, k)] for k in range(op.get_output_size()) if (name, k) in values],
+                                 all_finite(v for v in given if v is not None)))
+        return found
+
     def metrics(self) -> dict:
         # the precision the compiled model reported, read back after the pin: the correctness guard's record
         return {"runtime_threads": self.threads, "inference_precision": self.precision, "inference_precision_pinned": PRECISION,
                 "runtime_settings": self.settings}
+
+
+def _config(threads: int) -> dict:
+    """OpenVINO's CPU guidance for one synchronous request at a fixed thread count: the LATENCY hint, one stream
+    holding every thread the job times with; fp32 inference precision pinned."""
+    import openvino as ov
+    import openvino.properties as props
+    import openvino.properties.hint as hints
+
+    return {hints.inference_precision: getattr(ov.Type, PRECISION), props.inference_num_threads: threads,
+            hints.performance_mode: hints.PerformanceMode.LATENCY, props.num_streams: 1}
 
 
 def constant_bytes(model) -> int:
@@ -132,6 +163,11 @@ class OvBackend(ToolkitBackend):
     def transform(self, model, calibration: list[Feeds]) -> tuple[Any, dict]:
         """The model after NNCF (fp32 returns it as it is), and what NNCF was told to leave out, for the record."""
         raise NotImplementedError
+
+    def reference_runner(self, onnx_path: Path, workdir: Path) -> OvRunner:
+        import openvino as ov
+
+        return OvRunner(ov.Core().read_model(str(onnx_path)))
 
     def build(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> tuple[Callable[[Feeds, int], np.ndarray], int, int, dict]:
         import openvino as ov

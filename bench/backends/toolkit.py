@@ -25,12 +25,14 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from bench.backends.backend import Backend, NotApplicable
 from bench.backends.deploy import FORMS as EXPORT_FORMS
-from bench.backends.deploy import TRIANGLES, export_twin
+from bench.backends.layer_outputs import LayerOutput
+from bench.backends.deploy import STACKINGS, TRIANGLES, export_twin
 from bench.backends.twin import Twin
 from bench.batch import Batch
 from bench.config import BackendConfig
 from bench.errors import UserError
 from bench.metrics import RUNTIME_REFERENCE, TOOLKIT
+from bench.models.logits import CLAMP, LogitsOf, clamped_logit
 
 
 @dataclass
@@ -42,6 +44,9 @@ class ToolkitConfig(BackendConfig):
     export: str = "deploy"
     # how the deploy form takes the interaction's upper triangle: gather or fold; auto: the runtime's measured best
     triangle: str = "auto"
+    # the deploy form's tables: stacked (one weight per dim, one gather) or per_table (one weight and gather each);
+    # auto: per_table where the backend's quantizer scales a gathered table per tensor, else stacked
+    stacking: str = "auto"
 
 
 def check_export_options(cfg) -> None:
@@ -50,12 +55,25 @@ def check_export_options(cfg) -> None:
         raise UserError(f"backend.export={cfg.export!r}: choose one of {', '.join(EXPORT_FORMS)}")
     if cfg.triangle not in ("auto", *TRIANGLES):
         raise UserError(f"backend.triangle={cfg.triangle!r}: choose one of auto, {', '.join(TRIANGLES)}")
+    if cfg.stacking not in ("auto", *STACKINGS):
+        raise UserError(f"backend.stacking={cfg.stacking!r}: choose one of auto, {', '.join(STACKINGS)}")
 
 
-def twin_of(model: nn.Module, calibration_batches: Sequence[Batch], cfg, best_triangle: str) -> Twin:
-    """The exported twin in the form the backend config asks for (`backend.export`, `backend.triangle`)."""
+def stacking_of(cfg, per_tensor_tables: str | None) -> tuple[str, str]:
+    """The deploy form's tables (`backend.stacking`) and why: `auto` keeps the tables apart where the quantizer
+    scales a gathered table per tensor (`per_tensor_tables` says how), as a stacked weight would share one scale."""
+    if cfg.stacking != "auto":
+        return cfg.stacking, f"backend.stacking={cfg.stacking}"
+    if per_tensor_tables:
+        return "per_table", f"auto: {per_tensor_tables}; stacked, every table would share one scale"
+    return "stacked", "auto: the quantizer keeps a scale per row (or none), so stacking changes no table's scale"
+
+
+def twin_of(model: nn.Module, calibration_batches: Sequence[Batch], cfg, best_triangle: str, stacking: str = "stacked") -> Twin:
+    """The exported twin in the form the backend config asks for (`backend.export`, `backend.triangle`; `stacking` resolved)."""
     triangle = best_triangle if cfg.triangle == "auto" else cfg.triangle
-    return export_twin(model, calibration_batches[0], form=cfg.export, triangle=triangle, calibration=calibration_batches)
+    return export_twin(model, calibration_batches[0], form=cfg.export, triangle=triangle, calibration=calibration_batches,
+                       stacking=stacking)
 
 Feeds = dict[str, np.ndarray]
 
@@ -115,13 +133,29 @@ def feeds_of(twin_inputs: tuple[torch.Tensor, ...], names: Sequence[str]) -> Fee
     return {name: t.numpy() for name, t in zip(names, twin_inputs)}
 
 
+READ_BACK = ("the runtime returns the model's probabilities; the harness reads them as logits (log(p / (1 - p)), clamped) "
+             "in fp32 after the call: that read-back is its scoring, not part of the graph a deployer ships, and quantized "
+             "with it (its clamp and its 1 - p) rounded the smallest and largest probabilities to 0 and 1, whose logits are infinite")
+
+
+def deployed_model(model: nn.Module) -> tuple[nn.Module, Callable[[torch.Tensor], torch.Tensor] | None]:
+    """The model a deployer exports, and the read-back the harness applies to its output after the runtime (None:
+    none). A probabilities model read through the clamp (bench.models.logits) is exported as it ends, at its
+    sigmoid; one read before a trailing nn.Sigmoid module exports that pre-sigmoid value, with no read-back."""
+    if isinstance(model, LogitsOf) and model.score_read() == CLAMP:
+        return model.model, clamped_logit
+    return model, None
+
+
 class RuntimeModule(nn.Module):
     """A toolkit runtime behind the harness's signature: `module(dense, kjt)` (scoring) or `module(feeds)`
-    (timing: the feeds built beforehand). `runner(feeds, threads)` runs the runtime at that thread count."""
+    (timing: the feeds built beforehand). `runner(feeds, threads)` runs the runtime at that thread count;
+    `read_back` turns its output into the harness's logits (bench.backends.toolkit.deployed_model)."""
 
     def __init__(self, twin: Twin, runner: Callable[[Feeds, int], np.ndarray], runtime_bytes: int, table_bytes: int,
-                 details: dict[str, Any]) -> None:
+                 details: dict[str, Any], read_back: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
         super().__init__()
+        self.read_back = read_back
         self.layout, self.names = twin.layout, twin.input_names()  # not the twin: its fp32 weights are freed
         self.runner = runner
         self._runtime_bytes, self._table_bytes = runtime_bytes, table_bytes
@@ -134,7 +168,8 @@ class RuntimeModule(nn.Module):
 
     def forward(self, first, sparse: KeyedJaggedTensor | None = None) -> torch.Tensor:
         feeds = first if sparse is None else self.feeds(first, sparse)
-        return torch.from_numpy(np.asarray(self.runner(feeds, torch.get_num_threads())))  # the exported output's shape
+        out = torch.from_numpy(np.asarray(self.runner(feeds, torch.get_num_threads())))  # the exported output's shape
+        return out if self.read_back is None else self.read_back(out)
 
     def runtime_bytes(self) -> int:
         """The weights as the runtime was handed them (bench.measure.memory reads this)."""
@@ -156,20 +191,36 @@ class ToolkitBackend(Backend):
     quantizes: ClassVar[str]  # what is integer, in the record
     # the deploy form's triangle when backend.triangle=auto: the runtime's faster one, measured (docs/toolkits.md)
     best_triangle: ClassVar[str] = "gather"
+    # how the quantizer scales a gathered table when it scales it per tensor (None: per row, or not at all):
+    # `backend.stacking=auto` then keeps the deploy form's tables apart
+    per_tensor_tables: ClassVar[str | None] = None
 
     def check(self) -> None:
         check_export_options(self.cfg)
+
+    def twin(self, model: nn.Module, calibration_batches: Sequence[Batch]) -> Twin:
+        """The exported twin as this backend's config asks (`backend.export`, `triangle`, `stacking`); the record says
+        which tables' form ran and why (`stacking`, `stacking_why`; the plain form keeps every table apart)."""
+        stacking, why = stacking_of(self.cfg, self.per_tensor_tables)
+        twin = twin_of(model, calibration_batches, self.cfg, self.best_triangle, stacking)
+        if self.cfg.export != "plain":
+            twin.details["stacking_why"] = why
+        return twin
 
     def prepare(self, model: nn.Module, calibration_batches: Sequence[Batch], device: torch.device) -> nn.Module:
         if not calibration_batches:
             raise NotApplicable(f"backend {self.cfg.name!r} builds its exported twin from a calibration batch, and none was given")
         self.load_toolkit()
-        twin = twin_of(model, calibration_batches, self.cfg, self.best_triangle)
+        deployed, read_back = deployed_model(model)
+        twin = self.twin(deployed, calibration_batches)
         calibration = [feeds_of(twin.inputs(b.dense, b.sparse), twin.input_names()) for b in calibration_batches]
         with tempfile.TemporaryDirectory(prefix="bench-toolkit-") as tmp:
             onnx_path = export_onnx(twin, twin.inputs(calibration_batches[0].dense, calibration_batches[0].sparse), Path(tmp) / "twin.onnx")
             built = self.build(onnx_path, Path(tmp), calibration)
-        return RuntimeModule(twin, *built).eval()
+        module = RuntimeModule(twin, *built, read_back=read_back).eval()
+        if read_back is not None:
+            module.details["score_read_outside"] = READ_BACK
+        return module
 
     def unsupported_reason(self, device: torch.device) -> str | None:
         # a missing extra skips the job before the model is trained or loaded
@@ -187,6 +238,22 @@ class ToolkitBackend(Backend):
 
     def timed_inputs(self, prepared: nn.Module, inputs: list[tuple]) -> list[tuple]:
         return [(prepared.feeds(dense, sparse),) for dense, sparse in inputs]
+
+    def reference_runner(self, onnx_path: Path, workdir: Path):
+        """A runner of the fp32 exported graph in this toolkit's runtime, whose op names are the quantized graph's."""
+        raise NotImplementedError
+
+    def layer_outputs(self, prepared: nn.Module, fp32: nn.Module, calibration: Sequence[Batch],
+                      batch: Batch) -> tuple[list[LayerOutput], list[LayerOutput]]:
+        """Every op's output in the runtime: the quantized graph's, and the fp32 twin's exported again from `fp32`
+        (as `prepare` exported it) and run unquantized in the same runtime."""
+        feeds = prepared.feeds(batch.dense, batch.sparse)
+        threads = torch.get_num_threads()
+        twin = self.twin(deployed_model(fp32)[0], calibration)
+        with tempfile.TemporaryDirectory(prefix="bench-toolkit-") as tmp:
+            onnx_path = export_onnx(twin, twin.inputs(calibration[0].dense, calibration[0].sparse), Path(tmp) / "twin.onnx")
+            reference = self.reference_runner(onnx_path, Path(tmp))
+        return prepared.runner.layer_outputs(feeds, threads), reference.layer_outputs(feeds, threads)
 
     def job_metrics(self, prepared: nn.Module) -> dict[str, Any]:
         reference = f"{self.toolkit}_fp32"  # the same runtime unquantized: the quantization's part of the speedup is over it

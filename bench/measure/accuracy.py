@@ -41,10 +41,17 @@ def score(module: nn.Module, batches: Iterable[Batch], device: torch.device, exp
     return np.concatenate(labels), np.concatenate(logits)
 
 
+def non_finite_scores(logits: np.ndarray) -> str | None:
+    """How many scores are NaN or infinite, as the error says it; None when every one is finite."""
+    if np.all(np.isfinite(logits)):
+        return None
+    return f"model produced {int(np.sum(~np.isfinite(logits)))} non-finite scores (NaN or inf) on the eval split"
+
+
 def accuracy_metrics(labels: np.ndarray, logits: np.ndarray) -> dict[str, float]:
-    if not np.all(np.isfinite(logits)):
-        bad = int(np.sum(~np.isfinite(logits)))
-        raise FloatingPointError(f"model produced {bad} non-finite scores (NaN or inf) on the eval split")
+    bad = non_finite_scores(logits)
+    if bad:
+        raise FloatingPointError(bad)
     positives = float(labels.mean(dtype=np.float64))  # a float32 mean is off in the 8th digit
     if positives in (0.0, 1.0):
         raise UserError(

@@ -17,7 +17,7 @@ from bench.config import BackendConfig, Config
 from bench.errors import UserError
 from bench.metrics import AUC, DISTINCT_SCORES, N_EVAL
 from bench.hashing import plain
-from bench.measure.accuracy import accuracy_metrics, score
+from bench.measure.accuracy import accuracy_metrics, non_finite_scores, score
 from bench.measure.cuda_graph import GraphedModule
 from bench.measure.figures import Held, JobFigures, Timed
 from bench.measure.memory import PeakMemory, model_bytes
@@ -38,6 +38,7 @@ from bench.models.random_weights import RANDOM
 from bench.pipeline.attribution import attribute_delta
 from bench.pipeline.guard import memory_estimate
 from bench.pipeline.layers import attribution_line, auc_margin, layer_rows
+from bench.pipeline.nonfinite import explain
 from bench.pipeline.profile import job_profile
 from bench.pipeline.scores import Scores, scores_key
 from bench.pipeline.shared import SharedWork, TrainedModel
@@ -71,6 +72,10 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
         prepared = shared.prepared(cfg, backend, model, workload, device)
         if not performance_only:
             labels, logits = _scores(cfg, backend.cfg, model, workload, device, shared, lambda: prepared)
+            bad = non_finite_scores(logits)
+            if bad:  # the job fails; its error names the layer where the NaN or inf starts (bench.pipeline.nonfinite)
+                raise FloatingPointError(explain(bad, backend, prepared, model.module, shared.split_batches(cfg, workload, "calibration"),
+                                                 shared.split_batches(cfg, workload, "eval"), logits, device))
         inputs = shared.timing_inputs(cfg, workload, device)
         # the candidate's own input format, converted before any clock starts (bench.backends.backend)
         candidate_inputs = backend.timed_inputs(prepared, inputs)

@@ -116,3 +116,46 @@ def dict_outputs(embedding_bag_collection, dense_in_features, sigmoid: bool = Fa
 
 def tuple_outputs(embedding_bag_collection, dense_in_features):
     return _SeveralOutputs(embedding_bag_collection, dense_in_features, as_tuple=True)
+
+
+class NanWhenInt8(nn.Module):
+    """`log(W v)`, where fp32 gives a small positive value and any symmetric int8 weight scheme gives 0 or less.
+
+    `v` is one positive column of the layer's input, repeated; W's rows are `[1, -1, t, ..., t]` with 16 weights
+    t = 0.0015. In fp32, `W v = 16 t v > 0`. Quantized to int8 with one symmetric scale (max |w| = 1: a step of
+    1/127 or so), every t rounds to 0 and the ±1 cancel (or round to a negative sum): `log` of 0 is -inf, of a
+    negative value NaN. The weights are frozen: training leaves the plant as it is. Two output rows, so the
+    one-output rule (the score layer kept fp32) does not spare it."""
+
+    TINY, COUNT = 0.0015, 16
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(2 + self.COUNT, 2, bias=False)
+        with torch.no_grad():
+            self.linear.weight.copy_(torch.tensor([[1.0, -1.0] + [self.TINY] * self.COUNT] * 2))
+        self.linear.weight.requires_grad_(False)
+
+    def forward(self, v: torch.Tensor) -> torch.Tensor:
+        return torch.log(self.linear(v.expand(-1, 2 + self.COUNT)))
+
+
+class _PlantedNan(nn.Module):
+    """A small ranker (a Linear over the dense features and pooled embeddings) whose score adds the planted layer's
+    output, weighted 1e-3: fp32 ranks as the ranker does; int8 makes every score non-finite."""
+
+    def __init__(self, embedding_bag_collection, dense_in_features):
+        super().__init__()
+        self.ebc = embedding_bag_collection
+        width = dense_in_features + sum(c.embedding_dim * len(c.feature_names) for c in self.ebc.embedding_bag_configs())
+        self.tower = nn.Sequential(nn.Linear(width, 16), nn.ReLU(), nn.Linear(16, 1))
+        self.planted = NanWhenInt8()
+
+    def forward(self, dense, sparse):
+        x = torch.cat([dense, self.ebc(sparse).values()], dim=1)
+        v = 1.0 + dense[:, :1] * dense[:, :1]  # positive: 1 and above
+        return self.tower(x).squeeze(1) + 1e-3 * self.planted(v).mean(dim=1)
+
+
+def planted_nan(embedding_bag_collection, dense_in_features):
+    return _PlantedNan(embedding_bag_collection, dense_in_features)

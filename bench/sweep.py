@@ -32,7 +32,7 @@ from bench.progress import progress
 from bench.record import RunRecord, is_serving
 
 if TYPE_CHECKING:  # pandas is imported after the pre-flight checks
-    from bench.results.build import Results
+    from bench.results.assemble import Results
 
 T = TypeVar("T")
 
@@ -167,13 +167,13 @@ def console_bottom_line(results: Results) -> list[str]:
 
 def finish(config: DictConfig) -> int:
     """The post-sweep phase: the sweep's report folder, its results, its gate verdict, the rendered
-    report, the history. The results (`bench.results.build`) are built once, from the report folder's
+    report, the history. The results (`bench.results.assemble`) are built once, from the report folder's
     stored records at `compare.alpha` and `compare.max_auc_drop`, and handed to the gate, then the
     report, then the history. The verdict (gate.md, gate.xml, the exit code) is decided and written
     before anything optional runs. Returns the exit code: 0, 1 when a job errored or the gate failed,
     3 when a stage failed (the highest applies)."""
     from bench.report.publish import finish_report, start_report
-    from bench.results.build import build_results
+    from bench.results.assemble import build_results
     from bench.results.key import record_label
     from bench.results.load import load_records
 

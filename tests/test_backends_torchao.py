@@ -15,7 +15,7 @@ from bench.backends.tbe import check_config
 from bench.backends.torchao_mlp import quantized_weight_types
 from bench.config import ModelConfig
 from bench.errors import UserError
-from bench.measure.kernels import operators
+from bench.measure.operators import operators
 from bench.measure.memory import model_bytes
 from bench.models.dlrm import build_dlrm
 from bench.workloads.random_batch import random_batch, tiny_tables

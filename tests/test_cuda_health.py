@@ -133,7 +133,7 @@ def test_the_roofline_reads_half_precision_flops_against_the_gpu_s_fp16_gemm_lim
 
 
 def test_the_operator_log_tells_half_precision_gemms_apart():
-    from bench.measure.kernels import families, operators
+    from bench.measure.operators import families, operators
 
     mlp = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
     x = torch.randn(4, 8)

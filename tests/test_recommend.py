@@ -18,7 +18,7 @@ from bench.recommend.confirm import confirm, confirmation
 from bench.recommend.decide import (ACCURACY, CONFIRM, MEMORY, SPEED, Candidate, Confirmation, Estimate, Facts, Point,
                                     Rejection)
 from bench.recommend.jobs import Jobs, facts_config, offline_config, served_config, server_config
-from bench.recommend.run import backend_facts, run_recommend, served_times
+from bench.recommend.funnel import backend_facts, run_recommend, served_times
 from bench.results.parts import measured_table
 from bench.results.table import results_table
 from bench.recommend.speed import estimate, point, timed_sizes
@@ -300,7 +300,7 @@ def test_a_tune_map_joins_the_candidates_under_its_own_name(make, tmp_path):
     """A tune's per_table.yaml in the reports_dir joins the default candidates as uint4 with the map's types; named
     with `recommend.tune_map` it joins a given list too. Its facts, jobs and estimates carry its own name and its
     records the map."""
-    from bench.recommend.run import TUNED, candidate_overrides, tune_map
+    from bench.recommend.funnel import TUNED, candidate_overrides, tune_map
     left = tmp_path / "reports" / "tune" / "latest" / "per_table.yaml"
     assert tune_map(make(*RECOMMEND)) is None
     left.parent.mkdir(parents=True)

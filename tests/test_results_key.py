@@ -201,7 +201,7 @@ def test_threads_key_the_rows_and_torch_s_default_keys_as_none():
 def test_the_serving_key_is_the_results_key_and_the_serving_axes():
     """Every axis serving has comes from bench.results.key: the results key (threads, sharding, world size, access, table
     rows among it) and scenario, bound, batcher wait and workers."""
-    from bench.results.serving import SERVE_KEY, serve_table
+    from bench.results.serving_table import SERVE_KEY, serve_table
 
     assert key.SERVE_KEY == SERVE_KEY == [*key.KEY, "scenario", "bound_ms", "max_wait_ms", "workers"]
     assert {"sharding", "world_size", "access", "table_rows", "threads"} <= set(SERVE_KEY)

@@ -15,7 +15,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from bench import hardware, registry
 from bench.config.compose import compose
 from bench.measure.working_set import access_profile, working_set_bytes
-from bench.measure.kernels import operators
+from bench.measure.operators import operators
 from bench.config import DeviceConfig
 from bench.devices import get as get_device
 from bench.devices.cpu import VERSION

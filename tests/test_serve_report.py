@@ -10,7 +10,7 @@ from bench.config import GateConfig, RuleSet
 from bench.gate import evaluate_gate
 from bench.gate.stored import judge, settings
 from bench.report import write_report
-from bench.results.serving import serve_table
+from bench.results.serving_table import serve_table
 from bench.serve.paired import NOT_ENOUGH
 from bench.results.table import results_table
 from bench.store import read_records

@@ -16,7 +16,7 @@ import bench.results.table
 from bench.config import GateConfig, RuleSet
 from bench.gate.stored import rejudge
 from bench.report.__main__ import main as report_main
-from bench.results.build import build_results
+from bench.results.assemble import build_results
 from bench.sweep import finish
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "gate"))

@@ -30,11 +30,11 @@ from bench.tune import main as tune_main
 from bench.tune.candidate import SwappableModel
 from bench.tune.holdout import CHECK, HOLDOUT, PLAN, split_by_index
 from bench.tune.measured import Budget, Row
-from bench.tune.outputs import CSV_COLUMNS
+from bench.tune.tune_folder import CSV_COLUMNS
 from bench.tune.search import search
 from bench.tune.sensitivity import sensitivity
 from bench.tune.sizes import Table, map_bytes
-from bench.tune.stored import SUMMARY
+from bench.tune.candidate_records import SUMMARY
 from bench.record import RunRecord
 from bench.results.tune import CANDIDATE, LABELS, MEASURED, ROW, row_of
 from bench.store import read_records

@@ -2,7 +2,7 @@
 
 Most rules judge rows of the results table (one per workload, device, backend, batch size); the
 serving rules (`min_qps_at_sla`, `min_qps_ratio`, `max_p99_ms`) judge rows of the serving table
-(`bench.results.serving`, one per backend, scenario and bound): each rule names the rows it judges.
+(`bench.results.serving_table`, one per backend, scenario and bound): each rule names the rows it judges.
 
 A rule is registered by name (the same name is a `RuleSet` field and the YAML key). Its measure
 returns the value and, where the row has one, the 95% interval of that value, as the comparison
@@ -53,7 +53,7 @@ class Measure:
 
 
 JOB_ROWS = ("job",)  # rows of the results table (bench.results.table)
-SERVER, OFFLINE = "server", "offline"  # rows of the serving table (bench.results.serving), by scenario
+SERVER, OFFLINE = "server", "offline"  # rows of the serving table (bench.results.serving_table), by scenario
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from bench.gate.writers import render_markdown, write_outputs
 from bench.hashing import config_hash
 from bench.io import write_text_atomic
 from bench.record import RunRecord
-from bench.results.build import Results, build_results
+from bench.results.assemble import Results, build_results
 from bench.results.key import KEY
 from bench.results.load import GATE_CONFIG, load_records, records_file
 

@@ -21,7 +21,7 @@ from bench.config import Config
 from bench.errors import one_line
 from bench.measure.working_set import working_set_bytes
 from bench.measure.environment import environment
-from bench.measure.kernels import OperatorLog, families, operators
+from bench.measure.operators import OperatorLog, families, operators
 from bench.devices.roofline import roofline_metrics
 from bench.measure.lookups import lookup_timing
 from bench.measure.timing import CLOCKS, Timing

@@ -1,5 +1,5 @@
-"""`python -m bench recommend`: compose the config, check it, run the funnel (bench.recommend.run), write its folder
-(bench.recommend.outputs) and print the pick; the exit codes are listed in bench.recommend's docstring."""
+"""`python -m bench recommend`: compose the config, check it, run the funnel (bench.recommend.funnel), write its folder
+(bench.recommend.recommend_folder) and print the pick; the exit codes are listed in bench.recommend's docstring."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from bench.config.compose import compose
 from bench.console import quiet_library_noise
 from bench.errors import EXIT_GATE_FAILED, EXIT_INTERRUPTED, EXIT_OK, UserError
 from bench.recommend.jobs import Jobs
-from bench.recommend.outputs import console_lines, write_recommend
+from bench.recommend.recommend_folder import console_lines, write_recommend
 from bench.recommend.ranges import check_ranges
-from bench.recommend.run import candidate_overrides, run_recommend
+from bench.recommend.funnel import candidate_overrides, run_recommend
 from bench.report.publish import fresh_report_dir, point_latest
 from bench.runner import Session
 

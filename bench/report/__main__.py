@@ -4,7 +4,7 @@
 --benchmark-json=F.json`) into benchmarks.md next to F (`bench.report.benchmark_json`).
 
 A tune folder (`+sweep=tune`, `reports/tune/<timestamp>/`) re-renders its tune.md, tune.csv,
-per_table.yaml and frontier.png from its records.jsonl alone (`bench.report.tune`).
+per_table.yaml and frontier.png from its records.jsonl alone (`bench.report.tune_files`).
 
 Each DIR holds a records.jsonl (or `latest/records.jsonl`), or is such a file. Without --out a
 single DIR is re-rendered in place (its records.jsonl left as it is). With --baseline the
@@ -30,7 +30,7 @@ from bench.report import benchmark_json
 from bench.report.baseline import nothing_compared, summary, write_compare
 from bench.results.load import load_many, load_records, records_file, stored_compare
 from bench.report.publish import write_report
-from bench.report.tune import rerender as rerender_tune
+from bench.report.tune_files import rerender as rerender_tune
 from bench.results.tune import is_tune, is_tune_store
 
 PROG = "python -m bench.report"

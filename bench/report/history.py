@@ -59,7 +59,7 @@ from bench.io import append_jsonl, read_jsonl, write_text_atomic
 from bench.metrics import AUC, AUC_DELTA, EMBEDDING_BYTES, PEAK_RSS_BYTES, SPEEDUP, SPEEDUP_PROCESS_SD, THROUGHPUT, THROUGHPUT_TRIALS, hi, lo
 from bench.record import RunRecord
 from bench.results.key import AXES, KEY, read_label, row_key, row_label
-from bench.results.build import Results, build_results
+from bench.results.assemble import Results, build_results
 from bench.results.table import trials
 
 HISTORY_VERSION = 7

@@ -1,5 +1,5 @@
 """Report views of where each job stood against the machine, read from the results table's columns
-(`bench.results.machine`):
+(`bench.results.machine_columns`):
 
 - per workload and device: what the timed batches touched at each batch size (the timing pool,
   unique ids per batch, rows touched, the working set against the last-level cache) and which

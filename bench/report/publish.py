@@ -16,7 +16,7 @@ from bench.store import write_records
 from bench.report.markdown import render_report
 from bench.report.plots import write_plots
 from bench.report.serve import write_serve_report
-from bench.results.build import Results, build_results
+from bench.results.assemble import Results, build_results
 from bench.results.key import labelled
 from bench.results.table import as_records
 

@@ -1,5 +1,5 @@
 """The serving report (`+sweep=serve`): serve.csv, serve.md and a latency-versus-QPS plot per backend,
-rendered from the serving table (`bench.results.serving`)."""
+rendered from the serving table (`bench.results.serving_table`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from bench.record import RunRecord
 from bench.report import fmt
 from bench.results.key import BASELINE
 from bench.results.key import SERVE_KEY
-from bench.results.serving import PAIRED, latest_serving, serve_table
+from bench.results.serving_table import PAIRED, latest_serving, serve_table
 from bench.serve.paired import NOT_ENOUGH
 from bench.results.table import as_records
 from bench.serve.qps_search import disturbed

@@ -111,7 +111,7 @@ def server_bound(record: RunRecord) -> Any:
     return serve.get("bound_ms") if serve.get("scenario") == "server" else None
 
 
-# The axes a serving job has beside `AXES` (`+sweep=serve`, bench.results.serving): its LoadGen scenario, the
+# The axes a serving job has beside `AXES` (`+sweep=serve`, bench.results.serving_table): its LoadGen scenario, the
 # Server bound, and the batcher's wait and workers. Each keys as the record holds it (None where absent).
 SERVE_AXES: tuple[Axis, ...] = (
     Axis("scenario", config_value("serve.scenario")),

@@ -63,7 +63,7 @@ from bench.metrics import (
 from bench.record import RunRecord, degraded_kernels, is_serving, measure_of
 from bench.results.key import (AXES, BASELINE, KEY, UNSHARDED, in_context, is_reference, key_of, key_values, reference_key, row_key,
                                sharding_of, sort_key)
-from bench.results.machine import EXTRA_COLUMNS, row_extras
+from bench.results.machine_columns import EXTRA_COLUMNS, row_extras
 from bench.results.readable import too_short, unreadable
 from bench.config import MAX_AUC_DROP
 from bench import stats
@@ -143,7 +143,7 @@ COLUMNS = [
     "git_sha",
     "created_at",
     "fp32_embedding_bytes",
-    *EXTRA_COLUMNS,  # where each job stood against the machine (bench.results.machine)
+    *EXTRA_COLUMNS,  # where each job stood against the machine (bench.results.machine_columns)
 ]
 
 # The record's figures copied into the table as numbers: every declared metric of one value, with its

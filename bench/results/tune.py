@@ -1,7 +1,7 @@
 """A tune's results: what it measured (`Row`), its budget, table sizes, its search and its whole result, and
 that result read back from the stored records of a tune's folder (`from_records`).
 
-Below the report, which renders tune.md from a `TuneResult` (bench.report.tune), and the tune, which
+Below the report, which renders tune.md from a `TuneResult` (bench.report.tune_files), and the tune, which
 measures one (bench.tune): a tune folder re-renders from its records.jsonl alone (`python -m bench.report DIR`).
 
 A tune folder's records: one per candidate row of tune.csv, in its order (config `tune_candidate`: what
@@ -208,7 +208,7 @@ class TuneResult:
     holdout: list[Row] = field(default_factory=list)
     emulation_gap: float = float("nan")  # largest |logit| difference of the chosen map's emulation and real backend
     seconds: dict[str, float] = field(default_factory=dict)
-    records: Any = None  # bench.tune.stored.TuneRecords: every measured candidate as a stored run record
+    records: Any = None  # bench.tune.candidate_records.TuneRecords: every measured candidate as a stored run record
 
     @property
     def chosen(self) -> Optional[Row]:

@@ -12,7 +12,7 @@
     run.py          run_tune(cfg, work) -> TuneResult, the steps in order
     outputs.py      reports/tune/<timestamp>/: records.jsonl, and tune.md, per_table.yaml, tune.csv, frontier.png
 
-The rows, budget, sizes and result live in bench.results.tune, and tune.md's renderer in bench.report.tune,
+The rows, budget, sizes and result live in bench.results.tune, and tune.md's renderer in bench.report.tune_files,
 so `python -m bench.report reports/tune/latest` re-renders a tune folder from its records.jsonl.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from bench.config import Config
 from bench.errors import UserError
 from bench.pipeline.shared import SharedWork
-from bench.tune.outputs import write_tune
+from bench.tune.tune_folder import write_tune
 from bench.tune.run import NOTHING_COMPRESSED, TuneResult, nothing_compressed, run_tune
 
 __all__ = ["TuneResult", "main", "run_tune", "write_tune"]

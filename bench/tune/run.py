@@ -10,7 +10,7 @@
    map's held-out interval (real backend) alone.
 
 Every candidate measured is a run record stored as it is measured, and with `resume=true` one stored
-before is read instead of measured (bench.tune.stored). The device and the memory guard are every job's
+before is read instead of measured (bench.tune.candidate_records). The device and the memory guard are every job's
 (`runner.device_of`, `runner.memory_skip`).
 
 Where the fp32 model cannot be built here (its estimated memory exceeds `memory_fraction` of what is
@@ -41,7 +41,7 @@ from bench.tune.measured import Budget, Row
 from bench.tune.search import search
 from bench.tune.sensitivity import cached, sensitivity
 from bench.tune.sizes import PRECISIONS, Table, map_bytes, tables_of, uniform
-from bench.tune.stored import TuneRecords
+from bench.tune.candidate_records import TuneRecords
 from bench.tune.validate import CHOSEN_BACKEND, chosen_rows, holdout_rows
 
 

@@ -26,7 +26,7 @@ from bench.tune.policy import (
     predicted_index,
 )
 from bench.tune.sizes import Table, map_bytes
-from bench.tune.stored import Measure, measure_now
+from bench.tune.candidate_records import Measure, measure_now
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def table_options(tables: Sequence[Table], precisions: Sequence[str], rows: Sequ
 def search(model: SwappableModel, tables: Sequence[Table], precisions: Sequence[str], sensitivity: Sequence[Row],
            dense: str, budget: Budget, batches, base, ratio: float = 1.0, measure: Measure = measure_now) -> SearchResult:
     """Probe candidates on `batches` (the check quarter; `base` = its (labels, fp32 logits)); `ratio` = its
-    sample count / the held-out half's; each probe measured through `measure` (bench.tune.stored)."""
+    sample count / the held-out half's; each probe measured through `measure` (bench.tune.candidate_records)."""
     labels, base_logits = base
     dense_rows = [r for r in sensitivity if r.kind == "dense" and r.dense == dense]
     dense_loss = max(0.0, -dense_rows[0].auc_delta) if dense_rows else 0.0

@@ -20,7 +20,7 @@ from bench.io import write_text_atomic
 from bench.tune.candidate import DENSE, SwappableModel
 from bench.tune.measured import Row, delta
 from bench.tune.sizes import Table, map_bytes, uniform
-from bench.tune.stored import Measure, measure_now
+from bench.tune.candidate_records import Measure, measure_now
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 def sensitivity(model: SwappableModel, tables: Sequence[Table], precisions: Sequence[str], search, base,
                 measure: Measure = measure_now) -> list[Row]:
     """Rows for every (table, packable precision), then the int8 dense variants; `base` = (labels, fp32 logits);
-    each row measured through `measure` (bench.tune.stored: stored, or found stored on resume)."""
+    each row measured through `measure` (bench.tune.candidate_records: stored, or found stored on resume)."""
     labels, base_logits = base
     n = len(labels)
     fp32_map = uniform(tables, "fp32")

@@ -28,7 +28,7 @@ from bench.measure.accuracy import score
 from bench.pipeline.job import backend_config
 from bench.tune.measured import Row, delta
 from bench.tune.sizes import Table, map_bytes, uniform
-from bench.tune.stored import TuneRecords, measure_now
+from bench.tune.candidate_records import TuneRecords, measure_now
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ import torch
 from bench import hardware, registry
 from bench.config.compose import compose
 from bench.measure.working_set import access_profile, working_set_bytes
-from bench.measure.kernels import operators
+from bench.measure.operators import operators
 from bench.models.dlrm import build_dlrm
 from bench.pipeline.job import backend_config
 from bench.pipeline.shared import SharedWork

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from bench.io import to_json, write_text_atomic
 from bench.metrics import AUC_DELTA
 from bench.recommend.decide import Candidate, Facts, ratio_text
-from bench.recommend.run import Outcome, front_points
+from bench.recommend.funnel import Outcome, front_points
 from bench.report import fmt
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 
 from bench.config import MAX_AUC_DROP
 from bench.record import RunRecord
-from bench.results import serving, table
+from bench.results import serving_table, table
 
 
 @dataclass(frozen=True)
@@ -36,5 +36,5 @@ def build_results(records: Iterable[RunRecord | dict[str, Any]], alpha: float = 
     """The results of `records`: every table built once, at `alpha` (compare.alpha) and `budget` (compare.max_auc_drop)."""
     records = table.as_records(records)
     return Results(records=records, jobs=table.results_table(records, alpha=alpha, budget=budget),
-                   serving=serving.serve_table(records), latest=table.latest_records(records), alpha=float(alpha),
+                   serving=serving_table.serve_table(records), latest=table.latest_records(records), alpha=float(alpha),
                    budget=float(budget))

@@ -1,6 +1,6 @@
 """A tune's files from its result: tune.md, per_table.yaml, tune.csv and frontier.png (`write_files`).
 
-The tune writes them into a fresh folder beside the folder's records.jsonl (bench.tune.outputs);
+The tune writes them into a fresh folder beside the folder's records.jsonl (bench.tune.tune_folder);
 `python -m bench.report DIR` writes them again from those records alone (`rerender`)."""
 
 from __future__ import annotations

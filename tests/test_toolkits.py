@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import re
 
 import pytest
 import torch
@@ -239,3 +240,32 @@ def test_a_probabilities_model_is_deployed_as_it_ends_and_read_back_outside_the_
         got, want = module(batch.dense, batch.sparse), wrapped(batch.dense, batch.sparse)
         assert torch.sigmoid(want).min() < 1e-3 and torch.sigmoid(want).max() > 1 - 1e-3  # both ends reached
     assert torch.isfinite(got).all() and torch.corrcoef(torch.stack([got.flatten(), want.flatten()]))[0, 1] > 0.95
+
+
+class _TracedSize(torch.nn.Module):
+    """A runtime stand-in that returns the traced batch's count of scores whatever it is given, as OpenVINO did for
+    torchrec's sequence-first transformer (or fails, as ONNX Runtime's Reshape did)."""
+
+    def __init__(self, traced: int, fail: bool = False) -> None:
+        super().__init__()
+        self.traced, self.fail = traced, fail
+
+    def forward(self, dense: torch.Tensor, sparse) -> torch.Tensor:
+        if self.fail and dense.shape[0] != self.traced:
+            raise RuntimeError("cannot reshape {513,27,16} to {1024,108,4}")
+        return torch.zeros(self.traced)
+
+
+def test_a_runtime_that_keeps_the_traced_batch_size_is_not_applicable_with_its_reason():
+    from bench.backends.backend import NotApplicable
+    from bench.backends.toolkit import batch_size_bound
+
+    batch = random_batch(tiny_tables(), batch_size=8, seed=0)
+    for fail, got in ((False, "gave 8 scores"), (True, "gave an error (RuntimeError: cannot reshape")):
+        with pytest.raises(NotApplicable, match=r"keeps the batch size it was traced at \(8 rows\): at 5 rows the runtime " + re.escape(got)):
+            batch_size_bound(_TracedSize(8, fail), batch)
+
+    class _PerSample(torch.nn.Module):
+        def forward(self, dense: torch.Tensor, sparse) -> torch.Tensor:
+            return torch.zeros(dense.shape[0])
+    batch_size_bound(_PerSample(), batch)  # one score per sample at another size: nothing said

@@ -28,7 +28,7 @@ from bench.backends.deploy import FORMS as EXPORT_FORMS
 from bench.backends.layer_outputs import LayerOutput
 from bench.backends.deploy import STACKINGS, TRIANGLES, export_twin
 from bench.backends.twin import Twin
-from bench.batch import Batch
+from bench.batch import Batch, concat_batches, take_rows
 from bench.config import BackendConfig
 from bench.errors import UserError
 from bench.metrics import RUNTIME_REFERENCE, TOOLKIT
@@ -180,6 +180,25 @@ class RuntimeModule(nn.Module):
         return self._table_bytes
 
 
+def batch_size_bound(module: RuntimeModule, traced: Batch) -> None:
+    """NotApplicable where the runtime does not give one score per sample at a batch size other than the one the
+    export was traced at: a graph that kept that size as a constant (torchrec's sequence-first transformer folds it
+    into its attention's Reshape) fails, or silently returns the traced count, at every other batch size."""
+    rows = len(traced)
+    other = rows // 2 + 1 if rows > 2 else rows + 1  # any size but the traced one
+    batch = take_rows(concat_batches([traced, traced]), torch.arange(other))
+    try:
+        with torch.inference_mode():
+            scores = module(batch.dense, batch.sparse)
+        got = f"{scores.reshape(-1).shape[0]} scores" if scores.reshape(-1).shape[0] != other else None
+    except Exception as exc:  # noqa: BLE001 - the runtime's own error, named in the reason
+        got = f"an error ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    if got is not None:
+        raise NotApplicable(f"the exported graph keeps the batch size it was traced at ({rows} rows): at {other} rows the "
+                            f"runtime gave {got}; the model's forward folds its batch size into a constant (a sequence-first "
+                            "attention's Reshape), which this toolkit export cannot make dynamic")
+
+
 class ToolkitBackend(Backend):
     """The shared steps: twin, export, the toolkit's own quantization (`build`), the runtime module."""
 
@@ -220,6 +239,7 @@ class ToolkitBackend(Backend):
         module = RuntimeModule(twin, *built, read_back=read_back).eval()
         if read_back is not None:
             module.details["score_read_outside"] = READ_BACK
+        batch_size_bound(module, calibration_batches[0])
         return module
 
     def unsupported_reason(self, device: torch.device) -> str | None:

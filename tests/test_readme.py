@@ -118,6 +118,11 @@ DOCS_LONG = {
         "python -m bench dashboard demo-reports",
     )},
     "make setup-movielens": SETUP,
+    # serving and recommend at DLRMv3's bound (docs/sequential.md): tests/test_serve_requests.py runs both tiny on HSTU
+    **{c: "serves the DLRMv3 preset through LoadGen, tens of minutes as written; tests/test_serve_requests.py runs the "
+          "serving sweep and recommend on a tiny HSTU through the real commands" for c in (
+        "python -m bench +sweep=serve model=hstu +preset=dlrmv3 serve.bound_ms=80",
+        "python -m bench recommend model=hstu +preset=dlrmv3 slo.p99_ms=80")},
     **{c: "trains a sequential model, a minute to minutes as written; tests/test_sequential.py runs model=hstu on synthetic_seq tiny "
           "through the command and checks examples.din against the contract on synthetic_seq and Parquet sequences" for c in (
         "python -m bench backend=fp32 model=hstu workload=synthetic_seq", "python -m bench backend=fp32 model=hstu workload=movielens",

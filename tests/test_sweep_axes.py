@@ -58,8 +58,9 @@ def test_the_gate_judges_a_sharded_row_by_its_backends_rules_and_names_it_by_its
     assert (sharded_int8.sharding, sharded_int8.world_size, sharded_int8.verdict) == ("row_wise", 2, "pass")
     assert sharded_int8.where.startswith("int8_tbe@row_wise×2 ") and "default_rules" not in sharded_int8.reason
     keys = row_verdicts(result)
-    # the key's further axes (access, table_rows, threads) were not swept here: None
-    assert ("synthetic", "cpu", "fake_quant", "none", 1, 2048, None, None, None) in keys and ("synthetic", "cpu", "fake_quant", "auto", 2, 2048, None, None, None) in keys
+    # the key's further axes (access, table_rows, threads, family) were not swept here: None
+    assert ("synthetic", "cpu", "fake_quant", "none", 1, 2048, None, None, None, None) in keys
+    assert ("synthetic", "cpu", "fake_quant", "auto", 2, 2048, None, None, None, None) in keys
 
 
 def test_a_results_csv_written_before_the_columns_is_still_gated_by_backend():

@@ -187,6 +187,8 @@ def batch_size_bound(module: RuntimeModule, traced: Batch) -> None:
     rows = len(traced)
     other = rows // 2 + 1 if rows > 2 else rows + 1  # any size but the traced one
     batch = take_rows(concat_batches([traced, traced]), torch.arange(other))
+    with torch.inference_mode():
+        module(traced.dense, traced.sparse)  # at the traced size first: a runtime that fails there fails the job as itself
     try:
         with torch.inference_mode():
             scores = module(batch.dense, batch.sparse)

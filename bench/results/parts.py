@@ -11,7 +11,6 @@ are whole jobs. `measured_table` is their table, the newest record winning per k
 from __future__ import annotations
 
 import math
-from datetime import datetime
 from typing import Any, Iterable, Optional
 
 import pandas as pd
@@ -20,7 +19,7 @@ from bench.config import FACTS, SERVED
 from bench.metrics import AUC_DELTA, AUC_FP32, EMBEDDING_BYTES, MODEL_BYTES, NE_DELTA, hi, lo
 from bench.record import RunRecord, measure_of
 from bench.results.key import KEY, in_context, key_of, sort_key
-from bench.results.table import as_records
+from bench.results.table import as_records, created
 from bench.serve.path import ServedTimes
 
 MB = 1e6
@@ -55,20 +54,13 @@ def served_of(record: RunRecord) -> Optional[ServedTimes]:
     return ServedTimes(**times) if times else None
 
 
-def _created(r: RunRecord) -> datetime:
-    try:
-        return datetime.fromisoformat(r.created_at)
-    except (TypeError, ValueError):
-        return datetime.min
-
-
 def measured_table(records: Iterable[RunRecord | dict[str, Any]]) -> pd.DataFrame:
     """One row per (results key, part measured), the newest record winning: facts rows with their ΔAUC and MB, served
     rows with their batch times beside fp32's."""
     latest: dict[tuple, RunRecord] = {}
     parts = [r for r in as_records(records) if measure_of(r) in (FACTS, SERVED)]
     for r, k in zip(parts, in_context([(*key_of(r), measure_of(r)) for r in parts], [*KEY, "measure"])):
-        if k not in latest or _created(r) >= _created(latest[k]):
+        if k not in latest or created(r) >= created(latest[k]):
             latest[k] = r
     rows = []
     for k, r in sorted(latest.items(), key=lambda kv: (sort_key(kv[0][:-1]), kv[0][-1])):

@@ -11,7 +11,6 @@ report (`bench.report.serve`) renders it.
 from __future__ import annotations
 
 import math
-from datetime import datetime
 from typing import Any, Iterable
 
 import pandas as pd
@@ -19,7 +18,7 @@ import pandas as pd
 from bench.metrics import LATENCY_MS, MAX_QPS, PAIRS_PER_S, SAMPLES_PER_S, hi, lo
 from bench.record import RunRecord, is_serving
 from bench.results.key import BASELINE, SERVE_KEY, backend_rank, in_context, serve_key_of
-from bench.results.table import as_records
+from bench.results.table import as_records, created
 
 COLUMNS = [
     *SERVE_KEY, "status", MAX_QPS, lo(MAX_QPS), hi(MAX_QPS), "monotonic", "search_stop", "steps", "validity",
@@ -46,18 +45,11 @@ def serving_records(records: Iterable[RunRecord | dict[str, Any]]) -> list[RunRe
     return [r for r in as_records(records) if is_serving(r)]
 
 
-def _created(r: RunRecord) -> datetime:
-    try:
-        return datetime.fromisoformat(r.created_at)
-    except (TypeError, ValueError):
-        return datetime.min
-
-
 def latest_serving(records: Iterable[RunRecord | dict[str, Any]]) -> dict[tuple, RunRecord]:
     latest: dict[tuple, RunRecord] = {}
     served = serving_records(records)
     for r, k in zip(served, in_context([serve_key_of(r) for r in served], SERVE_KEY)):
-        if k not in latest or _created(r) >= _created(latest[k]):
+        if k not in latest or created(r) >= created(latest[k]):
             latest[k] = r
     return latest
 

@@ -159,7 +159,8 @@ def as_records(records: Iterable[RunRecord | dict[str, Any]]) -> list[RunRecord]
     return [r if isinstance(r, RunRecord) else RunRecord.from_dict(r) for r in records]
 
 
-def _created(record: RunRecord) -> datetime:
+def created(record: RunRecord) -> datetime:
+    """When the record was made (its `created_at`), the earliest time where it is unreadable: newest wins."""
     try:
         return datetime.fromisoformat(record.created_at)
     except (TypeError, ValueError):
@@ -179,7 +180,7 @@ def latest_records(records: Iterable[RunRecord | dict[str, Any]]) -> dict[tuple,
     # serving jobs and parts of jobs have their own tables (results.serving, .parts)
     kept = [r for r in as_records(records) if not (is_serving(r) or measure_of(r))]
     for r, k in zip(kept, in_context([key_of(r) for r in kept])):
-        if k not in latest or _created(r) >= _created(latest[k]):
+        if k not in latest or created(r) >= created(latest[k]):
             latest[k] = r
     return latest
 

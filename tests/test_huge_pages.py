@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 
 from bench import hardware
 from bench.config.compose import compose
 from bench.runner import job_hash
+
+CPU = torch.device("cpu")
 
 
 def test_the_tables_keep_their_bytes_and_the_whole_huge_pages_inside_them_are_asked_for():
@@ -31,3 +34,19 @@ def test_a_job_without_huge_pages_keeps_the_identity_of_records_made_before_the_
     assert job_hash(resolved) == job_hash(stored_before)
     huge = dataclasses.asdict(compose(["+preset=tiny", "device.huge_pages=true"]))
     assert job_hash(huge) != job_hash(resolved)  # the tables in huge pages: another measurement
+
+
+@pytest.mark.slow
+def test_a_job_with_huge_pages_records_them_and_leaves_no_tables_to_the_next_job(tiny_cfg):
+    """The prepared module is shared by the jobs of a sweep; one whose tables were put in huge pages is not."""
+    from bench.pipeline.job import measure
+    from bench.pipeline.shared import SharedWork
+    from tests.support.backends import make_backend
+
+    timing = ("timing.trials=2", "timing.max_rounds=2", "timing.batches_per_trial=2", "timing.min_trial_seconds=0", "timing.warmup_batches=1")
+    shared = SharedWork()
+    plain = measure(tiny_cfg(*timing), make_backend("int8_tbe"), CPU, shared)
+    assert "huge_pages" not in plain and "prepared" in shared.built()  # kept for the next job of the same backend
+    huge = measure(tiny_cfg(*timing, "device.huge_pages=true"), make_backend("int8_tbe"), CPU, shared)
+    assert set(huge["huge_pages"]) == {"bytes", "huge_bytes", "error"}  # the tiny tables hold no whole 2 MiB page: 0 asked
+    assert "prepared" not in shared.built() and "reference" not in shared.built()

@@ -15,7 +15,9 @@ where the tables are far beyond the caches. Each id of that call comes back as o
 collection's, or a bag of one's), dequantized to the collection's output dtype: `output_bytes_per_random_row`,
 what the call writes per row beside what it reads, read off the outputs themselves. A 512-wide row in fp32 is
 2,048 bytes, whatever the table stores, so the roofline a random row is held to is its stored row's gather plus
-that write (`bench.devices.roofline.Limits.lookup_ns_per_row`).
+that write (`bench.devices.roofline.Limits.lookup_ns_per_row`). The random call is also timed per collection
+(`random_by_collection`: its tables, the rows of its largest, its rows, ns and output bytes per row), so the rows
+of a table far beyond the caches are not averaged with those of a small one that stays in them.
 
 The clock is injectable (nanoseconds, as `bench.measure.timing`'s), and the time of a call is the fastest of
 `repeats` passes over the batches, as the roofline takes the fastest of its gathers.
@@ -103,6 +105,15 @@ def _best(fn: Callable[[], object], clock: Clock, repeats: int) -> int:
     return int(best)
 
 
+def _alone(collection: nn.Module, kjt: KeyedJaggedTensor, clock: Clock, repeats: int) -> dict:
+    """One collection's random-rows call, timed alone."""
+    configs = configs_of(collection)
+    rows = kjt.values().numel()
+    ns = _best(lambda: collection(kjt), clock, repeats)
+    return {"tables": [cfg.name for cfg in configs], "largest_table_rows": max(cfg.num_embeddings for cfg in configs), "rows": rows,
+            "ns_per_row": ns / rows if rows else None, "output_bytes_per_row": output_bytes(collection(kjt)) / rows if rows else None}
+
+
 def lookup_timing(model: nn.Module, inputs: list[tuple], clock: Clock = time.perf_counter_ns, repeats: int = 3,
                   max_calls: int = MAX_CALLS, random_n: int = RANDOM_IDS) -> dict | None:
     """ns per id and per distinct row of the model's table collections, over up to `max_calls` of the timed
@@ -122,8 +133,9 @@ def lookup_timing(model: nn.Module, inputs: list[tuple], clock: Clock = time.per
         best = _best(lambda: [c(kjt) for kjt in batches for c in found], clock, repeats)
         random_best = _best(lambda: [c(kjt) for c, kjt in spread], clock, repeats) if random_n else 0
         written = output_bytes([c(kjt) for c, kjt in spread]) if random_n else 0
+        alone = [_alone(c, kjt, clock, repeats) for c, kjt in spread] if random_n else []
     random_rows = sum(kjt.values().numel() for _, kjt in spread) if random_n else 0
     return {"calls": len(batches), "ids_per_call": looked / len(batches), "distinct_rows_per_call": distinct / len(batches),
             "ns_per_id": best / looked, "ns_per_distinct_row": best / distinct, "seconds_per_call": best / len(batches) / 1e9,
             "random_rows": random_rows, "ns_per_random_row": random_best / random_rows if random_rows else None,
-            "output_bytes_per_random_row": written / random_rows if random_rows else None}
+            "output_bytes_per_random_row": written / random_rows if random_rows else None, "random_by_collection": alone}

@@ -138,6 +138,8 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
         metrics.update(job_profile(cfg, prepared, inputs, workload, timing, device, shared))
     metrics.update(backend.job_metrics(prepared))
     metrics.update(graphed)
+    if huge_pages is not None:  # its tables are in huge pages now: a later job (one without them) builds its own
+        shared.drop_modules()
     return metrics
 
 

@@ -12,8 +12,9 @@ Reads a scale sweep's records (records.jsonl) and prints:
    (as measured) and at MLPerf's (16,384 history events, 2,048 candidates), both from the measured per-row
    and per-FLOP costs.
 
-Lookup figures (bench.measure.lookups): `ns_per_random_row` is one call of uniformly drawn ids, the kernel's
-rate on rows from all over the table; `ns_per_id` is the model's own batches, where each of a request's
+Lookup figures (bench.measure.lookups): the random-rows call is one call of uniformly drawn ids, the kernel's
+rate on rows from all over the table, read for the collection that holds the item table (`random_by_collection`;
+the whole call's `ns_per_random_row`, which also counts the small user table's rows, in records before it); `ns_per_id` is the model's own batches, where each of a request's
 candidates carries the history, so most of its ids are repeats that hit the caches. Two floors per row: the
 machine's random-row gather (bench.devices.roofline) at the stored row width alone, and that gather plus the
 row's output written at the machine's write bandwidth (`Limits.lookup_ns_per_row`): each id of the random-rows
@@ -78,7 +79,7 @@ def main() -> None:
     print(f"request: histories of {w['min_history']}-{w['history_length']} events, {w['candidates']} candidates; "
           f"item table 512 wide (model.embedding_dim {cfg['model']['embedding_dim']})\n")
 
-    print("| item rows | precision | status | huge pages | bytes/row | lookup ns/row (random rows) | gather ns/row at its width | x gather "
+    print("| item rows | precision | status | huge pages | bytes/row | item table's lookup ns/row (random rows) | gather ns/row at its width | x gather "
           "| output bytes/row | gather + output write ns/row | x (gather + write) | ns/id (model's batches) | samples/s | ms/request "
           "| lookups ms/request | peak RSS | tables + dense | RSS / (tables + dense) | (RSS - start) / (tables + dense) |")
     print("| ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -94,11 +95,14 @@ def main() -> None:
         width = int(round(row_bytes))
         roof = width / float(limits[str(width)]) * 1e9 if str(width) in limits else None
         look = m.get("lookups") or {}
-        random_ns = look.get("ns_per_random_row")
-        out_bytes, write = look.get("output_bytes_per_random_row"), m["roofline"]["limits"].get("write_bytes_per_s")
+        item = max(look.get("random_by_collection") or [{}], key=lambda c: c.get("largest_table_rows", 0))  # the item table's
+        random_ns = item.get("ns_per_row") or look.get("ns_per_random_row")
+        out_bytes = item.get("output_bytes_per_row") or look.get("output_bytes_per_random_row")
+        write = m["roofline"]["limits"].get("write_bytes_per_s")
         floor = roof + out_bytes / float(write) * 1e9 if roof and out_bytes and write else None  # records before the write limit: none
         huge = m.get("huge_pages")
-        huge_text = "no" if huge is None else (huge["error"] if huge.get("error") else f"{(huge.get('huge_bytes') or 0) / 1e9:,.2f} GB")
+        huge_text = "no" if huge is None else (f"{(huge.get('huge_bytes') or 0) / 1e9:,.2f} of {huge['bytes'] / 1e9:,.2f} GB"
+                                               + (f" ({huge['error']})" if huge.get("error") else ""))
         k = r["config"]["workload"]["candidates"]
         request_ms = k / m["throughput"] * 1e3
         lookup_ms = look.get("seconds_per_call", 0) * 1e3

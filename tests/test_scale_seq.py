@@ -33,7 +33,7 @@ def test_tiny_scale_sweep_measures_what_fits_and_refuses_what_does_not(tmp_path)
          "backend=uint4,fp32_tbe", "workload.history_length=8", "workload.candidates=4", "workload.num_users=50",
          "workload.eval_samples=256", "workload.train_samples=256", "workload.calibration_samples=64", "threads=1",
          "timing.trials=2", "timing.max_rounds=2", "timing.warmup_batches=1", "timing.batches_per_trial=2", "timing.min_trial_seconds=0",
-         "timing.calibrate=false", "kernel_health=false", "timing.pool_samples=256", "device.huge_pages=true",
+         "timing.calibrate=false", "kernel_health=false", "timing.pool_samples=256",
          f"reports_dir={tmp_path / 'reports'}", f"cache_dir={tmp_path / 'cache'}", f"hydra.sweep.dir={tmp_path / 'multirun'}"],
         cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -48,7 +48,7 @@ def test_tiny_scale_sweep_measures_what_fits_and_refuses_what_does_not(tmp_path)
         assert m["lookups"]["ns_per_distinct_row"] > m["lookups"]["ns_per_id"] > 0  # each history read once per candidate
         assert m["lookups"]["output_bytes_per_random_row"] == 512 * 4  # every row comes back in fp32, whatever it stores
         assert m["roofline"]["limits"]["write_bytes_per_s"] > 0
-        # device.huge_pages: the whole 2 MiB pages inside the tables (FP32's 8 MB item table holds some), and what the kernel gave
+        # device.huge_pages, the sweep's: the whole 2 MiB pages inside the tables (FP32's 8 MB item table holds some), and what the kernel gave
         assert small["config"]["device"]["huge_pages"] and m["huge_pages"]["bytes"] >= (rows[0] * row_bytes // 2**21 - 1) * 2**21
         assert m["huge_pages"]["error"] or m["huge_pages"]["huge_bytes"] >= m["huge_pages"]["bytes"] > 0 or backend == "uint4"
         assert huge["status"] == "skipped" and huge["metrics"] == {}

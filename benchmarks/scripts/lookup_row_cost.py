@@ -17,6 +17,7 @@ calls, and beside the same run's references (so a shared machine hits both alike
   8,192 ids for each of its 2 features);
 - torchrec's quantized EmbeddingCollection (as bench.backends.direct builds it: fp32 output) against the raw op on
   the same ids, with the minor page faults a call takes;
+- the op's own zero fill of its output (torch.profiler on one call): FBGEMM writes every output row twice;
 - transparent huge pages: the same, in a child process with THP_MEM_ALLOC_ENABLE=1 (torch's CPU allocator then
   asks `madvise(MADV_HUGEPAGE)` for every block of 2 MB or more, the table's and the roofline buffer's alike; the
   machine's THP mode is `madvise`, so without it neither gets huge pages).
@@ -147,7 +148,20 @@ def torchrec_section(rows: int, n: int, repeats: int, ref: dict) -> IntNBitTable
     print(line("raw op on the same table and ids, NONE out FP32", ns, 2 * n, ref, fault))
     ns, fault = best(lambda: m(values.int(), torch.tensor([0, n, 2 * n], dtype=torch.int32)), repeats)
     print(line("TBE module forward (Python + bounds check + op)", ns, 2 * n, ref, fault))
+    zero_fill_share(raw_op(m, values.int(), PoolingMode.NONE, SparseType.FP32))
     return m
+
+
+def zero_fill_share(op) -> None:
+    """FBGEMM's CPU op allocates its fp32/fp16 output and fills it with zeros before its kernel writes the rows
+    (embedding_forward_quantized_cpu_template.cpp: `output.fill_(0)`): each output row is written twice. The
+    profiler says how much of one call that first write takes."""
+    with torch.profiler.profile() as prof:
+        op()
+    times = {e.key: e.self_cpu_time_total for e in prof.key_averages()}
+    total = sum(times.values())
+    fill = times.get("aten::fill_", 0.0)
+    print(f"  one call under torch.profiler: aten::fill_ (the output zeroed) {fill / 1e3:.2f} ms of {total / 1e3:.2f} ms ({fill / total:.0%})")
 
 
 def huge_kb() -> int:

@@ -103,7 +103,7 @@ def raw_op(m: IntNBitTableBatchedEmbeddingBagsCodegen, ids: torch.Tensor, poolin
         fp8_exponent_bits=m.fp8_exponent_bits, fp8_exponent_bias=m.fp8_exponent_bias)
 
 
-def references(repeats: int) -> dict[str, float]:
+def references() -> dict[str, float]:
     """ns per row of the roofline's gathers, and ns per 2,048 / 1,024 output bytes at the memory's write rate."""
     buffer = torch.ones(GATHER_BYTES, dtype=torch.uint8)
     ref = {f"gather {w} B": w / gather_bandwidth(w, GATHER_BYTES, buffer) * 1e9 for w in (260, 2048)}
@@ -182,7 +182,7 @@ def machine() -> str:
 def measure(args) -> None:
     torch.set_num_threads(1)
     hardware.pin_malloc()  # as every job (config pin_malloc=true)
-    ref = references(args.repeats)
+    ref = references()
     print("references: " + ", ".join(f"{k} {v:.1f} ns/row" for k, v in ref.items()), flush=True)
     with torch.inference_mode():
         big = torchrec_section(args.rows, args.ids, args.repeats, ref)
@@ -191,7 +191,7 @@ def measure(args) -> None:
         if not args.child:
             for rows, where in ((1000, "L2"), (64000, "L3")):
                 raw_section(f"{rows // 1000}k rows ({where})", tbe(rows), rows, args.ids, args.repeats, ref, sorted_too=False)
-    print("references again: " + ", ".join(f"{k} {v:.1f} ns/row" for k, v in references(args.repeats).items()), flush=True)
+    print("references again: " + ", ".join(f"{k} {v:.1f} ns/row" for k, v in references().items()), flush=True)
 
 
 def main() -> None:

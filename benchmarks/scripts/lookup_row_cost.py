@@ -16,7 +16,8 @@ calls, and beside the same run's references (so a shared machine hits both alike
   with `--ids` ids a call and twice that (the EmbeddingCollection call of the scale sweep's random-rows figure:
   8,192 ids for each of its 2 features);
 - torchrec's quantized EmbeddingCollection (as bench.backends.direct builds it: fp32 output) against the raw op on
-  the same ids, with the minor page faults a call takes;
+  the same ids, with the minor page faults a call takes, at the size of one of the preset's requests (2,268 ids)
+  and of the random-rows call, and what torchrec and the TBE module add per call;
 - the op's own zero fill of its output (torch.profiler on one call): FBGEMM writes every output row twice;
 - transparent huge pages: the same, in a child process with THP_MEM_ALLOC_ENABLE=1 (torch's CPU allocator then
   asks `madvise(MADV_HUGEPAGE)` for every block of 2 MB or more, the table's and the roofline buffer's alike; the
@@ -51,6 +52,7 @@ DIM = 512
 GATHER_BYTES = 1 << 30
 WRITE_BYTES = 1 << 29
 THP = "THP_MEM_ALLOC_ENABLE"
+MODEL_IDS = 2268  # ids of one EmbeddingCollection call on the preset's own batches (the scale sweep's records)
 
 
 def faults() -> int:
@@ -140,14 +142,16 @@ def torchrec_section(rows: int, n: int, repeats: int, ref: dict) -> IntNBitTable
     m = ec._emb_modules[0]._emb_module if hasattr(ec._emb_modules[0], "_emb_module") else ec._emb_modules[0]
     fill(m)
     generator = torch.Generator().manual_seed(1)
-    values = torch.randint(rows, (2 * n,), generator=generator)
-    kjt = KeyedJaggedTensor.from_lengths_sync(["history", "item_id"], values, torch.tensor([n, n], dtype=torch.int32))
-    ns, fault = best(lambda: ec(kjt), repeats)
-    print(line(f"torchrec EmbeddingCollection, {2 * n} ids (2 features)", ns, 2 * n, ref, fault))
-    ns, fault = best(raw_op(m, values.int(), PoolingMode.NONE, SparseType.FP32), repeats)
-    print(line("raw op on the same table and ids, NONE out FP32", ns, 2 * n, ref, fault))
-    ns, fault = best(lambda: m(values.int(), torch.tensor([0, n, 2 * n], dtype=torch.int32)), repeats)
-    print(line("TBE module forward (Python + bounds check + op)", ns, 2 * n, ref, fault))
+    for count in (MODEL_IDS // 2, n):  # ids per feature: a request of the preset's (2,268 ids a call), the random-rows call
+        values = torch.randint(rows, (2 * count,), generator=generator)
+        kjt = KeyedJaggedTensor.from_lengths_sync(["history", "item_id"], values, torch.tensor([count, count], dtype=torch.int32))
+        on_ec, fault = best(lambda: ec(kjt), repeats)
+        print(line(f"torchrec EmbeddingCollection, {2 * count} ids (2 features)", on_ec, 2 * count, ref, fault))
+        raw, fault = best(raw_op(m, values.int(), PoolingMode.NONE, SparseType.FP32), repeats)
+        print(line("raw op on the same table and ids, NONE out FP32", raw, 2 * count, ref, fault))
+        on_module, fault = best(lambda: m(values.int(), torch.tensor([0, count, 2 * count], dtype=torch.int32)), repeats)
+        print(line("TBE module forward (Python + bounds check + op)", on_module, 2 * count, ref, fault))
+        print(f"  per call over the op: torchrec {(on_ec - raw) / 1e3:.0f} us, the TBE module {(on_module - raw) / 1e3:.0f} us")
     zero_fill_share(raw_op(m, values.int(), PoolingMode.NONE, SparseType.FP32))
     return m
 

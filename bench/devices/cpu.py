@@ -2,8 +2,8 @@
 
 Its limits: random-row gathers read with the fastest of ATen's row gathers (`index_select` of uint8 rows,
 `embedding_bag` sums of 1 or 32 rows per bag over the same bytes as fp32 where the width allows) from a
-buffer far larger than the last-level cache, the same buffer written from end to end (fp32 `fill_`, `zero_`), and an fp32 matrix product beside torch.ao's dynamic int8
-Linear at GEMM_SHAPE, each the best of several calls. Its kernel probe is bench.devices.cpu_probe,
+buffer far larger than the last-level cache, the same buffer written from end to end (fp32 `fill_`, `zero_`),
+and an fp32 matrix product beside torch.ao's dynamic int8 Linear at GEMM_SHAPE, each the best of several calls. Its kernel probe is bench.devices.cpu_probe,
 judged against these limits; its memory is the host's (the peak RSS is read by bench.measure.memory).
 """
 

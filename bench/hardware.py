@@ -101,6 +101,55 @@ def prepare_process(cfg, threads: int | None) -> int:
 # ------------------------------------------------------------------------------------ CPU and GPU
 
 
+HUGE_PAGE = 2 << 20  # x86-64's transparent huge page
+_MADV_HUGEPAGE = 14
+_MADV_COLLAPSE = 25  # Linux 6.1 on: make the range huge pages now, in place, whatever the THP mode
+
+
+def huge_bytes_in(ranges: dict[int, int]) -> int | None:
+    """Bytes in transparent huge pages inside the address `ranges` (start -> end), from /proc/self/smaps: each mapping's
+    `AnonHugePages`, up to its overlap with the ranges; None where Linux does not say."""
+    try:
+        text = Path("/proc/self/smaps").read_text()
+    except OSError:
+        return None
+    total, overlap = 0, 0
+    for line in text.splitlines():
+        head = line.split(maxsplit=1)[0]
+        if "-" in head and not head.endswith(":"):  # a mapping's first line: start-end perms offset ...
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            overlap = sum(max(0, min(hi, end) - max(lo, start)) for start, end in ranges.items())
+        elif head == "AnonHugePages:" and overlap:
+            total += min(int(line.split()[1]) << 10, overlap)
+    return total
+
+
+def back_with_huge_pages(tensors: list[torch.Tensor]) -> dict:
+    """Back the memory of `tensors` (a model's tables, already written) with transparent huge pages, as a
+    deployment asks for them: `madvise(MADV_HUGEPAGE)` and `madvise(MADV_COLLAPSE)` over the whole 2 MiB pages
+    inside each one's storage; the rows stay where they are and keep their bytes. A lookup at a random row of a
+    table far beyond the caches then misses the TLB once per 2 MiB instead of once per 4 KiB page
+    (docs/sequential.md has what that buys). Returns what was asked and what the kernel gave: `bytes` (the
+    whole huge pages inside the tables), `huge_bytes` (how many of them are huge pages now, read back from
+    /proc/self/smaps), `error` (the first
+    madvise that failed, with its errno; the tables then stay as they were)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    ranges = {}
+    for tensor in tensors:
+        storage = tensor.untyped_storage()
+        start = -(-storage.data_ptr() // HUGE_PAGE) * HUGE_PAGE
+        end = (storage.data_ptr() + storage.nbytes()) // HUGE_PAGE * HUGE_PAGE
+        if end > start:
+            ranges[start] = end
+    error = None
+    for start, end in sorted(ranges.items()):
+        for advice, name in ((_MADV_HUGEPAGE, "MADV_HUGEPAGE"), (_MADV_COLLAPSE, "MADV_COLLAPSE")):
+            if libc.madvise(start, end - start, advice) != 0 and error is None:
+                error = f"madvise({name}) failed: {os.strerror(ctypes.get_errno())}"
+    return {"bytes": sum(end - start for start, end in ranges.items()), "huge_bytes": huge_bytes_in(ranges), "error": error}
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -90,7 +90,7 @@ def test_gpu_limits_are_measured_once_and_cached(tmp_path):
     device.gemm_shape = (64, 64, 64)  # the probe's functions on the CPU device: a small GEMM
     limits = device.limits(tmp_path, "fp", CPU).ensure([32, 48], total_bytes=1 << 22)
     assert limits.path == tmp_path / "roofline" / "fp-cuda.json" and limits.path.exists()
-    assert limits.gather(32) > 0 and limits.gemm("fp16") > 0 and limits.gemm("fp32") > 0
+    assert limits.gather(32) > 0 and limits.write() > 0 and limits.gemm("fp16") > 0 and limits.gemm("fp32") > 0
     assert limits.data["device"] == "cuda" and limits.data["version"] == cuda.VERSION and limits.data["clock"] == "wall"  # as the GPU's file was
     again = gpu().limits(tmp_path, "fp", CPU)
     assert again.data["gather_bytes_per_s"] == limits.data["gather_bytes_per_s"]

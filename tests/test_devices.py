@@ -53,6 +53,7 @@ def test_a_fake_device_added_as_one_module_runs_a_tiny_job_on_its_clock_limits_h
     # its limits: the roofline shares were read against the fake's figures, cached in its own file
     limits = m["roofline"]["limits"]
     assert set(limits["gather_bytes_per_s"].values()) == {fake_device.GATHER_BYTES_PER_S} and limits["gemm_flops"] == fake_device.GEMM_FLOPS
+    assert limits["write_bytes_per_s"] == fake_device.WRITE_BYTES_PER_S
     assert (tmp_path / "cache" / "roofline" / f"{limits['fingerprint']}-fake.json").exists()
     # its kernel health: its own probe's one family, judged against its limits
     health = record["env"]["kernel_health"]

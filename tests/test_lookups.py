@@ -40,6 +40,10 @@ def test_the_fastest_pass_over_the_rows_gives_ns_per_id_and_per_distinct_row():
     assert out["calls"] == 2 and out["ids_per_call"] == 8 and out["distinct_rows_per_call"] == 4
     assert out["ns_per_id"] == 1000 / 16 and out["ns_per_distinct_row"] == 1000 / 8
     assert out["random_rows"] == 200 and out["ns_per_random_row"] == 1000 / 200  # 100 ids of each of the two features
+    assert out["output_bytes_per_random_row"] == 4 * 4  # each id comes back as a row of 4 fp32 values
+    # the collection alone: its one pass over the 200 rows read 2 ticks, as the whole call's did
+    assert out["random_by_collection"] == [{"tables": ["t_item"], "largest_table_rows": 50, "rows": 200, "ns_per_row": 1000 / 200,
+                                            "output_bytes_per_row": 16.0}]
 
 
 def test_random_ids_spread_over_each_table():
@@ -58,6 +62,12 @@ def test_a_quantized_collection_that_caches_its_feature_order_is_timed_on_random
     model.ebc = build_quantized_ebc(pooled, {"t_user": "int8"}, torch.device("cpu"), 1, seed=0)
     out = lookup_timing(model, [(torch.zeros(2, 1), _kjt())] * 2, random_n=64)
     assert out["random_rows"] == 3 * 64 and out["ns_per_random_row"] > 0
+    # INT4 and INT8 rows come back dequantized to fp32 (the output dtype bench.backends.direct builds with): 16 bytes
+    # a row of 4, the unpooled ones and the bags of one alike
+    assert out["output_bytes_per_random_row"] == 4 * 4
+    alone = {tuple(c["tables"]): c for c in out["random_by_collection"]}
+    assert alone[("t_item",)]["rows"] == 2 * 64 and alone[("t_user",)]["rows"] == 64 and alone[("t_user",)]["largest_table_rows"] == 9
+    assert all(c["ns_per_row"] > 0 and c["output_bytes_per_row"] == 16 for c in alone.values())
 
 
 def test_a_model_without_collections_has_no_lookup_time():

@@ -127,19 +127,33 @@ def test_roofline_limits_are_measured_once_per_fingerprint(tmp_path):
     stamp = path.stat().st_mtime_ns
     again = Limits(tmp_path, "fp-test").ensure([12, 8])  # nothing missing: nothing measured or written
     assert path.stat().st_mtime_ns == stamp and again.gather(8) == limits.gather(8) > 0
-    assert again.gemm("fp32") > 0 and again.gemm("int8") > 0
+    assert again.gemm("fp32") > 0 and again.gemm("int8") > 0 and again.write() > 0
+
+
+def test_a_limits_file_from_before_the_write_limit_gets_it_and_keeps_its_gathers(tmp_path):
+    path = tmp_path / "roofline" / "fp.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"version": VERSION, "fingerprint": "fp", "gather_bytes_per_s": {"8": 123.0},
+                                "gemm_flops": {"fp32": 1e11, "int8": 4e11}}))  # fmt: skip
+    limits = Limits(tmp_path, "fp").ensure([8], total_bytes=8 << 20)  # only the write is missing: only it is measured
+    stored = json.loads(path.read_text())
+    assert stored["write_bytes_per_s"] == limits.write() > 0
+    assert stored["gather_bytes_per_s"] == {"8": 123.0} and stored["gemm_flops"] == {"fp32": 1e11, "int8": 4e11}
 
 
 def test_roofline_shares(tmp_path):
     path = tmp_path / "roofline" / "fp.json"
     path.parent.mkdir()
     path.write_text(json.dumps({"version": VERSION, "fingerprint": "fp", "gather_bytes_per_s": {"36": 1e9, "256": 4e9},
-                                "gemm_flops": {"fp32": 1e11, "int8": 4e11}}))  # fmt: skip
+                                "write_bytes_per_s": 2e9, "gemm_flops": {"fp32": 1e11, "int8": 4e11}}))  # fmt: skip
     limits = Limits(tmp_path, "fp")
+    # an unpooled lookup's floor: its 36 stored bytes gathered (36 ns at 1 GB/s) and a 2,048-byte row written (1,024 ns at 2 GB/s)
+    assert limits.lookup_ns_per_row(36, 2048) == pytest.approx(36 + 1024) and limits.lookup_ns_per_row(36) == pytest.approx(36)
     m = roofline_metrics(1000.0, {"a": 2.0, "b": 1.0}, {"a": 36, "b": 256}, dense_flops=1e6, int8_fraction=0.5, limits=limits)
     assert m["embedding_bytes_per_sample"] == 2 * 36 + 256
     assert m["embedding_share"] == pytest.approx(1000 * (72 / 1e9 + 256 / 4e9))
     assert m["dense_share"] == pytest.approx(1000 * 1e6 * (0.5 / 1e11 + 0.5 / 4e11))
+    assert m["limits"]["write_bytes_per_s"] == 2e9
 
 
 @pytest.mark.slow

@@ -46,6 +46,11 @@ def test_tiny_scale_sweep_measures_what_fits_and_refuses_what_does_not(tmp_path)
         m = small["metrics"]
         assert m["table_rows"] == [50, rows[0]] and m["embedding_bytes"] == (50 + rows[0]) * row_bytes
         assert m["lookups"]["ns_per_distinct_row"] > m["lookups"]["ns_per_id"] > 0  # each history read once per candidate
+        assert m["lookups"]["output_bytes_per_random_row"] == 512 * 4  # every row comes back in fp32, whatever it stores
+        assert m["roofline"]["limits"]["write_bytes_per_s"] > 0
+        # device.huge_pages, the sweep's: the whole 2 MiB pages inside the tables (FP32's 8 MB item table holds some), and what the kernel gave
+        assert small["config"]["device"]["huge_pages"] and m["huge_pages"]["bytes"] >= (rows[0] * row_bytes // 2**21 - 1) * 2**21
+        assert m["huge_pages"]["error"] or m["huge_pages"]["huge_bytes"] >= m["huge_pages"]["bytes"] > 0 or backend == "uint4"
         assert huge["status"] == "skipped" and huge["metrics"] == {}
         need_gb = (50 + rows[1]) * row_bytes / 1e9
         assert "not enough host memory" in huge["error"] and f"backend tables {need_gb:,.2f} GB".replace(",", "") in huge["error"].replace(",", "")
@@ -54,7 +59,7 @@ def test_tiny_scale_sweep_measures_what_fits_and_refuses_what_does_not(tmp_path)
                            cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert paper.returncode == 0, paper.stderr[-3000:]
     out = paper.stdout
-    assert "| 4,000 | INT4 | ok | 260 |" in out and "| 4,000 | FP32 | ok | 2,048 |" in out
+    assert "| 4,000 | INT4 | ok | " in out and "| 4,000 | FP32 | ok | " in out and "| 260 | " in out and "| 2,048 | " in out
     assert "| 1,000,000,000,000 | FP32 | skipped: not enough host memory" in out
     assert "| INT4 | 260 | 260.00 GB | 10.1 |" in out and "| FP32 | 2,048 | 2,048.00 GB | 79.5 |" in out  # 1e9 rows on paper
     assert "Where the item table leaves the last-level cache" in out and "- INT4: " in out

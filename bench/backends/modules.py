@@ -7,6 +7,7 @@ one vector per id, a sequence model's history). Both are found by their exact ty
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 from torchrec.modules.embedding_modules import (
     EmbeddingBagCollection,
@@ -61,6 +62,20 @@ def configs_of(collection: nn.Module) -> list:
 def holders_of(collection: nn.Module) -> nn.ModuleDict:
     """Table name -> the module that holds its rows (`.weight`): the bags of an EBC, the embeddings of an EC."""
     return collection.embedding_bags if hasattr(collection, "embedding_bags") else collection.embeddings
+
+
+def table_tensors(model: nn.Module) -> list[torch.Tensor]:
+    """The tensors that hold the rows of every table of `model`'s collections, eager or quantized (an INT4 or INT2
+    table's packed bytes: the UIntXTensor's), on a real device (none on the meta device)."""
+    out = []
+    for module in model.modules():
+        if isinstance(module, EMBEDDING_TYPES):
+            for cfg in configs_of(module):
+                weight = holders_of(module)[cfg.name].weight
+                weight = getattr(weight, "elem", weight)  # torchrec's UIntXTensor keeps the bytes in .elem
+                if isinstance(weight, torch.Tensor) and not weight.is_meta:
+                    out.append(weight)
+    return out
 
 
 def table_weights(model: nn.Module) -> dict[str, tuple[nn.Parameter, object]]:

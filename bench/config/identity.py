@@ -46,6 +46,9 @@ what a record without them measured, or where they do not apply:
   `table_rows` is never 0).
 - `timing.cuda_graphs`: false is what every earlier job measured (eager calls only), and still the default,
   so a job that leaves it keeps its identity and resumes from records made before the key.
+- `device.huge_pages` (the tables backed with transparent huge pages): false is what every record before it
+  measured (the allocator's 4 KiB pages), and still the default, so a job that leaves it keeps its identity; a
+  job with huge pages has an identity of its own.
 - `measure` (a top-level key: a part of a job that recommend's plan runs, its facts or its served batch times):
   null is the whole job every record before it measured, so a job that leaves it keeps its identity; `facts`
   and `served` jobs have identities of their own, never a whole job's.
@@ -60,7 +63,8 @@ LEGACY = {("model", "output_key"): None, ("model", "hstu"): None, ("backend", "m
           ("serve", "step_late_share"): None, ("serve", "test_stall_ms"): None, ("serve", "max_steal"): None,
           ("serve", "paired"): False, ("serve", "confirm_runs"): 0,
           ("serve", "track_rounds"): 0, ("serve", "track_step"): 0.04, ("serve", "paired_judgments"): None,
-          ("timing", "cuda_graphs"): False, ("backend", "planted_slowdown"): None, ("workload", "table_rows"): 0}
+          ("timing", "cuda_graphs"): False, ("backend", "planted_slowdown"): None, ("workload", "table_rows"): 0,
+          ("device", "huge_pages"): False}
 LEGACY_TOP = {"measure": None}  # top-level keys added after records were stored, at their legacy values
 
 

@@ -165,6 +165,10 @@ class DeviceConfig:
     # Fix glibc's mmap/trim thresholds before measuring: with glibc's moving threshold, large-batch
     # timings flip between two modes depending on what the process allocated before.
     pin_malloc: bool = True
+    # Back the prepared model's tables with transparent huge pages (madvise MADV_HUGEPAGE + MADV_COLLAPSE on their
+    # storage, bench.hardware.back_with_huge_pages), as a deployment of tables far beyond the caches asks for them:
+    # a random row then misses the TLB once per 2 MiB, not per 4 KiB page. CPU jobs; recorded in metrics.huge_pages.
+    huge_pages: bool = False
 
 
 # The dense layers' (MLP's) default path per device type, for the backends whose dense layers are quantized

@@ -2,8 +2,8 @@
 
 Its limits: random-row gathers read with the fastest of ATen's row gathers (`index_select` of uint8 rows,
 `embedding_bag` sums of 1 or 32 rows per bag over the same bytes as fp32 where the width allows) from a
-buffer far larger than the last-level cache, and an fp32 matrix product beside torch.ao's dynamic int8
-Linear at GEMM_SHAPE, each the best of several calls. Its kernel probe is bench.devices.cpu_probe,
+buffer far larger than the last-level cache, the same buffer written from end to end (fp32 `fill_`, `zero_`),
+and an fp32 matrix product beside torch.ao's dynamic int8 Linear at GEMM_SHAPE, each the best of several calls. Its kernel probe is bench.devices.cpu_probe,
 judged against these limits; its memory is the host's (the peak RSS is read by bench.measure.memory).
 """
 
@@ -80,6 +80,18 @@ def gather_bandwidth(row_bytes: int, total_bytes: int, buffer: torch.Tensor | No
     return LOOKUPS * row_bytes / best
 
 
+def write_bandwidth(total_bytes: int, buffer: torch.Tensor | None = None) -> float:
+    """Bytes per second of writing a `total_bytes` buffer from start to end: the fastest of ATen's fills (fp32
+    `fill_`, and `zero_`, a memset). Far beyond the last-level cache, it is the memory's rate for a kernel's output
+    that does not stay in cache (an unpooled lookup writes one dequantized row per id)."""
+    if buffer is None:
+        buffer = torch.ones(total_bytes, dtype=torch.uint8)  # written once: every page is resident
+    floats = buffer[: total_bytes // 4 * 4].view(torch.float32)
+    with torch.inference_mode():
+        best = min(_best(lambda: floats.fill_(1.0)), _best(buffer.zero_))
+    return floats.numel() * 4 / best if best else float("inf")
+
+
 def gemm_flops() -> dict[str, float]:
     """FLOP/s of an fp32 matrix product and of torch.ao's dynamic int8 Linear at GEMM_SHAPE."""
     from bench.backends.ao_notice import torch_ao_calls  # noqa: PLC0415 - only the int8 GEMM needs torch.ao
@@ -145,6 +157,9 @@ class CpuDevice(Device):
     def gather_bandwidth(self, row_bytes: int, total_bytes: int, device: torch.device,
                          buffer: torch.Tensor | None = None) -> float:
         return gather_bandwidth(row_bytes, total_bytes, buffer)
+
+    def write_bandwidth(self, total_bytes: int, device: torch.device, buffer: torch.Tensor | None = None) -> float:
+        return write_bandwidth(total_bytes, buffer)
 
     def gemm_flops(self, device: torch.device) -> dict[str, float]:
         return gemm_flops()

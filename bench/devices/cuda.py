@@ -128,6 +128,15 @@ def gather_bandwidth(row_width: int, total_bytes: int, device: torch.device, loo
     return lookups * row_width / best
 
 
+def write_bandwidth(total_bytes: int, device: torch.device, clock: Optional[Callable] = None) -> float:
+    """Bytes per second of writing a `total_bytes` buffer in the device's memory from end to end (`fill_`), the
+    best of REPEATS calls."""
+    clock = clock or device_clock(device)
+    buffer = torch.ones(max(1, total_bytes // 4), dtype=torch.float32, device=device)
+    best = min(_times(lambda: buffer.fill_(1.0), clock, REPEATS))
+    return buffer.numel() * 4 / best
+
+
 def gemm_flops(device: torch.device, shape: tuple[int, int, int] = LIMIT_GEMM, clock: Optional[Callable] = None) -> dict[str, float]:
     """FLOP/s of `torch.mm` at `shape` per dtype of GEMM_DTYPES, the best of REPEATS calls."""
     clock = clock or device_clock(device)
@@ -301,6 +310,9 @@ class CudaDevice(Device):
 
     def gather_bandwidth(self, row_bytes: int, total_bytes: int, device: torch.device, buffer=None) -> float:
         return gather_bandwidth(row_bytes, total_bytes, device)
+
+    def write_bandwidth(self, total_bytes: int, device: torch.device, buffer=None) -> float:
+        return write_bandwidth(total_bytes, device)
 
     def gemm_flops(self, device: torch.device) -> dict[str, float]:
         return gemm_flops(device, self.gemm_shape)

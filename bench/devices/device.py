@@ -8,8 +8,9 @@ bench.devices branches on a device's name to get them:
   GPU; its limits and probe are timed on the same), and whether the machine's timing calibration
   (bench.pipeline.calibrate) applies to it (`calibrated_timing`, else `uncalibrated` says why);
 - its **measured limits** (`limits`: bench.devices.roofline.Limits, cached per machine fingerprint): the
-  gather bandwidth per stored row width and the GEMM throughput, measured by the device's own
-  `gather_bandwidth` and `gemm_flops` over a buffer far larger than its last cache (`buffer_bytes`);
+  gather bandwidth per stored row width, the write bandwidth and the GEMM throughput, measured by the device's
+  own `gather_bandwidth`, `write_bandwidth` and `gemm_flops` over a buffer far larger than its last cache
+  (`buffer_bytes`);
 - its **kernel health** (`kernel_health`): its probe's verdicts (`health`), cached once per machine and stack,
   or what stands without the probe (`unprobed`);
 - its **memory**: the peak it held over a measured step (`reset_peak`, `peak_bytes`), and what is free on it
@@ -107,6 +108,11 @@ class Device:
                          buffer: Optional[torch.Tensor] = None) -> float:
         """Bytes per second of `row_bytes`-wide rows gathered at random from a `total_bytes` buffer on the device
         (`buffer`: the one `gather_buffer` gave, where it gives one)."""
+        raise NotImplementedError
+
+    def write_bandwidth(self, total_bytes: int, device: torch.device, buffer: Optional[torch.Tensor] = None) -> float:
+        """Bytes per second of writing a `total_bytes` buffer on the device from start to end: the rate at which a
+        kernel's output that does not stay in cache reaches memory (an unpooled lookup writes a row per id)."""
         raise NotImplementedError
 
     def gemm_flops(self, device: torch.device) -> dict[str, float]:

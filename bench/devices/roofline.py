@@ -8,6 +8,10 @@ bench.devices.cuda), on its own clock:
   than the device's last cache (so from its memory), best of several calls. It is measured per width
   because a 36-byte INT4 row costs a whole cache line or two where a 256-byte fp32 row costs four: bytes
   per second fall with the width.
+- write bandwidth: the same buffer written from end to end (`write_bytes_per_s`). An unpooled lookup
+  (an EmbeddingCollection's: one output row per id) writes each row out dequantized, 2,048 bytes for a
+  512-wide row in fp32 however few bytes it stores: its floor is the gather of its stored row plus
+  that write (`lookup_ns_per_row`), not the gather alone (docs/sequential.md).
 - GEMM throughput per kind of dense kernel (fp32, and the device's int8 or fp16).
 
 A job's share of the embedding limit is the time its embedding traffic would take at the measured
@@ -56,16 +60,19 @@ class Limits:
     def ensure(self, row_widths: Iterable[int], total_bytes: int | None = None) -> "Limits":
         """Measure what is missing (gather bandwidth at new row widths, GEMM throughput) and store it."""
         missing = sorted({int(w) for w in row_widths} - {int(w) for w in self.data["gather_bytes_per_s"]})
-        if not missing and self.data["gemm_flops"]:
+        if not missing and self.data["gemm_flops"] and self.data.get("write_bytes_per_s"):  # a file from before the write limit lacks it
             return self
         total = total_bytes or self.device.buffer_bytes(self.where)
-        log.info("roofline (%s): measuring gather bandwidth at row widths %s over %.1f GiB, and GEMM throughput",
+        log.info("roofline (%s): measuring gather bandwidth at row widths %s over %.1f GiB, write bandwidth and GEMM throughput (what is missing)",
                  self.device.name, missing, total / 2**30)
         with once_per_machine("roofline"):
             with torch.inference_mode():
-                buffer = self.device.gather_buffer(total, self.where) if missing else None  # one for every width
+                write = not self.data.get("write_bytes_per_s")
+                buffer = self.device.gather_buffer(total, self.where) if missing or write else None  # one for every width, and the write
                 for width in missing:
                     self.data["gather_bytes_per_s"][str(width)] = self.device.gather_bandwidth(width, total, self.where, buffer)
+                if write:
+                    self.data["write_bytes_per_s"] = self.device.write_bandwidth(total, self.where, buffer)
                 del buffer
             self.data["gather_buffer_bytes"] = total
             if not self.data["gemm_flops"]:
@@ -87,6 +94,14 @@ class Limits:
 
     def gather(self, row_bytes: int) -> float:
         return float(self.data["gather_bytes_per_s"][str(int(row_bytes))])
+
+    def write(self) -> float:
+        return float(self.data["write_bytes_per_s"])
+
+    def lookup_ns_per_row(self, row_bytes: int, output_row_bytes: int = 0) -> float:
+        """The floor of one row's lookup: its stored `row_bytes` gathered from memory, plus `output_row_bytes` written
+        out at the write bandwidth (an unpooled lookup's dequantized row; 0 for a pooled one, whose output is per bag)."""
+        return (row_bytes / self.gather(row_bytes) + output_row_bytes / self.write()) * 1e9
 
     def gemm(self, kind: str) -> float:
         return float(self.data["gemm_flops"][kind])
@@ -116,6 +131,6 @@ def roofline_metrics(throughput: float, lookups: Mapping[str, float], row_bytes:
         "row_widths": sorted({int(w) for w in row_bytes.values()}),
         "dense_half_fraction": half_fraction,
         "limits": {"fingerprint": limits.fingerprint, "gather_bytes_per_s": {str(w): limits.gather(w) for w in sorted(set(row_bytes.values()))},
-                   "gemm_flops": limits.data["gemm_flops"]},
+                   "write_bytes_per_s": limits.data.get("write_bytes_per_s"), "gemm_flops": limits.data["gemm_flops"]},
     }
 

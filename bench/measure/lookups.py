@@ -11,7 +11,13 @@ A call on the model's own batches also pays torchrec's per-call work (splitting 
 jagged outputs), which is fixed per call. So a third figure times each collection on one call of `RANDOM_IDS`
 ids per feature drawn uniformly over its tables (`ns_per_random_row`): the kernel's rate on rows fetched from
 all over the tables, with the per-call work spread over many rows, which is what a row costs at the scale
-where the tables are far beyond the caches.
+where the tables are far beyond the caches. Each id of that call comes back as one output row (an unpooled
+collection's, or a bag of one's), dequantized to the collection's output dtype: `output_bytes_per_random_row`,
+what the call writes per row beside what it reads, read off the outputs themselves. A 512-wide row in fp32 is
+2,048 bytes, whatever the table stores, so the roofline a random row is held to is its stored row's gather plus
+that write (`bench.devices.roofline.Limits.lookup_ns_per_row`). The random call is also timed per collection
+(`random_by_collection`: its tables, the rows of its largest, its rows, ns and output bytes per row), so the rows
+of a table far beyond the caches are not averaged with those of a small one that stays in them.
 
 The clock is injectable (nanoseconds, as `bench.measure.timing`'s), and the time of a call is the fastest of
 `repeats` passes over the batches, as the roofline takes the fastest of its gathers.
@@ -77,6 +83,17 @@ def random_ids(collection: nn.Module, keys: list[str], n: int, generator: torch.
     return KeyedJaggedTensor.from_lengths_sync(list(keys), torch.cat(values), torch.cat(lengths))
 
 
+def output_bytes(out: object) -> int:
+    """Bytes of a collection's output: a tensor, a KeyedTensor or JaggedTensor (their values), or a dict or list of them."""
+    if isinstance(out, torch.Tensor):
+        return out.numel() * out.element_size()
+    if isinstance(out, dict):
+        return sum(output_bytes(v) for v in out.values())
+    if isinstance(out, (list, tuple)):
+        return sum(output_bytes(v) for v in out)
+    return output_bytes(out.values())  # torchrec's KeyedTensor, JaggedTensor
+
+
 def _best(fn: Callable[[], object], clock: Clock, repeats: int) -> int:
     fn()  # untimed: the first call of a kernel allocates
     best = None
@@ -86,6 +103,15 @@ def _best(fn: Callable[[], object], clock: Clock, repeats: int) -> int:
         elapsed = clock() - start
         best = elapsed if best is None else min(best, elapsed)
     return int(best)
+
+
+def _alone(collection: nn.Module, kjt: KeyedJaggedTensor, clock: Clock, repeats: int) -> dict:
+    """One collection's random-rows call, timed alone."""
+    configs = configs_of(collection)
+    rows = kjt.values().numel()
+    ns = _best(lambda: collection(kjt), clock, repeats)
+    return {"tables": [cfg.name for cfg in configs], "largest_table_rows": max(cfg.num_embeddings for cfg in configs), "rows": rows,
+            "ns_per_row": ns / rows if rows else None, "output_bytes_per_row": output_bytes(collection(kjt)) / rows if rows else None}
 
 
 def lookup_timing(model: nn.Module, inputs: list[tuple], clock: Clock = time.perf_counter_ns, repeats: int = 3,
@@ -106,7 +132,10 @@ def lookup_timing(model: nn.Module, inputs: list[tuple], clock: Clock = time.per
     with torch.inference_mode():
         best = _best(lambda: [c(kjt) for kjt in batches for c in found], clock, repeats)
         random_best = _best(lambda: [c(kjt) for c, kjt in spread], clock, repeats) if random_n else 0
+        written = output_bytes([c(kjt) for c, kjt in spread]) if random_n else 0
+        alone = [_alone(c, kjt, clock, repeats) for c, kjt in spread] if random_n else []
     random_rows = sum(kjt.values().numel() for _, kjt in spread) if random_n else 0
     return {"calls": len(batches), "ids_per_call": looked / len(batches), "distinct_rows_per_call": distinct / len(batches),
             "ns_per_id": best / looked, "ns_per_distinct_row": best / distinct, "seconds_per_call": best / len(batches) / 1e9,
-            "random_rows": random_rows, "ns_per_random_row": random_best / random_rows if random_rows else None}
+            "random_rows": random_rows, "ns_per_random_row": random_best / random_rows if random_rows else None,
+            "output_bytes_per_random_row": written / random_rows if random_rows else None, "random_by_collection": alone}

@@ -13,6 +13,7 @@ from torch import nn
 from bench import devices, hardware, registry, stats
 from bench.backends.backend import Backend
 from bench.backends.tables import embedding_bytes
+from bench.backends.modules import table_tensors
 from bench.config import BackendConfig, Config
 from bench.errors import UserError
 from bench.metrics import AUC, DISTINCT_SCORES, N_EVAL
@@ -84,6 +85,7 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
         else:
             reference, why_unpaired = reference_module(cfg, backend, model, workload, device, shared, cfg.timing.paired,
                                                        "timing.paired=false")
+        huge_pages = _huge_pages(cfg, device, prepared, reference)
         backend.before_timing(prepared, max(1, cfg.timing.warmup_batches))
         faults = hardware.minor_faults()
         with hardware.timing_threads(cfg.timing.threads) as threads, LoadWatch() as load:
@@ -112,6 +114,8 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
     distinct_ids = shared.timing_access(cfg, workload, device)["distinct_rows"]
     metrics.update(_timing_figures(cfg, backend, timing, paired, why_unpaired, load.figures, distinct_ids))
     metrics["machine"] = machine
+    if huge_pages is not None:
+        metrics["huge_pages"] = huge_pages
     if backend.timed_input_format is not None:
         metrics[TIMED_INPUTS] = backend.timed_input_format
     calls = timing.timed_calls + (paired.reference.timed_calls if paired else 0)
@@ -134,7 +138,20 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
         metrics.update(job_profile(cfg, prepared, inputs, workload, timing, device, shared))
     metrics.update(backend.job_metrics(prepared))
     metrics.update(graphed)
+    if huge_pages is not None:  # its tables are in huge pages now: a later job (one without them) builds its own
+        shared.drop_modules()
     return metrics
+
+
+def _huge_pages(cfg: Config, device: torch.device, prepared: nn.Module, reference: nn.Module | None) -> dict[str, Any] | None:
+    """With `device.huge_pages` on a CPU job: the timed models' tables (the candidate's and a paired fp32
+    reference's alike) backed with transparent huge pages, and what the kernel gave (bench.hardware)."""
+    if not cfg.device.huge_pages:
+        return None
+    if device.type != "cpu":
+        return {"error": f"a {device.type} job: huge pages back host memory, and its tables are on the device"}
+    tables = table_tensors(prepared) + (table_tensors(reference) if reference is not None else [])
+    return hardware.back_with_huge_pages(tables)
 
 
 def _cuda_graph_figures(cfg: Config, backend: Backend, prepared: nn.Module, reference: nn.Module | None, inputs: list[tuple],

@@ -83,6 +83,13 @@ class SharedWork:
         gc.collect()
         hardware.release_gpu_cache()
 
+    def drop_modules(self) -> None:
+        """Forget the prepared module and the fp32 reference (a job changed how their memory is held: huge pages),
+        so the next job builds its own rather than time this one's."""
+        self._prepared.drop()
+        self._reference.drop()
+        gc.collect()
+
     def built(self) -> list[str]:
         """Names of the pieces held now (for tests and logs)."""
         slots = {"model": self._model, "prepared": self._prepared, "reference": self._reference, "timing": self._timing,

@@ -12,11 +12,15 @@ Reads a scale sweep's records (records.jsonl) and prints:
    (as measured) and at MLPerf's (16,384 history events, 2,048 candidates), both from the measured per-row
    and per-FLOP costs.
 
-Lookup figures (bench.measure.lookups): `ns_per_random_row` is one call of uniformly drawn ids, the kernel's
-rate on rows from all over the table; `ns_per_id` is the model's own batches, where each of a request's
-candidates carries the history, so most of its ids are repeats that hit the caches. The roofline is the
-machine's random-row gather (bench.devices.roofline) at the stored row width; an unpooled lookup also writes
-each row out dequantized to fp32 (2,048 bytes at dim 512), so the roofline at 2,048-byte rows is printed too.
+Lookup figures (bench.measure.lookups): the random-rows call is one call of uniformly drawn ids, the kernel's
+rate on rows from all over the table, read for the collection that holds the item table (`random_by_collection`;
+the whole call's `ns_per_random_row`, which also counts the small user table's rows, in records before it); `ns_per_id` is the model's own batches, where each of a request's
+candidates carries the history, so most of its ids are repeats that hit the caches. Two floors per row: the
+machine's random-row gather (bench.devices.roofline) at the stored row width alone, and that gather plus the
+row's output written at the machine's write bandwidth (`Limits.lookup_ns_per_row`): each id of the random-rows
+call comes back as a row dequantized to the output dtype (2,048 bytes at dim 512 in fp32, the record's
+`output_bytes_per_random_row`), which is the floor an unpooled lookup is held to (docs/sequential.md). "huge
+pages" is `device.huge_pages`: the tables backed with transparent huge pages, and the GB the kernel gave.
 
     python benchmarks/scripts/dlrmv3_paper.py REPORTS/records.jsonl [--sweep-name scale]
 """
@@ -65,8 +69,6 @@ def main() -> None:
     if not records:
         raise SystemExit(f"no records of a +sweep=scale model=hstu run in {', '.join(map(str, args.records))}")
     ok = [r for r in records if r["status"] == "ok"]
-    wide = next((r["metrics"]["roofline"]["limits"]["gather_bytes_per_s"]["2048"] for r in ok
-                 if "2048" in r["metrics"]["roofline"]["limits"]["gather_bytes_per_s"]), None)  # an fp32 row of 512
     some = ok[0]
     env, cfg = some["env"], some["config"]
     llc = some["metrics"]["access"]["llc_bytes"]
@@ -77,15 +79,15 @@ def main() -> None:
     print(f"request: histories of {w['min_history']}-{w['history_length']} events, {w['candidates']} candidates; "
           f"item table 512 wide (model.embedding_dim {cfg['model']['embedding_dim']})\n")
 
-    print("| item rows | precision | status | bytes/row | lookup ns/row (random rows) | roofline ns/row at its width | x roofline "
-          "| roofline ns/row at 2,048 B | ns/id (model's batches) | samples/s | ms/request | lookups ms/request | peak RSS | tables + dense "
-          "| RSS / (tables + dense) | (RSS - start) / (tables + dense) |")
-    print("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| item rows | precision | status | huge pages | bytes/row | item table's lookup ns/row (random rows) | gather ns/row at its width | x gather "
+          "| output bytes/row | gather + output write ns/row | x (gather + write) | ns/id (model's batches) | samples/s | ms/request "
+          "| lookups ms/request | peak RSS | tables + dense | RSS / (tables + dense) | (RSS - start) / (tables + dense) |")
+    print("| ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     per_precision: dict[str, list[dict]] = defaultdict(list)
     for r in sorted(records, key=lambda r: (r["config"]["workload"]["table_rows"], list(PRECISION).index(r["backend"]) if r["backend"] in PRECISION else 9)):
         rows, name = r["config"]["workload"]["table_rows"], PRECISION.get(r["backend"], r["backend"])
         if r["status"] != "ok":
-            print(f"| {rows:,} | {name} | {r['status']}: {r.get('error') or ''} | | | | | | | | | | | | | |")
+            print(f"| {rows:,} | {name} | {r['status']}: {r.get('error') or ''} |" + " |" * 16)
             continue
         m = r["metrics"]
         row_bytes = m["embedding_bytes"] / sum(m["table_rows"])
@@ -93,7 +95,14 @@ def main() -> None:
         width = int(round(row_bytes))
         roof = width / float(limits[str(width)]) * 1e9 if str(width) in limits else None
         look = m.get("lookups") or {}
-        random_ns = look.get("ns_per_random_row")
+        item = max(look.get("random_by_collection") or [{}], key=lambda c: c.get("largest_table_rows", 0))  # the item table's
+        random_ns = item.get("ns_per_row") or look.get("ns_per_random_row")
+        out_bytes = item.get("output_bytes_per_row") or look.get("output_bytes_per_random_row")
+        write = m["roofline"]["limits"].get("write_bytes_per_s")
+        floor = roof + out_bytes / float(write) * 1e9 if roof and out_bytes and write else None  # records before the write limit: none
+        huge = m.get("huge_pages")
+        huge_text = "no" if huge is None else (f"{(huge.get('huge_bytes') or 0) / 1e9:,.2f} of {huge['bytes'] / 1e9:,.2f} GB"
+                                               + (f" ({huge['error']})" if huge.get("error") else ""))
         k = r["config"]["workload"]["candidates"]
         request_ms = k / m["throughput"] * 1e3
         lookup_ms = look.get("seconds_per_call", 0) * 1e3
@@ -102,8 +111,9 @@ def main() -> None:
         row = dict(rows=rows, row_bytes=row_bytes, random_ns=random_ns, roof=roof, request_ms=request_ms, lookup_ms=lookup_ms,
                    cfg=r["config"], throughput=m["throughput"], rss=m["peak_rss_bytes"], need=need)
         per_precision[name].append(row)
-        print(f"| {rows:,} | {name} | ok | {row_bytes:,.0f} | {random_ns:,.1f} | {roof:,.1f} | {random_ns / roof:,.1f} | "
-              f"{(2048 / float(wide) * 1e9) if wide else float('nan'):,.1f} | {look.get('ns_per_id', float('nan')):,.1f} | {m['throughput']:,.0f} | "
+        print(f"| {rows:,} | {name} | ok | {huge_text} | {row_bytes:,.0f} | {random_ns:,.1f} | {roof:,.1f} | {random_ns / roof:,.1f} | "
+              f"{out_bytes or float('nan'):,.0f} | {floor or float('nan'):,.1f} | {random_ns / floor if floor else float('nan'):,.2f} | "
+              f"{look.get('ns_per_id', float('nan')):,.1f} | {m['throughput']:,.0f} | "
               f"{request_ms:,.1f} | {lookup_ms:,.2f} | {gb(m['peak_rss_bytes'])} | {gb(need)} | {m['peak_rss_bytes'] / need:.2f} | "
               f"{(m['peak_rss_bytes'] - m['rss_start_bytes']) / need:.2f} |")
 

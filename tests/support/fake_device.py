@@ -23,6 +23,7 @@ from bench.registry import register
 NAME = "fake"
 CALL_MS = 2.5  # what every timed call reads on its clock
 GATHER_BYTES_PER_S = 3e9
+WRITE_BYTES_PER_S = 5e9
 GEMM_FLOPS = {"fp32": 7e10, "int8": 9e10}
 PEAK_BYTES = 12345
 PROBE_ROWS = 50_000  # rows its probe gathers in one call: CALL_MS / PROBE_ROWS a row (50 ns) on its clock, within 4x its roofline (85 ns)
@@ -51,6 +52,9 @@ class FakeDevice(Device):
 
     def gather_bandwidth(self, row_bytes: int, total_bytes: int, device: torch.device, buffer=None) -> float:
         return GATHER_BYTES_PER_S
+
+    def write_bandwidth(self, total_bytes: int, device: torch.device, buffer=None) -> float:
+        return WRITE_BYTES_PER_S
 
     def gemm_flops(self, device: torch.device) -> dict[str, float]:
         return dict(GEMM_FLOPS)

@@ -1,0 +1,52 @@
+"""`device.huge_pages`: a CPU job's tables backed with transparent huge pages (bench.hardware.back_with_huge_pages)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from bench import hardware
+from bench.config.compose import compose
+from bench.runner import job_hash
+
+CPU = torch.device("cpu")
+
+
+def test_the_tables_keep_their_bytes_and_the_whole_huge_pages_inside_them_are_asked_for():
+    table = torch.randint(0, 255, (8 << 20,), dtype=torch.uint8)  # 8 MiB: three or four whole 2 MiB pages inside
+    before = table.clone()
+    out = hardware.back_with_huge_pages([table, table[: 1 << 20]])  # a view of the same storage is asked for once
+    assert torch.equal(table, before)
+    assert out["bytes"] in (3 * hardware.HUGE_PAGE, 4 * hardware.HUGE_PAGE)
+    # the kernel gave them (MADV_COLLAPSE, Linux 6.1 on), or the record says which madvise it refused
+    assert out["error"] or out["huge_bytes"] >= out["bytes"]
+
+
+def test_a_table_smaller_than_a_huge_page_asks_for_nothing():
+    assert hardware.back_with_huge_pages([torch.ones(1000, dtype=torch.uint8)]) == {"bytes": 0, "huge_bytes": 0, "error": None}
+
+
+def test_a_job_without_huge_pages_keeps_the_identity_of_records_made_before_the_key():
+    resolved = dataclasses.asdict(compose(["+preset=tiny"]))
+    stored_before = {**resolved, "device": {k: v for k, v in resolved["device"].items() if k != "huge_pages"}}
+    assert job_hash(resolved) == job_hash(stored_before)
+    huge = dataclasses.asdict(compose(["+preset=tiny", "device.huge_pages=true"]))
+    assert job_hash(huge) != job_hash(resolved)  # the tables in huge pages: another measurement
+
+
+@pytest.mark.slow
+def test_a_job_with_huge_pages_records_them_and_leaves_no_tables_to_the_next_job(tiny_cfg):
+    """The prepared module is shared by the jobs of a sweep; one whose tables were put in huge pages is not."""
+    from bench.pipeline.job import measure
+    from bench.pipeline.shared import SharedWork
+    from tests.support.backends import make_backend
+
+    timing = ("timing.trials=2", "timing.max_rounds=2", "timing.batches_per_trial=2", "timing.min_trial_seconds=0", "timing.warmup_batches=1")
+    shared = SharedWork()
+    plain = measure(tiny_cfg(*timing), make_backend("int8_tbe"), CPU, shared)
+    assert "huge_pages" not in plain and "prepared" in shared.built()  # kept for the next job of the same backend
+    huge = measure(tiny_cfg(*timing, "device.huge_pages=true"), make_backend("int8_tbe"), CPU, shared)
+    assert set(huge["huge_pages"]) == {"bytes", "huge_bytes", "error"}  # the tiny tables hold no whole 2 MiB page: 0 asked
+    assert "prepared" not in shared.built() and "reference" not in shared.built()

@@ -72,8 +72,9 @@ def test_an_int8_mlp_job_has_a_new_identity_unless_it_asks_for_the_old_scheme():
 
 
 @pytest.mark.parametrize("backend", ["onnxruntime_fp32", "openvino_fp32", "openvino_w4"])
-def test_toolkit_jobs_whose_score_layer_the_key_does_not_change_keep_their_identity(backend):
-    """The fp32 runtimes quantize nothing, and openvino_w4 always kept its score layer fp32: no `backend.output_layer`."""
+def test_toolkits_whose_score_layer_never_changes_have_no_output_layer_key(backend):
+    """The fp32 runtimes quantize nothing, and openvino_w4 always kept its score layer fp32: no `backend.output_layer`,
+    so the key leaves their identity alone."""
     new = resolved(f"backend={backend}")
     assert "output_layer" not in new["backend"]
 
@@ -87,3 +88,12 @@ def test_a_quantizing_toolkit_job_has_a_new_identity_unless_it_asks_for_the_old_
     assert default["backend"]["output_layer"] == "fp32"
     assert job_hash(legacy) == job_hash(old_record)
     assert job_hash(default) != job_hash(old_record)
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime_w4", "openvino_w4"])
+def test_an_int4_toolkit_job_with_zero_points_has_a_new_identity_unless_it_asks_for_symmetric_int4(backend):
+    """Before `backend.symmetric` both int4 toolkits quantized symmetrically (no zero point)."""
+    default, legacy = resolved(f"backend={backend}"), resolved(f"backend={backend}", "backend.symmetric=true")
+    old_record = without(legacy, "backend", "symmetric")
+    assert default["backend"]["symmetric"] is False
+    assert job_hash(legacy) == job_hash(old_record) and job_hash(default) != job_hash(old_record)

@@ -16,6 +16,9 @@ what a record without them measured, or where they do not apply:
   layer with the rest). Its default, `fp32`, changes what such a job measures, so it has a new identity. The
   backends without the key keep theirs: the fp32 runtimes quantize nothing, and `openvino_w4` always kept that
   layer fp32.
+- `backend.symmetric` (the int4 of `onnxruntime_w4` and `openvino_w4`: without a zero point, or with one per
+  group): `true` is what every record before it measured. Its default, `false`, changes what such a job measures,
+  so it has a new identity.
 - `serve.judgments` (runs per Server target), `serve.step_late_share` (each run's size from LoadGen's early
   stopping) and the test-only `serve.test_stall_ms`: 1, null and null are what records before them
   measured (one run per target, min_query_count alone, no planted stall). Their defaults (3 and 0.3), and
@@ -61,7 +64,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-LEGACY = {("model", "output_key"): None, ("model", "hstu"): None, ("backend", "mlp_output"): "int8", ("backend", "output_layer"): "int8",
+LEGACY = {("model", "output_key"): None, ("model", "hstu"): None, ("backend", "mlp_output"): "int8", ("backend", "output_layer"): "int8", ("backend", "symmetric"): True,
           ("serve", "judgments"): 1,
           ("serve", "step_late_share"): None, ("serve", "test_stall_ms"): None, ("serve", "max_steal"): None,
           ("serve", "paired"): False, ("serve", "confirm_runs"): 0,

@@ -91,9 +91,9 @@ def test_a_quantizing_toolkit_job_has_a_new_identity_unless_it_asks_for_the_old_
 
 
 @pytest.mark.parametrize("backend", ["onnxruntime_w4", "openvino_w4"])
-def test_an_int4_toolkit_job_with_zero_points_has_a_new_identity_unless_it_asks_for_symmetric_int4(backend):
-    """Before `backend.symmetric` both int4 toolkits quantized symmetrically (no zero point)."""
-    default, legacy = resolved(f"backend={backend}"), resolved(f"backend={backend}", "backend.symmetric=true")
-    old_record = without(legacy, "backend", "symmetric")
-    assert default["backend"]["symmetric"] is False
-    assert job_hash(legacy) == job_hash(old_record) and job_hash(default) != job_hash(old_record)
+def test_an_int4_toolkit_job_keeps_its_identity_unless_it_asks_for_zero_points(backend):
+    """Before `backend.symmetric` both int4 toolkits quantized symmetrically (no zero point), still the default."""
+    default, zero_points = resolved(f"backend={backend}"), resolved(f"backend={backend}", "backend.symmetric=false")
+    old_record = without(default, "backend", "symmetric")
+    assert default["backend"]["symmetric"] is True
+    assert job_hash(default) == job_hash(old_record) and job_hash(zero_points) != job_hash(old_record)

@@ -68,7 +68,7 @@ REWRITTEN = {
     "onnxruntime_w4": lambda m: m["onnx_ops"].get("MatMulNBits", 0) == 3 and m["onnx_ops"].get("GatherBlockQuantized", 0) == 4,
     "openvino_int8": lambda m: m["openvino_ops"].get("FakeQuantize", 0) > 0 and m["nncf_ignored_scope"] == ["/model/inter_arch/MatMul", SCORE_LAYER],
     "openvino_w8": lambda m: m["constant_types"].get("u8", 0) > m["constant_types"].get("f32", 0),
-    "openvino_w4": lambda m: m["constant_types"].get("u4", 0) > 0,  # int4 with a zero point per group (backend.symmetric=false)
+    "openvino_w4": lambda m: m["constant_types"].get("i4", 0) > 0,
 }
 
 

@@ -1,9 +1,8 @@
 """`onnxruntime_w4`: ONNX Runtime's 4-bit weight-only quantizer (`MatMulNBitsQuantizer`): Linear weights
 to MatMulNBits and tables to GatherBlockQuantized, symmetric int4 in blocks of 32; activations stay fp32.
 The score layer stays fp32 with `backend.output_layer=fp32` (the default): its one output column in blocks of 32 puts
-a wide input's weight in one block with small ones. Each block has a zero point (`backend.symmetric=false`, the
-default): symmetric blocks cost DeepFM's tables ΔAUC -0.0047 [-0.0064, -0.0031] in the zoo's CI shapes, with a zero
-point +0.0003 (a table row is rarely centred on 0; FBGEMM's int4 rows keep a scale and a bias)."""
+a wide input's weight in one block with small ones. `backend.symmetric=false` gives each block a zero point (as
+FBGEMM's int4 rows keep a scale and a bias): neither is better on every model (docs/toolkits.md)."""
 
 from __future__ import annotations
 
@@ -19,13 +18,13 @@ BLOCK_SIZE = 32
 class OnnxruntimeW4Config(OrtConfig):
     name: str = "onnxruntime_w4"
     output_layer: str = "fp32"  # fp32 | int8: the score layer (one output feature) kept fp32, or quantized like the rest
-    symmetric: bool = False  # int4 without a zero point (true), or with one per group (false, as FBGEMM's int4 rows: a scale and a bias)
+    symmetric: bool = True  # int4 without a zero point (true), or with one per group (false, as FBGEMM's int4 rows: a scale and a bias)
 
 
 @register("backend", "onnxruntime_w4", config=OnnxruntimeW4Config, in_sweeps=False, toolkit="onnxruntime")
 class OnnxruntimeW4Backend(OrtBackend):
     quantizes = (f"Linear weights int4 (MatMulNBits) and tables int4 (GatherBlockQuantized), blocks of {BLOCK_SIZE}, "
-                 "a zero point per block unless backend.symmetric=true, weight-only")
+                 "symmetric unless backend.symmetric=false (a zero point per block), weight-only")
 
     modules = (*OrtBackend.modules, "onnx_ir")  # MatMulNBitsQuantizer imports onnx_ir, which onnxruntime does not declare
 

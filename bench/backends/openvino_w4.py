@@ -1,5 +1,5 @@
-"""`openvino_w4`: NNCF's weight compression to INT4 (INT4_ASYM: a zero point per group; `backend.symmetric=true`:
-INT4_SYM; groups of 32) of the exported twin in
+"""`openvino_w4`: NNCF's weight compression to INT4 (INT4_SYM; `backend.symmetric=false`: INT4_ASYM, a zero point per
+group; groups of 32) of the exported twin in
 OpenVINO, the tables too (`all_layers`: NNCF's default keeps embeddings and the output layer int8).
 
 - A layer whose input width is no multiple of the group (DLRM's 13 dense features, a 415-wide top MLP
@@ -25,12 +25,12 @@ MIN_GROUP_SIZE = 16
 @dataclass
 class OpenvinoW4Config(ToolkitConfig):
     name: str = "openvino_w4"
-    symmetric: bool = False  # int4 without a zero point (true), or with one per group (false, as FBGEMM's int4 rows: a scale and a bias)
+    symmetric: bool = True  # int4 without a zero point (true), or with one per group (false, as FBGEMM's int4 rows: a scale and a bias)
 
 
 @register("backend", "openvino_w4", config=OpenvinoW4Config, in_sweeps=False, toolkit="openvino")
 class OpenvinoW4Backend(OvBackend):
-    quantizes = (f"Linear weights and tables int4 (a zero point per group unless backend.symmetric=true), groups of {GROUP_SIZE} (down to {MIN_GROUP_SIZE} where a width needs it, "
+    quantizes = (f"Linear weights and tables int4 (symmetric unless backend.symmetric=false: a zero point per group), groups of {GROUP_SIZE} (down to {MIN_GROUP_SIZE} where a width needs it, "
                  "else int8), weight-only; the output layer fp32")
 
     def transform(self, model, calibration):

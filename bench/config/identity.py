@@ -17,8 +17,8 @@ what a record without them measured, or where they do not apply:
   backends without the key keep theirs: the fp32 runtimes quantize nothing, and `openvino_w4` always kept that
   layer fp32.
 - `backend.symmetric` (the int4 of `onnxruntime_w4` and `openvino_w4`: without a zero point, or with one per
-  group): `true` is what every record before it measured. Its default, `false`, changes what such a job measures,
-  so it has a new identity.
+  group): `true` is what every record before it measured, and still the default, so a job that leaves it keeps its
+  identity; `false` has its own.
 - `serve.judgments` (runs per Server target), `serve.step_late_share` (each run's size from LoadGen's early
   stopping) and the test-only `serve.test_stall_ms`: 1, null and null are what records before them
   measured (one run per target, min_query_count alone, no planted stall). Their defaults (3 and 0.3), and

@@ -363,3 +363,22 @@ def test_a_run_keeps_the_score_layer_fp32_and_loses_less_auc_than_with_it_int8(t
         assert [n for n, why in kept.items() if why.startswith("the score layer")], kept
         assert runs["fp32"].metrics["auc_delta_lo"] > runs["int8"].metrics["auc_delta_hi"], {
             k: (r.metrics["auc_delta_lo"], r.metrics["auc_delta_hi"]) for k, r in runs.items()}
+
+
+@needs_toolkits
+@pytest.mark.parametrize("name", ["onnxruntime_w4", "openvino_w4"])
+def test_int4_with_zero_points_when_asked(name, setup):
+    """`backend.symmetric=false`: a zero point per block (ONNX Runtime: GatherBlockQuantized's fourth input) or per
+    group (OpenVINO: u4 constants in place of i4)."""
+    tables, model, calibration = setup
+    entry = registry.get("backend", name)
+    backend = entry.factory(entry.config(symmetric=False))
+    module = backend.prepare(model, calibration, CPU)
+    if name == "openvino_w4":
+        types = backend.job_metrics(module)["constant_types"]
+        assert types.get("u4", 0) > 0 and types.get("i4", 0) == 0, types
+    else:
+        import onnx
+
+        gathers = [n for n in onnx.load_from_string(module.runner.model_bytes).graph.node if n.op_type == "GatherBlockQuantized"]
+        assert len(gathers) == 4 and all(len(n.input) == 4 and n.input[3] for n in gathers), [list(n.input) for n in gathers]

@@ -39,8 +39,10 @@ def test_eager_int8_graph_quantizes_the_linears_and_scores_near_fp32(model):
     calibration = [random_batch(TABLES, 128, seed=s) for s in (1, 2, 3)]
     prepared = make(compile=False).prepare(model, calibration, CPU)
     ops = quantized_ops(prepared.graph)
-    assert ops["linear"] == 4 and ops["quantize_per_channel"] == 4, ops  # every Linear's weight int8 per channel
-    assert ops["quantize_per_tensor"] >= 4 and ops["embedding"] == len(TABLES), ops  # their inputs; the gathers stay fp32
+    # every Linear's weight int8 per channel but the score layer's (one output feature: backend.output_layer=fp32)
+    assert ops["linear"] == 4 and ops["quantize_per_channel"] == 3, ops
+    assert list(prepared.details["inc_kept_fp32"]) == ["model.over_arch.model.1"], prepared.details
+    assert ops["quantize_per_tensor"] >= 3 and ops["embedding"] == len(TABLES), ops  # their inputs; the gathers stay fp32
     batch = random_batch(TABLES, 256, seed=9)
     want = model(batch.dense, batch.sparse)
     got = prepared(batch.dense, batch.sparse)
@@ -59,6 +61,12 @@ def test_compiled_int8_matches_the_eager_graph(model):
     # oneDNN's int8 kernels against fp32 arithmetic on the same quantized values: rounding of the requantized
     # activations may land a step apart now and then
     torch.testing.assert_close(compiled(batch.dense, batch.sparse), eager(batch.dense, batch.sparse), rtol=0, atol=0.05)
+
+
+def test_the_score_layer_is_quantized_like_the_rest_when_asked(model):
+    calibration = [random_batch(TABLES, 128, seed=s) for s in (1, 2)]
+    prepared = make(compile=False, output_layer="int8").prepare(model, calibration, CPU)
+    assert quantized_ops(prepared.graph)["quantize_per_channel"] == 4 and "inc_kept_fp32" not in prepared.details
 
 
 def test_missing_extra_is_not_applicable_naming_it(model, monkeypatch):

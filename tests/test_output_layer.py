@@ -69,3 +69,31 @@ def test_an_int8_mlp_job_has_a_new_identity_unless_it_asks_for_the_old_scheme():
     old_record = without(legacy, "backend", "mlp_output")  # a record stored before the key existed
     assert job_hash(legacy) == job_hash(old_record)
     assert job_hash(default) != job_hash(old_record)
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime_fp32", "openvino_fp32", "openvino_w4"])
+def test_toolkits_whose_score_layer_never_changes_have_no_output_layer_key(backend):
+    """The fp32 runtimes quantize nothing, and openvino_w4 always kept its score layer fp32: no `backend.output_layer`,
+    so the key leaves their identity alone."""
+    new = resolved(f"backend={backend}")
+    assert "output_layer" not in new["backend"]
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime_int8_dynamic", "onnxruntime_int8_static", "onnxruntime_w4", "openvino_int8",
+                                     "openvino_w8", "inc_int8_static"])
+def test_a_quantizing_toolkit_job_has_a_new_identity_unless_it_asks_for_the_old_score_layer(backend):
+    """Before `backend.output_layer` every quantizing toolkit quantized the score layer with the rest (int8)."""
+    default, legacy = resolved(f"backend={backend}"), resolved(f"backend={backend}", "backend.output_layer=int8")
+    old_record = without(legacy, "backend", "output_layer")
+    assert default["backend"]["output_layer"] == "fp32"
+    assert job_hash(legacy) == job_hash(old_record)
+    assert job_hash(default) != job_hash(old_record)
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime_w4", "openvino_w4"])
+def test_an_int4_toolkit_job_keeps_its_identity_unless_it_asks_for_zero_points(backend):
+    """Before `backend.symmetric` both int4 toolkits quantized symmetrically (no zero point), still the default."""
+    default, zero_points = resolved(f"backend={backend}"), resolved(f"backend={backend}", "backend.symmetric=false")
+    old_record = without(default, "backend", "symmetric")
+    assert default["backend"]["symmetric"] is True
+    assert job_hash(default) == job_hash(old_record) and job_hash(zero_points) != job_hash(old_record)

@@ -59,12 +59,14 @@ def test_fp32_runtimes_score_as_the_model(name, setup):
     assert module.runtime_table_bytes() == (sum(t.num_embeddings for t in tables) + 1) * 32 * 4
 
 
+SCORE_LAYER = "/model/over_arch/model/model.1/MatMul"  # the tiny DLRM's output layer in the exported graph
 # What each backend says it quantizes, seen in the graph the runtime was handed.
 REWRITTEN = {
-    "onnxruntime_int8_dynamic": lambda m: m["onnx_ops"].get("MatMulInteger", 0) == 4,
+    "onnxruntime_int8_dynamic": lambda m: m["onnx_ops"].get("MatMulInteger", 0) == 3,
     "onnxruntime_int8_static": lambda m: m["onnx_ops"].get("QuantizeLinear", 0) > 0 and m["onnx_ops"].get("DequantizeLinear", 0) >= 9,
-    "onnxruntime_w4": lambda m: m["onnx_ops"].get("MatMulNBits", 0) >= 4 and m["onnx_ops"].get("GatherBlockQuantized", 0) == 4,
-    "openvino_int8": lambda m: m["openvino_ops"].get("FakeQuantize", 0) > 0 and m["nncf_ignored_scope"] == ["/model/inter_arch/MatMul"],
+    # the score layer (one output feature) stays fp32 (backend.output_layer=fp32): 3 of the 4 Linears
+    "onnxruntime_w4": lambda m: m["onnx_ops"].get("MatMulNBits", 0) == 3 and m["onnx_ops"].get("GatherBlockQuantized", 0) == 4,
+    "openvino_int8": lambda m: m["openvino_ops"].get("FakeQuantize", 0) > 0 and m["nncf_ignored_scope"] == ["/model/inter_arch/MatMul", SCORE_LAYER],
     "openvino_w8": lambda m: m["constant_types"].get("u8", 0) > m["constant_types"].get("f32", 0),
     "openvino_w4": lambda m: m["constant_types"].get("i4", 0) > 0,
 }
@@ -203,10 +205,11 @@ def test_elementwise_products_of_activations_stay_out_of_openvino_int8():
              "two_tower": (two_tower(embedding_bag_collection(tables, 8), 13, item_features=["cat_0"]), 1)}
     for name, (model, products) in cases.items():
         backend, module = prepared("openvino_int8", model.eval(), calibration)
-        ignored = backend.job_metrics(module)["nncf_ignored_scope"]
-        assert len(ignored) == products and all(n.rsplit("/", 1)[-1].startswith("Mul") for n in ignored), (name, ignored)
         kept = backend.job_metrics(module)["nncf_kept_fp32"]  # what stayed fp32, and why
-        assert sorted(kept) == sorted(ignored) and all(why.startswith("Multiply of two activations") for why in kept.values()), kept
+        assert sorted(kept) == sorted(backend.job_metrics(module)["nncf_ignored_scope"])
+        ignored = [n for n, why in kept.items() if not why.startswith("the score layer")]  # the score layer: its own test
+        assert len(ignored) == products and all(n.rsplit("/", 1)[-1].startswith("Mul") for n in ignored), (name, ignored)
+        assert all(kept[n].startswith("Multiply of two activations") for n in ignored), kept
         batch = random_batch(tables, 128, seed=5)
         with torch.inference_mode(), hardware.timing_threads(1):
             got, want = module(batch.dense, batch.sparse), model(batch.dense, batch.sparse)
@@ -271,3 +274,111 @@ def test_a_runtime_that_keeps_the_traced_batch_size_is_not_applicable_with_its_r
         def forward(self, dense: torch.Tensor, sparse) -> torch.Tensor:
             return torch.zeros(dense.shape[0])
     batch_size_bound(_PerSample(), batch)  # one score per sample at another size: nothing said
+
+
+# The quantizing toolkit backends and the key of the record that says what each kept fp32.
+KEEPS_SCORE_LAYER = {"onnxruntime_int8_dynamic": "ort_kept_fp32", "onnxruntime_int8_static": "ort_kept_fp32",
+                     "onnxruntime_w4": "ort_kept_fp32", "openvino_int8": "nncf_kept_fp32", "openvino_w8": "nncf_kept_fp32"}
+
+
+def wide_score_model():
+    from bench.models.dlrm import embedding_bag_collection
+    from tests.support.custom_models import wide_score
+
+    torch.manual_seed(0)
+    tables = tiny_tables()
+    return tables, wide_score(embedding_bag_collection(tables, 8), 13).eval(), [random_batch(tables, 128, seed=s) for s in (1, 2)]
+
+
+@needs_toolkits
+def test_the_score_layer_is_found_by_the_graph_rule_in_onnx_and_openvino(tmp_path):
+    """The score layer is the MatMul (or, after ONNX Runtime's pre-processing, the Gemm) whose constant weight has one
+    output feature: found in the graph, not by its name; the tower's Linear is not among them."""
+    import onnx
+    import openvino as ov
+
+    from bench.backends import ort_runtime, ov_runtime
+    from bench.backends.toolkit import export_onnx
+
+    tables, model, calibration = wide_score_model()
+    backend = registry.get("backend", "onnxruntime_int8_static").factory(registry.get("backend", "onnxruntime_int8_static").config())
+    twin = backend.twin(model, calibration)
+    path = export_onnx(twin, twin.inputs(calibration[0].dense, calibration[0].sparse), tmp_path / "twin.onnx")
+    assert ort_runtime.output_layers(onnx.load(str(path))) == ["/model/score/MatMul"]
+    fused = onnx.load(str(ort_runtime.preprocessed(path, tmp_path)))
+    found = ort_runtime.output_layers(fused)
+    assert len(found) == 1 and {n.op_type for n in fused.graph.node if n.name in found} == {"Gemm"}, found
+    assert ov_runtime.output_layers(ov.Core().read_model(str(path))) == ["/model/score/MatMul"]
+
+
+@needs_toolkits
+@pytest.mark.parametrize("name", sorted(KEEPS_SCORE_LAYER))
+def test_quantizing_toolkits_keep_the_score_layer_fp32_unless_asked(name):
+    """backend.output_layer=fp32 (the default) leaves the score layer out of the toolkit's quantization and the record
+    says why; int8 quantizes it like the rest. Where activations are int8, the count near 1,000 beside the tower's
+    outputs rounds the tower away with it quantized: the scores move far more."""
+    tables, model, calibration = wide_score_model()
+    batch = random_batch(tables, 512, seed=5)
+    error = {}
+    for output_layer in ("fp32", "int8"):
+        entry = registry.get("backend", name)
+        backend = entry.factory(entry.config(output_layer=output_layer))
+        module = backend.prepare(model, calibration, CPU)
+        kept = backend.job_metrics(module).get(KEEPS_SCORE_LAYER[name], {})
+        score = [n for n, why in kept.items() if why.startswith("the score layer")]
+        assert len(score) == (1 if output_layer == "fp32" else 0), kept
+        with torch.inference_mode(), hardware.timing_threads(1):
+            got, want = module(batch.dense, batch.sparse), model(batch.dense, batch.sparse)
+        error[output_layer] = (got - want).abs().mean().item()
+    if name in ("onnxruntime_int8_dynamic", "onnxruntime_int8_static", "openvino_int8"):
+        assert error["fp32"] < 0.5 * error["int8"], error
+
+
+def test_a_bad_output_layer_choice_is_one_line():
+    from bench.errors import UserError
+
+    entry = registry.get("backend", "openvino_int8")
+    with pytest.raises(UserError, match=r"^backend.output_layer='bf16' is not one of fp32, int8$"):
+        entry.factory(entry.config(output_layer="bf16")).check()
+
+
+@pytest.mark.slow
+@needs_toolkits
+def test_a_run_keeps_the_score_layer_fp32_and_loses_less_auc_than_with_it_int8(tmp_path):
+    """Through the runner (the model trained on the workload, ΔAUC paired over the eval split): with the score layer
+    fp32 the ΔAUC interval lies wholly above the one with it int8, for the static int8 toolkits."""
+    from bench.config.compose import compose
+    from bench.runner import Session
+
+    base = ["+preset=tiny", "model=custom", "model.factory=tests.support.custom_models:wide_score", "workload.train_samples=16384",
+            "workload.eval_samples=8192", "workload.calibration_samples=512", "model.train.samples=8192", "model.train.batch_size=512",
+            "model.train.dense_lr=0.01", "batch_size=256", "eval_batch_size=256", "calibration_batch_size=256", "threads=1",
+            "timing.trials=1", "timing.max_rounds=1", "timing.batches_per_trial=1", "timing.warmup_batches=0", "timing.pool_samples=0",
+            "timing.paired=false", f"cache_dir={tmp_path / 'cache'}", f"reports_dir={tmp_path / 'reports'}"]
+    session = Session()
+    for name in ("onnxruntime_int8_static", "openvino_int8"):
+        runs = {layer: run_one(compose([*base, f"backend={name}", f"backend.output_layer={layer}"]), session) for layer in ("fp32", "int8")}
+        assert all(r.status == "ok" for r in runs.values()), {k: r.error for k, r in runs.items()}
+        kept = runs["fp32"].metrics[KEEPS_SCORE_LAYER[name]]
+        assert [n for n, why in kept.items() if why.startswith("the score layer")], kept
+        assert runs["fp32"].metrics["auc_delta_lo"] > runs["int8"].metrics["auc_delta_hi"], {
+            k: (r.metrics["auc_delta_lo"], r.metrics["auc_delta_hi"]) for k, r in runs.items()}
+
+
+@needs_toolkits
+@pytest.mark.parametrize("name", ["onnxruntime_w4", "openvino_w4"])
+def test_int4_with_zero_points_when_asked(name, setup):
+    """`backend.symmetric=false`: a zero point per block (ONNX Runtime: GatherBlockQuantized's fourth input) or per
+    group (OpenVINO: u4 constants in place of i4)."""
+    tables, model, calibration = setup
+    entry = registry.get("backend", name)
+    backend = entry.factory(entry.config(symmetric=False))
+    module = backend.prepare(model, calibration, CPU)
+    if name == "openvino_w4":
+        types = backend.job_metrics(module)["constant_types"]
+        assert types.get("u4", 0) > 0 and types.get("i4", 0) == 0, types
+    else:
+        import onnx
+
+        gathers = [n for n in onnx.load_from_string(module.runner.model_bytes).graph.node if n.op_type == "GatherBlockQuantized"]
+        assert len(gathers) == 4 and all(len(n.input) == 4 and n.input[3] for n in gathers), [list(n.input) for n in gathers]

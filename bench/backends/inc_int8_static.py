@@ -7,7 +7,9 @@ The calls, all Neural Compressor's own (`neural_compressor.torch`): `export` (to
 bag widths dynamic), `prepare(graph, get_default_static_config())` (observers placed by PyTorch's
 X86InductorQuantizer), a forward per calibration batch of the workload, `convert` (quantize/dequantize pairs
 around each Linear: weights int8 per output channel, inputs uint8 per tensor). Tables stay fp32 gathers and the
-interaction's matrix product fp32 (the quantizer leaves both alone); the output layer is quantized like the rest.
+interaction's matrix product fp32 (the quantizer leaves both alone). The score layer (a Linear with one output feature)
+stays fp32 with `backend.output_layer=fp32`, the default (its module in Neural Compressor's fp32 op config, the record's
+`inc_kept_fp32`), else is quantized like the rest.
 
 Only `torch.compile` (freezing on) turns the quantize/dequantize pairs into oneDNN int8 Linear kernels; the
 converted graph run eagerly computes in fp32 with extra rounding steps, slower than fp32 (measured here: 0.74-0.78x).
@@ -34,7 +36,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from bench.backends.backend import Backend, NotApplicable
 from bench.backends.deploy import StackedBags
-from bench.backends.toolkit import ToolkitConfig, check_export_options, missing, require, stacking_of, twin_of
+from bench.backends.toolkit import OUTPUT_LAYER_WHY, ToolkitConfig, check_export_options, missing, require, stacking_of, twin_of
 from bench.backends.twin import GatherBags, Twin
 from bench.batch import Batch
 from bench.metrics import RUNTIME_REFERENCE, TOOLKIT
@@ -49,6 +51,7 @@ QUANTIZES = ("Linear layers int8 (weights per output channel, inputs uint8 per t
 @dataclass
 class IncInt8StaticConfig(ToolkitConfig):
     name: str = "inc_int8_static"
+    output_layer: str = "fp32"  # fp32 | int8: the score layer (one output feature) kept fp32, or quantized like the rest
     compile: bool = True  # torch.compile with freezing (int8 kernels); false: the converted graph run eagerly
 
 
@@ -75,6 +78,11 @@ def gather_tables(twin: Twin) -> dict[str, dict]:
     tables = {name: w for m in twin.modules() if isinstance(m, GatherBags) for name, w in m.tables.items()}
     tables.update({"+".join(names): w for m in twin.modules() if isinstance(m, StackedBags) for names, w in zip(m.stacked_tables, m.stacks)})
     return {name: {"dtype": "fp32", "rows": int(w.shape[0]), "row_bytes": int(w.shape[1]) * w.element_size()} for name, w in tables.items()}
+
+
+def output_linears(twin: nn.Module) -> list[str]:
+    """The twin's Linear modules with one output feature (its score layer), by name: found by the rule, not by a name."""
+    return [name for name, m in twin.named_modules() if isinstance(m, nn.Linear) and m.out_features == 1]
 
 
 def exported_twin(twin: Twin, calibration: Sequence[tuple[torch.Tensor, ...]]):
@@ -144,17 +152,23 @@ class IncInt8StaticBackend(CompiledTwinBackend):
             raise NotApplicable(f"backend {self.cfg.name!r} calibrates static int8 on the calibration batches, and none was given")
         require("neural_compressor", "inc", self.cfg.name)
         from neural_compressor.torch.export import export
-        from neural_compressor.torch.quantization import convert, get_default_static_config, prepare
+        from neural_compressor.torch.quantization import StaticQuantConfig, convert, get_default_static_config, prepare
 
         twin = twin_of(model, calibration_batches, self.cfg, BEST_TRIANGLE, stacking_of(self.cfg, None)[0])
         calibration = [twin.inputs(b.dense, b.sparse) for b in calibration_batches]  # contiguous: export fixes strides
         with torch.no_grad():
             example = export_example(twin, calibration[0])
             graph = export(twin, example, dynamic_shapes=dynamic_shapes(twin, example))
-            observed = prepare(graph, get_default_static_config())
+            config = get_default_static_config()
+            kept = {name: OUTPUT_LAYER_WHY for name in output_linears(twin)} if self.cfg.output_layer == "fp32" else {}
+            for name in kept:
+                config.set_local(name, StaticQuantConfig(w_dtype="fp32", act_dtype="fp32"))
+            observed = prepare(graph, config)
             for inputs in calibration:
                 observed(*inputs)
             module = CompiledTwin(convert(observed), twin, self.cfg.compile)
+            if kept:
+                module.details["inc_kept_fp32"] = kept
             module(*calibration[0])  # compiles now, inside the build time, not in the first scored or timed call
         return module
 

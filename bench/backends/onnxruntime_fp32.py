@@ -19,4 +19,4 @@ class OnnxruntimeFp32Backend(OrtBackend):
     quantizes = "nothing (fp32 runtime reference)"
 
     def quantize(self, onnx_path, workdir, calibration):
-        return onnx_path
+        return onnx_path, {}

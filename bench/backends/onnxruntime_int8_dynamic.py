@@ -1,17 +1,20 @@
 """`onnxruntime_int8_dynamic`: ONNX Runtime's `quantize_dynamic`: int8 weights for the Linears (MatMul ->
-MatMulInteger, activations quantized per call) and the tables (int8 Gather); no calibration."""
+MatMulInteger, activations quantized per call) and the tables (int8 Gather); no calibration.
+The activation products, and the score layer with `backend.output_layer=fp32` (the default), stay fp32
+(bench.backends.ort_runtime.kept_fp32)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.backends.ort_runtime import OrtBackend, OrtConfig, activation_products, preprocessed
+from bench.backends.ort_runtime import OrtBackend, OrtConfig, kept_fp32, preprocessed
 from bench.registry import register
 
 
 @dataclass
 class OnnxruntimeInt8DynamicConfig(OrtConfig):
     name: str = "onnxruntime_int8_dynamic"
+    output_layer: str = "fp32"  # fp32 | int8: the score layer (one output feature) kept fp32, or quantized like the rest
 
 
 @register("backend", "onnxruntime_int8_dynamic", config=OnnxruntimeInt8DynamicConfig, in_sweeps=False, toolkit="onnxruntime")
@@ -29,6 +32,11 @@ class OnnxruntimeInt8DynamicBackend(OrtBackend):
 
         onnx_path = preprocessed(onnx_path, workdir)
         out = workdir / "int8_dynamic.onnx"
-        quantize_dynamic(onnx_path, out, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gather"],
-                         nodes_to_exclude=activation_products(onnx.load(str(onnx_path))))
-        return out
+        model = onnx.load(str(onnx_path))
+        why = kept_fp32(model, self.cfg.output_layer)
+        # quantize_dynamic first rewrites each Gemm (the pre-processing fuses MatMul + Add into one) as a MatMul named
+        # `<gemm>_MatMul`, and excludes by the rewritten name
+        gemms = {n.name for n in model.graph.node if n.op_type == "Gemm"}
+        excluded = [f"{name}_MatMul" if name in gemms else name for name in why]
+        quantize_dynamic(onnx_path, out, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gather"], nodes_to_exclude=excluded)
+        return out, why

@@ -1,4 +1,5 @@
-"""`openvino_w4`: NNCF's weight compression to INT4 (symmetric, groups of 32) of the exported twin in
+"""`openvino_w4`: NNCF's weight compression to INT4 (INT4_SYM; `backend.symmetric=false`: INT4_ASYM, a zero point per
+group; groups of 32) of the exported twin in
 OpenVINO, the tables too (`all_layers`: NNCF's default keeps embeddings and the output layer int8).
 
 - A layer whose input width is no multiple of the group (DLRM's 13 dense features, a 415-wide top MLP
@@ -24,11 +25,12 @@ MIN_GROUP_SIZE = 16
 @dataclass
 class OpenvinoW4Config(ToolkitConfig):
     name: str = "openvino_w4"
+    symmetric: bool = True  # int4 without a zero point (true), or with one per group (false, as FBGEMM's int4 rows: a scale and a bias)
 
 
 @register("backend", "openvino_w4", config=OpenvinoW4Config, in_sweeps=False, toolkit="openvino")
 class OpenvinoW4Backend(OvBackend):
-    quantizes = (f"Linear weights and tables int4 symmetric, groups of {GROUP_SIZE} (down to {MIN_GROUP_SIZE} where a width needs it, "
+    quantizes = (f"Linear weights and tables int4 (symmetric unless backend.symmetric=false: a zero point per group), groups of {GROUP_SIZE} (down to {MIN_GROUP_SIZE} where a width needs it, "
                  "else int8), weight-only; the output layer fp32")
 
     def transform(self, model, calibration):
@@ -37,6 +39,6 @@ class OpenvinoW4Backend(OvBackend):
 
         ignored = output_layers(model)
         fallback = AdvancedCompressionParameters(group_size_fallback_mode=GroupSizeFallbackMode.ADJUST, min_adjusted_group_size=MIN_GROUP_SIZE)
-        compressed = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT4_SYM, group_size=GROUP_SIZE, ratio=1.0, all_layers=True,
+        compressed = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT4_SYM if self.cfg.symmetric else nncf.CompressWeightsMode.INT4_ASYM, group_size=GROUP_SIZE, ratio=1.0, all_layers=True,
                                            ignored_scope=nncf.IgnoredScope(names=ignored) if ignored else None, advanced_parameters=fallback)
         return compressed, {"nncf_ignored_scope": ignored}

@@ -18,7 +18,7 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 
 from bench.backends.layer_outputs import LayerOutput, all_finite, summary
-from bench.backends.toolkit import Feeds, ToolkitBackend, ToolkitConfig
+from bench.backends.toolkit import OUTPUT_LAYER_WHY, Feeds, ToolkitBackend, ToolkitConfig
 
 EXTRA = "onnxruntime"
 SPIN_STOP = "session.force_spinning_stop"  # "1": the intra-op threads stop spinning when a call returns
@@ -142,6 +142,42 @@ def activation_products(model) -> list[str]:
     return [n.name for n in model.graph.node if n.op_type == "MatMul" and not any(i in weights | constants for i in n.input)]
 
 
+def _constant_shapes(model) -> dict[str, list[int]]:
+    """Each constant tensor's shape: the initializers and the outputs of Constant nodes."""
+    shapes = {t.name: list(t.dims) for t in model.graph.initializer}
+    for n in model.graph.node:
+        if n.op_type == "Constant":
+            value = next((a.t for a in n.attribute if a.name == "value"), None)
+            if value is not None:
+                shapes[n.output[0]] = list(value.dims)
+    return shapes
+
+
+def output_layers(model) -> list[str]:
+    """Names of the MatMul and Gemm nodes whose constant weight has one output feature (a model's score layer):
+    a MatMul's `[in, 1]`, a Gemm's `[in, 1]` (or `[1, in]` with transB). Found by the rule, not by a layer's name."""
+    shapes = _constant_shapes(model)
+
+    def one_wide(node) -> bool:
+        weight = shapes.get(node.input[1]) if len(node.input) > 1 else None
+        if weight is None or len(weight) != 2:
+            return False
+        trans_b = node.op_type == "Gemm" and any(a.name == "transB" and a.i for a in node.attribute)
+        return (weight[0] if trans_b else weight[1]) == 1
+
+    return [n.name for n in model.graph.node if n.op_type in ("MatMul", "Gemm") and one_wide(n)]
+
+
+def kept_fp32(model, output_layer: str, products: bool = True) -> dict[str, str]:
+    """The nodes a quantizing ONNX Runtime backend leaves fp32 (its `nodes_to_exclude`, in order) and why, for the
+    record: the activation products (`products`), and the score layer with `backend.output_layer=fp32`."""
+    why = {name: "MatMul of two activations: int8 on both inputs multiplies their rounding errors"
+           for name in (activation_products(model) if products else [])}
+    if output_layer == "fp32":
+        why.update({name: OUTPUT_LAYER_WHY for name in output_layers(model)})
+    return why
+
+
 def preprocessed(onnx_path: Path, workdir: Path) -> Path:
     """ONNX Runtime's recommended step before quantizing (`quant_pre_process`: shape inference and graph
     optimization), so the quantizer sees each tensor's shape."""
@@ -166,15 +202,17 @@ class OrtBackend(ToolkitBackend):
         path = preprocessed(onnx_path, workdir) if self.preprocesses else onnx_path
         return OrtRunner(onnx.load(str(path)).SerializeToString(), self.cfg.spin_between_calls)
 
-    def quantize(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> Path:
-        """The quantized model's path (ONNX Runtime's quantization API); fp32 returns `onnx_path`."""
+    def quantize(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> tuple[Path, dict[str, str]]:
+        """The quantized model's path (ONNX Runtime's quantization API), and the nodes it left fp32 with why (the
+        record's `ort_kept_fp32`); fp32 returns `onnx_path` and nothing."""
         raise NotImplementedError
 
     def build(self, onnx_path: Path, workdir: Path, calibration: list[Feeds]) -> tuple[Callable[[Feeds, int], np.ndarray], int, int, dict]:
         import onnx
 
-        model = onnx.load(str(self.quantize(onnx_path, workdir, calibration)))
-        details = {"runtime": f"onnxruntime {_version()} CPUExecutionProvider",
+        path, kept = self.quantize(onnx_path, workdir, calibration)
+        model = onnx.load(str(path))
+        details = {"runtime": f"onnxruntime {_version()} CPUExecutionProvider", **({"ort_kept_fp32": kept} if kept else {}),
                    "onnx_ops": dict(sorted(Counter(n.op_type for n in model.graph.node).items()))}
         return OrtRunner(model.SerializeToString(), self.cfg.spin_between_calls), initializer_bytes(model), table_bytes(model), details
 

@@ -26,6 +26,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from bench.backends.backend import Backend, NotApplicable
 from bench.backends.deploy import FORMS as EXPORT_FORMS
 from bench.backends.layer_outputs import LayerOutput
+from bench.backends.linear import OUTPUT_CHOICES, check_choice
 from bench.backends.deploy import STACKINGS, TRIANGLES, export_twin
 from bench.backends.twin import Twin
 from bench.batch import Batch, concat_batches, take_rows
@@ -49,8 +50,19 @@ class ToolkitConfig(BackendConfig):
     stacking: str = "auto"
 
 
+# `backend.output_layer` of the quantizing toolkit backends (a field of each one's config, default fp32): the score
+# layer, a Linear with one output feature, kept fp32 or quantized like the rest. fp32 is the choice the harness's own
+# backends make (`backend.mlp_output=fp32`), here found in the exported graph by that rule, never by a layer's name.
+OUTPUT_LAYER_WHY = ("the score layer (one output feature; backend.output_layer=fp32): it reads every feature side by side, and a "
+                    "scale shared across its input (int8 activations per tensor, its one output column's weight scale or block) "
+                    "rounds the small ones away beside a wide one (DeepFM's factorization-machine term, up to ~1,500, beside "
+                    "features below 10)")
+
+
 def check_export_options(cfg) -> None:
-    """backend.export / backend.triangle, as one-line UserErrors."""
+    """backend.export / backend.triangle / backend.output_layer, as one-line UserErrors."""
+    if hasattr(cfg, "output_layer"):
+        check_choice(cfg.output_layer, OUTPUT_CHOICES, "backend.output_layer")
     if cfg.export not in EXPORT_FORMS:
         raise UserError(f"backend.export={cfg.export!r}: choose one of {', '.join(EXPORT_FORMS)}")
     if cfg.triangle not in ("auto", *TRIANGLES):

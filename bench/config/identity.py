@@ -11,6 +11,14 @@ what a record without them measured, or where they do not apply:
   change what an int8-MLP job measures, so such a job has a new identity: resume measures it again and the
   history starts its series anew, rather than comparing the output layer in fp32 against records that had
   it in int8.
+- `backend.output_layer` (the quantizing toolkit backends' score layer: ONNX Runtime's int8 and w4, OpenVINO's int8
+  and w8, Neural Compressor's int8): `int8` is what every record before it measured (the toolkit quantized that
+  layer with the rest). Its default, `fp32`, changes what such a job measures, so it has a new identity. The
+  backends without the key keep theirs: the fp32 runtimes quantize nothing, and `openvino_w4` always kept that
+  layer fp32.
+- `backend.symmetric` (the int4 of `onnxruntime_w4` and `openvino_w4`: without a zero point, or with one per
+  group): `true` is what every record before it measured, and still the default, so a job that leaves it keeps its
+  identity; `false` has its own.
 - `serve.judgments` (runs per Server target), `serve.step_late_share` (each run's size from LoadGen's early
   stopping) and the test-only `serve.test_stall_ms`: 1, null and null are what records before them
   measured (one run per target, min_query_count alone, no planted stall). Their defaults (3 and 0.3), and
@@ -59,7 +67,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-LEGACY = {("model", "output_key"): None, ("model", "hstu"): None, ("backend", "mlp_output"): "int8", ("serve", "judgments"): 1,
+LEGACY = {("model", "output_key"): None, ("model", "hstu"): None, ("backend", "mlp_output"): "int8", ("backend", "output_layer"): "int8", ("backend", "symmetric"): True,
+          ("serve", "judgments"): 1,
           ("serve", "step_late_share"): None, ("serve", "test_stall_ms"): None, ("serve", "max_steal"): None,
           ("serve", "paired"): False, ("serve", "confirm_runs"): 0,
           ("serve", "track_rounds"): 0, ("serve", "track_step"): 0.04, ("serve", "paired_judgments"): None,

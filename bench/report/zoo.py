@@ -1,41 +1,43 @@
 """The zoo matrix: the report's first table when its rows name model families (`+sweep=zoo`, conf/zoo/).
 
-One table per (device, batch size): a row per backend, a column per family. A cell reads what the pair did:
-its ΔAUC against fp32 where it is `ok` and its drop is inside the gate's margin for the backend (`auc_margin`, from
-the backend's gate rule as every verdict of the report reads it), the same with "past" where the drop is larger, the
-fp32 AUC on the reference row, `skipped` or `error` with a numbered reason listed under the table. The counts line
-under it says how many pairs were each; the gate (`run_gate`) judges the same rows with its own rules.
+One table per (device, batch size): a row per backend, a column per family. A cell reads what the pair did, its ΔAUC
+against fp32 judged against the gate's margin for the backend (`auc_margin`, from the backend's gate rule as every
+verdict of the report reads it) by the one accuracy rule (`bench.stats.budget_verdict` on the ΔAUC interval):
+`ok` where the whole interval is inside the margin, `past` where the whole interval is past it, `straddles` where
+the interval holds the margin (more eval rows would decide). The fp32 row holds the fp32 AUC; `skipped` or `error`
+carry a numbered reason listed under the table. The counts line under it says how many pairs were each; the gate
+(`run_gate`) judges the same rows with its own rules (and fails a straddling pair whose point is past the margin).
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
+from bench import stats
 from bench.report import fmt
 from bench.results.key import BASELINE, backend_rank
 
 FAMILY = "family"  # the results' axis a zoo case sets (bench.results.key)
-
-
-def inside_margin(row) -> bool:
-    """The pair's ΔAUC drop is at most the gate's margin for its backend (a gain is inside)."""
-    return not fmt.missing(row.auc_delta) and -float(row.auc_delta) <= float(row.auc_margin)
+# what a pair did, by the one accuracy rule's reading of its ΔAUC interval against the margin
+READING = {stats.WITHIN_BUDGET: "ok", stats.OVER_BUDGET: "past", stats.INCONCLUSIVE: "straddles"}
 
 
 def outcome(row) -> str:
-    """What one pair did: `ok` (inside the margin), `past` (ok, its drop past the margin), `skipped` or `error`."""
+    """What one pair did: `ok` (its ΔAUC interval inside the margin), `past` (wholly past it), `straddles` (the
+    interval holds the margin: more eval rows would decide), `skipped` or `error`."""
     if row.status != "ok":
         return str(row.status)
     if row.backend == BASELINE:
         return "ok"
-    return "ok" if inside_margin(row) else "past"
+    return READING[stats.budget_verdict(row.auc_delta_lo, row.auc_delta_hi, row.auc_margin)]
 
 
 def counts_line(rows: pd.DataFrame) -> str:
-    """`63 pairs: 40 ok inside the gate's margin, 0 past it, 23 skipped with a reason, 0 errors.`"""
+    """`63 pairs: 40 ok inside the gate's margin, 0 past it, 0 straddling it (...), 23 skipped with a reason, 0 errors.`"""
     found = [outcome(r) for r in rows.itertuples(index=False)]
-    n = {k: found.count(k) for k in ("ok", "past", "skipped", "error")}
+    n = {k: found.count(k) for k in ("ok", "past", "straddles", "skipped", "error")}
     return (f"{len(found)} pairs: {n['ok']} ok inside the gate's margin, {n['past']} ok but past it, "
+            f"{n['straddles']} ok but straddling it (the interval holds the margin: more eval rows would decide), "
             f"{n['skipped']} skipped with a reason, {n['error']} error{'s' if n['error'] != 1 else ''}.")
 
 
@@ -53,10 +55,12 @@ def zoo_section(df: pd.DataFrame) -> list[str]:
         return []
     zoo = df[df[FAMILY].notna()]
     lines = ["## The zoo: every backend on every model family", "",
-             "A cell is the pair's ΔAUC against fp32 on the family's own model (paired, the same eval samples) when its "
-             "drop is inside the gate's margin for the backend; `past` marks one beyond it; the fp32 row holds the "
-             "reference AUC. `skipped` and `error` carry the number of their reason, listed under the table. A family "
-             "is a file of conf/zoo/.", ""]
+             "A cell is the pair's ΔAUC against fp32 on the family's own model (paired, the same eval samples), read "
+             "against the gate's margin for the backend by the one accuracy rule (its 95% interval): a plain figure when "
+             "the whole interval is inside the margin, `past` when the whole interval is beyond it, `straddles` with the "
+             "interval when it holds the margin (more eval rows would decide; the gate fails such a pair when its point "
+             "is past). The fp32 row holds the reference AUC. `skipped` and `error` carry the number of their reason, "
+             "listed under the table. A family is a file of conf/zoo/.", ""]
     for (device, batch), g in zoo.groupby(["device", "batch_size"], sort=True):
         lines += [f"### {device}, batch {batch}", "", counts_line(g), ""] + _matrix(g)
     return lines
@@ -86,5 +90,9 @@ def _cell(row, reasons: dict[str, int]) -> str:
         return f"**error** ({number})" if kind == "error" else f"skipped ({number})"
     if row.backend == BASELINE:
         return f"AUC {row.auc:.4f}" if not fmt.missing(row.auc) else "reference"
-    delta = fmt.signed(row.auc_delta)
-    return delta if kind == "ok" else f"**{delta}** past {float(row.auc_margin):.4f}"
+    delta, margin = fmt.signed(row.auc_delta), f"{float(row.auc_margin):.4f}"
+    if kind == "ok":
+        return delta
+    if kind == "past":
+        return f"**{delta}** past {margin}"
+    return f"{delta} straddles {margin} [{fmt.signed(row.auc_delta_lo)}, {fmt.signed(row.auc_delta_hi)}]"

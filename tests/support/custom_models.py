@@ -159,3 +159,29 @@ class _PlantedNan(nn.Module):
 
 def planted_nan(embedding_bag_collection, dense_in_features):
     return _PlantedNan(embedding_bag_collection, dense_in_features)
+
+
+class _WideScore(nn.Module):
+    """A score layer (one Linear, one output feature) whose input holds one wide column beside small features: a
+    count near 1,000 beside a ReLU tower's outputs, as DeepFM's factorization-machine term (up to ~1,500) sits beside
+    features below 10. One int8 scale over that input rounds the tower's outputs away."""
+
+    def __init__(self, embedding_bag_collection, dense_in_features):
+        super().__init__()
+        self.ebc = embedding_bag_collection
+        width = sum(c.embedding_dim for c in embedding_bag_collection.embedding_bag_configs())
+        self.tower = nn.Sequential(nn.Linear(dense_in_features + width, 16), nn.ReLU())
+        self.score = nn.Linear(17, 1)
+        with torch.no_grad():
+            self.score.weight[0, -1] = 1e-3
+        # trained as it is built: Adam's steps on the count's weight (each a logit per 0.001) would swamp the tower's
+        self.score.requires_grad_(False)
+
+    def forward(self, dense, sparse):
+        pooled = self.ebc(sparse).values()
+        count = 1000.0 + dense[:, :1]
+        return self.score(torch.cat([self.tower(torch.cat([dense, pooled], dim=1)), count], dim=1)).squeeze(1)
+
+
+def wide_score(embedding_bag_collection, dense_in_features):
+    return _WideScore(embedding_bag_collection, dense_in_features)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+import numpy as np
 import torch
 
 from bench.workloads.workload import TableSpec
@@ -44,16 +45,21 @@ def access_profile(inputs: Sequence[tuple], tables: Sequence[TableSpec]) -> dict
 
 def _distinct(ids: list[torch.Tensor]) -> tuple[int, int]:
     """(distinct ids over all the batches, the sum over batches of each batch's distinct ids): two sorts in all,
-    the second over (batch, id) pairs."""
+    the second over (batch, id) pairs. numpy's sort: torch.unique took about 0.2 s a call here, whatever its size."""
     if not ids:
         return 0, 0
-    flat = torch.cat(ids).long()
-    if flat.numel() == 0:
+    flat = torch.cat(ids).cpu().numpy().astype(np.int64)
+    if flat.size == 0:
         return 0, 0
-    batch_of = torch.repeat_interleave(torch.arange(len(ids)), torch.tensor([int(i.numel()) for i in ids]))
     low = int(flat.min())  # ids from 0 here, but a pair must not collide whatever they are
+    batch_of = np.repeat(np.arange(len(ids), dtype=np.int64), [int(i.numel()) for i in ids])
     pairs = batch_of * (int(flat.max()) - low + 1) + (flat - low)
-    return int(torch.unique(flat).numel()), int(torch.unique(pairs).numel())
+    return _count_distinct(flat), _count_distinct(pairs)
+
+
+def _count_distinct(values: np.ndarray) -> int:
+    ordered = np.sort(values)
+    return 1 + int(np.count_nonzero(ordered[1:] != ordered[:-1]))
 
 
 def working_set_bytes(profile: dict, row_bytes: Mapping[str, int]) -> int:

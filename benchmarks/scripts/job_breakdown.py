@@ -8,7 +8,7 @@ Two ways, both on a warm cache (run a sweep once first, or pass `--cold-first`):
 `--phases` runs `bench.cli.run` in this process with wall-clock timers wrapped around the steps of a job
 (this script's own wrappers: nothing in the product is changed). A phase's seconds are its own, less the
 phases nested inside it, so they add up to the job's wall time, and `other` is what no phase covers. It
-prints, per phase, the median seconds of a job of each backend, and the sum over all CPU jobs.
+prints, per phase, the seconds of each backend's jobs together and of all CPU jobs, then the median job.
 
 `--plain` runs the command in a subprocess and reads each job's seconds from the gaps between Hydra's
 launch lines (`#N : ...`, stamped to the millisecond), so nothing is instrumented. It prints every CPU
@@ -255,23 +255,29 @@ def print_phases(phases: Phases) -> None:
         print("no CPU job ran")
         return
     for j in cpu:
-        j["phases"]["other"] = (j["end"] - j["start"]) - sum(j["phases"].values())
-    backends = list(dict.fromkeys(re.search(r"backend=(\S+)", j["job"]).group(1) for j in cpu))
+        j["wall"] = j["end"] - j["start"]
+        j["phases"]["other"] = j["wall"] - sum(j["phases"].values())
+    by_backend: dict[str, list[dict]] = defaultdict(list)
+    for j in cpu:
+        by_backend[re.search(r"backend=(\S+)", j["job"]).group(1)].append(j)
     names = list(dict.fromkeys(n for j in cpu for n in j["phases"]))
     width = max(len(n) for n in names) + 2
-    head = "".join(f"{b[:12]:>13}" for b in backends)
-    print(f"median seconds of one job, per backend ({len(cpu)} CPU jobs), and the sum over all of them")
-    print(f"{'phase':<{width}}{head}{'all jobs':>11}")
-    for name in names:
-        cells = "".join(f"{statistics.median(j['phases'].get(name, 0.0) for j in cpu if f'backend={b} ' in j['job'] + ' '):13.3f}"
-                        for b in backends)
-        print(f"{name:<{width}}{cells}{sum(j['phases'].get(name, 0.0) for j in cpu):11.2f}")
-    totals = "".join(f"{statistics.median(j['end'] - j['start'] for j in cpu if f'backend={b} ' in j['job'] + ' '):13.3f}"
-                     for b in backends)
-    print(f"{'job wall':<{width}}{totals}{sum(j['end'] - j['start'] for j in cpu):11.2f}")
+    print(f"seconds per phase: each backend's jobs together (its batch sizes), and all {len(cpu)} CPU jobs")
+    print(f"{'phase':<{width}}" + "".join(f"{b[:12]:>13}" for b in by_backend) + f"{'all jobs':>11}")
+    for name in names + ["wall"]:
+        cells = "".join(f"{sum(_get(j, name) for j in jobs):13.2f}" for jobs in by_backend.values())
+        print(f"{name:<{width}}{cells}{sum(_get(j, name) for j in cpu):11.2f}")
+    walls = [j["wall"] for j in cpu]
+    print(f"CPU jobs: median {statistics.median(walls):.2f} s, sum {sum(walls):.1f} s; outside the timed rounds: median "
+          f"{statistics.median(j['wall'] - _get(j, 'timed rounds') for j in cpu):.2f} s, "
+          f"sum {sum(j['wall'] - _get(j, 'timed rounds') for j in cpu):.1f} s")
     rest = [j for j in phases.jobs if "device=cpu" not in j["job"] and j["end"] is not None]
     if rest:
         print(f"other (skipped) jobs: {len(rest)}, sum {sum(j['end'] - j['start'] for j in rest):.2f} s")
+
+
+def _get(job: dict, name: str) -> float:
+    return job["wall"] if name == "wall" else job["phases"].get(name, 0.0)
 
 
 def main() -> int:

@@ -201,6 +201,8 @@ def install(phases: Phases) -> None:
     # Hydra's plug-in scan imports the launcher's module anew, which then takes this wrapped run_job
     phases.wrap(hydra_utils, "run_job", "hydra: job folder, config files, logging")
     phases.wrap(cli, "to_config", "config: typed and validated")
+    phases.wrap(runner, "run_job", "job: the rest (backend factory, skip checks)")
+    phases.wrap(runner, "_close", "backend close()")
     phases.wrap(runner, "check_values", "config: typed and validated")
     phases.wrap(runner, "device_of", "device and threads")
     phases.wrap(runner, "_timing_setting", "timing setting (calibration, re-run log)")

@@ -40,6 +40,8 @@ REPO = Path(__file__).resolve().parents[2]
 LAUNCH = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]\[HYDRA\] \t#(\d+) : (.*)$")
 # The columns of results.csv a cut of the jobs' fixed costs must leave exactly as they were: the verdicts read
 # from nothing timed, and the untimed figures behind them (accuracy, bytes, what the timing pool touched)
+PROGRESS = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]\[bench.progress\]\[INFO\] - sweep: \d+/\d+ job")
+RUN_JOB = "hydra: job folder, config files, logging"
 UNTIMED = ("status", "auc_verdict", "budget_verdict", "auc", "auc_delta", "auc_delta_lo", "auc_delta_hi", "auc_delta_p",
            "ne_delta", "ne_delta_lo", "ne_delta_hi", "acc_delta", "acc_delta_lo", "acc_delta_hi", "auc_fp32", "fidelity_gap",
            "fidelity_gap_lo", "fidelity_gap_hi", "auc_delta_embeddings", "auc_delta_embeddings_lo", "auc_delta_embeddings_hi",
@@ -78,8 +80,10 @@ def plain(args, extra: list[str]) -> dict:
     report = next((line.split("report: ", 1)[1].strip() for line in lines if line.startswith("report: ")), None)
     if report is None:
         sys.exit("no `report:` line: the sweep did not finish\n" + "\n".join(lines[-30:]))
-    # the last job ends when the sweep prints its closing progress line; take the report line's time as its bound
-    end = launches[-1][0] + _last_job_seconds(lines)
+    # the last job ends at the sweep's last progress line (`sweep: 42/42 job ...`, printed as each job ends)
+    ends = [datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp() for line in lines
+            if (m := PROGRESS.match(line))]
+    end = max(ends, default=launches[-1][0])
     jobs = []
     for i, (at, words) in enumerate(launches):
         nxt = launches[i + 1][0] if i + 1 < len(launches) else end
@@ -88,10 +92,6 @@ def plain(args, extra: list[str]) -> dict:
     other = [s for words, s in jobs if "device=cpu" not in words]
     return {"wall": wall, "jobs": jobs, "cpu": cpu, "other": other, "load": (before, load()),
             "results": str(Path(report).parent / "results.csv"), "job0": launches[0][0]}
-
-
-def _last_job_seconds(lines: list[str]) -> float:
-    return 0.0  # the last job of the default sweep is a skipped CUDA job (milliseconds); not counted below
 
 
 def print_plain(run: dict) -> None:
@@ -165,7 +165,10 @@ class Phases:
                 return original(*a, **kw)
             finally:
                 entry = phases.stack.pop()
-                spent = time.perf_counter() - entry[1]
+                now = time.perf_counter()
+                spent = now - entry[1]
+                if name == RUN_JOB:
+                    phases.job_returned = now
                 if phases.stack:
                     phases.stack[-1][2] += spent
                 if phases.jobs:
@@ -176,7 +179,7 @@ class Phases:
 
     def new_job(self, words: str) -> None:
         now = time.perf_counter()
-        if self.jobs:
+        if self.jobs:  # the launcher's own steps between two jobs count to the one before
             self.jobs[-1]["end"] = now
         self.jobs.append({"job": words, "start": now, "end": None, "phases": {}})
 
@@ -199,7 +202,7 @@ def install(phases: Phases) -> None:
     loader.load_sweep_config = load_sweep_config
     phases.wrap(loader, "load_sweep_config", "hydra: compose the job's config")
     # Hydra's plug-in scan imports the launcher's module anew, which then takes this wrapped run_job
-    phases.wrap(hydra_utils, "run_job", "hydra: job folder, config files, logging")
+    phases.wrap(hydra_utils, "run_job", RUN_JOB)
     phases.wrap(cli, "to_config", "config: typed and validated")
     phases.wrap(runner, "run_job", "job: the rest (backend factory, skip checks)")
     phases.wrap(runner, "_close", "backend close()")
@@ -245,8 +248,8 @@ def run_phases(args, extra: list[str]) -> Phases:
         code = cli.run(sys.argv[1:])
     except SystemExit as exc:
         code = exc.code
-    if phases.jobs:
-        phases.jobs[-1]["end"] = time.perf_counter()
+    if phases.jobs:  # the last job ends where Hydra's run_job returned, before the sweep's report
+        phases.jobs[-1]["end"] = phases.job_returned or time.perf_counter()
     print(f"wall {time.perf_counter() - start:.1f} s (exit {code}); load average before {before}, after {load()}")
     return phases
 

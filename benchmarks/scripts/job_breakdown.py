@@ -75,23 +75,26 @@ def plain(args, extra: list[str]) -> dict:
     lines = (out.stdout + out.stderr).splitlines()
     if out.returncode not in (0, 1):
         sys.exit(f"the sweep failed ({out.returncode}):\n" + "\n".join(lines[-30:]))
-    launches = [(datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp(), m.group(3))
-                for line in lines if (m := LAUNCH.match(line))]
     report = next((line.split("report: ", 1)[1].strip() for line in lines if line.startswith("report: ")), None)
     if report is None:
         sys.exit("no `report:` line: the sweep did not finish\n" + "\n".join(lines[-30:]))
-    # the last job ends at the sweep's last progress line (`sweep: 42/42 job ...`, printed as each job ends)
-    ends = [datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp() for line in lines
-            if (m := PROGRESS.match(line))]
-    end = max(ends, default=launches[-1][0])
-    jobs = []
-    for i, (at, words) in enumerate(launches):
-        nxt = launches[i + 1][0] if i + 1 < len(launches) else end
-        jobs.append((words.split(" +sweep")[0], nxt - at))
+    jobs = job_seconds(lines)
     cpu = [s for words, s in jobs if "device=cpu" in words]
     other = [s for words, s in jobs if "device=cpu" not in words]
     return {"wall": wall, "jobs": jobs, "cpu": cpu, "other": other, "load": (before, load()),
-            "results": str(Path(report).parent / "results.csv"), "job0": launches[0][0]}
+            "results": str(Path(report).parent / "results.csv")}
+
+
+def job_seconds(lines: list[str]) -> list[tuple[str, float]]:
+    """(the job's overrides, its seconds) for each job of a sweep's output: from Hydra's launch line of the job to
+    the next one's, the last to the sweep's last progress line (`sweep: 42/42 job ...`, printed as a job ends)."""
+    stamp = lambda m: datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()  # noqa: E731
+    launches = [(stamp(m), m.group(3)) for line in lines if (m := LAUNCH.match(line))]
+    if not launches:
+        return []
+    end = max((stamp(m) for line in lines if (m := PROGRESS.match(line))), default=launches[-1][0])
+    bounds = [at for at, _ in launches[1:]] + [end]
+    return [(words.split(" +sweep")[0], nxt - at) for (at, words), nxt in zip(launches, bounds)]
 
 
 def print_plain(run: dict) -> None:

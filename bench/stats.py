@@ -85,8 +85,12 @@ def interval_contains(lo: float, hi: float, value: float) -> bool:
 
 
 def _tie_groups(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(order, starts): the stable sort order of x and where each run of equal values begins in it."""
-    order = np.argsort(x, kind="mergesort")
+    """(order, starts): a sort order of x and where each run of equal values begins in it.
+
+    Any order of the values within a run gives the same figures: a run shares one midrank, and the bootstrap sums
+    whole-number weights over it, exactly in any order. So numpy's default sort, not a stable one: about 6x faster
+    (200k scores: 2.4 ms against 16 ms), and DeLong sorts three arrays per side of every AUC delta a job reports."""
+    order = np.argsort(x)
     xs = x[order]
     new_group = np.empty(xs.size, dtype=bool)
     new_group[:1] = True

@@ -99,7 +99,8 @@ def test_access_profile_counts_each_batchs_distinct_ids_as_one_unique_per_batch_
     tables = [TableSpec("t_a", "a", 50), TableSpec("t_b", "b", 7, pooling=3)]
     pool = []
     for n in (5, 3, 5, 1):  # batches of several sizes, repeated ids within and across them
-        ids = {"a": torch.randint(-2, 50, (n,), generator=g).tolist(), "b": torch.randint(0, 7, (3 * n,), generator=g).tolist()}
+        ids = {"a": torch.randint(-2, 50, (n,), generator=g).tolist(), "side": list(range(2 * n)),  # a key no table reads
+               "b": torch.randint(0, 7, (3 * n,), generator=g).tolist()}
         pool.append((torch.zeros(n, 13), kjt(ids, n)))
     p = access_profile(pool, tables)
     for t in tables:

@@ -193,6 +193,7 @@ def install(phases: Phases) -> None:
     from hydra.core import utils as hydra_utils
 
     from bench import cli, runner, sweep
+    from bench.backends import backend, toolkit
     from bench.pipeline import job, profile, shared
 
     loader = config_loader_impl.ConfigLoaderImpl
@@ -224,6 +225,8 @@ def install(phases: Phases) -> None:
     phases.wrap(shared.SharedWork, "split_batches", "eval/calibration batches")
     phases.wrap(shared.SharedWork, "timing_inputs", "timing inputs (pool)")
     phases.wrap(shared.SharedWork, "timing_access", "access profile of the pool")
+    for owner in (backend.Backend, toolkit.ToolkitBackend):  # a toolkit converts the pool to its runtime's inputs
+        phases.wrap(owner, "timed_inputs", "the candidate's own input format")
     phases.wrap(job, "_scores", "eval scores (cache or scored now)")
     phases.wrap(job, "reference_speed", "machine speed probe (start, end)")
     phases.wrap(job, "time_paired", "timed rounds")

@@ -85,8 +85,12 @@ def interval_contains(lo: float, hi: float, value: float) -> bool:
 
 
 def _tie_groups(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(order, starts): the stable sort order of x and where each run of equal values begins in it."""
-    order = np.argsort(x, kind="mergesort")
+    """(order, starts): a sort order of x and where each run of equal values begins in it.
+
+    Any order of the values within a run gives the same figures: a run shares one midrank, and the bootstrap sums
+    whole-number weights over it, exactly in any order. So numpy's default sort, not a stable one: about 6x faster
+    (200k scores: 2.4 ms against 16 ms), and DeLong sorts three arrays per side of every AUC delta a job reports."""
+    order = np.argsort(x)
     xs = x[order]
     new_group = np.empty(xs.size, dtype=bool)
     new_group[:1] = True
@@ -234,7 +238,7 @@ def paired_auc_delta(
     """AUC(scores_new) - AUC(scores_base) on the same samples, with a (1 - alpha) interval.
 
     delong: normal interval from DeLong's variance of the difference of correlated AUCs, and
-    its two-sided z-test p-value; O(n log n), about 0.1 s for 200k samples.
+    its two-sided z-test p-value; O(n log n), about 0.03 s of CPU for 200k samples (a 2-vCPU AMD EPYC, busy).
     bootstrap: percentile interval over `n_boot` paired, class-stratified resamples (seeded);
     the p-value is the z-test with the bootstrap standard error. Memory grows with
     n_samples x chunk, where chunk = max(1, 2M // n_samples) resamples at a time.

@@ -116,3 +116,17 @@ def test_damaged_cached_checkpoint_is_a_miss_and_retrains(tmp_path):
     model, again = trained_model(small_model_cfg(), w, 0, tmp_path)
     assert again["source"] == "trained" and again["key"] == info["key"]
     assert trained_model(small_model_cfg(), w, 0, tmp_path)[1]["source"] == "cache"
+
+
+def test_a_logits_model_reads_no_probe_batch():
+    """The probe batch finds a probabilities model's trailing sigmoid; a model that returns logits runs none, so
+    loading it from the cache generates no calibration rows."""
+    from bench.models.train import probe_for
+
+    class NoBatches:
+        def batches(self, split, batch_size):
+            raise AssertionError("a logits model read a probe batch")
+
+    assert probe_for(small_model_cfg(), NoBatches()) is None
+    dense, kjt = probe_for(small_model_cfg(output="probabilities"), small_workload())
+    assert dense.shape[0] == 8 and kjt.keys()

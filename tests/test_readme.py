@@ -57,6 +57,7 @@ DOCS_LONG = {
     **{f"python benchmarks/scripts/{name}.py": SCRIPT for name in ("runner_overhead", "sweep_bench", "noise_bench", "scale_diagnose",
                                                                       "fit_criteo_access", "torchao_mlp", "cold_warm", "first_run_breakdown",
                                                                       "lookup_row_cost")},
+    "python benchmarks/scripts/job_breakdown.py --phases": SCRIPT,
     "python benchmarks/scripts/probe_stability.py": "6 kernel probe decisions in three cases, minutes: tests/test_kernel_probe.py runs "
                                                     "it in its short mode",
     **{f"python benchmarks/scripts/train_curve.py --at {points}": "trains the default model (minutes): run by hand, never by the tests"

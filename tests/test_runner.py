@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from bench.runner import run_job, run_one
+from bench.runner import Session, run_job, run_one
 
 REQUIRED_METRICS = ("auc", "logloss", "ne", "n_eval", "oracle_auc", "throughput", "latency_ms", "embedding_bytes", "model_bytes", "peak_rss_bytes")
 
@@ -33,6 +33,23 @@ def test_same_config_same_record_apart_from_timings(tiny_cfg, tmp_path):
     b = run_one(tiny_cfg())
     assert a.config_hash == b.config_hash and a.metrics["auc"] == b.metrics["auc"]
     assert a.metrics["logloss"] == b.metrics["logloss"]
+
+
+@pytest.mark.slow
+def test_a_backends_jobs_at_other_batch_sizes_share_the_figures_of_its_eval_scores(tiny_cfg):
+    """Its ΔAUC and the intervals read nothing but its eval scores, which no batch size changes: a sweep's
+    later jobs of the backend take them from its first (one entry held), the same numbers a process of its own finds."""
+    session = Session()
+    first = run_one(tiny_cfg("backend=int8_tbe", "batch_size=256"), session)
+    later = run_one(tiny_cfg("backend=int8_tbe", "batch_size=512"), session)
+    alone = run_one(tiny_cfg("backend=int8_tbe", "batch_size=512"))
+    assert first.status == later.status == alone.status == "ok"
+    assert session.work.built().count("scored figures") == 1
+    for key in ("auc", "auc_fp32", "auc_delta", "auc_delta_lo", "auc_delta_hi", "auc_delta_p", "ne_delta", "acc_delta",
+                "fidelity_gap", "auc_delta_embeddings", "auc_delta_mlp_hi"):
+        assert first.metrics[key] == later.metrics[key] == alone.metrics[key], key
+    later.metrics["auc"] = 0.0  # a record's figures are its own: changing one leaves the next job's untouched
+    assert run_one(tiny_cfg("backend=int8_tbe", "batch_size=128"), session).metrics["auc"] == first.metrics["auc"]
 
 
 @pytest.mark.slow

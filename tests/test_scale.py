@@ -93,6 +93,22 @@ def test_access_profile_counts_what_the_pool_touches():
     assert working_set_bytes(p, {"t_a": 36, "t_b": 256}) == 2 * 36 + 4 * 256
 
 
+def test_access_profile_counts_each_batchs_distinct_ids_as_one_unique_per_batch_would():
+    """The profile sorts (batch, id) pairs once per table; what it counts is each batch's own distinct ids."""
+    g = torch.Generator().manual_seed(0)
+    tables = [TableSpec("t_a", "a", 50), TableSpec("t_b", "b", 7, pooling=3)]
+    pool = []
+    for n in (5, 3, 5, 1):  # batches of several sizes, repeated ids within and across them
+        ids = {"a": torch.randint(-2, 50, (n,), generator=g).tolist(), "side": list(range(2 * n)),  # a key no table reads
+               "b": torch.randint(0, 7, (3 * n,), generator=g).tolist()}
+        pool.append((torch.zeros(n, 13), kjt(ids, n)))
+    p = access_profile(pool, tables)
+    for t in tables:
+        per_batch = [k[t.feature].values() for _, k in pool]
+        assert p["tables"][t.name]["unique_ids_per_batch"] == sum(int(torch.unique(i).numel()) for i in per_batch) / len(pool)
+        assert p["tables"][t.name]["distinct_rows"] == int(torch.unique(torch.cat(per_batch)).numel())
+
+
 @pytest.fixture(scope="module")
 def tiny_model():
     torch.manual_seed(0)

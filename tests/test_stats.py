@@ -46,6 +46,25 @@ def test_auc_matches_sklearn_with_heavy_ties_and_float32():
     assert auc(y, s) == pytest.approx(roc_auc_score(y, s), abs=1e-12)
 
 
+def test_midranks_and_bootstrap_aucs_do_not_depend_on_the_order_within_a_tie_run():
+    """The sort that finds tie runs is not stable; a run's midrank, and the bootstrap's whole-number weight sums over
+    it, are the same in any order within it: the ranks equal scipy's, the weighted AUCs those of a stable order."""
+    from scipy.stats import rankdata
+
+    from bench.stats import _WeightedAuc, _midrank
+
+    rng = np.random.default_rng(5)
+    n = 20000
+    y = rng.integers(0, 2, n) == 1
+    s = np.round(rng.random(n) + 0.3 * y, 2).astype(np.float32).astype(np.float64)  # heavy ties, as a fake-quantized output has
+    assert np.array_equal(_midrank(s), rankdata(s))
+    weights = rng.integers(0, 3, (4, n)).astype(np.float64)
+    stable = _WeightedAuc(y, s)
+    stable.order = np.argsort(s, kind="stable")
+    stable.pos = y[stable.order]
+    assert np.array_equal(_WeightedAuc(y, s)(weights), stable(weights))
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(st.tuples(st.booleans(), st.integers(-3, 3)), min_size=2, max_size=40).filter(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+import numpy as np
 import torch
 
 from bench.workloads.workload import TableSpec
@@ -18,13 +19,15 @@ from bench.workloads.workload import TableSpec
 def access_profile(inputs: Sequence[tuple], tables: Sequence[TableSpec]) -> dict:
     """`inputs`: the timing batches as `(dense, KeyedJaggedTensor)`; `tables`: the workload's tables."""
     samples = sum(int(dense.shape[0]) for dense, _ in inputs)
+    # each batch's ids by feature: one split of its values, not one KJT lookup per table and batch
+    features = [_by_feature(kjt) for _, kjt in inputs]
     per_table: dict[str, dict] = {}
     for t in tables:
-        ids = [kjt[t.feature].values() for _, kjt in inputs]
-        distinct = int(torch.unique(torch.cat(ids)).numel()) if ids else 0
+        ids = [f[t.feature] for f in features]
+        distinct, per_batch = _distinct(ids)
         per_table[t.name] = {
             "lookups_per_sample": sum(int(i.numel()) for i in ids) / samples if samples else 0.0,
-            "unique_ids_per_batch": sum(int(torch.unique(i).numel()) for i in ids) / len(ids) if ids else 0.0,
+            "unique_ids_per_batch": per_batch / len(ids) if ids else 0.0,
             "distinct_rows": distinct,
             "rows_touched_fraction": distinct / t.num_embeddings,
         }
@@ -37,6 +40,32 @@ def access_profile(inputs: Sequence[tuple], tables: Sequence[TableSpec]) -> dict
         "rows_touched_fraction_mean": sum(p["rows_touched_fraction"] for p in per_table.values()) / n,
         "distinct_rows": sum(p["distinct_rows"] for p in per_table.values()),
     }
+
+
+def _by_feature(kjt) -> dict[str, torch.Tensor]:
+    """A KeyedJaggedTensor's ids by feature: its values hold each key's ids one key after another."""
+    lengths = kjt.length_per_key()
+    return dict(zip(kjt.keys(), torch.split(kjt.values()[:sum(lengths)], lengths)))
+
+
+def _distinct(ids: list[torch.Tensor]) -> tuple[int, int]:
+    """(distinct ids over all the batches, the sum over batches of each batch's distinct ids): two sorts in all,
+    the second over (batch, id) pairs, with numpy's sort. A torch.unique per batch and table took 2-6 s for a batch-256
+    pool of 781 batches on a busy 2-vCPU AMD EPYC; this takes about 0.1 s, the same counts."""
+    if not ids:
+        return 0, 0
+    flat = torch.cat(ids).cpu().numpy().astype(np.int64)
+    if flat.size == 0:
+        return 0, 0
+    low = int(flat.min())  # ids from 0 here, but a pair must not collide whatever they are
+    batch_of = np.repeat(np.arange(len(ids), dtype=np.int64), [int(i.numel()) for i in ids])
+    pairs = batch_of * (int(flat.max()) - low + 1) + (flat - low)
+    return _count_distinct(flat), _count_distinct(pairs)
+
+
+def _count_distinct(values: np.ndarray) -> int:
+    ordered = np.sort(values)
+    return 1 + int(np.count_nonzero(ordered[1:] != ordered[:-1]))
 
 
 def working_set_bytes(profile: dict, row_bytes: Mapping[str, int]) -> int:

@@ -79,9 +79,9 @@ def trained_model(model_cfg, workload: Workload, seed: int, cache_dir: Path) -> 
     model = build_model(model_cfg, workload.tables, workload.num_dense, sequences=workload.sequences)
     if model_cfg.checkpoint:
         load_checkpoint(model, model_cfg.checkpoint)  # into the module as the user wrote it
-        model = as_logits(model, model_cfg, probe_inputs(workload))
+        model = as_logits(model, model_cfg, probe_for(model_cfg, workload))
         return model.eval(), {"source": "checkpoint", "path": str(model_cfg.checkpoint), **read_info(model)}
-    model = as_logits(model, model_cfg, probe_inputs(workload))
+    model = as_logits(model, model_cfg, probe_for(model_cfg, workload))
     read = read_info(model)
     if read.get("score_read", CLAMP) != CLAMP:
         # trained through its pre-sigmoid value, not through the clamp: not the weights a cache entry trained
@@ -98,7 +98,7 @@ def trained_model(model_cfg, workload: Workload, seed: int, cache_dir: Path) -> 
         except Exception as exc:  # noqa: BLE001 - a damaged cache entry is a miss: train again
             log.warning("cached checkpoint %s is unreadable (%s); training again", path, type(exc).__name__)
             torch.manual_seed(seed)  # the load may have touched the weights: start from the seed again
-            model = as_logits(build_model(model_cfg, workload.tables, workload.num_dense, sequences=workload.sequences), model_cfg, probe_inputs(workload))
+            model = as_logits(build_model(model_cfg, workload.tables, workload.num_dense, sequences=workload.sequences), model_cfg, probe_for(model_cfg, workload))
 
     steps = max(1, model_cfg.train.samples // model_cfg.train.batch_size)
     log.info("model: training it once, then cached (%s training samples in %d steps; %s); cached in %s",
@@ -146,6 +146,12 @@ MINUTES_FROM_SAMPLES = 500_000
 def training_time_words(samples: int) -> str:
     """A rough time for training `samples` samples, in words, for the line printed before training."""
     return "minutes on 2 cores" if samples >= MINUTES_FROM_SAMPLES else "seconds to a minute on 2 cores"
+
+
+def probe_for(model_cfg, workload: Workload) -> tuple | None:
+    """The probe batch `as_logits` runs to find a probabilities model's trailing sigmoid; None for a model that
+    returns logits, which runs none (the batch costs a chunk of the calibration split: tenths of a second)."""
+    return probe_inputs(workload) if model_cfg.output == "probabilities" else None
 
 
 def probe_inputs(workload: Workload) -> tuple | None:

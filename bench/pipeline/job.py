@@ -104,11 +104,17 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
     if performance_only:
         metrics: dict[str, Any] = {"accuracy": PERFORMANCE_ONLY}
     else:
-        metrics = _accuracy(cfg, backend, model, workload, device, shared, labels, logits)
-        # the embeddings' and the dense layers' shares of the delta (bench.pipeline.attribution)
         _, base_logits = scores_of(cfg, backend_config({"name": BASELINE_BACKEND}), model, workload, device, shared)
-        metrics.update(attribute_delta(backend.cfg, labels, base_logits, logits,
-                                       lambda other: scores_of(cfg, other, model, workload, device, shared)))
+
+        def accuracy_figures() -> dict[str, Any]:
+            figures = _accuracy(cfg, backend, model, workload, device, shared, labels, logits)
+            # the embeddings' and the dense layers' shares of the delta (bench.pipeline.attribution)
+            figures.update(attribute_delta(backend.cfg, labels, base_logits, logits,
+                                           lambda other: scores_of(cfg, other, model, workload, device, shared)))
+            return figures
+
+        # read from the eval scores alone, so the same for each batch size of this backend: computed once per process
+        metrics = shared.scored_figures(_scores_key(cfg, backend.cfg, model, device), accuracy_figures)
         metrics.update(score_figures(model, logits))
         metrics.update(_layers(cfg, backend, model, workload, device, shared, labels, base_logits, metrics))
     distinct_ids = shared.timing_access(cfg, workload, device)["distinct_rows"]
@@ -344,10 +350,10 @@ def backend_config(overrides: dict[str, Any]) -> BackendConfig:
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), overrides))
 
 
-def _scores(cfg: Config, backend_cfg: BackendConfig, model: TrainedModel, workload: Workload, device: torch.device,
-            shared: SharedWork, prepared) -> Scores:
-    """(labels, logits) on the eval split: from memory, from disk, or scored now on `prepared()`."""
-    key = scores_key({
+def _scores_key(cfg: Config, backend_cfg: BackendConfig, model: TrainedModel, device: torch.device) -> str:
+    """What a backend's eval scores depend on: the model, the backend's config, the device type, the workload,
+    the seed and the calibration batch size (and the harness's code, bench.pipeline.scores); not the job's batch size."""
+    return scores_key({
         "model": model.key,
         "backend": plain(backend_cfg),
         "device": device.type,
@@ -355,6 +361,12 @@ def _scores(cfg: Config, backend_cfg: BackendConfig, model: TrainedModel, worklo
         "seed": cfg.seed,
         "calibration_batch_size": cfg.calibration_batch_size,
     })
+
+
+def _scores(cfg: Config, backend_cfg: BackendConfig, model: TrainedModel, workload: Workload, device: torch.device,
+            shared: SharedWork, prepared) -> Scores:
+    """(labels, logits) on the eval split: from memory, from disk, or scored now on `prepared()`."""
+    key = _scores_key(cfg, backend_cfg, model, device)
 
     def score_now() -> Scores:
         batches = shared.split_batches(cfg, workload, "eval")

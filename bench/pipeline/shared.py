@@ -73,6 +73,7 @@ class SharedWork:
     _prepare_seconds: dict[str, float] = field(default_factory=dict)  # build time of each prepared module
     _prepared_owner: str | None = None  # the (model config, backend, device) the prepared module serves
     scores: ScoreCache = field(default_factory=ScoreCache)
+    _scored_figures: dict[str, dict] = field(default_factory=dict)  # per eval scores key: the figures read from them alone
 
     def clear(self) -> None:
         self._workloads.clear()
@@ -80,6 +81,7 @@ class SharedWork:
             slot.drop()
         self._access.clear()
         self.scores.clear()
+        self._scored_figures.clear()
         gc.collect()
         hardware.release_gpu_cache()
 
@@ -95,7 +97,8 @@ class SharedWork:
         slots = {"model": self._model, "prepared": self._prepared, "reference": self._reference, "timing": self._timing,
                  **{f"{k} batches": v for k, v in self._splits.items()}}
         held = ["workload"] if self._workloads else []
-        return held + [name for name, slot in slots.items() if slot.key is not None] + (["scores"] if self.scores else [])
+        return (held + [name for name, slot in slots.items() if slot.key is not None] + (["scores"] if self.scores else [])
+                + (["scored figures"] * len(self._scored_figures)))
 
     def release_leftovers(self, cfg: Config, backend: Backend, device: torch.device) -> None:
         """Free what earlier jobs built and this one does not use (another backend's module, another
@@ -207,6 +210,17 @@ class SharedWork:
             return inputs
 
         return self._timing.get(self._timing_key(cfg, device), build)
+
+    def scored_figures(self, scores_key: str, compute: Callable[[], dict]) -> dict:
+        """Figures that read nothing but eval scores (a backend's ΔAUC and its intervals, against fp32 and its
+        twins), for the scores under `scores_key`: computed at the first job that asks, a copy of them after
+        (the jobs of one backend at other batch sizes share its scores). A result naming an error is not kept."""
+        if scores_key not in self._scored_figures:
+            figures = compute()
+            if any(name.endswith("_error") for name in figures):
+                return figures
+            self._scored_figures[scores_key] = figures
+        return dict(self._scored_figures[scores_key])
 
     def timing_access(self, cfg: Config, workload: Workload, device: torch.device) -> dict:
         """What the timing batches touch (`bench.measure.working_set`), computed once per pool."""

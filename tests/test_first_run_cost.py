@@ -4,13 +4,12 @@ sweep's output (benchmarks/scripts/first_run_breakdown.py)."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 from bench.pipeline import calibrate
 from bench.progress import OncePerMachine, PlainProgress, wall_per_cpu
 from tests.conftest import REPO
+from tests.support.load_file import load_file
 
 
 class Shared:
@@ -57,10 +56,7 @@ def test_a_long_sweep_says_at_its_end_which_once_per_machine_steps_it_ran():
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("first_run_breakdown", REPO / "benchmarks" / "scripts" / "first_run_breakdown.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file("first_run_breakdown", REPO / "benchmarks" / "scripts" / "first_run_breakdown.py")
 
 
 def test_the_breakdown_script_reads_the_steps_and_the_estimate_from_a_sweeps_lines():

@@ -2,17 +2,15 @@
 runs' results.csv (the untimed figures and verdicts a cut of fixed costs must leave as they were)."""
 
 import csv
-import importlib.util
 from pathlib import Path
+
+from tests.support.load_file import load_file
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("job_breakdown", REPO / "benchmarks" / "scripts" / "job_breakdown.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file("job_breakdown", REPO / "benchmarks" / "scripts" / "job_breakdown.py")
 
 
 def test_each_jobs_seconds_run_from_its_launch_line_to_the_next_and_the_last_to_the_last_progress_line():

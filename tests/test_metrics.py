@@ -3,7 +3,6 @@ the names it declares spelled nowhere else in the package."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
@@ -11,15 +10,14 @@ import pytest
 
 from bench import metrics
 from bench.metrics import METRICS, THROUGHPUT, hi, lo, metric, with_interval
+from tests.support.load_file import load_file
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def docs_table() -> str:
     """docs/metrics.md as the site shows it: its marker replaced by docs/hooks.py's table."""
-    spec = importlib.util.spec_from_file_location("docs_hooks", REPO / "docs" / "hooks.py")
-    hooks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hooks)
+    hooks = load_file("docs_hooks", REPO / "docs" / "hooks.py")
     page = hooks.on_page_markdown((REPO / "docs" / "metrics.md").read_text(), None, None, None)
     assert hooks.MARKER not in page
     return page[page.index("| metric | unit |"):].split("\n\n")[0]

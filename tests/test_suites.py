@@ -9,7 +9,6 @@ on PYTHONPATH. Quick mode: tiny grids and the tiny gate config; timings are not 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import subprocess
@@ -24,6 +23,7 @@ from bench import registry
 from bench.errors import UserError
 from bench.report.__main__ import main as report_main
 from tests.support.backends import make_backend as make
+from tests.support.load_file import load_file
 from bench.report.benchmark_json import (
     benchmark_rows,
     load_benchmark_json,
@@ -190,9 +190,7 @@ def test_compare_refuses_another_stack(quick_run):
     """The suites' compare hook raises on a saved run from another torch/torchrec/fbgemm or machine fingerprint."""
     work, proc = quick_run
     assert proc.returncode == 0, proc.stdout[-4000:]
-    spec = importlib.util.spec_from_file_location("suites_conftest", SUITES / "conftest.py")
-    suites_conftest = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(suites_conftest)
+    suites_conftest = load_file("suites_conftest", SUITES / "conftest.py")
     saved = json.loads(_saved(work).read_text())
     same = copy.deepcopy(saved["machine_info"])
     suites_conftest.pytest_benchmark_compare_machine_info(None, None, same, saved)  # same stack: no error

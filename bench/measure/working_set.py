@@ -43,14 +43,16 @@ def access_profile(inputs: Sequence[tuple], tables: Sequence[TableSpec]) -> dict
 
 
 def _by_feature(kjt) -> dict[str, torch.Tensor]:
-    """A KeyedJaggedTensor's ids by feature: its values hold each key's ids one key after another."""
+    """A KeyedJaggedTensor's ids by feature: its values hold each key's ids one key after another. One split of
+    them, not torchrec's `to_dict`, which also builds each key's offsets and weights (11x the CPU here: 0.29 s
+    against 0.026 s for a pool of 781 batches of 26 features)."""
     lengths = kjt.length_per_key()
     return dict(zip(kjt.keys(), torch.split(kjt.values()[:sum(lengths)], lengths)))
 
 
 def _distinct(ids: list[torch.Tensor]) -> tuple[int, int]:
     """(distinct ids over all the batches, the sum over batches of each batch's distinct ids): two sorts in all,
-    the second over (batch, id) pairs, with numpy's sort. A torch.unique per batch and table took 2-6 s for a batch-256
+    the second over (batch, id) pairs, with numpy's unique (a sort). A torch.unique per batch and table took 2-6 s for a batch-256
     pool of 781 batches on a busy 2-vCPU AMD EPYC; this takes about 0.1 s, the same counts."""
     if not ids:
         return 0, 0
@@ -60,12 +62,7 @@ def _distinct(ids: list[torch.Tensor]) -> tuple[int, int]:
     low = int(flat.min())  # ids from 0 here, but a pair must not collide whatever they are
     batch_of = np.repeat(np.arange(len(ids), dtype=np.int64), [int(i.numel()) for i in ids])
     pairs = batch_of * (int(flat.max()) - low + 1) + (flat - low)
-    return _count_distinct(flat), _count_distinct(pairs)
-
-
-def _count_distinct(values: np.ndarray) -> int:
-    ordered = np.sort(values)
-    return 1 + int(np.count_nonzero(ordered[1:] != ordered[:-1]))
+    return np.unique(flat).size, np.unique(pairs).size
 
 
 def working_set_bytes(profile: dict, row_bytes: Mapping[str, int]) -> int:

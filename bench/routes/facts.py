@@ -16,27 +16,19 @@ from bench import registry
 from bench.backends.backend import Backend
 from bench.backends.tables import embedding_bytes
 from bench.config import FACTS, Config
-from bench.distributed import unsharded_skip_reason
 from bench.measure.memory import model_bytes
 from bench.metrics import AUC_DELTA, AUC_FP32, EMBEDDING_BYTES, MODEL_BYTES, NE_DELTA, hi, lo
 from bench.pipeline.job import backend_config, backend_scores
 from bench.pipeline.shared import SharedWork
 from bench.registry import BASELINE_BACKEND
-from bench.routes.route import Route
+from bench.routes.route import PartRoute
 from bench.stats import paired_auc_delta, paired_ne_acc_delta
 
 
 
-class FactsRoute(Route):
+class FactsRoute(PartRoute):
     name = FACTS
     uncalibrated = "a facts job times nothing"
-
-    @classmethod
-    def takes(cls, cfg: Config) -> bool:
-        return cfg.measure == FACTS
-
-    def skip_reason(self, cfg: Config, backend: Backend, device: torch.device, work: SharedWork) -> str | None:
-        return unsharded_skip_reason(cfg)
 
     def measure(self, cfg: Config, backend: Backend, device: torch.device, work: SharedWork,
                 setting: dict[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import torch
 
 from bench.backends.backend import Backend
 from bench.config import Config
+from bench.distributed import unsharded_skip_reason
 from bench.pipeline.shared import SharedWork
 
 
@@ -47,3 +48,15 @@ class Route:
 
     def teardown(self) -> None:
         pass
+
+
+class PartRoute(Route):
+    """A part of a job that recommend's plan runs (bench.routes.facts, bench.routes.served): taken where the
+    top-level `measure` names it, never sharded."""
+
+    @classmethod
+    def takes(cls, cfg: Config) -> bool:
+        return cfg.measure == cls.name
+
+    def skip_reason(self, cfg: Config, backend: Backend, device: torch.device, work: SharedWork) -> str | None:
+        return unsharded_skip_reason(cfg)

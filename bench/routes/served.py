@@ -16,28 +16,23 @@ import torch
 
 from bench.backends.backend import Backend
 from bench.config import SERVED, Config
-from bench.distributed import unsharded_skip_reason
 from bench.pipeline.job import reference_module
 from bench.pipeline.shared import SharedWork
 from bench.registry import BASELINE_BACKEND
-from bench.routes.route import Route
+from bench.routes.route import PartRoute
 from bench.serve.path import paired_served_times
 from bench.serve.queries import QuerySet
 
 
 
-class ServedRoute(Route):
+class ServedRoute(PartRoute):
     name = SERVED
     uncalibrated = "served batches are timed on the wall clock, beside fp32's"
-
-    @classmethod
-    def takes(cls, cfg: Config) -> bool:
-        return cfg.measure == SERVED
 
     def skip_reason(self, cfg: Config, backend: Backend, device: torch.device, work: SharedWork) -> str | None:
         if cfg.serve is None:
             return "a job of served batch times needs the serving keys of its query set (serve)"
-        return unsharded_skip_reason(cfg)
+        return super().skip_reason(cfg, backend, device, work)
 
     def measure(self, cfg: Config, backend: Backend, device: torch.device, work: SharedWork,
                 setting: dict[str, Any]) -> dict[str, Any]:

@@ -204,41 +204,47 @@ def install(phases: Phases) -> None:
         return original_load(self, master_config, sweep_overrides)
 
     loader.load_sweep_config = load_sweep_config
-    phases.wrap(loader, "load_sweep_config", "hydra: compose the job's config")
-    # Hydra's plug-in scan imports the launcher's module anew, which then takes this wrapped run_job
-    phases.wrap(hydra_utils, "run_job", RUN_JOB)
-    phases.wrap(cli, "to_config", "config: typed and validated")
-    phases.wrap(runner, "run_job", "job: the rest (backend factory, skip checks)")
-    phases.wrap(runner, "_close", "backend close()")
-    phases.wrap(runner, "check_values", "config: typed and validated")
-    phases.wrap(runner, "device_of", "device and threads")
-    phases.wrap(runner, "_timing_setting", "timing setting (calibration, re-run log)")
-    phases.wrap(runner, "memory_skip", "memory guard")
-    phases.wrap(runner, "environment", "environment and kernel health")
-    phases.wrap(runner.Session, "kernel_health", "environment and kernel health")
-    phases.wrap(runner, "_log_rerun", "re-run log")
-    phases.wrap(shared.SharedWork, "workload", "workload")
-    phases.wrap(shared.SharedWork, "model", "model: load from cache")
-    phases.wrap(shared.SharedWork, "release_leftovers", "release leftovers (gc)")
-    phases.wrap(shared.SharedWork, "prepared", "backend prepare (quantize)")
-    phases.wrap(shared.SharedWork, "reference", "fp32 reference module")
-    phases.wrap(shared.SharedWork, "split_batches", "eval/calibration batches")
-    phases.wrap(shared.SharedWork, "timing_inputs", "timing inputs (pool)")
-    phases.wrap(shared.SharedWork, "timing_access", "access profile of the pool")
-    for owner in (backend.Backend, toolkit.ToolkitBackend):  # a toolkit converts the pool to its runtime's inputs
-        phases.wrap(owner, "timed_inputs", "the candidate's own input format")
-    phases.wrap(job, "_scores", "eval scores (cache or scored now)")
-    phases.wrap(job, "reference_speed", "machine speed probe (start, end)")
-    phases.wrap(job, "time_paired", "timed rounds")
-    phases.wrap(job, "time_module", "timed rounds")
-    phases.wrap(job, "_accuracy", "accuracy: ΔAUC, ΔNE, fidelity")
-    phases.wrap(job, "attribute_delta", "ΔAUC attribution")
-    phases.wrap(job, "_layers", "layer attribution")
-    phases.wrap(job, "job_profile", "profile: roofline figures")
-    phases.wrap(profile, "operators", "profile: operators of one call")
-    phases.wrap(profile, "lookup_timing", "profile: lookups timed alone")
-    phases.wrap(cli, "save_record", "record write")
-    phases.wrap(sweep.SweepCallback, "on_job_end", "sweep: progress line")
+    # (owner, attribute, phase): every step of a job the timers wrap, where the product calls it
+    steps = [
+        (loader, "load_sweep_config", "hydra: compose the job's config"),
+        # Hydra's plug-in scan imports the launcher's module anew, which then takes this wrapped run_job
+        (hydra_utils, "run_job", RUN_JOB),
+        (cli, "to_config", "config: typed and validated"),
+        (runner, "run_job", "job: the rest (backend factory, skip checks)"),
+        (runner, "_close", "backend close()"),
+        (runner, "check_values", "config: typed and validated"),
+        (runner, "device_of", "device and threads"),
+        (runner, "_timing_setting", "timing setting (calibration, re-run log)"),
+        (runner, "memory_skip", "memory guard"),
+        (runner, "environment", "environment and kernel health"),
+        (runner.Session, "kernel_health", "environment and kernel health"),
+        (runner, "_log_rerun", "re-run log"),
+        (shared.SharedWork, "workload", "workload"),
+        (shared.SharedWork, "model", "model: load from cache"),
+        (shared.SharedWork, "release_leftovers", "release leftovers (gc)"),
+        (shared.SharedWork, "prepared", "backend prepare (quantize)"),
+        (shared.SharedWork, "reference", "fp32 reference module"),
+        (shared.SharedWork, "split_batches", "eval/calibration batches"),
+        (shared.SharedWork, "timing_inputs", "timing inputs (pool)"),
+        (shared.SharedWork, "timing_access", "access profile of the pool"),
+        # a toolkit converts the pool to its runtime's inputs
+        (backend.Backend, "timed_inputs", "the candidate's own input format"),
+        (toolkit.ToolkitBackend, "timed_inputs", "the candidate's own input format"),
+        (job, "_scores", "eval scores (cache or scored now)"),
+        (job, "reference_speed", "machine speed probe (start, end)"),
+        (job, "time_paired", "timed rounds"),
+        (job, "time_module", "timed rounds"),
+        (job, "_accuracy", "accuracy: ΔAUC, ΔNE, fidelity"),
+        (job, "attribute_delta", "ΔAUC attribution"),
+        (job, "_layers", "layer attribution"),
+        (job, "job_profile", "profile: roofline figures"),
+        (profile, "operators", "profile: operators of one call"),
+        (profile, "lookup_timing", "profile: lookups timed alone"),
+        (cli, "save_record", "record write"),
+        (sweep.SweepCallback, "on_job_end", "sweep: progress line"),
+    ]
+    for owner, attr, label in steps:
+        phases.wrap(owner, attr, label)
 
 
 def run_phases(args, extra: list[str]) -> Phases:

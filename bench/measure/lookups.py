@@ -105,13 +105,15 @@ def _best(fn: Callable[[], object], clock: Clock, repeats: int) -> int:
     return int(best)
 
 
-def _alone(collection: nn.Module, kjt: KeyedJaggedTensor, clock: Clock, repeats: int) -> dict:
-    """One collection's random-rows call, timed alone."""
+def _alone(collection: nn.Module, kjt: KeyedJaggedTensor, clock: Clock, repeats: int) -> tuple[dict, int, int]:
+    """One collection's random-rows call, timed alone: its record entry, its best ns and the bytes it writes."""
     configs = configs_of(collection)
     rows = kjt.values().numel()
     ns = _best(lambda: collection(kjt), clock, repeats)
-    return {"tables": [cfg.name for cfg in configs], "largest_table_rows": max(cfg.num_embeddings for cfg in configs), "rows": rows,
-            "ns_per_row": ns / rows if rows else None, "output_bytes_per_row": output_bytes(collection(kjt)) / rows if rows else None}
+    written = output_bytes(collection(kjt))
+    entry = {"tables": [cfg.name for cfg in configs], "largest_table_rows": max(cfg.num_embeddings for cfg in configs), "rows": rows,
+             "ns_per_row": ns / rows if rows else None, "output_bytes_per_row": written / rows if rows else None}
+    return entry, ns, written
 
 
 def lookup_timing(model: nn.Module, inputs: list[tuple], clock: Clock = time.perf_counter_ns, repeats: int = 3,
@@ -131,9 +133,12 @@ def lookup_timing(model: nn.Module, inputs: list[tuple], clock: Clock = time.per
     spread = [(c, random_ids(c, batches[0].keys(), random_n, generator)) for c in found]
     with torch.inference_mode():
         best = _best(lambda: [c(kjt) for kjt in batches for c in found], clock, repeats)
-        random_best = _best(lambda: [c(kjt) for c, kjt in spread], clock, repeats) if random_n else 0
-        written = output_bytes([c(kjt) for c, kjt in spread]) if random_n else 0
-        alone = [_alone(c, kjt, clock, repeats) for c, kjt in spread] if random_n else []
+        timed = [_alone(c, kjt, clock, repeats) for c, kjt in spread] if random_n else []
+        # one collection: its call alone is the whole random call, timed once
+        whole = len(timed) != 1 and random_n
+        random_best = _best(lambda: [c(kjt) for c, kjt in spread], clock, repeats) if whole else sum(ns for _, ns, _ in timed)
+    alone = [entry for entry, _, _ in timed]
+    written = sum(w for _, _, w in timed)
     random_rows = sum(kjt.values().numel() for _, kjt in spread) if random_n else 0
     return {"calls": len(batches), "ids_per_call": looked / len(batches), "distinct_rows_per_call": distinct / len(batches),
             "ns_per_id": best / looked, "ns_per_distinct_row": best / distinct, "seconds_per_call": best / len(batches) / 1e9,

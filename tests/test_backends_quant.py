@@ -94,6 +94,30 @@ def test_static_twin_has_the_int8_scales(model, data):
         torch.testing.assert_close(weight.q_per_channel_scales().float(), fake.unit.weight_fake_quant.scale.float())
 
 
+@pytest.mark.parametrize("activations", ["static", "dynamic"])
+def test_fake_quant_weights_quantized_once_as_in_every_call(model, data, activations):
+    """The twin stores each weight fake-quantized once (its weight fake-quant then off): bit for bit what
+    quantizing the constant weight in every call gives, which the twin did before."""
+    calibration, batch = data
+    twin = make("fake_quant", activations=activations).prepare(model, calibration, CPU)
+    fakes = [m for m in twin.modules() if isinstance(m, linear.FakeQuantUnit)]
+    assert fakes
+    with torch.inference_mode():
+        baked = twin(batch.dense, batch.sparse)
+        for fake in fakes:
+            fq = fake.unit.weight_fake_quant
+            assert not bool(fq.fake_quant_enabled)
+            fq.enable_fake_quant(True)  # the per-call form: the stored weight quantized again in each call
+        per_call = twin(batch.dense, batch.sparse)
+    torch.testing.assert_close(baked, per_call, rtol=0, atol=0)
+    linears = {n: m.weight.detach() for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    for name, fake in ((n, m) for n, m in twin.named_modules() if isinstance(m, linear.FakeQuantUnit)):
+        fq = fake.unit.weight_fake_quant
+        original = linears.get(name, linears.get(f"{name}.0"))  # a Linear fused with its ReLU sits at .0
+        want = torch.fake_quantize_per_channel_affine(original, fq.scale, fq.zero_point, 0, -128, 127)
+        torch.testing.assert_close(fake.unit.weight.detach(), want, rtol=0, atol=0)
+
+
 def test_fake_quant_rows_equal_stored_tbe_rows(model):
     ebc = [m for m in model.modules() if type(m).__name__ == "EmbeddingBagCollection"][0]
     for bits, dtype in [(8, "int8"), (4, "int4"), (2, "int2")]:

@@ -50,3 +50,20 @@ def test_a_job_with_huge_pages_records_them_and_leaves_no_tables_to_the_next_job
     huge = measure(tiny_cfg(*timing, "device.huge_pages=true"), make_backend("int8_tbe"), CPU, shared)
     assert set(huge["huge_pages"]) == {"bytes", "huge_bytes", "error"}  # the tiny tables hold no whole 2 MiB page: 0 asked
     assert "prepared" not in shared.built() and "reference" not in shared.built()
+
+
+@pytest.mark.slow
+def test_a_huge_pages_job_that_fails_midway_leaves_no_tables_to_the_next_job(tiny_cfg, monkeypatch):
+    """The tables are put in huge pages before the timing; a job that fails there still drops them."""
+    from bench.pipeline import job
+    from bench.pipeline.shared import SharedWork
+    from tests.support.backends import make_backend
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("planted: the timing failed")
+
+    monkeypatch.setattr(job, "time_paired", fail)
+    shared = SharedWork()
+    with pytest.raises(RuntimeError, match="planted"):
+        job.measure(tiny_cfg("device.huge_pages=true"), make_backend("int8_tbe"), CPU, shared)
+    assert "prepared" not in shared.built() and "reference" not in shared.built()

@@ -57,6 +57,15 @@ CHANCE_MARGIN = 0.01
 def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedWork,
             setting: dict[str, Any] | None = None) -> dict[str, Any]:
     """The job's metrics; `setting`: the timing setting `cfg.timing` was resolved with (bench.pipeline.calibrate)."""
+    try:
+        return _measured(cfg, backend, device, shared, setting)
+    finally:
+        if cfg.device.huge_pages:  # its tables may be in huge pages now, even if it failed midway: a later job (one
+            shared.drop_modules()  # without them) builds its own rather than time these
+
+
+def _measured(cfg: Config, backend: Backend, device: torch.device, shared: SharedWork,
+              setting: dict[str, Any] | None) -> dict[str, Any]:
     setting = setting or {"threads": cfg.timing.threads, "clock": cfg.timing.clock, "how": "given", "process_sd": None}
     workload = shared.workload(cfg)
     n_eval = workload.num_samples("eval")
@@ -144,8 +153,6 @@ def measure(cfg: Config, backend: Backend, device: torch.device, shared: SharedW
         metrics.update(job_profile(cfg, prepared, inputs, workload, timing, device, shared))
     metrics.update(backend.job_metrics(prepared))
     metrics.update(graphed)
-    if huge_pages is not None:  # its tables are in huge pages now: a later job (one without them) builds its own
-        shared.drop_modules()
     return metrics
 
 

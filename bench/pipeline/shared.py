@@ -9,6 +9,7 @@ be large). `clear()` drops everything, after an out-of-memory or between indepen
 
 from __future__ import annotations
 
+import copy
 import gc
 import time
 from dataclasses import dataclass, field
@@ -214,13 +215,14 @@ class SharedWork:
     def scored_figures(self, scores_key: str, compute: Callable[[], dict]) -> dict:
         """Figures that read nothing but eval scores (a backend's ΔAUC and its intervals, against fp32 and its
         twins), for the scores under `scores_key`: computed at the first job that asks, a copy of them after
-        (the jobs of one backend at other batch sizes share its scores). A result naming an error is not kept."""
+        (the jobs of one backend at other batch sizes share its scores; a deep one, so a job that edits a nested
+        figure of its record leaves the next job's alone). A result naming an error is not kept."""
         if scores_key not in self._scored_figures:
             figures = compute()
             if any(name.endswith("_error") for name in figures):
                 return figures
             self._scored_figures[scores_key] = figures
-        return dict(self._scored_figures[scores_key])
+        return copy.deepcopy(self._scored_figures[scores_key])
 
     def timing_access(self, cfg: Config, workload: Workload, device: torch.device) -> dict:
         """What the timing batches touch (`bench.measure.working_set`), computed once per pool."""

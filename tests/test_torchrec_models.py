@@ -22,9 +22,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from torchrec.modules.embedding_configs import EmbeddingBagConfig
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
 from bench.config.compose import compose
 from bench.devices import cpu
 from bench.runner import Session, run_one
+from examples.torchrec_models import transformer_dlrm
 from tests.test_custom_model import logistic_regression_auc
 
 BOUND = 0.02  # |ΔAUC| of the 8- and 4-bit backends
@@ -92,3 +97,26 @@ def test_an_fp32_model_at_chance_is_an_error_and_no_reference(shared):
     assert fp32.status == "error" and fp32.error.startswith("the trained fp32 model stayed at chance: eval AUC 0.50"), fp32.error
     assert int8.status == "error" and int8.error.startswith("no valid reference: the fp32 model stayed at chance"), int8.error
     assert fp32.metrics["score_read"] == "the input of over_arch.model.1 (nn.Sigmoid)" and fp32.metrics["scores_saturated"] == 0.0
+
+
+def transformer_scores(attend_across: str, batch: int) -> torch.Tensor:
+    """DLRM_Transformer's eval scores of the first `batch` of 8 fixed samples (2 features, one id each)."""
+    torch.manual_seed(0)
+    tables = [EmbeddingBagConfig(name=f"t{i}", embedding_dim=8, num_embeddings=10, feature_names=[f"f{i}"]) for i in range(2)]
+    model = transformer_dlrm.build(EmbeddingBagCollection(tables=tables), dense_in_features=3, nhead=2,
+                                   attend_across=attend_across).eval()
+    dense, ids = torch.randn(8, 3), torch.randint(0, 10, (2, 8))
+    kjt = KeyedJaggedTensor.from_lengths_sync(keys=["f0", "f1"], values=ids[:, :batch].reshape(-1),
+                                              lengths=torch.ones(2 * batch, dtype=torch.long))
+    with torch.no_grad():
+        return model(dense[:batch], kjt).reshape(-1)
+
+
+def test_the_transformer_attends_across_a_samples_features_not_across_its_batch():
+    """A sample's score is its own: the same in a batch of 8 as in a batch of 3. torchrec's sequence-first form
+    (`attend_across="batch"`) attends across the batch, so there it changes."""
+    alone, together = transformer_scores("features", 3), transformer_scores("features", 8)[:3]
+    torch.testing.assert_close(alone, together)
+    assert not torch.allclose(transformer_scores("batch", 3), transformer_scores("batch", 8)[:3])
+    with pytest.raises(ValueError, match="attend_across='rows' is not one of features, batch"):
+        transformer_scores("rows", 3)

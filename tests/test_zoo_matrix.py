@@ -44,9 +44,8 @@ TINY = [
     "eval_batch_size=256", "calibration_batch_size=256", "threads=1", "timing.trials=1", "timing.max_rounds=1",
     "timing.batches_per_trial=1", "timing.warmup_batches=0", "timing.pool_samples=0", "timing.paired=false",
 ]  # fmt: skip
-FAMILY = {  # what a family needs beyond TINY to learn (DeepFM learns slowest) or to train in seconds
+FAMILY = {  # what a family needs beyond TINY to learn (DeepFM learns slowest)
     "deepfm": ["model.train.samples=65536"],  # at 32,768 its int4 tables cost onnxruntime_w4 -0.0047 (docs/toolkits.md)
-    "transformer_dlrm": ["model.train.batch_size=128"],  # its attention runs across the batch: B² a layer
 }
 WORKLOAD = {  # each workload's own knobs, tiny
     "synthetic": ["workload.cardinalities=[2000,1000,500,200,100,50,20,10]"],

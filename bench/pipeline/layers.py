@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from bench.backends.fake_quant import qdq_rows
-from bench.backends.linear import quantize_int8, quantized_slots, slot_name
+from bench.backends.linear import WIDE_RATIO, quantize_int8, quantized_slots, slot_name
 from bench.backends.modules import table_weights
 from bench.backends.tbe import BITS
 from bench.metrics import AUC_DELTA
@@ -57,7 +57,8 @@ def layer_rows(backend, fp32: nn.Module, calibration, device: torch.device,
         names = [(slot_name(probe, p, n), _linear_text(getattr(p, n))) for p, n in quantized_slots(probe, cfg.mlp_output)]
         for name, what in names:
             model = copy.deepcopy(fp32).eval().to(device)
-            quantize_int8(model, cfg.mlp_mode, calibration, device, cfg.mlp_output, only={name})
+            quantize_int8(model, cfg.mlp_mode, calibration, device, cfg.mlp_output, only={name},
+                          wide=getattr(cfg, "mlp_wide", "int8"), wide_ratio=getattr(cfg, "mlp_wide_ratio", WIDE_RATIO))
             _, logits = score(model)
             rows.append({"layer": name, "what": what, "scheme": f"int8 {cfg.mlp_mode}",
                          AUC_DELTA: paired_auc_delta(labels, base_logits, logits).delta})

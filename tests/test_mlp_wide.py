@@ -165,3 +165,21 @@ def test_a_bad_value_is_one_line_and_exit_2(tmp_path, option, says):
     assert run.returncode == 2, run.stderr
     assert says in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert not (tmp_path / "r" / "records.jsonl").exists()
+
+
+@pytest.mark.parametrize("wide", ["fp32", "smooth", "int8"])
+def test_the_layer_attribution_follows_the_rule(wide):
+    """`attribute_layers=true` quantizes one Linear at a time as the backend does: a layer the rule keeps fp32 has no row,
+    a smoothed one says so."""
+    from bench.pipeline.layers import layer_rows
+
+    model = planted(200.0)
+    labels = EVAL.labels.numpy()
+
+    def score(m):
+        return labels, scores(m).numpy()
+
+    rows = layer_rows(make("int8_tbe", mlp_wide=wide), model, CALIBRATION, CPU, score, labels, scores(model).numpy())
+    schemes = {r["layer"]: r["scheme"] for r in rows if r["layer"].startswith("top.")}
+    assert schemes == {**({} if wide == "fp32" else {"top.0": "int8 dynamic" + (", smoothed" if wide == "smooth" else "")}),
+                       "top.2": "int8 dynamic"}

@@ -69,6 +69,9 @@ def quantized(model: nn.Module, wide: str, mode: str = "dynamic") -> nn.Module:
 def test_the_ratio_is_the_tensor_range_over_the_median_column_range():
     lo, hi = torch.tensor([-1.0, 0.0, 2.0]), torch.tensor([1.0, 2.0, 100.0])  # columns 2, 2 and 100 wide (0 included)
     assert linear.column_ratio(lo, hi) == pytest.approx(101 / 2)
+    dead = torch.zeros(5)  # columns that never leave 0 cost nothing on one grid: not the median
+    assert linear.column_ratio(torch.cat([lo, dead]), torch.cat([hi, dead])) == pytest.approx(101 / 2)
+    assert linear.column_ratio(dead, dead) == 1.0
 
 
 @pytest.mark.parametrize("wide", ["smooth", "fp32"])

@@ -38,8 +38,8 @@ attention-weighted sum of history rows beside the target row and the dense featu
 projection products). The rule reads the data, not the names: on the calibration batches, through the model as
 it stands before its Linears are quantized, each quantized Linear's input range per tensor (0 included, as the
 quantizer takes it) over its median column's. Past `mlp_wide_ratio` (16: the median column gets fewer than 8 of
-the 127 levels; at the zoo's default shapes DIN's `top.0` reads 25 and DLRM_Projection's first over-arch Linear 23,
-every other Linear 7 or less, the built-in DLRM's top MLP 4.5) the Linear is
+the 127 levels; at the zoo's default shapes DIN's `top.0` reads 25 and DLRM_Projection's first over-arch Linear 19,
+DLRM_DCN's 14, every other Linear below the output layers 7 or less, the built-in DLRM's top MLP 4.4) the Linear is
 - `fp32` (the default): kept in float, as the output layers are;
 - `smooth`: smoothed as SmoothQuant does, input column j divided by s_j and the weight's column j multiplied by
   it, s_j = sqrt(max|X_j| / max|W_j|) (alpha 0.5; torchao's `SmoothQuantObserver` computes s from the calibrated
@@ -248,10 +248,12 @@ def input_columns(model: nn.Module, slots: list[tuple[nn.Module, str]], batches:
 
 
 def column_ratio(lo: torch.Tensor, hi: torch.Tensor) -> float:
-    """The input's range per tensor (0 included, as the quantizer takes it) over its median column's range."""
+    """The input's range per tensor (0 included, as the quantizer takes it) over its median column's range. Columns that
+    never leave 0 (a ReLU's dead units) are left out: 0 is on every grid, so one scale costs them nothing."""
     columns = hi.clamp(min=0) - lo.clamp(max=0)
     whole = float(hi.max().clamp(min=0) - lo.min().clamp(max=0))
-    return whole / max(float(columns.median()), torch.finfo(torch.float32).tiny)
+    live = columns[columns > 0]
+    return whole / float(live.median()) if live.numel() else 1.0
 
 
 def wide_inputs(model: nn.Module, slots: list[tuple[nn.Module, str]], batches: Sequence[Batch], device: torch.device,

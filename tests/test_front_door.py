@@ -57,7 +57,7 @@ def test_real_options_pass(args):
 @pytest.mark.parametrize(
     "args,says",
     [
-        (["backend=int8_tbe", "backend.bits=4"], "backend int8_tbe has no option 'bits'; its options: mlp, mlp_mode, mlp_output, per_table"),
+        (["backend=int8_tbe", "backend.bits=4"], "backend int8_tbe has no option 'bits'; its options: mlp, mlp_mode, mlp_output, mlp_wide, mlp_wide_ratio, per_table"),
         (["+backend.foo=1"], "backend fp32 has no option 'foo'; it has no options"),
         (["+gate.rules.int8_tbe.min_sped=1"], "did you mean gate.rules.int8_tbe.min_speedup?"),
         (["backend=uint4", "backend.per_table.t_cat_3=int8"], "takes new entries with a +: +backend.per_table.t_cat_3=int8"),

@@ -102,5 +102,6 @@ def test_sub_byte_tables_are_not_counted_at_element_size():
     torch.manual_seed(0)
     model = build_dlrm(tiny_model_config(DIM), TABLES, 13).eval()
     fp32 = model_bytes(model)
-    int2 = registry.get("backend", "int2_tbe").factory(backend_config({"name": "int2_tbe"})).prepare(model, [], torch.device("cpu"))
+    int2 = registry.get("backend", "int2_tbe").factory(backend_config({"name": "int2_tbe"})).prepare(
+        model, [random_batch(TABLES, 64)], torch.device("cpu"))  # a calibration batch: backend.mlp_wide reads the input ranges
     assert model_bytes(int2) < fp32 / 5

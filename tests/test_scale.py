@@ -122,7 +122,7 @@ def test_operators_name_the_kernels_and_count_the_flops(tiny_model):
     fp32 = operators(tiny_model, batch.model_inputs())
     assert fp32.embedding == {"aten::embedding_bag.padding_idx"} and "aten::linear" in fp32.gemm
     assert fp32.as_metrics(64)["dense_flops_per_sample"] == flops
-    uint4 = registry.get("backend", "uint4").factory(backend_config({"name": "uint4"})).prepare(tiny_model, [], CPU)
+    uint4 = registry.get("backend", "uint4").factory(backend_config({"name": "uint4"})).prepare(tiny_model, [batch], CPU)
     ops = operators(uint4, batch.model_inputs())
     assert ops.embedding == {"fbgemm::int_nbit_split_embedding_codegen_lookup_function"}
     # the hidden layers in int8; the 16 -> 1 output layer stays fp32 (backend.mlp_output's default)

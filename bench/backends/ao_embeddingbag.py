@@ -21,7 +21,7 @@ from torch import nn
 from torchrec.modules.embedding_configs import PoolingType
 
 from bench.backends.backend import Backend, NotApplicable
-from bench.backends.linear import MLP_CHOICES, OUTPUT_CHOICES, check_choice, quantize_int8
+from bench.backends.linear import MLP_CHOICES, OUTPUT_CHOICES, WIDE_RATIO, check_choice, check_wide, kept_text, quantize_int8, wide_record
 from bench.backends.modules import materialize_random_tables, require_embedding_bag_collections
 from bench.backends.rowwise import DTYPES, RowwiseEmbeddingBag
 from bench.batch import Batch
@@ -35,6 +35,8 @@ class AoEmbeddingBagConfig(BackendConfig):
     name: str = "ao_embeddingbag"
     mlp: str = "int8"  # fp32 | int8 (torch.ao dynamic int8 Linear, the recipe's)
     mlp_output: str = "fp32"  # the output layers (one output feature): fp32 | int8, as the TBE backends' mlp_output
+    mlp_wide: str = "fp32"  # a Linear with a wide input: fp32 | smooth | int8, as the TBE backends' mlp_wide
+    mlp_wide_ratio: float = WIDE_RATIO
 
     def validate(self) -> None:
         check_config(self)
@@ -43,6 +45,7 @@ class AoEmbeddingBagConfig(BackendConfig):
 def check_config(cfg) -> None:
     check_choice(cfg.mlp, MLP_CHOICES, "backend.mlp")
     check_choice(cfg.mlp_output, OUTPUT_CHOICES, "backend.mlp_output")
+    check_wide(cfg)
 
 
 def quantize_bags(model: nn.Module, bits: int, backend: str) -> int:
@@ -75,9 +78,10 @@ class AoEmbeddingBagBackend(Backend):
         model = materialize_random_tables(copy.deepcopy(model)).eval()
         quantize_bags(model, self.bits, self.cfg.name)
         model.to(device)
-        if self.cfg.mlp == "int8" and quantize_int8(model, "dynamic", calibration_batches, device, self.cfg.mlp_output) == 0:
+        if self.cfg.mlp == "int8" and quantize_int8(model, "dynamic", calibration_batches, device, self.cfg.mlp_output,
+                                                         wide=self.cfg.mlp_wide, wide_ratio=self.cfg.mlp_wide_ratio) == 0:
             raise NotApplicable(f"backend {self.cfg.name!r} runs the model's nn.Linear layers in dynamic int8, and the model has none"
-                                f"{' besides its output layers (backend.mlp_output=fp32)' if self.cfg.mlp_output == 'fp32' else ''}: set backend.mlp=fp32")
+                                f"{kept_text(self.cfg)}: set backend.mlp=fp32")
         return model
 
     def stored_table_dtypes(self, tables: Mapping[str, int]) -> dict[str, str]:
@@ -88,10 +92,11 @@ class AoEmbeddingBagBackend(Backend):
 
     def job_metrics(self, prepared: nn.Module) -> dict[str, Any]:
         mlp = "Linear layers dynamic int8" + (", the output layer fp32" if self.cfg.mlp_output == "fp32" else "")
-        return {TOOLKIT: "torch.ao", "quantizes": f"tables {DTYPES[self.bits]} per row; " + (mlp if self.cfg.mlp == "int8" else "MLP fp32")}
+        return {TOOLKIT: "torch.ao", "quantizes": f"tables {DTYPES[self.bits]} per row; " + (mlp if self.cfg.mlp == "int8" else "MLP fp32"),
+                **wide_record(prepared)}
 
     def emulation(self) -> dict | None:
         # fake_quant rounds each row on FBGEMM's grid: the same min/max grid as torch's ops, with the scale and
         # bias in fp16 (torch's 8-bit rows keep them in fp32, so at 8 bits the twin differs in that rounding too)
         return {"name": "fake_quant", "bits": self.bits, "mlp": self.cfg.mlp, "activations": "dynamic",
-                "mlp_output": self.cfg.mlp_output}
+                "mlp_output": self.cfg.mlp_output, "mlp_wide": self.cfg.mlp_wide, "mlp_wide_ratio": self.cfg.mlp_wide_ratio}

@@ -25,7 +25,7 @@ import torch
 
 from bench.backends.backend import Backend, NotApplicable
 from bench.backends.half_mlp import HALF_SCHEMES, emulate_half
-from bench.backends.linear import MLP_CHOICES, MODES, OUTPUT_CHOICES, check_choice, fake_quantize
+from bench.backends.linear import MLP_CHOICES, MODES, OUTPUT_CHOICES, WIDE_RATIO, check_choice, check_wide, fake_quantize, kept_text, wide_record
 from bench.backends.modules import (
     materialize_random_tables,
     require_table_collections,
@@ -55,6 +55,8 @@ class FakeQuantConfig(BackendConfig):
     mlp: str = "int8"  # fp32 | int8 (fake-quantized) | fp16 | bf16 (rounded); its YAML: int8 on CPU, fp16 on CUDA
     activations: str = "static"  # static (calibrated) | dynamic (per batch)
     mlp_output: str = "fp32"  # the output layers (one output feature): fp32 | int8, as the int8 backends' mlp_output
+    mlp_wide: str = "fp32"  # a Linear with a wide input: fp32 | smooth | int8, as the int8 backends' mlp_wide
+    mlp_wide_ratio: float = WIDE_RATIO
 
     def validate(self) -> None:
         check_config(self)
@@ -65,6 +67,7 @@ def check_config(cfg) -> None:
     check_choice(cfg.mlp, MLP_CHOICES + HALF_SCHEMES, "backend.mlp")
     check_choice(cfg.activations, MODES, "backend.activations")
     check_choice(cfg.mlp_output, OUTPUT_CHOICES, "backend.mlp_output")
+    check_wide(cfg)
     for key, b in [("backend.bits", cfg.bits), ("backend.small_table_bits", cfg.small_table_bits),
                    *((f"backend.per_table.{n}", b) for n, b in cfg.per_table.items())]:
         if int(b) not in ROW_BITS:
@@ -103,11 +106,13 @@ class FakeQuantBackend(Backend):
         if cfg.mlp in HALF_SCHEMES and emulate_half(model, cfg.mlp) == 0:
             raise NotApplicable(f"backend 'fake_quant' emulates {cfg.mlp} nn.Linear layers, and the model has none outside its "
                                 "embedding modules: set backend.mlp=fp32")
-        if cfg.mlp == "int8" and fake_quantize(model, cfg.activations, calibration_batches, device, cfg.mlp_output) == 0:
+        if cfg.mlp == "int8" and fake_quantize(model, cfg.activations, calibration_batches, device, cfg.mlp_output,
+                                                    cfg.mlp_wide, cfg.mlp_wide_ratio) == 0:
             raise NotApplicable("backend 'fake_quant' emulates int8 nn.Linear layers, and the model has none"
-                                f"{' besides its output layers (backend.mlp_output=fp32)' if cfg.mlp_output == 'fp32' else ''}: set backend.mlp=fp32")
+                                f"{kept_text(cfg)}: set backend.mlp=fp32")
         return model
 
     def job_metrics(self, prepared) -> dict:
         mlp = self.cfg.mlp
-        return {DENSE_PATH: "fp32" if mlp == "fp32" else f"{mlp} emulated ({self.cfg.activations})" if mlp == "int8" else f"{mlp} emulated"}
+        return {DENSE_PATH: "fp32" if mlp == "fp32" else f"{mlp} emulated ({self.cfg.activations})" if mlp == "int8" else f"{mlp} emulated",
+                **wide_record(prepared)}

@@ -32,6 +32,24 @@ layer in dynamic int8 every other column rounds to 0 or one step (its fp32 AUC 0
 that one layer int8, and stayed 0.790 with every other layer int8). So by default (`mlp_output=fp32`)
 the output layers stay fp32, as the toolkits' rule of keeping the last layer in float does;
 `mlp_output=int8` quantizes them like the rest.
+
+A wide input (`mlp_wide`): any other Linear can take one wide group of columns beside narrow ones (DIN's
+attention-weighted sum of history rows beside the target row and the dense features; DLRM_Projection's
+projection products). The rule reads the data, not the names: on the calibration batches, through the model as
+it stands before its Linears are quantized, each quantized Linear's input range per tensor (0 included, as the
+quantizer takes it) over its median column's. Past `mlp_wide_ratio` (16: the median column gets fewer than 8 of
+the 127 levels; at the zoo's default shapes DIN's `top.0` reads 25 and DLRM_Projection's first over-arch Linear 19,
+DLRM_DCN's 14, every other Linear below the output layers 7 or less, the built-in DLRM's top MLP 4.4) the Linear is
+- `fp32` (the default): kept in float, as the output layers are;
+- `smooth`: smoothed as SmoothQuant does, input column j divided by s_j and the weight's column j multiplied by
+  it, s_j = sqrt(max|X_j| / max|W_j|) (alpha 0.5; torchao's `SmoothQuantObserver` computes s from the calibrated
+  max|X_j|; the fold into the weight and the division, an fp32 multiply before the layer (`ColumnScale`), are
+  written here, as torchao applies it to its own tensor subclasses only), so the int8 GEMM stays;
+- `int8`: quantized like the rest, as every record before the key.
+fp32 is the default because it measured better: at the zoo's default shapes, int8_tbe (dynamic) on DIN cost
+-0.0040 with `int8`, -0.0005 with `smooth` and -0.0003 with `fp32`; on DLRM_Projection -0.0004, -0.0016 (smoothing
+moves the narrow columns' error into the weights' per-channel grid) and -0.0001.
+The record names each Linear the rule touched and why (`mlp_kept_fp32` or `mlp_smoothed`).
 """
 
 from __future__ import annotations
@@ -58,6 +76,9 @@ from bench.errors import UserError
 MLP_CHOICES = ("fp32", "int8")
 MODES = ("dynamic", "static")
 OUTPUT_CHOICES = ("fp32", "int8")  # backend.mlp_output: the output layers (one output feature) in fp32 or like the rest
+WIDE_CHOICES = ("fp32", "smooth", "int8")  # backend.mlp_wide: a Linear with a wide input kept fp32, smoothed, or like the rest
+WIDE_RATIO = 16.0  # backend.mlp_wide_ratio's default: the input's range over its median column's past which the rule acts
+SMOOTH_ALPHA = 0.5  # SmoothQuant's migration strength: s_j = max|X_j|^alpha / max|W_j|^(1 - alpha)
 
 # One definition of each scheme, shared by the int8 modules and their fake-quant twin.
 _ACT = dict(dtype=torch.quint8, quant_min=0, quant_max=127)  # fbgemm's reduce_range: 7-bit activations
@@ -87,6 +108,21 @@ FAKE_QUANT_WEIGHT = tq.FakeQuantize.with_args(observer=tq.PerChannelMinMaxObserv
 def check_choice(value: str, choices: tuple[str, ...], key: str) -> None:
     if value not in choices:
         raise UserError(f"{key}={value!r} is not one of {', '.join(choices)}")
+
+
+def check_wide(cfg) -> None:
+    """backend.mlp_wide and backend.mlp_wide_ratio of an int8-MLP backend's config, as one-line UserErrors."""
+    check_choice(cfg.mlp_wide, WIDE_CHOICES, "backend.mlp_wide")
+    if not float(cfg.mlp_wide_ratio) >= 1:
+        raise UserError(f"backend.mlp_wide_ratio={cfg.mlp_wide_ratio!r}: give a ratio of 1 or more (an input's range over its "
+                        f"median column's; default {WIDE_RATIO:g})")
+
+
+def kept_text(cfg) -> str:
+    """What an int8-MLP backend left fp32 by its own rules, for the line of a model with nothing left to quantize."""
+    kept = [rule for rule, on in (("its output layers (backend.mlp_output=fp32)", cfg.mlp_output == "fp32"),
+                                  ("the Linears with a wide input (backend.mlp_wide=fp32)", cfg.mlp_wide == "fp32")) if on]
+    return f" besides {' and '.join(kept)}" if kept else ""
 
 
 def _is_relu(fn) -> bool:
@@ -175,6 +211,108 @@ def slot_name(model: nn.Module, parent: nn.Module, name: str) -> str:
 PLANT_ENV = "BENCH_TEST_BAD_INT8_LAYER"
 
 
+class ColumnScale(nn.Module):
+    """x * scale, one factor per input column: the smoothing's division (1 / s_j) before a smoothed Linear."""
+
+    def __init__(self, scale: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("scale", scale)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.scale
+
+
+def _linear(unit: nn.Module) -> nn.Linear:
+    return unit[0] if isinstance(unit, nni.LinearReLU) else unit
+
+
+@torch.no_grad()
+def input_columns(model: nn.Module, slots: list[tuple[nn.Module, str]], batches: Sequence[Batch],
+                  device: torch.device) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Each slot's input over `batches` through the model as it is: (per column min, per column max)."""
+    seen: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def hook(_module, args, name):
+        x = args[0].detach().reshape(-1, args[0].shape[-1]).float()
+        lo, hi = x.amin(0), x.amax(0)
+        old = seen.get(name)
+        seen[name] = (lo, hi) if old is None else (torch.minimum(old[0], lo), torch.maximum(old[1], hi))
+
+    hooks = [getattr(p, n).register_forward_pre_hook(lambda m, a, name=slot_name(model, p, n): hook(m, a, name)) for p, n in slots]
+    try:
+        calibrate(model, batches, device)
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen
+
+
+def column_ratio(lo: torch.Tensor, hi: torch.Tensor) -> float:
+    """The input's range per tensor (0 included, as the quantizer takes it) over its median column's range. Columns that
+    never leave 0 (a ReLU's dead units) are left out: 0 is on every grid, so one scale costs them nothing."""
+    columns = hi.clamp(min=0) - lo.clamp(max=0)
+    whole = float(hi.max().clamp(min=0) - lo.min().clamp(max=0))
+    live = columns[columns > 0]
+    return whole / float(live.median()) if live.numel() else 1.0
+
+
+def wide_inputs(model: nn.Module, slots: list[tuple[nn.Module, str]], batches: Sequence[Batch], device: torch.device,
+                rule: str, ratio: float) -> tuple[list[tuple[nn.Module, str]], dict[str, str]]:
+    """The `mlp_wide` rule on the slots about to be quantized (in place): each Linear whose calibrated input range is
+    past `ratio` times its median column's is smoothed (`smooth`) or left out to stay fp32 (`fp32`). Returns the slots
+    to quantize (a smoothed one's Linear now sits behind its ColumnScale) and {layer: why} of those it touched."""
+    check_choice(rule, WIDE_CHOICES, "backend.mlp_wide")
+    if rule == "int8" or not slots:
+        return slots, {}
+    _require_calibration(batches, f"backend.mlp_wide={rule} (it reads the Linears' input ranges)")
+    ranges = input_columns(model, slots, batches, device)
+    out, touched = [], {}
+    for parent, name in slots:
+        qualified = slot_name(model, parent, name)
+        lo, hi = ranges[qualified]
+        r = column_ratio(lo, hi)
+        if r <= ratio:
+            out.append((parent, name))
+            continue
+        why = (f"its input's range is {r:.1f}x its median column's (over backend.mlp_wide_ratio={ratio:g}): one int8 scale "
+               f"per tensor leaves that column {127 / r:.1f} of 127 levels")
+        if rule == "fp32":
+            touched[qualified] = f"kept fp32: {why}"
+            continue
+        unit = getattr(parent, name)
+        linear = _linear(unit)
+        x_max = torch.maximum(lo.abs(), hi.abs())
+        observer = _smooth_observer(linear.weight.detach(), x_max)
+        s = observer.calculate_qparams()[0].detach()
+        with torch.no_grad():
+            linear.weight.mul_(s)  # W[:, j] * s_j: the product (x / s) W'^T is the layer's own
+        smoothed = nn.Sequential(ColumnScale((1.0 / s).to(linear.weight.device)), unit)
+        setattr(parent, name, smoothed)
+        out.append((smoothed, "1"))
+        touched[qualified] = (f"smoothed: {why}; columns divided by s = sqrt(max|X_j| / max|W_j|), "
+                              f"s from {float(s.min()):.3g} to {float(s.max()):.3g}")
+    return out, touched
+
+
+def _smooth_observer(weight: torch.Tensor, x_max: torch.Tensor):
+    """torchao's SmoothQuant observer, handed the calibrated per-column max|X_j| as one observed input."""
+    from torchao.prototype.smoothquant.core import SmoothQuantObserver
+
+    observer = SmoothQuantObserver(weight, alpha=SMOOTH_ALPHA)
+    observer(x_max.unsqueeze(0).to(weight.device))  # max|X_j| over this one row is the calibrated max|X_j|
+    return observer
+
+
+# The record's key of what the rule did, per form, and where the prepared model keeps it (bench.metrics.RECORD_KEYS).
+WIDE_RECORD = {"smooth": "mlp_smoothed", "fp32": "mlp_kept_fp32"}
+_WIDE_ATTR = "_bench_mlp_wide"
+
+
+def wide_record(model: nn.Module) -> dict[str, dict[str, str]]:
+    """{record key: {layer: why}} of what the mlp_wide rule did to a prepared model (empty: nothing)."""
+    return dict(getattr(model, _WIDE_ATTR, {}))
+
+
 def _planted(model: nn.Module, slots: list[tuple[nn.Module, str]]) -> None:
     spec = os.environ.get(PLANT_ENV)
     if not spec:
@@ -192,14 +330,16 @@ def _planted(model: nn.Module, slots: list[tuple[nn.Module, str]]) -> None:
 
 
 def quantize_int8(model: nn.Module, mode: str, calibration_batches: Sequence[Batch], device: torch.device,
-                  output: str = "int8", only: Container[str] | None = None) -> int:
+                  output: str = "int8", only: Container[str] | None = None, wide: str = "int8",
+                  wide_ratio: float = WIDE_RATIO) -> int:
     """Make every Linear (fused with its ReLU) an int8 torch.ao module, in place, the output layers only when
-    `output` is int8 (`quantized_slots`); with `only`, just the layers of those qualified names (the layer
-    attribution quantizes one at a time). Returns the count."""
+    `output` is int8 (`quantized_slots`), a Linear with a wide input as `wide` says (`wide_inputs`); with `only`,
+    just the layers of those qualified names (the layer attribution quantizes one at a time). Returns the count."""
     check_choice(mode, MODES, "backend.mlp_mode")
     slots = quantized_slots(model, output)
     if only is not None:
         slots = [(p, n) for p, n in slots if slot_name(model, p, n) in only]
+    slots = _apply_wide(model, slots, calibration_batches, device, wide, wide_ratio)
     with torch_ao_calls():
         if mode == "dynamic":
             for parent, name in slots:
@@ -224,12 +364,20 @@ def quantize_int8(model: nn.Module, mode: str, calibration_batches: Sequence[Bat
     return len(slots)
 
 
+def _apply_wide(model: nn.Module, slots, batches, device, wide: str, ratio: float) -> list[tuple[nn.Module, str]]:
+    slots, touched = wide_inputs(model, slots, batches, device, wide, ratio)
+    if touched:
+        setattr(model, _WIDE_ATTR, {WIDE_RECORD[wide]: touched})
+    return slots
+
+
 def fake_quantize(model: nn.Module, activations: str, calibration_batches: Sequence[Batch], device: torch.device,
-                  output: str = "int8") -> int:
+                  output: str = "int8", wide: str = "int8", wide_ratio: float = WIDE_RATIO) -> int:
     """Wrap every Linear (fused with its ReLU) in fused observer/fake-quant modules, in place, the output
-    layers only when `output` is int8."""
+    layers only when `output` is int8, a Linear with a wide input as `wide` says (`wide_inputs`), as
+    `quantize_int8` does."""
     check_choice(activations, MODES, "backend.activations")
-    slots = quantized_slots(model, output)
+    slots = _apply_wide(model, quantized_slots(model, output), calibration_batches, device, wide, wide_ratio)
     wrappers = []
     with torch_ao_calls():
         for parent, name in slots:

@@ -34,7 +34,7 @@ from torch import nn
 
 from bench import registry
 from bench.backends.backend import Backend
-from bench.backends.linear import MLP_CHOICES, MODES, OUTPUT_CHOICES, check_choice, quantize_int8
+from bench.backends.linear import MLP_CHOICES, MODES, OUTPUT_CHOICES, WIDE_RATIO, check_choice, check_wide, quantize_int8, wide_record
 from bench.backends.modules import require_embedding_bag_collections
 from bench.batch import Batch
 from bench.config import BackendConfig
@@ -66,6 +66,8 @@ class PsRedisConfig(BackendConfig):
     mlp: Optional[str] = None  # fp32 | int8; null: the in-memory twin's (fp32 for fp32 rows, else int8)
     mlp_mode: str = "dynamic"  # dynamic | static, for an int8 MLP
     mlp_output: str = "fp32"  # fp32 | int8: the MLP's output layers, as the in-memory twin's (bench.backends.linear)
+    mlp_wide: str = "fp32"  # fp32 | smooth | int8: a Linear with a wide input, as the in-memory twin's
+    mlp_wide_ratio: float = WIDE_RATIO
 
 
 @register("backend", "ps_redis", config=PsRedisConfig, in_sweeps=False)  # its own sweep: +sweep=ps
@@ -91,6 +93,7 @@ class PsRedisBackend(Backend):
         check_choice(self.mlp, MLP_CHOICES, "backend.mlp")
         check_choice(cfg.mlp_mode, MODES, "backend.mlp_mode")
         check_choice(cfg.mlp_output, OUTPUT_CHOICES, "backend.mlp_output")
+        check_wide(cfg)
 
     @property
     def mlp(self) -> str:
@@ -100,7 +103,8 @@ class PsRedisBackend(Backend):
         """Config of the in-memory backend with the same row bytes and kernel (the same scores when the MLP matches)."""
         name = TWINS[self.cfg.precision]
         return {"name": name} if name == "fp32" else {"name": name, "mlp": self.mlp, "mlp_mode": self.cfg.mlp_mode,
-                                                       "mlp_output": self.cfg.mlp_output}
+                                                       "mlp_output": self.cfg.mlp_output, "mlp_wide": self.cfg.mlp_wide,
+                                                       "mlp_wide_ratio": self.cfg.mlp_wide_ratio}
 
     def record_name(self) -> str:
         cfg = self.cfg
@@ -135,7 +139,8 @@ class PsRedisBackend(Backend):
         prepared = PsModel(served, list(stand_ins.values()), weights, self.cfg.url, self.cfg.timeout_s)
         prepared.open()  # the server and the rows, before calibration needs them
         if self.mlp == "int8":
-            quantize_int8(served, self.cfg.mlp_mode, calibration_batches, device, self.cfg.mlp_output)
+            quantize_int8(served, self.cfg.mlp_mode, calibration_batches, device, self.cfg.mlp_output,
+                          wide=self.cfg.mlp_wide, wide_ratio=self.cfg.mlp_wide_ratio)
         return prepared
 
     def before_timing(self, prepared: nn.Module, warmup_calls: int) -> None:
@@ -144,6 +149,7 @@ class PsRedisBackend(Backend):
     def job_metrics(self, prepared: nn.Module) -> dict:
         return {
             **prepared.metrics(),
+            **wide_record(prepared.model),
             "ps_precision": self.cfg.precision,
             "ps_cache_policy": self.cfg.cache_policy,
             "ps_twin": self.twin()["name"],

@@ -45,7 +45,7 @@ from bench.backends.ao_notice import torch_ao_calls
 from bench.backends.backend import Backend, NotApplicable
 from bench.backends.direct import build_tables_directly, build_tables_from_weights
 from bench.backends.half_mlp import HALF_SCHEMES, to_half
-from bench.backends.linear import MLP_CHOICES, MODES, OUTPUT_CHOICES, check_choice, quantize_int8
+from bench.backends.linear import MLP_CHOICES, MODES, OUTPUT_CHOICES, WIDE_RATIO, check_choice, check_wide, kept_text, quantize_int8, wide_record
 from bench.backends.torchao_mlp import SCHEMES as TORCHAO_SCHEMES
 from bench.backends.torchao_mlp import quantize_torchao
 from bench.backends.modules import (
@@ -81,6 +81,11 @@ class TbeConfig(BackendConfig):
     # The output layers (a Linear with one output: the score) with a quantized MLP: fp32 (kept in float, the
     # default) | int8 (quantized like the rest, as before this key existed); bench.backends.linear says why
     mlp_output: str = "fp32"
+    # A Linear whose calibrated input range is past mlp_wide_ratio times its median column's, with an int8 MLP (torch_ao):
+    # fp32 (kept in float, the default) | smooth (SmoothQuant's per-column smoothing) | int8 (like the rest, as before
+    # this key existed); bench.backends.linear says why
+    mlp_wide: str = "fp32"
+    mlp_wide_ratio: float = WIDE_RATIO
     # Per-table weight type overrides, table name -> fp32 | fp16 | int8 | int4 | int2. On the command line
     # the keys are new to the (struct) config, hence the +: `+backend.per_table={t_cat_3: int8}`.
     per_table: dict[str, str] = field(default_factory=dict)
@@ -133,6 +138,7 @@ def check_config(cfg) -> None:
     check_choice(cfg.mlp, MLP_CHOICES + HALF_SCHEMES + TORCHAO_SCHEMES, "backend.mlp")
     check_choice(cfg.mlp_mode, MODES, "backend.mlp_mode")
     check_choice(cfg.mlp_output, OUTPUT_CHOICES, "backend.mlp_output")
+    check_wide(cfg)
     for name, dtype in cfg.per_table.items():
         check_dtype(dtype, f"backend.per_table.{name}")
 
@@ -258,9 +264,10 @@ class TbeBackend(Backend):
                                     "has none outside its embedding modules: set backend.mlp=fp32")
         elif self.cfg.mlp != "fp32" and self.cfg.mlp_engine == "torchao":
             quantize_torchao(model, self.cfg.mlp, self.cfg.mlp_output)
-        elif self.cfg.mlp == "int8" and quantize_int8(model, self.cfg.mlp_mode, calibration_batches, device, self.cfg.mlp_output) == 0:
+        elif self.cfg.mlp == "int8" and quantize_int8(model, self.cfg.mlp_mode, calibration_batches, device, self.cfg.mlp_output,
+                                                         wide=self.cfg.mlp_wide, wide_ratio=self.cfg.mlp_wide_ratio) == 0:
             raise NotApplicable(f"backend {self.cfg.name!r} runs the model's nn.Linear layers in int8, and the model has none"
-                                f"{' besides its output layers (backend.mlp_output=fp32)' if self.cfg.mlp_output == 'fp32' else ''}: set backend.mlp=fp32")
+                                f"{kept_text(self.cfg)}: set backend.mlp=fp32")
         return model
 
     def stored_table_dtypes(self, tables: Mapping[str, int]) -> dict[str, str]:
@@ -272,7 +279,7 @@ class TbeBackend(Backend):
         return self.cfg.mlp == "int8" and self.cfg.mlp_mode == "dynamic"
 
     def job_metrics(self, prepared: nn.Module) -> dict:
-        return {DENSE_PATH: dense_path_text(self.cfg)}
+        return {DENSE_PATH: dense_path_text(self.cfg), **wide_record(prepared)}
 
     def emulation(self) -> dict | None:
         """The `fake_quant` config that emulates this backend with fp32 kernels (None: nothing quantized)."""
@@ -289,6 +296,8 @@ class TbeBackend(Backend):
             "mlp": self.cfg.mlp,
             "activations": self.cfg.mlp_mode,
             "mlp_output": self.cfg.mlp_output,
+            "mlp_wide": self.cfg.mlp_wide,
+            "mlp_wide_ratio": self.cfg.mlp_wide_ratio,
         }
         if self.cfg.mlp in HALF_SCHEMES:
             twin["activations"] = "static"  # not used by a half-precision MLP: fake_quant's default, one twin for every mlp_mode

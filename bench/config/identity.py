@@ -16,6 +16,12 @@ what a record without them measured, or where they do not apply:
   layer with the rest). Its default, `fp32`, changes what such a job measures, so it has a new identity. The
   backends without the key keep theirs: the fp32 runtimes quantize nothing, and `openvino_w4` always kept that
   layer fp32.
+- `backend.mlp_wide` and `backend.mlp_wide_ratio` (a Linear of an int8 MLP whose calibrated input range is past the
+  ratio times its median column's: smoothed, kept fp32, or quantized like the rest): `int8` is what every record
+  before them measured, so a job that sets it keeps its old identity, and the ratio is then dropped too (it changes
+  nothing). With an MLP that is not torch.ao's int8 (`backend.mlp` fp32, fp16, bf16, or `backend.mlp_engine=torchao`)
+  the rule does not apply and both are dropped. Its default, `smooth`, changes what an int8-MLP job measures where a
+  layer's input is that wide, so every such job has a new identity.
 - `backend.symmetric` (the int4 of `onnxruntime_w4` and `openvino_w4`: without a zero point, or with one per
   group): `true` is what every record before it measured, and still the default, so a job that leaves it keeps its
   identity; `false` has its own.
@@ -68,6 +74,7 @@ import copy
 from typing import Any
 
 LEGACY = {("model", "output_key"): None, ("model", "hstu"): None, ("backend", "mlp_output"): "int8", ("backend", "output_layer"): "int8", ("backend", "symmetric"): True,
+          ("backend", "mlp_wide"): "int8",
           ("serve", "judgments"): 1,
           ("serve", "step_late_share"): None, ("serve", "test_stall_ms"): None, ("serve", "max_steal"): None,
           ("serve", "paired"): False, ("serve", "confirm_runs"): 0,
@@ -89,4 +96,10 @@ def job_identity(resolved: dict[str, Any]) -> dict[str, Any]:
             continue
         if section[key] == legacy or (key == "mlp_output" and section.get("mlp", "fp32") == "fp32"):
             del section[key]
+    backend = out.get("backend")
+    # ps_redis's null mlp is its twin's: int8 for integer rows
+    mlp = backend.get("mlp") or ("int8" if backend.get("precision", "fp32") != "fp32" else "fp32") if isinstance(backend, dict) else None
+    if isinstance(backend, dict) and (mlp != "int8" or backend.get("mlp_engine", "torch_ao") != "torch_ao" or "mlp_wide" not in backend):
+        backend.pop("mlp_wide", None)  # the rule applies to torch.ao's int8 MLP only
+        backend.pop("mlp_wide_ratio", None)  # and matters only where the rule acts
     return out

@@ -3,8 +3,8 @@
 The embeddings/dense split (bench.pipeline.attribution) says which side a loss is on. When a backend's ΔAUC
 passes the gate's AUC margin (its `max_auc_drop`, or the drop `min_auc_ratio` allows), this goes one step
 further, as the tune sweep's sensitivity does for tables (bench.tune.sensitivity): from the fp32 model,
-each int8 Linear of the backend alone (`quantize_int8(only=...)`, the backend's mode and output-layer
-rule), and each table alone at the backend's weight type (FBGEMM's row-wise quantize-dequantize,
+each int8 Linear of the backend alone (`quantize_int8(only=...)`, the backend's mode, output-layer
+and wide-input rules; a Linear the wide-input rule keeps fp32 has no row), and each table alone at the backend's weight type (FBGEMM's row-wise quantize-dequantize,
 `fake_quant.qdq_rows`, as tune does), everything else fp32. Each one's paired ΔAUC against fp32, as a share
 of the backend's, names the layers responsible:
 
@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from bench.backends.fake_quant import qdq_rows
-from bench.backends.linear import quantize_int8, quantized_slots, slot_name
+from bench.backends.linear import WIDE_RATIO, quantize_int8, quantized_slots, slot_name, wide_inputs
 from bench.backends.modules import table_weights
 from bench.backends.tbe import BITS
 from bench.metrics import AUC_DELTA
@@ -53,13 +53,18 @@ def layer_rows(backend, fp32: nn.Module, calibration, device: torch.device,
     cfg = backend.cfg
     rows = []
     if getattr(cfg, "mlp", None) == "int8" and getattr(cfg, "mlp_engine", "torch_ao") == "torch_ao":
-        probe = copy.deepcopy(fp32)
-        names = [(slot_name(probe, p, n), _linear_text(getattr(p, n))) for p, n in quantized_slots(probe, cfg.mlp_output)]
+        wide, ratio = getattr(cfg, "mlp_wide", "int8"), getattr(cfg, "mlp_wide_ratio", WIDE_RATIO)
+        probe = copy.deepcopy(fp32).eval().to(device)
+        slots = quantized_slots(probe, cfg.mlp_output)
+        names = [(slot_name(probe, p, n), _linear_text(getattr(p, n))) for p, n in slots]
+        _, touched = wide_inputs(probe, slots, calibration, device, wide, ratio)  # the backend's mlp_wide rule, as it acts
         for name, what in names:
+            if wide == "fp32" and name in touched:
+                continue  # kept fp32 by the rule: no int8 layer of the backend
             model = copy.deepcopy(fp32).eval().to(device)
-            quantize_int8(model, cfg.mlp_mode, calibration, device, cfg.mlp_output, only={name})
+            quantize_int8(model, cfg.mlp_mode, calibration, device, cfg.mlp_output, only={name}, wide=wide, wide_ratio=ratio)
             _, logits = score(model)
-            rows.append({"layer": name, "what": what, "scheme": f"int8 {cfg.mlp_mode}",
+            rows.append({"layer": name, "what": what, "scheme": f"int8 {cfg.mlp_mode}" + (", smoothed" if name in touched else ""),
                          AUC_DELTA: paired_auc_delta(labels, base_logits, logits).delta})
     table_dtypes = getattr(backend, "table_dtypes", None)
     if table_dtypes is not None:

@@ -55,7 +55,8 @@ class SwappableModel:
             if device.type != "cpu":  # torch.ao's int8 Linear runs on CPU only
                 continue
             variant = copy.deepcopy(self.module, memo=dict(shared))
-            quantize_int8(variant, mode, calibration, device, output="fp32")  # as the deployed backend's default mlp_output
+            # as the deployed backend's defaults: mlp_output fp32, mlp_wide fp32
+            quantize_int8(variant, mode, calibration, device, output="fp32", wide="fp32")
             self.dense[name] = variant
 
     @property

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
+import itertools
 import statistics
 import time
 import warnings
@@ -122,10 +123,11 @@ def main() -> None:
             print(f"{access:7s} bs {bs:5d} " + describe("pool  ", pool, tables, llc))
 
     prepared = {}
+    calibration = list(itertools.islice(wl.batches("calibration", 1024), 2))  # backend.mlp_wide reads the Linears' input ranges
     for name in args.backends:
         backend = registry.get("backend", name).factory(backend_config({"name": name}))
         start = time.perf_counter()
-        prepared[name] = backend.prepare(model, [], torch.device("cpu"))
+        prepared[name] = backend.prepare(model, calibration, torch.device("cpu"))
         ops = operators(prepared[name], next(iter(inputs.values()))["pool"][0])
         print(f"{name}: prepared in {time.perf_counter() - start:.1f} s; kernels {sorted(ops.embedding)} + {sorted(ops.gemm)}")
     del model

@@ -89,6 +89,33 @@ def test_the_rule_fires_on_a_planted_wide_column_and_not_without_it(wide):
     assert type(untouched.top[0]) is not nn.Linear and not isinstance(untouched.top[0], nn.Sequential)
 
 
+class Muted(Planted):
+    """The planted wide input, but its MLP only nudges a score that a plain Linear over the pooled rows sets (as HSTU's
+    attention output joins its residual stream): quantizing `top.0` barely moves the scores."""
+
+    def __init__(self, gain: float) -> None:
+        super().__init__(gain)
+        self.main = nn.Linear(DIM * len(TABLES), 1)
+
+    def forward(self, dense, sparse):
+        pooled = self.ebc(sparse).values()
+        return self.main(pooled).squeeze(1) + 1e-3 * super().forward(dense, sparse)
+
+
+@pytest.mark.parametrize("wide", ["smooth", "fp32"])
+def test_a_wide_input_whose_layer_barely_moves_the_scores_stays_int8(wide):
+    torch.manual_seed(0)
+    muted = Muted(200.0).eval()
+    slots = linear.quantized_slots(copy.deepcopy(muted), "fp32")
+    assert linear.score_effects(muted, [(muted.top, "0")], CALIBRATION, CPU)["top.0"] < linear.WIDE_SCORE / 10
+    loud = planted(200.0)
+    assert linear.score_effects(loud, [(loud.top, "0")], CALIBRATION, CPU)["top.0"] > linear.WIDE_SCORE
+    assert slots  # the muted model has int8 candidates, and its top.0's input is as wide as the planted one's
+    touched = quantized(muted, wide)
+    assert linear.wide_record(touched) == {}
+    assert type(touched.top[0]) is not nn.Linear and not isinstance(touched.top[0], nn.Sequential)
+
+
 def test_legacy_int8_quantizes_the_wide_layer_like_the_rest():
     legacy = quantized(planted(200.0), "int8")
     assert linear.wide_record(legacy) == {} and type(legacy.top[0]) is not nn.Linear and not isinstance(legacy.top[0], nn.Sequential)

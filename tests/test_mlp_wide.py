@@ -40,6 +40,8 @@ class Planted(nn.Module):
             nn.init.normal_(w)  # pooled columns about as wide as the dense ones
         self.gain = gain
         self.top = nn.Sequential(nn.Linear(2 + DIM * len(TABLES), 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 1))
+        with torch.no_grad():  # as a trained model would: the wide columns' weights small, so every column counts in the score
+            self.top[0].weight[:, :2] /= gain
 
     def forward(self, dense, sparse):
         pooled = self.ebc(sparse).values()
@@ -213,3 +215,18 @@ def test_the_layer_attribution_follows_the_rule(wide):
     schemes = {r["layer"]: r["scheme"] for r in rows if r["layer"].startswith("top.")}
     assert schemes == {**({} if wide == "fp32" else {"top.0": "int8 dynamic" + (", smoothed" if wide == "smooth" else "")}),
                        "top.2": "int8 dynamic"}
+
+
+@pytest.mark.slow
+def test_the_wide_layers_script_prints_each_candidate_as_the_rule_reads_it(tmp_path):
+    """benchmarks/scripts/wide_layers.py (docs/backends.md's table): one row a quantized Linear, read by the rule's bounds."""
+    from tests.conftest import REPO
+
+    run = subprocess.run([sys.executable, str(REPO / "benchmarks/scripts/wide_layers.py"), "+preset=tiny", f"cache_dir={tmp_path}"],
+                         capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.strip().splitlines()
+    assert lines[0].startswith("layer") and "range ratio" in lines[0] and "score effect" in lines[0]
+    rows = [line.split() for line in lines[1:]]
+    assert rows and all(len(r) == 4 and float(r[1]) >= 1 and float(r[2]) >= 0 and r[3] in ("yes", "no") for r in rows)
+    assert any(r[0].startswith("top_arch") or r[0].startswith("over_arch") or "top" in r[0] for r in rows)

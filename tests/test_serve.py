@@ -81,6 +81,7 @@ def test_an_offline_run_of_a_batch_dependent_backend(serve_cfg):
     # int8 MLP with per-batch activation scales: checked within the stated tolerance, the shift recorded
     assert m["batch_dependent"] and m["auc_tolerance"] == 0.002 and m["auc_check"] == "pass"
     assert m["auc_shift"] == pytest.approx(m["auc_loadgen"] - m["auc_offline"])
+    assert m["dense_path"]  # the backend's own figures of its prepared form, as an offline job's record has them
 
 
 @pytest.mark.slow

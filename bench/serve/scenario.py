@@ -91,6 +91,7 @@ def measure_serving(cfg: Config, backend: Backend, device: torch.device, work: S
         workload_info=workload.describe(),
         extra={"log_root": str(runs.logs)},
     ).metrics())
+    metrics.update(backend.job_metrics(prepared))  # what the backend says of its prepared form (its dense path, the layers kept fp32)
     return metrics
 
 

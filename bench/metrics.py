@@ -167,9 +167,10 @@ RECORD_KEYS: dict[str, str] = {
     "machine": "the reference GEMM and gather times (bench.measure.noise.reference_speed) at the start and end of the job "
                "(serving: with load and steal); a run-vs-run compare normalizes samples/s by them",
     "mlp_kept_fp32": "an int8 MLP's Linears kept fp32 by backend.mlp_wide=fp32 (a calibrated input range past "
-                     "backend.mlp_wide_ratio times its median column's), each with why",
+                     "backend.mlp_wide_ratio times its median column's, and a score effect past WIDE_SCORE), each with why",
     "mlp_smoothed": "an int8 MLP's Linears smoothed by backend.mlp_wide=smooth (SmoothQuant's per-column smoothing: a "
-                    "calibrated input range past backend.mlp_wide_ratio times its median column's), each with why",
+                    "calibrated input range past backend.mlp_wide_ratio times its median column's, and a score effect "
+                    "past WIDE_SCORE), each with why",
     "model_source": "where the weights came from: trained, cache or a checkpoint",
     "monotonic": "serving: whether the search's verdicts fell monotonically with the target",
     "noise": "timing noise: trial spread, ratio spread, load and steal over the timing",

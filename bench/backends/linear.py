@@ -39,7 +39,10 @@ projection products). The rule reads the data, not the names: on the calibration
 it stands before its Linears are quantized, each quantized Linear's input range per tensor (0 included, as the
 quantizer takes it) over its median column's. Past `mlp_wide_ratio` (16: the median column gets fewer than 8 of
 the 127 levels; at the zoo's default shapes DIN's `top.0` reads 25 and DLRM_Projection's first over-arch Linear 19,
-DLRM_DCN's 14, every other Linear below the output layers 7 or less, the built-in DLRM's top MLP 4.4) the Linear is
+DLRM_DCN's 14, every other Linear below the output layers 7 or less, the built-in DLRM's top MLP 4.4), and where
+that layer alone on int8-rounded operands moves the model's scores by more than WIDE_SCORE of their SD (a wide
+input alone does not say the layer matters: HSTU's attention outputs at DLRMv3's shape read 37-126, yet int8 there
+costs 0.0001 AUC; their score effects are 0.010 or less, DIN's `top.0` 0.159), the Linear is
 - `fp32` (the default): kept in float, as the output layers are;
 - `smooth`: smoothed as SmoothQuant does, input column j divided by s_j and the weight's column j multiplied by
   it, s_j = sqrt(max|X_j| / max|W_j|) (alpha 0.5; torchao's `SmoothQuantObserver` computes s from the calibrated

@@ -20,8 +20,9 @@ what a record without them measured, or where they do not apply:
   ratio times its median column's: smoothed, kept fp32, or quantized like the rest): `int8` is what every record
   before them measured, so a job that sets it keeps its old identity, and the ratio is then dropped too (it changes
   nothing). With an MLP that is not torch.ao's int8 (`backend.mlp` fp32, fp16, bf16, or `backend.mlp_engine=torchao`)
-  the rule does not apply and both are dropped. Its default, `smooth`, changes what an int8-MLP job measures where a
-  layer's input is that wide, so every such job has a new identity.
+  the rule does not apply and both are dropped. Its default, `fp32`, changes what an int8-MLP job measures where a
+  layer's input is that wide and the layer moves the scores (bench.backends.linear.WIDE_SCORE), so every such job
+  has a new identity.
 - `backend.symmetric` (the int4 of `onnxruntime_w4` and `openvino_w4`: without a zero point, or with one per
   group): `true` is what every record before it measured, and still the default, so a job that leaves it keeps its
   identity; `false` has its own.

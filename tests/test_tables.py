@@ -38,7 +38,9 @@ def prepare(name: str, model, **overrides):
     cfg.mlp = "fp32"
     for key, value in overrides.items():
         setattr(cfg, key, value)
-    return entry.factory(cfg).prepare(model, [], CPU)
+    # an int8 MLP reads the calibration batches, dynamic mode too (backend.mlp_wide reads its Linears' input ranges)
+    calibration = [random_batch(TABLES, 64, seed=1)] if cfg.mlp == "int8" else []
+    return entry.factory(cfg).prepare(model, calibration, CPU)
 
 
 def test_eager_fp32_storage():

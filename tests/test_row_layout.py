@@ -208,9 +208,9 @@ def test_a_gpu_job_builds_its_tables_from_the_cpu_quantized_rows(model, monkeypa
 
     built = []
 
-    def on_cpu(m, dtypes, device, alignment):
+    def on_cpu(m, dtypes, device, alignment, row_range="minmax"):
         built.append((device.type, alignment))
-        return direct.build_tables_from_weights(m, dtypes, CPU, alignment)
+        return direct.build_tables_from_weights(m, dtypes, CPU, alignment, row_range)
 
     monkeypatch.setattr(tbe, "build_tables_from_weights", on_cpu)
     monkeypatch.setattr(tbe, "quantize_tables", lambda *a, **k: pytest.fail("torchrec's quantize path ran for a GPU job"))

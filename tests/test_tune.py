@@ -103,7 +103,7 @@ def test_swapping_writes_fbgemm_rows_and_restores_fp32_exactly(planted):
 def test_planted_problem_finds_the_known_answer(planted):
     """Loud tables keep int8 (int4 costs more than the budget), quiet ones go to int2."""
     model, split, calibration, tables = planted
-    swap = SwappableModel(model, calibration, CPU)
+    swap = SwappableModel(model, calibration, CPU)  # min-max rows: the planted loud table's int4 is past the budget
     plan = split[PLAN]
     rows = sensitivity(swap, tables, PRECISIONS, plan, swap.logits("fp32", plan, sum(len(b) for b in plan)))
     by = {r.candidate: r for r in rows}
@@ -121,7 +121,7 @@ def test_planted_problem_finds_the_known_answer(planted):
     assert all(r.auc_delta_lo < -0.00025 for k, r in zip(result.probed, result.probes) if k > result.passed)
 
     # the held-out check runs the real integer backends: stored bytes are the map's FBGEMM row bytes
-    tune = SimpleNamespace(mlp="fp32", mlp_mode="dynamic", precisions=["int2"])  # the chosen map and uniform int2
+    tune = SimpleNamespace(mlp="fp32", mlp_mode="dynamic", precisions=["int2"], row_range="minmax")  # the chosen map and uniform int2
     held = halves_base(swap, split)
     swap.set_tables(result.chosen)
     _, emulated = swap.logits("fp32", split[HOLDOUT], len(held[0]))

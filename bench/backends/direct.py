@@ -24,6 +24,8 @@ job's tables hold the same bytes as the CPU job's, row for row (tests/test_row_l
 from __future__ import annotations
 
 import copy
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Optional
 
 import fbgemm_gpu  # noqa: F401  (registers torch.ops.fbgemm)
@@ -52,14 +54,43 @@ DATA_TYPES = {"fp32": DataType.FP32, "fp16": DataType.FP16, "int8": DataType.INT
 BITS = {"int8": 8, "int4": 4, "int2": 2}
 SCALE_BIAS_BYTES = 4  # fp16 scale + fp16 bias
 
+# How an integer row's range is chosen: minmax (FBGEMM's quantize op, what torchrec's quantize path stores) |
+# greedy (torch's `embedding_bag_{4,2}bit_prepack(optimized_qparams=True)`: each row's [min, max] shrunk step by
+# step while its L2 rounding error falls, the range torch's own sub-byte embedding path offers). The same
+# fused layout either way (codes, then fp16 scale and bias); int8 rows keep min-max (torch offers no search at
+# 8 bits, and their rounding error is 16x smaller than int4's).
+ROW_RANGES = ("minmax", "greedy")
+GREEDY_PREPACK = {4: torch.ops.quantized.embedding_bag_4bit_prepack, 2: torch.ops.quantized.embedding_bag_2bit_prepack}
 
-def stored_rows(rows: torch.Tensor, dtype: str) -> torch.Tensor:
+
+GREEDY_CHUNK_ROWS = 16384
+
+
+def fused_rows(rows: torch.Tensor, bits: int, row_range: str = "minmax") -> torch.Tensor:
+    """fp32 rows quantized row-wise to `bits` in FBGEMM's fused layout (codes, then fp16 scale and bias)."""
+    rows = rows.detach().float().contiguous()
+    if row_range == "greedy" and bits in GREEDY_PREPACK:
+        # torch's search runs one row at a time on one thread (about 200 ns a value here): chunks of rows on every
+        # core (the op releases the GIL), each row's result the same as in one call
+        chunks = rows.split(GREEDY_CHUNK_ROWS)
+        with ThreadPoolExecutor(max_workers=min(len(chunks), os.cpu_count() or 1)) as pool:
+            done = list(pool.map(lambda chunk: GREEDY_PREPACK[bits](chunk, optimized_qparams=True), chunks))
+        return torch.cat(done) if len(done) > 1 else done[0]
+    return torch.ops.fbgemm.FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf(rows, bits)
+
+
+def greedy_applies(dtypes, row_range: str) -> bool:
+    """Whether `row_range` changes any of these tables' rows (greedy, on a sub-byte table)."""
+    return row_range == "greedy" and any(BITS.get(d, 8) in GREEDY_PREPACK for d in dtypes)
+
+
+def stored_rows(rows: torch.Tensor, dtype: str, row_range: str = "minmax") -> torch.Tensor:
     """fp32 rows as the bytes FBGEMM's table stores for weight type `dtype` (uint8, unpadded)."""
     if dtype == "fp32":
         return rows.contiguous().view(torch.uint8)
     if dtype == "fp16":
         return rows.half().view(torch.uint8)
-    fused = torch.ops.fbgemm.FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf(rows.contiguous(), BITS[dtype])  # codes, then scale/bias
+    fused = fused_rows(rows, BITS[dtype], row_range)  # codes, then scale/bias
     return torch.cat([fused[:, -SCALE_BIAS_BYTES:], fused[:, :-SCALE_BIAS_BYTES]], dim=1)
 
 
@@ -69,7 +100,7 @@ def _stored(weight: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def build_quantized_ebc(ebc: nn.Module, dtypes: dict[str, str], device: torch.device, row_alignment: int, seed: Optional[int] = None,
-                        chunks: Optional[Chunks] = None) -> nn.Module:
+                        chunks: Optional[Chunks] = None, row_range: str = "minmax") -> nn.Module:
     """A quantized EmbeddingBagCollection (or, for an EmbeddingCollection, a quantized EmbeddingCollection) with
     the tables of `ebc`, stored as `dtypes`, filled with the rows `chunks` gives (default: the random-weights rows
     of `seed`, `ebc` on the meta device); configured as torchrec's inference path configures it."""
@@ -88,12 +119,13 @@ def build_quantized_ebc(ebc: nn.Module, dtypes: dict[str, str], device: torch.de
     for cfg in configs:
         target = _stored(holders_of(quantized)[cfg.name].weight)  # a view into the kernel's buffer
         for start, rows in chunks(cfg):
-            chunk = stored_rows(rows, dtypes[cfg.name])
+            chunk = stored_rows(rows, dtypes[cfg.name], row_range)
             target[start:start + len(chunk), : chunk.shape[1]].copy_(chunk)
     return quantized
 
 
-def build_tables_directly(model: nn.Module, dtypes: dict[str, str], device: torch.device, row_alignment: int) -> None:
+def build_tables_directly(model: nn.Module, dtypes: dict[str, str], device: torch.device, row_alignment: int,
+                          row_range: str = "minmax") -> None:
     """Replace every meta-device EmbeddingBagCollection and EmbeddingCollection of `model` by its directly built
     quantized one, in place."""
     seed = random_weights_seed(model)
@@ -102,7 +134,7 @@ def build_tables_directly(model: nn.Module, dtypes: dict[str, str], device: torc
             parent_name, _, attr = name.rpartition(".")
             parent = model.get_submodule(parent_name) if parent_name else model
             tables = {cfg.name: dtypes[cfg.name] for cfg in configs_of(module)}
-            setattr(parent, attr, build_quantized_ebc(module, tables, device, row_alignment, seed))
+            setattr(parent, attr, build_quantized_ebc(module, tables, device, row_alignment, seed, row_range=row_range))
 
 
 def weight_chunks(ebc: nn.Module, chunk_rows: int = CHUNK_ROWS) -> Chunks:
@@ -115,12 +147,13 @@ def weight_chunks(ebc: nn.Module, chunk_rows: int = CHUNK_ROWS) -> Chunks:
     return chunks
 
 
-def build_tables_from_weights(model: nn.Module, dtypes: dict[str, str], device: torch.device, row_alignment: int) -> None:
+def build_tables_from_weights(model: nn.Module, dtypes: dict[str, str], device: torch.device, row_alignment: int,
+                              row_range: str = "minmax") -> None:
     """Replace every eager EmbeddingBagCollection and EmbeddingCollection of `model` by a quantized one on `device`
-    whose rows are its own weights quantized on the CPU (FBGEMM's CPU op), in place."""
+    whose rows are its own weights quantized on the CPU (FBGEMM's CPU op, or torch's greedy range), in place."""
     for name, module in list(model.named_modules()):
         if type(module) in (EmbeddingBagCollection, EmbeddingCollection):
             parent_name, _, attr = name.rpartition(".")
             parent = model.get_submodule(parent_name) if parent_name else model
             tables = {cfg.name: dtypes[cfg.name] for cfg in configs_of(module)}
-            setattr(parent, attr, build_quantized_ebc(module, tables, device, row_alignment, chunks=weight_chunks(module)))
+            setattr(parent, attr, build_quantized_ebc(module, tables, device, row_alignment, chunks=weight_chunks(module), row_range=row_range))

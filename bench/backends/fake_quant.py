@@ -24,6 +24,7 @@ import fbgemm_gpu  # noqa: F401  (registers torch.ops.fbgemm)
 import torch
 
 from bench.backends.backend import Backend, NotApplicable
+from bench.backends.direct import ROW_RANGES, fused_rows
 from bench.backends.half_mlp import HALF_SCHEMES, emulate_half
 from bench.backends.linear import MLP_CHOICES, MODES, OUTPUT_CHOICES, WIDE_RATIO, check_choice, check_wide, fake_quantize, kept_text, wide_record
 from bench.backends.modules import (
@@ -57,6 +58,7 @@ class FakeQuantConfig(BackendConfig):
     mlp_output: str = "fp32"  # the output layers (one output feature): fp32 | int8, as the int8 backends' mlp_output
     mlp_wide: str = "fp32"  # a Linear with a wide input: fp32 | smooth | int8, as the int8 backends' mlp_wide
     mlp_wide_ratio: float = WIDE_RATIO
+    row_range: str = "minmax"  # an int4/int2 row's range: minmax | greedy, as the TBE backends' row_range
 
     def validate(self) -> None:
         check_config(self)
@@ -68,20 +70,21 @@ def check_config(cfg) -> None:
     check_choice(cfg.activations, MODES, "backend.activations")
     check_choice(cfg.mlp_output, OUTPUT_CHOICES, "backend.mlp_output")
     check_wide(cfg)
+    check_choice(cfg.row_range, ROW_RANGES, "backend.row_range")
     for key, b in [("backend.bits", cfg.bits), ("backend.small_table_bits", cfg.small_table_bits),
                    *((f"backend.per_table.{n}", b) for n, b in cfg.per_table.items())]:
         if int(b) not in ROW_BITS:
             raise UserError(f"{key}={b}: choose {ROW_BITS_TEXT}")
 
 
-def qdq_rows(weight: torch.Tensor, bits: int) -> torch.Tensor:
-    """Quantize-dequantize rows as FBGEMM's TBE stores them: q = round((w - bias) / scale), fp16 scale and bias."""
+def qdq_rows(weight: torch.Tensor, bits: int, row_range: str = "minmax") -> torch.Tensor:
+    """Quantize-dequantize rows as FBGEMM's TBE stores them: q = round((w - bias) / scale), fp16 scale and bias,
+    the range per row chosen as `row_range` says (bench.backends.direct.fused_rows)."""
     if bits == 32:
         return weight
     if bits == 16:
         return weight.half().to(weight.dtype)
-    w = weight.detach().float().cpu().contiguous()
-    fused = torch.ops.fbgemm.FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf(w, bits)
+    fused = fused_rows(weight.cpu(), bits, row_range)
     return torch.ops.fbgemm.FusedNBitRowwiseQuantizedSBHalfToFloat(fused, bits).to(weight.device, weight.dtype)
 
 
@@ -101,7 +104,7 @@ class FakeQuantBackend(Backend):
         bits = resolve_table_bits(table_dims(model), cfg.bits, {**small, **cfg.per_table}, "backend.per_table")
         with torch.no_grad():
             for name, (w, _) in table_weights(model).items():
-                w.copy_(qdq_rows(w, bits[name]))
+                w.copy_(qdq_rows(w, bits[name], cfg.row_range))
         model.to(device)
         if cfg.mlp in HALF_SCHEMES and emulate_half(model, cfg.mlp) == 0:
             raise NotApplicable(f"backend 'fake_quant' emulates {cfg.mlp} nn.Linear layers, and the model has none outside its "

@@ -43,7 +43,7 @@ from torchrec.quant.embedding_modules import quant_prep_customize_row_alignment
 
 from bench.backends.ao_notice import torch_ao_calls
 from bench.backends.backend import Backend, NotApplicable
-from bench.backends.direct import build_tables_directly, build_tables_from_weights
+from bench.backends.direct import ROW_RANGES, build_tables_directly, build_tables_from_weights, greedy_applies
 from bench.backends.half_mlp import HALF_SCHEMES, to_half
 from bench.backends.linear import MLP_CHOICES, MODES, OUTPUT_CHOICES, WIDE_RATIO, check_choice, check_wide, kept_text, quantize_int8, wide_record
 from bench.backends.torchao_mlp import SCHEMES as TORCHAO_SCHEMES
@@ -70,6 +70,8 @@ WEIGHT_DTYPES = {
     "int2": torch.quint2x4,
 }
 BITS = {name: SparseType(name).bit_rate() for name in WEIGHT_DTYPES}
+ROW_RANGE = "row_range"  # the record's key: which tables' rows had the greedy range
+ROW_RANGE_ATTR = "_bench_row_range"
 
 
 @dataclass
@@ -98,6 +100,9 @@ class TbeConfig(BackendConfig):
     # Who quantizes the MLP: torch_ao (torch.ao.quantization's int8 modules on FBGEMM, deprecated upstream
     # but faster on CPU, see docs/torchao.md) | torchao (torchao's quantize_)
     mlp_engine: str = "torch_ao"
+    # How an int4/int2 row's range is chosen: minmax (FBGEMM's quantize op, torchrec's path; the default) | greedy
+    # (torch's L2-optimal search, bench.backends.direct.ROW_RANGES); int8 rows are min-max either way
+    row_range: str = "minmax"
 
     def validate(self) -> None:
         check_config(self)
@@ -139,6 +144,7 @@ def check_config(cfg) -> None:
     check_choice(cfg.mlp_mode, MODES, "backend.mlp_mode")
     check_choice(cfg.mlp_output, OUTPUT_CHOICES, "backend.mlp_output")
     check_wide(cfg)
+    check_choice(cfg.row_range, ROW_RANGES, "backend.row_range")
     for name, dtype in cfg.per_table.items():
         check_dtype(dtype, f"backend.per_table.{name}")
 
@@ -246,18 +252,28 @@ class TbeBackend(Backend):
         model = copy.deepcopy(model).eval()
         require_table_collections(model, self.cfg.name)
         dtypes = self.table_dtypes(model)
-        if any(on_meta(m) for m in model.modules()):  # random weights: built straight into their stored form
+        row_range = self.cfg.row_range
+        random_rows = any(on_meta(m) for m in model.modules())
+        if random_rows:  # random weights: built straight into their stored form
+            # min-max whatever row_range says: no accuracy is read from random rows, and the greedy search would
+            # take about an hour on the full DLRM-v2 tables (bench.backends.direct.fused_rows)
             build_tables_directly(model, dtypes, device, row_alignment(device))
-            build_tables_from_weights(model, dtypes, device, row_alignment(device))  # collections that have their rows
+            build_tables_from_weights(model, dtypes, device, row_alignment(device), row_range)  # collections that have their rows
             check_tables(model, dtypes)
             model.to(device)
         elif device.type != "cpu":  # a GPU: rows quantized on the CPU, as the CPU jobs' (bench.backends.direct)
-            build_tables_from_weights(model, dtypes, device, row_alignment(device))
+            build_tables_from_weights(model, dtypes, device, row_alignment(device), row_range)
             check_tables(model, dtypes)
             model.to(device)
+        elif greedy_applies(dtypes.values(), row_range):  # a range torchrec's quantize path does not choose
+            model.to(device)  # before the build: torchrec's int2 row tensor has no `to` of its own
+            build_tables_from_weights(model, dtypes, device, row_alignment(device), row_range)
+            check_tables(model, dtypes)
         else:
             model.to(device)
             quantize_tables(model, dtypes, device)
+        if greedy_applies(dtypes.values(), row_range) and not random_rows:
+            setattr(model, ROW_RANGE_ATTR, {ROW_RANGE: f"greedy ({', '.join(sorted(n for n, d in dtypes.items() if d in ('int4', 'int2')))})"})
         if self.cfg.mlp in HALF_SCHEMES:
             if to_half(model, self.cfg.mlp) == 0:
                 raise NotApplicable(f"backend {self.cfg.name!r} runs the model's nn.Linear layers in {self.cfg.mlp}, and the model "
@@ -279,7 +295,7 @@ class TbeBackend(Backend):
         return self.cfg.mlp == "int8" and self.cfg.mlp_mode == "dynamic"
 
     def job_metrics(self, prepared: nn.Module) -> dict:
-        return {DENSE_PATH: dense_path_text(self.cfg), **wide_record(prepared)}
+        return {DENSE_PATH: dense_path_text(self.cfg), **wide_record(prepared), **getattr(prepared, ROW_RANGE_ATTR, {})}
 
     def emulation(self) -> dict | None:
         """The `fake_quant` config that emulates this backend with fp32 kernels (None: nothing quantized)."""
@@ -298,6 +314,7 @@ class TbeBackend(Backend):
             "mlp_output": self.cfg.mlp_output,
             "mlp_wide": self.cfg.mlp_wide,
             "mlp_wide_ratio": self.cfg.mlp_wide_ratio,
+            "row_range": self.cfg.row_range,
         }
         if self.cfg.mlp in HALF_SCHEMES:
             twin["activations"] = "static"  # not used by a half-precision MLP: fake_quant's default, one twin for every mlp_mode

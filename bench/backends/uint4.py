@@ -14,6 +14,9 @@ from bench.registry import register
 @dataclass
 class Uint4Config(TbeConfig):
     name: str = "uint4"
+    # Sub-byte rows take torch's greedy (L2-optimal) range, as a deployer of int4/int2 tables would
+    # (bench.backends.direct.ROW_RANGES); row_range=minmax is torchrec's own quantize path.
+    row_range: str = "greedy"
     mlp: str = "int8"
 
 

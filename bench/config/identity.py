@@ -26,6 +26,12 @@ what a record without them measured, or where they do not apply:
 - `backend.symmetric` (the int4 of `onnxruntime_w4` and `openvino_w4`: without a zero point, or with one per
   group): `true` is what every record before it measured, and still the default, so a job that leaves it keeps its
   identity; `false` has its own.
+- `backend.row_range` (how an int4/int2 table row's range is chosen, bench.backends.direct.ROW_RANGES): `minmax` is
+  what every record before it measured (FBGEMM's quantize op, torchrec's path), and still the default, so a job
+  that leaves it keeps its identity; `greedy` (the default of `uint4`, `int2_tbe` and `uint4_mixed`) has its own.
+  With random weights (`model.weights=random`) the rows are min-max whatever it says, so it is dropped.
+  `tune.row_range` (the same range in the tune's emulation and held-out backends): `minmax` keeps a tune's
+  identity; its default, `greedy`, is a new one.
 - `serve.judgments` (runs per Server target), `serve.step_late_share` (each run's size from LoadGen's early
   stopping) and the test-only `serve.test_stall_ms`: 1, null and null are what records before them
   measured (one run per target, min_query_count alone, no planted stall). Their defaults (3 and 0.3), and
@@ -81,7 +87,8 @@ LEGACY = {("model", "output_key"): None, ("model", "hstu"): None, ("backend", "m
           ("serve", "paired"): False, ("serve", "confirm_runs"): 0,
           ("serve", "track_rounds"): 0, ("serve", "track_step"): 0.04, ("serve", "paired_judgments"): None,
           ("timing", "cuda_graphs"): False, ("backend", "planted_slowdown"): None, ("workload", "table_rows"): 0,
-          ("device", "huge_pages"): False}
+          ("device", "huge_pages"): False, ("backend", "row_range"): "minmax",
+          ("tune", "row_range"): "minmax"}
 LEGACY_TOP = {"measure": None}  # top-level keys added after records were stored, at their legacy values
 
 
@@ -98,6 +105,8 @@ def job_identity(resolved: dict[str, Any]) -> dict[str, Any]:
         if section[key] == legacy or (key == "mlp_output" and section.get("mlp", "fp32") == "fp32"):
             del section[key]
     backend = out.get("backend")
+    if isinstance(backend, dict) and (out.get("model") or {}).get("weights") == "random":
+        backend.pop("row_range", None)  # random rows are quantized min-max whatever it says (bench.backends.tbe)
     # ps_redis's null mlp is its twin's: int8 for integer rows
     mlp = backend.get("mlp") or ("int8" if backend.get("precision", "fp32") != "fp32" else "fp32") if isinstance(backend, dict) else None
     if isinstance(backend, dict) and (mlp != "int8" or backend.get("mlp_engine", "torch_ao") != "torch_ao" or "mlp_wide" not in backend):

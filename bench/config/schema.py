@@ -345,6 +345,9 @@ class TuneConfig:
     holdout_confidence: float = 0.9
     mlp: str = "int8"  # the deployed dense layers: fp32 | int8
     mlp_mode: str = "dynamic"  # dynamic | static, when mlp=int8
+    # How the int4/int2 rows' range is chosen, in the search's emulation and the held-out backends alike: greedy
+    # (the default of uint4 and int2_tbe) | minmax (torchrec's quantize path); bench.backends.direct.ROW_RANGES
+    row_range: str = "greedy"
     # Table sizes only (no sensitivity, search or validation); also taken when the fp32 model cannot be
     # built here (estimated memory above memory_fraction of what is available).
     sizes_only: bool = False

@@ -75,7 +75,7 @@ def layer_rows(backend, fp32: nn.Module, calibration, device: torch.device,
                 continue
             original = weight.detach().clone()
             with torch.no_grad():
-                weight.copy_(qdq_rows(original, BITS[dtypes[name]]))
+                weight.copy_(qdq_rows(original, BITS[dtypes[name]], getattr(backend.cfg, "row_range", "minmax")))
             _, logits = score(model)
             with torch.no_grad():
                 weight.copy_(original)

@@ -38,8 +38,9 @@ def dense_name(mlp: str, mlp_mode: str) -> str:
 
 
 class SwappableModel:
-    def __init__(self, fp32: nn.Module, calibration: Sequence[Batch], device: torch.device) -> None:
+    def __init__(self, fp32: nn.Module, calibration: Sequence[Batch], device: torch.device, row_range: str = "minmax") -> None:
         self.device = device
+        self.row_range = row_range  # the sub-byte rows' range, as the backends that measure the candidates choose it
         self.module = copy.deepcopy(fp32).eval().to(device)
         collections = require_table_collections(self.module, "tune")
         self._weights = {name: weight for name, (weight, _) in table_weights(self.module).items()}
@@ -69,7 +70,7 @@ class SwappableModel:
         for name, weight in self._weights.items():
             want = precisions.get(name, "fp32")
             if self.current[name] != want:
-                weight.copy_(qdq_rows(self._fp32[name].to(self.device), BITS[want]))
+                weight.copy_(qdq_rows(self._fp32[name].to(self.device), BITS[want], self.row_range))
                 self.current[name] = want
 
     def logits(self, dense: str, batches: Sequence[Batch], expected: int) -> tuple[np.ndarray, np.ndarray]:

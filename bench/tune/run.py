@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from bench import registry
+from bench.backends.direct import ROW_RANGES
 from bench.backends.linear import MLP_CHOICES, MODES, check_choice
 from bench.backends.modules import table_dims, table_rows
 from bench.config import Config
@@ -51,6 +52,7 @@ def check_tune(tune) -> None:
         raise UserError(f"tune.precisions={list(tune.precisions)} must name some of {', '.join(PRECISIONS[1:])}")
     check_choice(tune.mlp, MLP_CHOICES, "tune.mlp")
     check_choice(tune.mlp_mode, MODES, "tune.mlp_mode")
+    check_choice(tune.row_range, ROW_RANGES, "tune.row_range")
 
 
 def sizes_only_reason(cfg: Config, work: SharedWork, workload, device) -> Optional[str]:
@@ -129,7 +131,7 @@ def _search_half(result: TuneResult, model: TrainedModel, split, calibration, de
     search is done (they only show the emulation's fidelity)."""
     cfg, tune = result.cfg, result.cfg.tune
     mark = clock()
-    swappable = SwappableModel(model.module, calibration, device)
+    swappable = SwappableModel(model.module, calibration, device, tune.row_range)  # rows as the held-out backends store them
     plan_base = swappable.logits("fp32", split[PLAN], result.n_plan)
     result.seconds["swappable copy"] = clock() - mark
 

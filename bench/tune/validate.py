@@ -51,7 +51,7 @@ def real_row(name: str, kind: str, backend: str, per_table: dict[str, str], tune
     """Prepare `backend` with `per_table` and the tune's dense layers, score `batches`, delta against `base`;
     returns the row and the logits."""
     labels, base_logits = base
-    cfg = backend_config({"name": backend, "per_table": per_table, "mlp": tune.mlp, "mlp_mode": tune.mlp_mode})
+    cfg = backend_config({"name": backend, "per_table": per_table, "mlp": tune.mlp, "mlp_mode": tune.mlp_mode, "row_range": tune.row_range})
     instance = registry.get("backend", backend).factory(cfg)
     reason = instance.unsupported_reason(device)
     if reason is not None:

@@ -3,6 +3,7 @@ store against a real redis-server on loopback (never a mock), and the row bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import subprocess
@@ -231,12 +232,12 @@ def test_unreachable_server_is_one_line():
 
 @pytest.mark.parametrize("backend,precision", [("int8_tbe", "int8"), ("uint4", "int4")])
 def test_row_bytes_equal_the_in_memory_tbe_tables(backend, precision):
-    """The int rows Redis holds are byte for byte what int8_tbe / uint4 store in their TBE."""
+    """The int rows Redis holds are byte for byte what int8_tbe / uint4 (with torchrec's min-max rows) store in their TBE."""
     torch.manual_seed(0)
     tables = tiny_tables()
     model = build_dlrm(tiny_model_config(8), tables, 13).eval()
     entry = registry.get("backend", backend)
-    prepared = entry.factory(entry.config()).prepare(model, [random_batch(tables, 64)], torch.device("cpu"))
+    prepared = entry.factory(dataclasses.replace(entry.config(), row_range="minmax")).prepare(model, [random_batch(tables, 64)], torch.device("cpu"))
     from torchrec.quant.embedding_modules import EmbeddingBagCollection as QuantEBC
 
     qebc = next(m for m in prepared.modules() if isinstance(m, QuantEBC))

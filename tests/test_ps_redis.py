@@ -55,7 +55,7 @@ def tiny():
 def test_scores_equal_the_in_memory_backend_bit_for_bit(tiny, precision, twin, policy):
     """A cache of 5 rows per table: every batch evicts, stages rows past the cache and grows the slot tables."""
     tables, model, calibration = tiny
-    reference = backend(twin).prepare(model, calibration, CPU)
+    reference = backend(twin, **({"row_range": "minmax"} if twin != "fp32" else {})).prepare(model, calibration, CPU)  # Redis holds min-max rows
     ps = backend("ps_redis", precision=precision, cache_rows=5, cache_policy=policy)
     prepared = ps.prepare(model, calibration, CPU)
     try:
@@ -89,7 +89,7 @@ def test_a_run_is_ok_with_the_auc_of_fp32_exactly_and_ps_metrics(fast_cfg):
 
 @pytest.mark.slow
 def test_int4_rows_score_as_uint4(fast_cfg):
-    uint4 = run_job(fast_cfg("backend=uint4"))[0]
+    uint4 = run_job(fast_cfg("backend=uint4", "backend.row_range=minmax"))[0]  # Redis holds FBGEMM's min-max rows
     record = run_job(fast_cfg("backend=ps_redis", "backend.precision=int4", "backend.cache_fraction=0.01"))[0]
     assert record.status == "ok", record.error
     assert record.metrics["auc"] == uint4.metrics["auc"] and record.metrics["ps_twin"] == "uint4"

@@ -90,9 +90,9 @@ def test_the_fake_quant_twin_takes_the_same_range(model):
     twin = make_backend("fake_quant", **{k: v for k, v in backend.emulation().items() if k != "name"})
     assert twin.cfg.row_range == "greedy"
     batch = random_batch(TABLES, 64)
+    prepared, emulated = backend.prepare(model, [], CPU), twin.prepare(model, [], CPU)
     with torch.inference_mode():
-        got = backend.prepare(model, [], CPU)(*batch.model_inputs())
-        want = twin.prepare(model, [], CPU)(*batch.model_inputs())
+        got, want = prepared(*batch.model_inputs()), emulated(*batch.model_inputs())
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -111,3 +111,21 @@ def test_a_bad_range_is_one_line_and_exit_2(tmp_path):
     assert result.returncode == 2 and result.stderr.strip().count("\n") == 0, result.stderr[-2000:]
     assert "backend.row_range='optimal'" in result.stderr or "backend.row_range=optimal" in result.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_split_scale_bias_modules_hold_the_same_greedy_rows(model):
+    """A sharded job quantizes with torchrec's split scale/bias state dict (its codes and its fp16 scale and bias as
+    separate views of the kernel's buffer): the greedy rows written through those views score as the whole rows do."""
+    from bench.distributed.engine import split_scale_bias
+
+    backend = make_backend("uint4", mlp="fp32")
+    whole = backend.prepare(model, [], CPU)
+    with split_scale_bias(model, True):
+        split = backend.prepare(model, [], CPU)
+    holder = split.sparse_arch.embedding_bag_collection.embedding_bags["t_cat_0"]
+    assert hasattr(holder, "weight_qscale")  # the split form was built
+    minmax = make_backend("uint4", mlp="fp32", row_range="minmax").prepare(model, [], CPU)
+    batch = random_batch(TABLES, 64)
+    with torch.inference_mode():
+        got, want, other = (m(*batch.model_inputs()) for m in (split, whole, minmax))
+    assert torch.equal(got, want) and not torch.equal(got, other)

@@ -9,7 +9,9 @@ chunk from `bench.models.random_weights`, so an fp32 table never exists: the ful
 Row layout: FBGEMM's table stores, for INT8/INT4/INT2 rows, the fp16 scale and fp16 bias FIRST and
 then the packed codes; FBGEMM's quantize op (`FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf`, the
 one torchrec's own quantize path uses) returns the codes first and scale/bias last, so each chunk is
-rotated by 4 bytes. fp32 and fp16 rows are their raw bytes. tests/test_direct_build.py checks the
+rotated by 4 bytes. fp32 and fp16 rows are their raw bytes. With `backend.row_range=greedy` (the sub-byte
+backends' default) an int4/int2 row's range is torch's greedy search instead of its min-max, in the same layout;
+a CPU job's trained tables are then built here too, since torchrec's quantize path only spans min to max. tests/test_direct_build.py checks the
 result is bit-identical to torchrec's quantize path on the same weights.
 
 On a GPU the trained tables are built this way too (`build_tables_from_weights`): their rows are quantized
@@ -145,6 +147,38 @@ def weight_chunks(ebc: nn.Module, chunk_rows: int = CHUNK_ROWS) -> Chunks:
             yield start, weight[start:start + chunk_rows].float().cpu()
 
     return chunks
+
+
+@torch.no_grad()
+def rewrite_rows(model: nn.Module, weights: dict[str, torch.Tensor], dtypes: dict[str, str], row_range: str,
+                 chunk_rows: int = CHUNK_ROWS) -> list[str]:
+    """Overwrite, in place, the rows of `model`'s quantized int4/int2 tables (torchrec's own modules, as its quantize
+    path built them) with their fp32 `weights` quantized with `row_range`: the same module, state dict and kernel,
+    only the row bytes differ. Returns the tables rewritten."""
+    done = []
+    for module in model.modules():
+        if not isinstance(module, (QuantEmbeddingBagCollection, QuantEmbeddingCollection)):
+            continue
+        for cfg in configs_of(module):
+            dtype = dtypes.get(cfg.name)
+            if not greedy_applies([dtype], row_range):
+                continue
+            holder = holders_of(module)[cfg.name]
+            target = _stored(holder.weight)  # a view into the kernel's buffer: whole rows, or (split) the codes alone
+            split = hasattr(holder, "weight_qscale")  # a sharded job's modules split scale and bias out (torchrec's views)
+            weight = weights[cfg.name]
+            for start in range(0, weight.shape[0], chunk_rows):
+                chunk = stored_rows(weight[start:start + chunk_rows].float().cpu(), dtype, row_range)
+                rows = slice(start, start + len(chunk))
+                if split:
+                    codes = chunk[:, SCALE_BIAS_BYTES:]
+                    target[rows, : codes.shape[1]].copy_(codes)
+                    holder.weight_qscale[rows].copy_(chunk[:, :2].contiguous().view(torch.float16).view_as(holder.weight_qscale[rows]))
+                    holder.weight_qbias[rows].copy_(chunk[:, 2:4].contiguous().view(torch.float16).view_as(holder.weight_qbias[rows]))
+                else:
+                    target[rows, : chunk.shape[1]].copy_(chunk)
+            done.append(cfg.name)
+    return done
 
 
 def build_tables_from_weights(model: nn.Module, dtypes: dict[str, str], device: torch.device, row_alignment: int,

@@ -3,7 +3,8 @@ recipes: the accuracy of a quantized deployment, computed with fp32 kernels.
 
 Embedding rows (of every EmbeddingBagCollection and EmbeddingCollection) are quantized and dequantized
 row-wise exactly as FBGEMM stores them (asymmetric, fp16
-scale and bias per row, FBGEMM's own quantize and dequantize ops), at `backend.bits` (8, 4 or 2; 16 is an
+scale and bias per row, FBGEMM's own quantize and dequantize ops; each row's range min-max or greedy, as
+`backend.row_range` says), at `backend.bits` (8, 4 or 2; 16 is an
 fp16 round trip, 32 leaves a table alone) with `backend.per_table` overrides in bits. With `backend.mlp=int8`,
 each Linear (fused with the ReLU that follows it) is wrapped in torch.ao's fused observer/fake-quant
 modules: int8 per-channel symmetric weights, per-tensor activations, either calibrated on the

@@ -100,11 +100,13 @@ class PsRedisBackend(Backend):
         return self.cfg.mlp or ("fp32" if self.cfg.precision == "fp32" else "int8")
 
     def twin(self) -> dict:
-        """Config of the in-memory backend with the same row bytes and kernel (the same scores when the MLP matches)."""
+        """Config of the in-memory backend with the same row bytes and kernel (the same scores when the MLP matches).
+        Redis holds FBGEMM's min-max rows (bench.backends.paramserver.rows), so the twin is the one with min-max rows
+        (`row_range=minmax`; uint4's default is the greedy range)."""
         name = TWINS[self.cfg.precision]
         return {"name": name} if name == "fp32" else {"name": name, "mlp": self.mlp, "mlp_mode": self.cfg.mlp_mode,
                                                        "mlp_output": self.cfg.mlp_output, "mlp_wide": self.cfg.mlp_wide,
-                                                       "mlp_wide_ratio": self.cfg.mlp_wide_ratio}
+                                                       "mlp_wide_ratio": self.cfg.mlp_wide_ratio, "row_range": "minmax"}
 
     def record_name(self) -> str:
         cfg = self.cfg

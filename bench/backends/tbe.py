@@ -43,7 +43,7 @@ from torchrec.quant.embedding_modules import quant_prep_customize_row_alignment
 
 from bench.backends.ao_notice import torch_ao_calls
 from bench.backends.backend import Backend, NotApplicable
-from bench.backends.direct import ROW_RANGES, build_tables_directly, build_tables_from_weights, greedy_applies
+from bench.backends.direct import ROW_RANGES, build_tables_directly, build_tables_from_weights, greedy_applies, rewrite_rows
 from bench.backends.half_mlp import HALF_SCHEMES, to_half
 from bench.backends.linear import MLP_CHOICES, MODES, OUTPUT_CHOICES, WIDE_RATIO, check_choice, check_wide, kept_text, quantize_int8, wide_record
 from bench.backends.torchao_mlp import SCHEMES as TORCHAO_SCHEMES
@@ -54,6 +54,7 @@ from bench.backends.modules import (
     table_collections,
     table_dims,
     table_rows,
+    table_weights,
 )
 from bench.backends.tables import table_storage
 from bench.batch import Batch
@@ -265,13 +266,13 @@ class TbeBackend(Backend):
             build_tables_from_weights(model, dtypes, device, row_alignment(device), row_range)
             check_tables(model, dtypes)
             model.to(device)
-        elif greedy_applies(dtypes.values(), row_range):  # a range torchrec's quantize path does not choose
-            model.to(device)  # before the build: torchrec's int2 row tensor has no `to` of its own
-            build_tables_from_weights(model, dtypes, device, row_alignment(device), row_range)
-            check_tables(model, dtypes)
         else:
             model.to(device)
+            # greedy: torchrec's quantize path spans each row's min to max; its rows are rewritten in place from the fp32 ones
+            weights = {name: w for name, (w, _) in table_weights(model).items()} if greedy_applies(dtypes.values(), row_range) else {}
             quantize_tables(model, dtypes, device)
+            rewrite_rows(model, weights, dtypes, row_range)
+            del weights
         if greedy_applies(dtypes.values(), row_range) and not random_rows:
             setattr(model, ROW_RANGE_ATTR, {ROW_RANGE: f"greedy ({', '.join(sorted(n for n, d in dtypes.items() if d in ('int4', 'int2')))})"})
         if self.cfg.mlp in HALF_SCHEMES:

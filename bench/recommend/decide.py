@@ -259,16 +259,39 @@ def anchored_qps(confirmed: list[tuple[Candidate, Confirmation, Facts]]) -> dict
 def ranked(confirmed: list[tuple[Candidate, Confirmation, Facts]], qps_target: Optional[float]) -> list[tuple[Candidate, Confirmation, Facts]]:
     """The confirmed that passed, best first, by the one pick rule report.md's bottom line ranks with too
     (`bench.report.shipping_rank.rank`), its measure the Server QPS: closed ones (`open_bracket` None) always rank
-    above open ones; among each, the highest low end of the Server QPS interval read through the paired ratio
-    (`anchored_qps`: what the evidence guarantees, not its point); with a target rate the fewest threads first. Then
-    the rule's own order: the smaller ΔAUC drop, fewer MB, the name. Their budget was read at stage 1 by the same rule."""
+    above open ones; with a target rate the fewest threads first; then the Server QPS interval read through the paired
+    ratio (`anchored_qps`): those whose interval reaches the highest low end (`speed_ties`: the speed cannot tell them
+    apart) first, in the rule's own order (the smaller ΔAUC drop, fewer MB, the name), then the rest by their low end
+    (what the evidence guarantees, not its point). Their budget was read at stage 1 by the same rule."""
     qps = anchored_qps(confirmed)
+    tied = speed_ties(confirmed, qps_target)
 
     def server_qps(s: Shippable) -> tuple:
         c, conf, _ = s.item
-        return (open_bracket(conf) is not None, c.threads if qps_target is not None else 0, -qps[c][1])
+        if c in tied:  # the speed cannot tell it from the fastest: the rule's own order decides among them
+            return (*_tier(c, conf, qps_target), 0, 0.0)
+        return (*_tier(c, conf, qps_target), 1, -qps[c][1])
     rows = [Shippable(r, r[0].label(), r[2].auc_delta, r[2].auc_delta_lo, r[2].auc_delta_hi, r[2].model_mb) for r in confirmed]
     return [s.item for s in rank(rows, None, server_qps)]
+
+
+def _tier(c: Candidate, conf: Confirmation, qps_target: Optional[float]) -> tuple:
+    """Closed brackets before open ones; with a target rate, the fewest threads first."""
+    return (open_bracket(conf) is not None, c.threads if qps_target is not None else 0)
+
+
+def speed_ties(confirmed: list[tuple[Candidate, Confirmation, Facts]], qps_target: Optional[float]) -> set[Candidate]:
+    """The candidates of the first tier whose Server QPS interval reaches the highest low end there: the evidence
+    cannot tell them from the fastest, so the pick among them is not read off their points or low ends (which trade
+    places between two identical runs) but by the rule's next keys, the smaller ΔAUC drop and the fewer MB,
+    which no re-run moves. A single candidate, or one whose interval lies wholly above the others', ties alone."""
+    if not confirmed:
+        return set()
+    qps = anchored_qps(confirmed)
+    best = min(_tier(c, conf, qps_target) for c, conf, _ in confirmed)
+    first = [c for c, conf, _ in confirmed if _tier(c, conf, qps_target) == best]
+    lead = max(qps[c][1] for c in first)
+    return {c for c in first if qps[c][2] >= lead}
 
 
 def pick(confirmed: list[tuple[Candidate, Confirmation, Facts]], qps_target: Optional[float]) -> Optional[tuple[Candidate, Confirmation, Facts]]:
@@ -297,9 +320,12 @@ def why_pick(confirmed: list[tuple[Candidate, Confirmation, Facts]], qps_target:
             lines.append(f"why: {said}; the runner-up is not confirmed ({open_bracket(conf1)}), and a closed bracket outranks an open one")
         elif qps_target is not None and c0.threads < c1.threads:
             lines.append(f"why: {c0.threads} thread{'s' if c0.threads > 1 else ''} hold slo.qps={qps_target:g} against the runner-up's {c1.threads}; {said}")
+        elif c1 in speed_ties(confirmed, qps_target):
+            lines.append(f"why: the Server QPS intervals read through the paired ratio to fp32 overlap ({said}): the speed cannot "
+                         "tell them apart, so the smaller ΔAUC drop, then the fewer MB, decide")
         else:
-            apart = "the intervals are apart" if q0[1] > q1[2] else "the intervals overlap: the order is by the low end, not beyond doubt"
-            lines.append(f"why: the higher low end of the Server QPS interval read through the paired ratio to fp32: {said}; {apart}")
+            lines.append(f"why: the higher low end of the Server QPS interval read through the paired ratio to fp32: {said}; "
+                         "the intervals are apart")
     return lines
 
 

@@ -11,7 +11,8 @@ then the packed codes; FBGEMM's quantize op (`FloatOrHalfToFusedNBitRowwiseQuant
 one torchrec's own quantize path uses) returns the codes first and scale/bias last, so each chunk is
 rotated by 4 bytes. fp32 and fp16 rows are their raw bytes. With `backend.row_range=greedy` (the sub-byte
 backends' default) an int4/int2 row's range is torch's greedy search instead of its min-max, in the same layout;
-a CPU job's trained tables are then built here too, since torchrec's quantize path only spans min to max. tests/test_direct_build.py checks the
+a CPU job's trained tables then go through torchrec's quantize path as before and their rows are rewritten in place
+(`rewrite_rows`), since that path only spans min to max. tests/test_direct_build.py checks the
 result is bit-identical to torchrec's quantize path on the same weights.
 
 On a GPU the trained tables are built this way too (`build_tables_from_weights`): their rows are quantized

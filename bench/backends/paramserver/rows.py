@@ -4,8 +4,9 @@
 - int8 / int4: FBGEMM's fused row-wise format as torchrec's quantized EmbeddingBagCollection stores it
   in its IntNBit TBE at CPU row alignment 1: fp16 scale and fp16 bias first, then the packed codes
   (D+4 and D/2+4 bytes). FBGEMM's quantize op returns codes first and scale/bias last, and torchrec
-  moves the four bytes to the front; `fused_rows` does the same, so the bytes equal `int8_tbe`'s and
-  `uint4`'s tables (tests/test_ps_redis.py compares them).
+  moves the four bytes to the front; `encode` does the same, so the bytes equal `int8_tbe`'s and, with
+  torchrec's min-max range (`backend.row_range=minmax`; uint4's default is the greedy range), `uint4`'s tables
+  (tests/test_ps_redis.py compares them).
 """
 
 from __future__ import annotations

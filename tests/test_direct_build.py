@@ -13,6 +13,7 @@ from bench.models.random_weights import CHUNK_ROWS, table_chunk, table_chunks
 from bench.models.train import trained_model
 from bench.workloads.random_batch import random_batch, tiny_tables
 from bench.workloads.workload import TableSpec
+from tests.support.stored_tables import stored_tables
 
 
 class TablesOnly:
@@ -34,15 +35,6 @@ def random_model(tables, dim=16):
     model, info = trained_model(cfg, TablesOnly(tables), seed=3, cache_dir="/nonexistent")
     assert info["source"] == "random"
     return model
-
-
-def stored_tables(model):
-    qebc = model.sparse_arch.embedding_bag_collection
-    out = {}
-    for cfg in qebc.embedding_bag_configs():
-        w = qebc.embedding_bags[cfg.name].weight
-        out[cfg.name] = (w.view(torch.uint8) if w.dtype == torch.uint8 and hasattr(w, "elem") else w).clone()
-    return out
 
 
 def test_random_model_holds_no_table_memory():

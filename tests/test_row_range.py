@@ -13,6 +13,7 @@ from bench.models.dlrm import build_dlrm
 from bench.workloads.random_batch import random_batch, tiny_model_config, tiny_tables
 from tests.conftest import run_bench
 from tests.support.backends import make_backend
+from tests.support.stored_tables import stored_tables
 
 CPU = torch.device("cpu")
 TABLES = tiny_tables(num_tables=3, rows=300, pooling=3)
@@ -23,16 +24,6 @@ def rows_with_outliers(n=400, dim=32):
     rows = torch.randn(n, dim)
     rows[torch.arange(n), torch.randint(dim, (n,))] *= 6  # one far value a row: min-max spends its levels on it
     return rows
-
-
-def stored_weights(prepared):
-    """Each table's stored bytes (codes after the 4 bytes of scale and bias), as the kernel holds them."""
-    qebc = prepared.sparse_arch.embedding_bag_collection
-    out = {}
-    for cfg in qebc.embedding_bag_configs():
-        weight = qebc.embedding_bags[cfg.name].weight
-        out[cfg.name] = (weight.elem if hasattr(weight, "elem") else weight).view(torch.uint8)
-    return out
 
 
 def decoded(fused, bits):
@@ -72,14 +63,14 @@ def test_uint4_stores_each_table_s_greedy_rows_and_says_so(model):
     backend = make_backend("uint4", mlp="fp32")
     assert backend.cfg.row_range == "greedy"  # the default of the sub-byte backends
     prepared = backend.prepare(model, [], CPU)
-    stored = stored_weights(prepared)
+    stored = stored_tables(prepared)
     for name, (weight, _) in table_weights(model).items():
         assert torch.equal(stored[name], stored_rows(weight.detach(), "int4", "greedy")), name
     assert backend.job_metrics(prepared)["row_range"] == "greedy (t_cat_0, t_cat_1, t_cat_2)"
 
     minmax = make_backend("uint4", mlp="fp32", row_range="minmax")
     prepared = minmax.prepare(model, [], CPU)  # torchrec's own quantize path
-    stored = stored_weights(prepared)
+    stored = stored_tables(prepared)
     for name, (weight, _) in table_weights(model).items():
         assert torch.equal(stored[name], stored_rows(weight.detach(), "int4")), name
     assert "row_range" not in minmax.job_metrics(prepared)

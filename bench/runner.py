@@ -74,7 +74,7 @@ class ResumeIndex:
 
 def resumed(prior: RunRecord, record: RunRecord) -> RunRecord:
     """The stored measurement, re-emitted for this run: its results and environment, this run's config."""
-    record.status, record.error = prior.status, prior.error
+    record.status, record.error, record.error_kind = prior.status, prior.error, prior.error_kind  # the kind too: a NotApplicable skip stays one
     record.metrics, record.env = prior.metrics, prior.env
     record.resumed_from = prior.record_id
     log.info("resume: %s %s bs=%s already measured (record %s)", record.backend, record.device, record.batch_size, prior.record_id)

@@ -128,6 +128,21 @@ def test_skipped_records_are_reused(fast_cfg, monkeypatch):
     assert again.status == "skipped" and again.resumed_from == first.record_id and again.error == first.error
 
 
+def test_a_resumed_record_keeps_why_it_was_skipped():
+    """A skip because the backend cannot take the model (NotApplicable) read back on resume stays that kind of skip, so
+    recommend's stage 0 says "cannot take this model" in a resumed run as in the first one."""
+    from bench.record import NOT_APPLICABLE, RunRecord
+    from bench.runner import resumed
+
+    def record(**fields):
+        return RunRecord(**{"status": "ok", "workload": "w", "backend": "b", "device": "cpu", "batch_size": 32, "config": {},
+                            "config_hash": "h", "env": {}, **fields})
+
+    prior = record(status="skipped", error="the exported twin takes dense id matrices", error_kind=NOT_APPLICABLE)
+    again = resumed(prior, record())
+    assert (again.status, again.error, again.error_kind, again.resumed_from) == ("skipped", prior.error, NOT_APPLICABLE, prior.record_id)
+
+
 # ------------------------------------------------------------------------- real interruptions
 
 JOBS = {(b, bs) for b in ("fp32", "fake_quant") for bs in (128, 256)}

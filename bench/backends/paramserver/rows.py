@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import torch
 
+from bench.backends.direct import SCALE_BIAS_BYTES, stored_rows
+
 PRECISIONS = ("fp32", "int8", "int4")
 BITS = {"int8": 8, "int4": 4}
-SCALE_BIAS_BYTES = 4
 
 
 def row_bytes(precision: str, dim: int) -> int:
@@ -25,12 +26,8 @@ def row_bytes(precision: str, dim: int) -> int:
 
 
 def encode(weights: torch.Tensor, precision: str) -> torch.Tensor:
-    """float32 rows [n, D] -> uint8 rows [n, row_bytes(precision, D)]."""
-    weights = weights.detach().float().contiguous()
-    if precision == "fp32":
-        return weights.view(torch.uint8)
-    fused = torch.ops.fbgemm.FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf(weights, BITS[precision])
-    return torch.cat([fused[:, -SCALE_BIAS_BYTES:], fused[:, :-SCALE_BIAS_BYTES]], dim=1)
+    """float32 rows [n, D] -> uint8 rows [n, row_bytes(precision, D)]: the TBE tables' own row bytes (min-max range)."""
+    return stored_rows(weights.detach().float(), precision)
 
 
 def decode(values: list[bytes | None], width: int) -> torch.Tensor | None:

@@ -29,7 +29,7 @@ SIZES = np.asarray(MLPERF_PAIRS, dtype=float)
 # Short Server searches: runs of 500 queries (enough for LoadGen's early stopping to pass a run with none late),
 # each target judged once, no run set aside for the host's steal.
 SHORT_SERVE = ["serve.min_duration_s=0.5", "serve.min_query_count=500", "serve.step_late_share=null", "serve.judgments=1",
-               "serve.max_steps=3", "serve.max_search_s=10", "serve.max_steal=null"]
+               "serve.max_steps=3", "serve.max_search_s=10", "serve.max_steal=null", "serve.max_slowdown=null"]
 
 
 def facts(name, delta=0.0, lo=None, hi=None, mb=10.0):

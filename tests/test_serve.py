@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 # depend on the hypervisor's neighbours (the steal rule has its own tests in tests/test_serve_search.py).
 TINY_SERVE = ["+sweep=serve", "serve.fixed_pairs=64", "serve.min_duration_s=0.3", "serve.min_query_count=10",
               "serve.max_steps=2", "serve.qps_start=150", "serve.max_wait_ms=1", "serve.judgments=1", "serve.step_late_share=null",
-              "serve.max_steal=null", "serve.min_rounds=4", "serve.track_rounds=4"]  # paired: at most 4 joint rounds of tracking
+              "serve.max_steal=null", "serve.max_slowdown=null", "serve.min_rounds=4", "serve.track_rounds=4"]  # paired: at most 4 joint rounds of tracking
 VERDICTS = ("VALID", "INVALID")
 
 

@@ -23,7 +23,7 @@ SEQ = ["model=hstu", "workload=synthetic_seq", "+preset=tiny", "workload.num_ite
        "model.train.samples=4096", "model.train.batch_size=128", "workload.eval_samples=1024", "workload.calibration_samples=512",
        f"workload.candidates={CANDIDATES}", "workload.history_length=24", "workload.min_history=2", "eval_batch_size=300"]
 TINY_SERVE = ["serve.min_duration_s=0.3", "serve.min_query_count=10", "serve.max_steps=2", "serve.judgments=1",
-              "serve.step_late_share=null", "serve.max_steal=null", "serve.min_rounds=4", "serve.track_rounds=4"]
+              "serve.step_late_share=null", "serve.max_steal=null", "serve.max_slowdown=null", "serve.min_rounds=4", "serve.track_rounds=4"]
 
 
 def test_the_alone_timing_takes_a_request_at_the_p99_history():

@@ -24,6 +24,8 @@ def planted_cache(cache):
     (timing / "m1-kernels.json").write_text(json.dumps({"version": 1, "isa": {"fbgemm_isa": "anyarch"}, "verdicts": [
         {"family": "tbe_int8", "healthy": False, "measured_ns": 515.0, "expected_ns": 82.0, "unit": "ns/row"},
         {"family": "tbe_int4", "healthy": True, "measured_ns": 40.0, "expected_ns": 120.0, "unit": "ns/row", "stable": False}]}))
+    (timing / "m1-pace.jsonl").write_text("".join(json.dumps({"v": 1, "setup": setup, "service_ms": 2.0, "rows_per_batch": 8.0}) + "\n"
+                                                  for setup in ("s1", "s1", "s1", "s2")))
     return timing
 
 
@@ -37,11 +39,12 @@ def test_show_lists_each_cache_and_reset_empties_the_rerun_log_then_everything(t
     assert "  tbe_int4: 40.0 ns/row (at most 120.0), unstable: probed again next run" in out
     assert "re-run log m1-reruns.jsonl: 7 lines of 3 jobs" in out
     assert f"{SETTING}; {KERNELS}: 2 jobs, between runs" in out and "fbgemm anyarch, cpuinfo fix disabled: 1 jobs, no job measured twice" in out
+    assert "pace log m1-pace.jsonl: 4 served runs of 2 serving setups" in out
     assert "import torch" not in out and "torch" not in shown.stderr
 
     reset = run_bench("timing", "reset", "--cache-dir", str(tmp_path / "cache"))
     assert reset.returncode == 0 and reset.stdout.strip() == f"removed {timing / 'm1-reruns.jsonl'}"
-    assert sorted(p.name for p in timing.iterdir()) == ["m1-kernels.json", "m1.json"]
+    assert sorted(p.name for p in timing.iterdir()) == ["m1-kernels.json", "m1-pace.jsonl", "m1.json"]  # the pace log goes with --all
     everything = run_bench("timing", "reset", "--all", "--cache-dir", str(tmp_path / "cache"))
     assert everything.returncode == 0 and not list(timing.iterdir())
     assert "no timing cache yet" in run_bench("timing", "show", "--cache-dir", str(tmp_path / "none")).stdout

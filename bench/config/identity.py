@@ -42,6 +42,10 @@ what a record without them measured, or where they do not apply:
   (no run set aside). Its default, 0.05, changes what a Server or Offline job measures on a host that
   steals, so such a job has a new identity; records made while the rule was a constant (before the key)
   have no key and read as null: resume measures them again rather than pass them off as judged by it.
+- `serve.max_slowdown` (a Server run served slower than the host's usual pace set aside, bench.serve.pace): null
+  is what records before the rule measured (no run set aside for it). Its default, 0.15, changes what a Server
+  job measures on a host with slow phases, so such a job has a new identity: resume measures it again rather
+  than pass off a ratio read in a slow phase as one judged by the rule.
 - `serve.paired` (a Server search interleaved with fp32's): false is what records before it measured (one
   search, alone). Its default, true, changes what a Server job measures (its runs alternate with fp32's,
   and it reports the ratio), so such a job has a new identity.
@@ -83,7 +87,7 @@ from typing import Any
 LEGACY = {("model", "output_key"): None, ("model", "hstu"): None, ("backend", "mlp_output"): "int8", ("backend", "output_layer"): "int8", ("backend", "symmetric"): True,
           ("backend", "mlp_wide"): "int8",
           ("serve", "judgments"): 1,
-          ("serve", "step_late_share"): None, ("serve", "test_stall_ms"): None, ("serve", "max_steal"): None,
+          ("serve", "step_late_share"): None, ("serve", "test_stall_ms"): None, ("serve", "max_steal"): None, ("serve", "max_slowdown"): None,
           ("serve", "paired"): False, ("serve", "confirm_runs"): 0,
           ("serve", "track_rounds"): 0, ("serve", "track_step"): 0.04, ("serve", "paired_judgments"): None,
           ("timing", "cuda_graphs"): False, ("backend", "planted_slowdown"): None, ("workload", "table_rows"): 0,

@@ -404,6 +404,10 @@ class ServeConfig:
     # A run during which the hypervisor took more than this share of the CPU time (steal) is disturbed: it
     # is kept but set aside from its target's verdict, which runs again; an Offline run is retried. null: none is.
     max_steal: Optional[float] = MAX_STEAL
+    # A Server run the host served slower than this share past its usual pace here (its median batch time over the
+    # same serving setup's stored runs: bench.serve.pace) is disturbed too, and set aside the same way; a paired
+    # job leaves its round out of the ratio. null: none is.
+    max_slowdown: Optional[float] = 0.15
     # Server: pair each backend's search with fp32's, interleaved run by run (ABBA) in the job's process, then
     # track both sides' limits in the same rounds and report max QPS relative to fp32 from them (bench.serve.paired).
     # false: one search, no ratio.
@@ -459,6 +463,9 @@ def check_serve_config(cfg) -> None:
         raise UserError(f"serve.qps_factor must be above 1, got {cfg.qps_factor}")
     if cfg.max_steal is not None and not 0 <= cfg.max_steal < 1:
         raise UserError(f"serve.max_steal must be in [0, 1) (a share of the CPU time), or null to set no run aside, got {cfg.max_steal}")
+    if cfg.max_slowdown is not None and not cfg.max_slowdown > 0:
+        raise UserError(f"serve.max_slowdown must be above 0 (0.15: a run 15% slower than the host's usual is set aside), "
+                        f"or null to set no run aside for it, got {cfg.max_slowdown}")
     if cfg.step_late_share is not None and not 0 <= cfg.step_late_share < 1:
         raise UserError(f"serve.step_late_share must be in [0, 1) (a share of the late queries the percentile allows), got {cfg.step_late_share}")
     counts = {"workers": cfg.workers, "max_steps": cfg.max_steps, "fixed_pairs": cfg.fixed_pairs, "judgments": cfg.judgments,

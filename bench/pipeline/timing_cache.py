@@ -1,7 +1,8 @@
 """`python -m bench timing show|reset`: what this machine's timing caches hold, and a way to empty them.
 
 `<cache_dir>/timing/` keeps, per machine and stack key: the timing calibration (`KEY.json`,
-bench.pipeline.calibrate), the re-run log (`KEY-reruns.jsonl`, bench.pipeline.reruns) and the kernel
+bench.pipeline.calibrate), the re-run log (`KEY-reruns.jsonl`, bench.pipeline.reruns), the served batch
+times that set a Server run's usual pace (`KEY-pace.jsonl`, bench.serve.pace) and the kernel
 health probe (`KEY-kernels.json`, bench.devices.cpu_probe; a GPU's: `KEY-cuda-kernels.json`, bench.devices.cuda). `show` reads them without loading
 torch; `reset` deletes the re-run logs (the spread learned from re-runs starts again from the
 calibration), `reset --all` every file (the next job calibrates and probes again).
@@ -15,6 +16,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from bench.io import read_jsonl
 from bench.pipeline.reruns import Reruns
 
 USAGE = "python -m bench timing show|reset [--all] [--cache-dir DIR]"
@@ -27,6 +29,8 @@ def show(folder: Path) -> list[str]:
     for path in sorted(folder.iterdir()):
         if path.name.endswith("-reruns.jsonl"):
             lines += _reruns(path)
+        elif path.name.endswith("-pace.jsonl"):
+            lines += _pace(path)
         elif path.name.endswith("-kernels.json"):
             lines += _kernels(path)
         elif path.suffix == ".json":
@@ -75,6 +79,11 @@ def _reruns(path: Path) -> list[str]:
         text = f"between runs {100 * spread.sd:.1f}% from {spread.df} re-runs" if spread else "no job measured twice yet"
         out.append(f"  {setting}; {kernels}: {jobs} jobs, {text}")
     return out
+
+
+def _pace(path: Path) -> list[str]:
+    runs = Counter(obj.get("setup") for _, obj in read_jsonl(path).lines)
+    return [f"pace log {path.name}: {sum(runs.values())} served runs of {len(runs)} serving setups (a Server run's usual batch time)"]
 
 
 def reset(folder: Path, everything: bool) -> list[str]:

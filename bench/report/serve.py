@@ -21,7 +21,7 @@ from bench.results.key import SERVE_KEY
 from bench.results.serving_table import PAIRED, latest_serving, serve_table
 from bench.serve.paired import NOT_ENOUGH
 from bench.results.table import as_records
-from bench.serve.qps_search import disturbed
+from bench.serve.qps_search import aside_cause
 
 C = fmt.Column  # a table column: its header and alignment (bench.report.fmt.table)
 
@@ -33,7 +33,9 @@ NOTES = [
     "VALID or INVALID (p99 latency within the bound, with early stopping, and the run's minimum duration and "
     "query count). A target near the bound runs again on fresh schedules until a majority of its runs agree "
     "(evidence: \"VALID 2/3 at 410\" = 2 of 3 runs VALID); a clear first run settles it. A run during which the "
-    "hypervisor took over `serve.max_steal` of the CPU time (steal, default 5%) is set aside and its target run again. Max QPS is the highest "
+    "hypervisor took over `serve.max_steal` of the CPU time (steal, default 5%) is set aside and its target run again, and so is a run "
+    "whose median batch time was over `1 + serve.max_slowdown` times the same serving setup's usual on this machine (pace, from the "
+    "runs stored by earlier jobs; a dash: none stored yet). Max QPS is the highest "
     "target judged VALID below every INVALID one; the bracket [highest VALID, lowest INVALID] holds the true limit. "
     "0 means no target met the bound. Latencies are LoadGen's, at the max-QPS step (where none was VALID, at the lowest load tried). "
     "The queue estimate is the rate a simulated queue with the SUT's batcher and its measured batch times holds under the bound "
@@ -174,15 +176,17 @@ def render_serve(df: pd.DataFrame, latest: dict[tuple, RunRecord], plots: list[P
             rec = by_id[r.record_id]
             for i, s in enumerate(rec.metrics.get("steps") or [], 1):
                 lat = s.get(LATENCY_MS) or {}
-                steal = (s.get("machine") or {}).get("steal_share")
+                machine = s.get("machine") or {}
+                steal, pace, cause = machine.get("steal_share"), machine.get("pace"), aside_cause(s, max_steal(rec))
                 steps.append([r.backend, i, f"{s.get('target_qps'):g}", (s.get("draw") or 0) + 1, s.get("validity"),
                               fmt.number(s.get(SAMPLES_PER_S), 1), fmt.ms(lat.get("p50")), fmt.ms(lat.get("p99")),
                               s.get("queries"), s.get("overlatency_queries"),
-                              fmt.DASH if steal is None else f"{steal:.1%}" + (" (set aside)" if disturbed(s, max_steal(rec)) else ""),
+                              fmt.DASH if steal is None else f"{steal:.1%}" + (" (set aside)" if cause == "steal" else ""),
+                              fmt.DASH if pace is None else f"{pace:.2f}x" + (" (set aside)" if cause == "slow host" else ""),
                               _why_late(s)])
         lines += [fmt.table([C("backend"), C("step", align="r"), C("target QPS", align="r"), C("run", align="r"), C("LoadGen"),
                              C("samples/s", align="r"), C("p50 ms", align="r"), C("p99 ms", align="r"), C("queries", align="r"),
-                             C("over bound", align="r"), C("steal", align="r"), C("why late (the SUT's clock)")], steps), ""]
+                             C("over bound", align="r"), C("steal", align="r"), C("pace", align="r"), C("why late (the SUT's clock)")], steps), ""]
     if not offline.empty:
         lines += ["## Offline: every query at once", ""]
         table = [[r.backend, fmt.number(r.samples_per_s, 1), fmt.count(r.pairs_per_s), _ratio(r.qps_ratio),

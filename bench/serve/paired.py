@@ -23,9 +23,12 @@ up-down staircase (Levitt's method) run by both sides in the same rounds:
   tracking runs together).
 - When the host slows, both sides fail in the same round and both step down: their ratio is kept. A
   transient that fails one side's run moves that side's level one step (`track_step`), and no more.
-- A *disturbed* tracking run (steal over `max_steal`, bench.serve.qps_search.disturbed) is shown but does
-  not move its level: a neighbour on the host, not the load, set its verdict. Its round still counts,
-  since the load it ran is the level.
+- A *disturbed* tracking run (steal over `max_steal`, or served slower than the host's usual pace:
+  bench.serve.qps_search.disturbed, bench.serve.pace) is shown but does not move its level: the host, not
+  the load, set its verdict. Its round is left out of the estimate and of the evidence: a slow phase of the
+  host can move the ratio itself (a short request loses more of its speed than a long one), so a round
+  made in one does not stand for the host's usual state. A job whose rounds are all disturbed reaches a
+  cap before its evidence, and gives no ratio.
 
 The ratio is measured in the *joint* rounds (both sides tracked): each round's ratio is the candidate's
 load over fp32's. The estimate is the geometric mean of the per-round ratios over the joint rounds from
@@ -71,7 +74,7 @@ from typing import Any, Callable, Optional
 from scipy import stats
 
 from bench.config.schema import MAX_STEAL
-from bench.serve.qps_search import Plan, Search, Step, disturbed
+from bench.serve.qps_search import Plan, Search, Step, aside_words, disturbed
 
 CANDIDATE, REFERENCE = "candidate", "reference"
 SIDES = (CANDIDATE, REFERENCE)
@@ -198,11 +201,19 @@ class PairedSearch:
 
     @property
     def used_rounds(self) -> list[int]:
-        """The joint rounds the estimate averages: from both sides' first reversals (none before both have one)."""
+        """The joint rounds the estimate averages: from both sides' first reversals (none before both have one),
+        less the rounds in which either side's run was set aside (`aside_rounds`)."""
         firsts = [t.first_reversal for t in self.tracks.values()]
         if len(firsts) < 2 or any(f is None for f in firsts):
             return []
-        return [r for r in self.joint_rounds if r >= max(firsts)]
+        aside = set(self.aside_rounds)
+        return [r for r in self.joint_rounds if r >= max(firsts) and r not in aside]
+
+    @property
+    def aside_rounds(self) -> list[int]:
+        """The joint rounds in which either side's tracking run was set aside (disturbed: it did not move its level)."""
+        still = {r["round"] for t in self.tracks.values() for r in t.runs if not r["moved"]}
+        return [r for r in self.joint_rounds if r in still]
 
     def reversals(self) -> dict[str, int]:
         return {side: t.reversals for side, t in self.tracks.items()}
@@ -215,7 +226,9 @@ class PairedSearch:
         short = []
         used = len(self.used_rounds)
         if used < self.evidence.min_rounds:
-            short.append(f"{used} joint rounds after both first reversals, of {self.evidence.min_rounds} (serve.min_rounds)")
+            aside = len(self.aside_rounds)
+            left = f"; {aside} rounds left out, a run set aside" if aside else ""
+            short.append(f"{used} joint rounds after both first reversals, of {self.evidence.min_rounds} (serve.min_rounds){left}")
         for side, n in self.reversals().items():
             if n < self.evidence.min_reversals:
                 name = "fp32" if side == REFERENCE else "the backend"
@@ -277,8 +290,8 @@ class PairedSearch:
         if track is None or not track.runs:
             return None
         valid = sum(1 for r in track.runs if r["validity"] == "VALID")
-        still = sum(1 for r in track.runs if not r["moved"])
-        aside = f", {still} set aside: steal" if still else ""
+        words = aside_words([s for r, s in zip(track.runs, track.steps) if not r["moved"]], track.max_steal)
+        aside = f", {words}" if words else ""
         return (f"{len(track.runs)} runs from {track.runs[0]['target_qps']:g}: {valid} VALID, {len(track.runs) - valid} INVALID{aside}, "
                 f"{track.reversals} reversals, tracked {self.tracked(side):.4g}")
 
@@ -312,7 +325,7 @@ class PairedSearch:
             "runs": self.runs,
             "track_step": self.track_step,
             "min_rounds": self.evidence.min_rounds, "min_reversals": self.evidence.min_reversals, "rerun_spread": self.evidence.rerun_spread,
-            "joint_rounds": len(self.joint_rounds), "used_rounds": len(self.used_rounds),
+            "joint_rounds": len(self.joint_rounds), "used_rounds": len(self.used_rounds), "aside_rounds": len(self.aside_rounds),
             "round_ratios": self.round_ratios(self.joint_rounds),
             "side_runs": self.side_runs(), "reversals": self.reversals(),
             "seconds": {side: round(self.spent.get(side, 0.0), 3) for side in SIDES},

@@ -21,10 +21,11 @@ judgment once begun runs to its majority, so a search can pass the budget by at 
 runs (`2 * judgments - 1` when runs were set aside, below); a new target starts only when its first run fits.
 
 A run during which the hypervisor took more than `max_steal` of the CPU time (`serve.max_steal`, default
-5%; steal, measured over the run) is *disturbed*: a neighbour on the host, not the backend, set its latencies. A disturbed run is
+5%; steal, measured over the run) is *disturbed*: a neighbour on the host, not the backend, set its latencies.
+So is a run the host served slower than its usual pace here (`serve.max_slowdown`, bench.serve.pace). A disturbed run is
 kept and shown but does not count toward its target's majority, and its target runs again, up to
 twice `judgments` runs in all; when every run at a target was disturbed, they all count (the search
-says so in the evidence: "1 set aside: steal").
+says so in the evidence: "1 set aside: steal", "2 set aside: slow host").
 
 LoadGen's own FindPeakPerformance mode is not used: it judges its probes on the p99 bound without
 early stopping and reports only the peak, where this search keeps every run's verdict and percentiles.
@@ -79,7 +80,7 @@ class Judgment:
         return self.valid_runs if self.verdict == "VALID" else len(self.counted) - self.valid_runs
 
     def evidence(self) -> str:
-        aside = f" ({self.set_aside} set aside: steal)" if self.set_aside else ""
+        aside = f" ({aside_words([s for s in self.runs if self.disturbed(s)], self.max_steal)})" if self.set_aside else ""
         return f"{self.verdict} {self.agreeing()}/{len(self.counted)} at {self.target_qps:g}{aside}"
 
     def settled(self, judgments: int, percentile: float) -> bool:
@@ -96,9 +97,28 @@ class Judgment:
 
 
 def disturbed(step: Step, max_steal: Optional[float] = MAX_STEAL) -> bool:
-    """A run during which the hypervisor took more than `max_steal` of the CPU time (its `machine.steal_share`)."""
-    steal = (step.get("machine") or {}).get("steal_share")
-    return max_steal is not None and steal is not None and steal > max_steal
+    """A run set aside: the hypervisor took more than `max_steal` of the CPU time (its `machine.steal_share`), or
+    the host served the model slower than its usual pace here (`machine.host_slow`, bench.serve.pace)."""
+    return aside_cause(step, max_steal) is not None
+
+
+def aside_cause(step: Step, max_steal: Optional[float] = MAX_STEAL) -> Optional[str]:
+    """Why a run is set aside ('steal', 'slow host'), None when it counts."""
+    machine = step.get("machine") or {}
+    steal = machine.get("steal_share")
+    if max_steal is not None and steal is not None and steal > max_steal:
+        return "steal"
+    return "slow host" if machine.get("host_slow") else None
+
+
+def aside_words(steps: list[Step], max_steal: Optional[float] = MAX_STEAL) -> str:
+    """'2 set aside: steal', '3 set aside: slow host', '3 set aside: 1 steal, 2 slow host'; '' when none was."""
+    causes = [c for c in (aside_cause(s, max_steal) for s in steps) if c]
+    if not causes:
+        return ""
+    kinds = {c: causes.count(c) for c in dict.fromkeys(causes)}
+    detail = next(iter(kinds)) if len(kinds) == 1 else ", ".join(f"{n} {c}" for c, n in kinds.items())
+    return f"{len(causes)} set aside: {detail}"
 
 
 def clear(step: Step, percentile: float = 0.99) -> bool:

@@ -33,12 +33,13 @@ from bench.measure.memory import model_bytes
 from bench.measure.noise import LoadWatch, reference_speed
 from bench.metrics import LATENCY_MS, PAIRS_PER_S, SAMPLES_PER_S
 from bench.models.random_weights import RANDOM
-from bench.pipeline.job import PERFORMANCE_ONLY, backend_scores, reference_module
+from bench.pipeline.job import PERFORMANCE_ONLY, backend_config, backend_scores, reference_module
 from bench.registry import BASELINE_BACKEND
 from bench.pipeline.shared import SharedWork
 from bench.serve import late, loadgen, timeline
 from bench.serve.accuracy_log import accuracy_check
 from bench.serve.early_stopping import queries_for_share, what_a_step_tells
+from bench.serve.pace import Pace, log_path, setup_key
 from bench.serve.paired import CANDIDATE, SEARCH, Evidence, interleave
 from bench.serve.qps_search import Plan, Search, disturbed, drive, search_plan
 from bench.serve.queries import QuerySet
@@ -70,14 +71,15 @@ def measure_serving(cfg: Config, backend: Backend, device: torch.device, work: S
     work.release_leftovers(cfg, backend, device)
     prepared = work.prepared(cfg, backend, model, workload, device)
     queries = QuerySet.from_eval(work.split_batches(cfg, workload, "eval"), serve, cfg.seed, workload.sequences)
-    runs = serving_runs(cfg, prepared, queries, device, job_dir(cfg) / "loadgen", planted_stall=True)
+    runs = serving_runs(cfg, prepared, queries, device, job_dir(cfg) / "loadgen", planted_stall=True, pace_of=backend.cfg)
     reference, unpaired = fp32_reference(cfg, backend, model, workload, device, work)
     reference_start = reference_speed()
     with LoadWatch() as load:
         warm = warm_up(prepared, queries, device, cfg.batch_size)
         pair = None
         if reference is not None:  # fp32's side of the paired search: its own SUT and log folder, warmed up beside this one
-            pair = Pair(serving_runs(cfg, reference, queries, device, runs.logs / BASELINE_BACKEND), warm_up(reference, queries, device, cfg.batch_size))
+            pair = Pair(serving_runs(cfg, reference, queries, device, runs.logs / BASELINE_BACKEND, pace_of=FP32),
+                        warm_up(reference, queries, device, cfg.batch_size))
         metrics = _measure(cfg, backend, model, workload, device, work, runs, warm, pair)
     if unpaired is not None:
         metrics["unpaired"] = unpaired
@@ -95,12 +97,18 @@ def measure_serving(cfg: Config, backend: Backend, device: torch.device, work: S
     return metrics
 
 
-def serving_runs(cfg: Config, module: nn.Module, queries: QuerySet, device: torch.device, logs: Path, planted_stall: bool = False) -> "Runs":
+FP32 = backend_config({"name": BASELINE_BACKEND})  # the reference side's backend section: its serving setup's pace key
+
+
+def serving_runs(cfg: Config, module: nn.Module, queries: QuerySet, device: torch.device, logs: Path, planted_stall: bool = False,
+                 pace_of: Any = None) -> "Runs":
     """LoadGen runs over `module` behind its own dynamic batcher, logged under `logs`; `planted_stall` takes
-    serve.test_stall_ms (test-only) into its SUT."""
+    serve.test_stall_ms (test-only) into its SUT. With `pace_of` (the side's backend section), each Server run is
+    judged against that serving setup's usual batch times here (bench.serve.pace)."""
     serve = cfg.serve
     stall_s = serve.test_stall_ms / 1000 if planted_stall and serve.test_stall_ms is not None else None
-    return Runs(cfg, ServingSystem(module, queries, device, cfg.batch_size, serve.max_wait_ms / 1000, serve.workers, stall_s), queries, logs)
+    pace = None if pace_of is None else Pace.read(log_path(cfg.cache_dir), setup_key(cfg, pace_of), serve.max_slowdown)
+    return Runs(cfg, ServingSystem(module, queries, device, cfg.batch_size, serve.max_wait_ms / 1000, serve.workers, stall_s), queries, logs, pace)
 
 
 def fp32_reference(cfg: Config, backend: Backend, model: Any, workload: Any, device: torch.device,
@@ -142,9 +150,10 @@ def paired_max_qps(cfg: Config, candidate: nn.Module, reference: nn.Module, devi
     workload = work.workload(cfg)
     queries = QuerySet.from_eval(work.split_batches(cfg, workload, "eval"), serve, cfg.seed, workload.sequences)
     logs = Path(logs) if logs is not None else job_dir(cfg) / "loadgen"
-    runs = serving_runs(cfg, candidate, queries, device, logs, planted_stall=True)
+    runs = serving_runs(cfg, candidate, queries, device, logs, planted_stall=True, pace_of=cfg.backend)
     warm = warm_up(candidate, queries, device, cfg.batch_size)
-    pair = Pair(serving_runs(cfg, reference, queries, device, logs / BASELINE_BACKEND), warm_up(reference, queries, device, cfg.batch_size))
+    pair = Pair(serving_runs(cfg, reference, queries, device, logs / BASELINE_BACKEND, pace_of=FP32),
+                warm_up(reference, queries, device, cfg.batch_size))
     metrics: dict[str, Any] = {"warm_up": warm}
     server(runs, warm, metrics, pair)
     return metrics
@@ -179,8 +188,8 @@ def _measure(cfg: Config, backend: Backend, model: nn.Module, workload: Any, dev
 class Runs:
     """LoadGen runs of one job over its serving system, each logged into its own folder under `logs`."""
 
-    def __init__(self, cfg: Config, system: ServingSystem, queries: QuerySet, logs: Path) -> None:
-        self.cfg, self.system, self.queries, self.logs = cfg, system, queries, logs
+    def __init__(self, cfg: Config, system: ServingSystem, queries: QuerySet, logs: Path, pace: Pace | None = None) -> None:
+        self.cfg, self.system, self.queries, self.logs, self.pace = cfg, system, queries, logs, pace
 
     def run(self, mode: str, qps: float, name: str, draw: int = 0, min_queries: int | None = None) -> dict[str, Any]:
         """One run; the step as LoadGen's log tells it, with pairs/s (samples/s x the pairs per sample served);
@@ -195,7 +204,16 @@ class Runs:
         if step["scenario"] == "Server" and mode == "performance":
             step["draw"] = draw
             step["late"] = late.explain(self.system.timeline.frame(), self.cfg.serve.bound_ms, step["overlatency_queries"])
+            if self.pace is not None:  # a run the host served slower than its usual is set aside (bench.serve.pace)
+                self.pace.judge(step)
         return step
+
+    def pace_summary(self) -> dict[str, Any] | None:
+        """The side's pace over the job (bench.serve.pace), after storing its runs as the next jobs' usual."""
+        if self.pace is None:
+            return None
+        self.pace.store(log_path(self.cfg.cache_dir))
+        return self.pace.summary()
 
 
 def server(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any], pair: "Pair | None" = None) -> float:
@@ -293,6 +311,7 @@ def plan_from(serve: Any, start: float, max_steps: int, hopeless: str | None, bu
 def server_finish(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any], search: Search) -> float:
     """A finished search's figures into `metrics`; the target an accuracy run uses."""
     metrics.update(search.as_metrics())
+    metrics["pace"] = runs.pace_summary()
     at = search.at_max() or search.steps[0]
     metrics["threads_used"] = at["threads"]  # at the max (or the lowest load tried)
     metrics["queue_estimate"] = measured_queue(search.steps, warm, runs.queries, runs)

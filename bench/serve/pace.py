@@ -52,8 +52,8 @@ def log_path(cache_dir: str | Path) -> Path:
 
 
 def setup_key(cfg: Any, backend: Any) -> str:
-    """What sets a served batch's time: `backend` (the side's backend section: the job's, or fp32's name alone),
-    the model, workload, batch size, batcher, threads and device of `cfg`."""
+    """What sets a served batch's time: `backend` (the side's backend section: the job's, or fp32's default one for a
+    paired job's reference side), the model, workload, query set, batch size, batcher, threads, device and seed of `cfg`."""
     serve = cfg.serve
     return config_hash({"backend": plain(backend), "model": plain(cfg.model), "workload": plain(cfg.workload),
                         "batch_size": cfg.batch_size, "max_wait_ms": serve.max_wait_ms, "workers": serve.workers,

@@ -208,8 +208,8 @@ class Runs:
                 self.pace.judge(step)
         return step
 
-    def pace_summary(self) -> dict[str, Any] | None:
-        """The side's pace over the job (bench.serve.pace), after storing its runs as the next jobs' usual."""
+    def store_pace(self) -> dict[str, Any] | None:
+        """Append the side's runs to the pace log (the next jobs' usual, bench.serve.pace); its pace over the job."""
         if self.pace is None:
             return None
         self.pace.store(log_path(self.cfg.cache_dir))
@@ -311,7 +311,7 @@ def plan_from(serve: Any, start: float, max_steps: int, hopeless: str | None, bu
 def server_finish(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any], search: Search) -> float:
     """A finished search's figures into `metrics`; the target an accuracy run uses."""
     metrics.update(search.as_metrics())
-    metrics["pace"] = runs.pace_summary()
+    metrics["pace"] = runs.store_pace()
     at = search.at_max() or search.steps[0]
     metrics["threads_used"] = at["threads"]  # at the max (or the lowest load tried)
     metrics["queue_estimate"] = measured_queue(search.steps, warm, runs.queries, runs)

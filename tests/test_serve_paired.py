@@ -11,8 +11,8 @@ import pytest
 
 from pathlib import Path
 
-from bench.serve.paired import (CANDIDATE, MIN_ROUNDS, NOT_ENOUGH, REFERENCE, SEARCH, TRACK, TRACK_DRAW, TRACK_ROUNDS, TRACK_STEP, Evidence,
-                                interleave, order, rerun_interval)
+from bench.serve.paired import (CANDIDATE, LEVELS, LOGISTIC, MIN_ROUNDS, NOT_ENOUGH, REFERENCE, SEARCH, TRACK, TRACK_DRAW, TRACK_ROUNDS,
+                                TRACK_STEP, Evidence, interleave, order, rerun_interval)
 from bench.config.schema import ServeConfig
 from bench.serve.qps_search import search_plan
 from bench.serve.scenario import round_qps
@@ -218,19 +218,42 @@ def test_the_estimate_averages_the_joint_rounds_after_both_first_reversals():
     assert p.as_metrics()["tracked_qps"] == pytest.approx(100, rel=0.05)
 
 
-def test_the_interval_is_where_a_rerun_should_fall_from_the_used_rounds():
+@pytest.mark.parametrize("fit", [LEVELS, LOGISTIC])
+def test_the_interval_is_where_a_rerun_should_fall_from_the_used_rounds(fit):
     # Both sides agree every round (fixed limits 100 and 200 reached together): the per-round ratios barely move,
-    # and the interval is the run-to-run term (and at least a step) around the estimate.
+    # and the interval is the run-to-run term (and at least a step) around the estimate, read either way.
     run, _ = recorder({CANDIDATE: 100, REFERENCE: 200})
-    p = interleave(iter_plan(100), iter_plan(200), run, track_step=0.05, evidence=Evidence(rerun_spread=0.03))
+    p = interleave(iter_plan(100), iter_plan(200), run, track_step=0.05, evidence=Evidence(rerun_spread=0.03), fit=fit)
     ratios = p.round_ratios()
     assert max(ratios) / min(ratios) < 1.001 and len(ratios) == MIN_ROUNDS
-    assert p.interval == pytest.approx(rerun_interval(ratios, 0.03, 0.05))
+    assert p.ratio == pytest.approx(0.5, rel=0.03)
+    if fit == LEVELS:
+        assert p.interval == pytest.approx(rerun_interval(ratios, 0.03, 0.05))
     assert p.interval[0] < p.ratio / 1.05 and p.interval[1] > p.ratio * 1.05
     # rounds the two sides disagreed in widen it
     run, _ = recorder({CANDIDATE: 100, REFERENCE: 200}, {(CANDIDATE, 4): "INVALID", (CANDIDATE, 5): "INVALID", (CANDIDATE, 6): "INVALID"})
-    q = interleave(iter_plan(100), iter_plan(200), run, track_step=0.05, evidence=Evidence(rerun_spread=0.03))
+    q = interleave(iter_plan(100), iter_plan(200), run, track_step=0.05, evidence=Evidence(rerun_spread=0.03), fit=fit)
     assert q.enough and q.interval[1] / q.interval[0] > p.interval[1] / p.interval[0]
+    metrics = q.as_metrics()
+    assert metrics["ratio_fit"] == fit and metrics["qps_ratio_levels"] == pytest.approx(q.levels_ratio)
+    assert metrics["fitted_qps"][REFERENCE] == pytest.approx(200, rel=0.05) and ("fitted to" in metrics["method"]) == (fit == LOGISTIC)
+
+
+def test_a_climb_after_an_early_reversal_biases_the_levels_and_not_the_fit():
+    # The candidate's search ended at 84 (as in a slow phase), under its limit of 100; one transient INVALID at its
+    # second tracking run makes its first reversal, and its level then climbs 4% a run to the limit. The levels
+    # average that climb in from the reversal on; the fit reads the limit from the verdicts near it.
+    script = {(CANDIDATE, 1): "INVALID"}
+    runs = {}
+    for fit in (LEVELS, LOGISTIC):
+        run, _ = recorder({CANDIDATE: 100, REFERENCE: 200}, script)
+        runs[fit] = interleave(iter_plan(80), iter_plan(200), run, track_step=0.04, track_rounds=24, evidence=Evidence(min_rounds=10), fit=fit)
+    levels, fitted = runs[LEVELS], runs[LOGISTIC]
+    assert levels.enough and fitted.enough and levels.round_ratios() == fitted.round_ratios()
+    assert levels.tracks[CANDIDATE].runs[0]["target_qps"] < 85 and max(r["target_qps"] for r in levels.tracks[CANDIDATE].runs) > 100
+    assert levels.ratio < 0.47  # 6% or more under the true 0.5
+    assert fitted.ratio == pytest.approx(0.5, rel=0.03)
+    assert fitted.interval[0] <= 0.5 <= fitted.interval[1]
 
 
 # --------------------------------------------------------------------- the instrument check: a host that moves

@@ -124,8 +124,9 @@ def test_the_new_serve_keys_keep_the_identity_of_jobs_that_leave_them_at_their_l
     def resolved(*overrides):
         return dataclasses.asdict(compose(["+preset=tiny", "+sweep=serve", *overrides]))
 
-    legacy = resolved("serve.judgments=1", "serve.step_late_share=null", "serve.max_steal=null", "serve.max_slowdown=null", "serve.paired=false")
-    added = ("judgments", "step_late_share", "test_stall_ms", "max_steal", "max_slowdown", "paired")
+    legacy = resolved("serve.judgments=1", "serve.step_late_share=null", "serve.max_steal=null", "serve.max_slowdown=null", "serve.paired=false",
+                      "serve.ratio_fit=levels")
+    added = ("judgments", "step_late_share", "test_stall_ms", "max_steal", "max_slowdown", "paired", "ratio_fit")
     stored_before = {**legacy, "serve": {k: v for k, v in legacy["serve"].items() if k not in added}}  # a record from before them
     assert job_hash(legacy) == job_hash(stored_before)
     default = job_hash(resolved())
@@ -135,6 +136,8 @@ def test_the_new_serve_keys_keep_the_identity_of_jobs_that_leave_them_at_their_l
     assert job_hash(resolved("serve.max_steal=0.05")) == default != job_hash(resolved("serve.max_steal=null"))
     # runs set aside for a slow host (bench.serve.pace): a new measurement too
     assert job_hash(resolved("serve.max_slowdown=0.15")) == default != job_hash(resolved("serve.max_slowdown=null"))
+    # the ratio fitted to the verdicts: a new measurement; the levels' ratio is what records before the fit measured
+    assert job_hash(resolved("serve.ratio_fit=logistic")) == default != job_hash(resolved("serve.ratio_fit=levels"))
     # a Server search interleaved with fp32's: a new measurement too
     assert job_hash(resolved("serve.paired=true")) == default != job_hash(resolved("serve.paired=false"))
     # paired tracking: off with each target judged by serve.judgments is what paired records before it measured

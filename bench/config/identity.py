@@ -64,6 +64,9 @@ what a record without them measured, or where they do not apply:
   legacy value, since records before them stopped tracking on seconds and gave a ratio from however few
   rounds those held. Every serving job has a new identity, so resume does not pass such a ratio off as one
   with that evidence.
+- `serve.ratio_fit` (how a paired ratio is read from the tracking runs): levels is what records before it
+  measured (the tracked levels' geometric mean), so those keep their identity; a job with the default fit
+  (logistic) has its own, so resume never passes a levels ratio off as a fitted one.
 - `backend.planted_slowdown` (testing only: a backend made slower on purpose, bench.backends.planted): null
   is what every job without it measures, so a job that leaves it keeps its identity.
 - `workload.table_rows` of synthetic_seq (its item table grown past the catalogue, for the scale sweep): 0 is
@@ -89,7 +92,7 @@ LEGACY = {("model", "output_key"): None, ("model", "hstu"): None, ("backend", "m
           ("serve", "judgments"): 1,
           ("serve", "step_late_share"): None, ("serve", "test_stall_ms"): None, ("serve", "max_steal"): None, ("serve", "max_slowdown"): None,
           ("serve", "paired"): False, ("serve", "confirm_runs"): 0,
-          ("serve", "track_rounds"): 0, ("serve", "track_step"): 0.04, ("serve", "paired_judgments"): None,
+          ("serve", "track_rounds"): 0, ("serve", "track_step"): 0.04, ("serve", "paired_judgments"): None, ("serve", "ratio_fit"): "levels",
           ("timing", "cuda_graphs"): False, ("backend", "planted_slowdown"): None, ("workload", "table_rows"): 0,
           ("device", "huge_pages"): False, ("backend", "row_range"): "minmax",
           ("tune", "row_range"): "minmax"}

@@ -426,6 +426,10 @@ class ServeConfig:
     min_rounds: int = 6
     min_reversals: int = 2
     rerun_spread: float = 0.03
+    # How the ratio is read from the tracking runs (bench.serve.paired, bench.serve.limit_fit): logistic, each side's
+    # limit fitted to its runs' verdicts against load; levels, the geometric mean of the per-round load ratios after
+    # both first reversals (what records before the fit measured).
+    ratio_fit: str = "logistic"
     # Paired: the most runs that judge each target of the two searches (null: judgments). Fewer than an unpaired
     # search's, since the tracking after it re-runs the limit; the time goes to tracking.
     paired_judgments: Optional[int] = 1
@@ -448,6 +452,9 @@ def check_serve_config(cfg) -> None:
     bad_accuracy = [s for s in cfg.accuracy_scenarios if s not in SCENARIOS]
     if bad_accuracy:
         raise UserError(f"serve.accuracy_scenarios has {bad_accuracy}: choose among {', '.join(SCENARIOS)}")
+    if cfg.ratio_fit not in ("logistic", "levels"):
+        raise UserError(f"serve.ratio_fit={cfg.ratio_fit!r}: choose logistic (each side's limit fitted to its verdicts) or levels "
+                        "(the tracked levels' geometric mean)")
     if cfg.loadgen_seeds not in ("harness", "mlperf"):
         raise UserError(f"serve.loadgen_seeds={cfg.loadgen_seeds!r}: choose harness or mlperf")
     positive = {"bound_ms": cfg.bound_ms, "min_duration_s": cfg.min_duration_s, "min_qps": cfg.min_qps, "max_search_s": cfg.max_search_s,

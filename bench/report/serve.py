@@ -19,7 +19,7 @@ from bench.report import fmt
 from bench.results.key import BASELINE
 from bench.results.key import SERVE_KEY
 from bench.results.serving_table import PAIRED, latest_serving, serve_table
-from bench.serve.paired import NOT_ENOUGH
+from bench.serve.paired import LEVELS, NOT_ENOUGH
 from bench.results.table import as_records
 from bench.serve.qps_search import aside_cause
 
@@ -46,9 +46,11 @@ NOTES = [
     "both runs of a round and moves both down, so their ratio holds. Tracking runs until the ratio has its evidence "
     "(`serve.min_rounds` joint rounds after both sides' first reversals, `serve.min_reversals` reversals a side), however long "
     "a run lasts on this machine; `serve.max_search_s` is a cap, and a job that reached it first says **not enough runs** "
-    "instead of a ratio. vs fp32 is the geometric mean of the per-round ratios of the two loads run, over the joint rounds "
-    "after both first reversals; the interval is where a re-run's ratio should fall (95%: Student's t over the rounds' ABBA "
-    "blocks, wide when they are few, plus `serve.rerun_spread` for what one job's rounds cannot see). The two brackets' interval "
+    "instead of a ratio. vs fp32 is the two sides' limits fitted to their tracking runs' verdicts (`serve.ratio_fit=logistic`: "
+    "a logistic function of load with a host state shared by a round's runs), or with `serve.ratio_fit=levels` the geometric "
+    "mean of the per-round ratios of the two loads run, over the joint rounds after both first reversals; the interval is where "
+    "a re-run's ratio should fall (95%: a jackknife over the rounds' ABBA blocks for the fit, Student's t over them for the "
+    "levels, wide when they are few, plus `serve.rerun_spread` for what one job's rounds cannot see). The two brackets' interval "
     "[backend VALID / fp32 INVALID, backend INVALID / fp32 VALID] stands beside it, and is the ratio's when tracking is off. "
     "The ratio repeats on a host whose speed moves; an absolute max QPS still needs a quiet, dedicated "
     "host. A side that met no load has no ratio (not 0).",
@@ -105,20 +107,41 @@ def _paired_lines(server: pd.DataFrame) -> list[str]:
     table = [[r.backend, f"{fmt.DASH} ({r.paired_no_load})" if isinstance(r.paired_no_load, str) else _vs_fp32(r),
               fmt.DASH if _short(r) else _interval(r), f"{r.max_qps:g} {_bracket(r)}",
               f"{r.fp32_max_qps_paired:g} {r.fp32_bracket_paired}", r.evidence or fmt.DASH, r.fp32_evidence_paired or fmt.DASH,
+              _read(r), _fitted(r),
               _tracked(r), fmt.DASH if fmt.missing(r.paired_joint_rounds) else f"{r.paired_joint_rounds:g}",
               r.paired_side_runs or fmt.DASH, r.paired_reversals or fmt.DASH]
              for r in paired.itertuples(index=False)]
     short = [f"- {r.backend}: {r.ratio_evidence}" for r in paired.itertuples(index=False) if _short(r)]
     return ["### Relative to fp32, paired", "",
             "Each backend's search ran interleaved with an fp32 search, run by run in ABBA order in the job's process: "
-            "then both tracked their limits in the same rounds until the ratio had its evidence; the ratio is the tracked loads' "
-            "over the joint rounds after both first reversals, its interval where a re-run's should fall (the brackets' beside "
-            "it); tracked: each side's tracked level; runs and reversals: backend / fp32.", "",
+            "then both tracked their limits in the same rounds until the ratio had its evidence; the ratio is read as the column "
+            "read says (logistic: the fitted limits' ratio; levels: the tracked loads' over the joint rounds after both first "
+            "reversals), its interval where a re-run's should fall (the brackets' beside it); fitted: each side's fitted limit "
+            "(with the levels' ratio beside it); tracked: each side's tracked level; runs and reversals: backend / fp32.", "",
             fmt.table([C("backend"), C("max QPS / fp32's", align="r"), C("interval (a re-run)", align="r"),
                        C("max QPS [bracket]", align="r"), C("fp32 beside it [bracket]", align="r"), C("evidence"),
-                       C("fp32 evidence"), C("tracked", align="r"), C("joint rounds", align="r"), C("runs", align="r"),
+                       C("fp32 evidence"), C("read"), C("fitted (levels' ratio)", align="r"), C("tracked", align="r"),
+                       C("joint rounds", align="r"), C("runs", align="r"),
                        C("reversals", align="r")], table), "",
             *short, *([""] if short else [])]
+
+
+def _read(row) -> str:
+    """How the ratio was read: the record's serve.ratio_fit; a tracked record from before the key, levels; an untracked one, brackets."""
+    fit = getattr(row, "ratio_fit", None)
+    if isinstance(fit, str):
+        return fit
+    return "brackets" if fmt.missing(row.paired_joint_rounds) or not row.paired_joint_rounds else LEVELS
+
+
+def _fitted(row) -> str:
+    """'410 / 108 (3.62x)': each side's fitted limit, and the levels' ratio from the same runs; — for a levels record."""
+    values = [getattr(row, "fitted_qps", None), getattr(row, "fp32_fitted_qps_paired", None)]
+    if all(fmt.missing(v) for v in values):
+        return fmt.DASH
+    levels = getattr(row, "levels_ratio", None)
+    beside = "" if fmt.missing(levels) else f" ({levels:.2f}x)"
+    return " / ".join(fmt.DASH if fmt.missing(v) else f"{v:.4g}" for v in values) + beside
 
 
 def _tracked(row) -> str:

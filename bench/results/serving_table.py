@@ -33,6 +33,9 @@ COLUMNS = [
     "ratio_method", "qps_ratio_lo", "qps_ratio_hi", "qps_ratio_bracket_lo", "qps_ratio_bracket_hi", "fp32_max_qps_paired",
     "fp32_bracket_paired", "fp32_evidence_paired", "tracked_qps", "fp32_tracked_qps_paired", "paired_track", "paired_joint_rounds",
     "paired_runs", "paired_no_load",
+    # how the ratio was read (serve.ratio_fit: logistic or levels; empty in records before it: levels), each side's
+    # fitted limit, and the levels' ratio beside a fitted one
+    "ratio_fit", "fitted_qps", "fp32_fitted_qps_paired", "levels_ratio",
     # the evidence behind the paired ratio: each side's runs and staircase reversals ("backend / fp32"), and
     # "not enough runs: ..." where the cap came before it (qps_ratio then empty)
     "paired_side_runs", "paired_reversals", "ratio_evidence",
@@ -111,6 +114,8 @@ def _paired(m: dict[str, Any]) -> dict[str, Any]:
             "fp32_evidence_paired": ref.get("evidence"), "tracked_qps": _num(p.get("tracked_qps")),
             "fp32_tracked_qps_paired": _num(p.get("reference_tracked_qps")), "paired_track": track or None,
             "paired_joint_rounds": _num(p.get("joint_rounds")),
+            "ratio_fit": p.get("ratio_fit"), "fitted_qps": _num((p.get("fitted_qps") or {}).get("candidate")),
+            "fp32_fitted_qps_paired": _num((p.get("fitted_qps") or {}).get("reference")), "levels_ratio": _num(p.get("qps_ratio_levels")),
             "paired_runs": len(p.get("runs") or []) or math.nan, "paired_no_load": p.get("no_load"),
             "paired_side_runs": _per_side(p.get("side_runs")), "paired_reversals": _per_side(p.get("reversals")),
             "ratio_evidence": p.get("not_enough_runs")}

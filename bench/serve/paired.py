@@ -30,12 +30,16 @@ up-down staircase (Levitt's method) run by both sides in the same rounds:
   made in one does not stand for the host's usual state. A job whose rounds are all disturbed reaches a
   cap before its evidence, and gives no ratio.
 
-The ratio is measured in the *joint* rounds (both sides tracked): each round's ratio is the candidate's
-load over fp32's. The estimate is the geometric mean of the per-round ratios over the joint rounds from
-the round in which both sides have made their first reversal (a level's first change of direction:
-before it, a level walks from where its search left it towards the limit). All levels after the first
-reversal are averaged, not only the levels at reversals: averaging every trial after the first reversals
-is the less variable estimate of the same point (the 50% point for this 1-up-1-down rule).
+**Reading the ratio** (`serve.ratio_fit`). By default (`logistic`) both sides' limits are fitted to the verdicts
+of their tracking runs that moved a level (a logistic function of load, with a host state shared by the runs of
+a round; a side's limit is the load judged VALID half the time, the point this 1-up-1-down rule tracks:
+bench.serve.limit_fit), and the ratio is the candidate's limit over fp32's.
+With `levels` (what records before the fit measured) the ratio is read from the *joint* rounds (both sides
+tracked): each round's ratio is the candidate's load over fp32's, and the estimate is their geometric mean
+from the round in which both sides have made their first reversal (a level's first change of direction:
+before it, a level walks from where its search left it towards the limit). A search that ended in a slow
+phase leaves its staircase far below the limit, and one transient reversal then lets the climb back into that
+mean; the fit gives the climb's VALID runs, far below the limit, little weight (measured: docs/serving.md).
 
 **Evidence, not seconds.** Tracking runs until the ratio has its evidence: `min_rounds` joint rounds after
 both first reversals and `min_reversals` reversals on each side, however long each LoadGen run lasts on
@@ -44,7 +48,10 @@ search and tracking runs together, counted on `clock` when one is given) is a ca
 the round cap, before that evidence, the job has **no ratio** ("not enough runs", `shortfall`), not a
 ratio from one or two runs that looks as sure as one from ten.
 
-Its interval is a prediction interval for a re-run's estimate, not the spread of this run's rounds: the
+Its interval is a prediction interval for a re-run's estimate, not the spread of this run's rounds. For the
+fit, the spread of the fitted log ratio is a delete-one-block jackknife over ABBA blocks of rounds (rounds
+2j and 2j + 1: a block in which the host moved both sides moves both fits), with Student's t on the blocks
+less one and the same run-to-run term as below. For the levels, the
 used rounds' log ratios are grouped in consecutive pairs (one ABBA block, C R R C or R C C R, in which a
 linear drift cancels; an odd first round is left out of the blocks), and with k blocks of sample variance
 s2 the half-width (in log ratio) is sqrt(t^2 * 2 s2 / k + z^2 * 2 * rerun_spread^2): t is Student's 97.5%
@@ -71,9 +78,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from scipy import stats
-
 from bench.config.schema import MAX_STEAL
+from bench.serve.limit_fit import Fit, Run, fit_limits, jackknife, prediction_half_width
 from bench.serve.qps_search import Plan, Search, Step, aside_words, disturbed
 
 CANDIDATE, REFERENCE = "candidate", "reference"
@@ -88,6 +94,9 @@ MIN_REVERSALS = 2  # per side
 RERUN_SPREAD = 0.03  # run-to-run SD of a job's log ratio beyond its rounds' own spread
 CONFIDENCE = 0.95  # of the interval for a re-run's ratio
 NOT_ENOUGH = "not enough runs"
+# serve.ratio_fit: how the ratio is read from the tracking runs (bench.serve.limit_fit), the default first
+LOGISTIC, LEVELS = "logistic", "levels"
+RATIO_FITS = (LOGISTIC, LEVELS)
 
 # run(side, qps, draw, role) -> the step; side is CANDIDATE or REFERENCE, role SEARCH or TRACK
 RunPaired = Callable[[str, float, int, str], Step]
@@ -155,10 +164,7 @@ def rerun_interval(ratios: list[float], rerun_spread: float = RERUN_SPREAD, step
     if len(blocks) < 2:
         return 0.0, math.inf
     k, point = len(blocks), sum(logs) / len(logs)
-    t = float(stats.t.ppf((1 + confidence) / 2, k - 1))
-    z = float(stats.norm.ppf((1 + confidence) / 2))
-    half = math.sqrt(t ** 2 * 2 * statistics.variance(blocks) / k + z ** 2 * 2 * rerun_spread ** 2)
-    half = max(half, math.log(1 + step))
+    half = prediction_half_width(statistics.variance(blocks) / k, k, rerun_spread, step, confidence)
     return math.exp(point - half), math.exp(point + half)
 
 
@@ -178,6 +184,7 @@ class PairedSearch:
     track_step: float = TRACK_STEP
     evidence: Evidence = field(default_factory=Evidence)
     tracking: bool = True  # false: track_rounds 0, the ratio is the brackets'
+    fit: str = LOGISTIC  # how the ratio is read from the tracking runs: LOGISTIC or LEVELS (serve.ratio_fit)
     runs: list[dict[str, Any]] = field(default_factory=list)  # every run in the order it ran: round, side, role, target, verdict
     tracks: dict[str, Staircase] = field(default_factory=dict)  # the sides that track (met load)
     spent: dict[str, float] = field(default_factory=dict)  # seconds each side's runs took (or were expected to)
@@ -243,23 +250,53 @@ class PairedSearch:
         c, r = self.tracks.get(CANDIDATE), self.tracks.get(REFERENCE)
         return [c.at(n) / r.at(n) for n in (self.used_rounds if rounds is None else rounds)] if c and r else []
 
+    def fitted(self, leave_out: Optional[int] = None) -> Optional[Fit]:
+        """Both sides' limits fitted to their tracking runs that moved a level (bench.serve.limit_fit: a disturbed
+        run says nothing of the load); `leave_out`, an ABBA block (round // 2) whose runs are left out. None
+        unless both sides track."""
+        if len(self.tracks) < 2:
+            return None
+        return fit_limits([Run(r["round"], i, r["target_qps"], r["validity"] == "VALID") for i, side in enumerate(SIDES)
+                           for r in self.tracks[side].runs if r["moved"] and (leave_out is None or r["round"] // 2 != leave_out)])
+
+    def fitted_log_ratio(self, leave_out: Optional[int] = None) -> Optional[float]:
+        """ln(the candidate's fitted limit / fp32's), `leave_out` as `fitted`'s; None where there is no fit."""
+        fit = self.fitted(leave_out)
+        return None if fit is None else math.log(fit.ratio)
+
     @property
-    def ratio(self) -> Optional[float]:
-        """The geometric mean of the per-round ratios over the used joint rounds; with tracking off, the two
-        searches' max QPS over each other; None when a side met no load or the tracking has not the evidence."""
-        if not self.tracking:
-            return self.bracket_ratio
+    def levels_ratio(self) -> Optional[float]:
+        """The geometric mean of the per-round ratios over the used joint rounds (serve.ratio_fit=levels)."""
         return geomean(self.round_ratios()) if self.enough and len(self.tracks) == 2 else None
 
     @property
+    def ratio(self) -> Optional[float]:
+        """The candidate's fitted limit over fp32's (serve.ratio_fit=logistic), or the levels' ratio (levels); with
+        tracking off, the two searches' max QPS over each other; None when a side met no load or the tracking has
+        not the evidence."""
+        if not self.tracking:
+            return self.bracket_ratio
+        if self.fit == LEVELS or self.levels_ratio is None:
+            return self.levels_ratio
+        log = self.fitted_log_ratio()
+        return None if log is None else math.exp(log)
+
+    @property
     def interval(self) -> tuple[Optional[float], Optional[float]]:
-        """Where a re-run's ratio should fall (`rerun_interval`); with tracking off, what both brackets allow;
-        (None, None) with no ratio."""
+        """Where a re-run's ratio should fall: `rerun_interval` of the levels, or a delete-one-ABBA-block jackknife
+        of the fitted ratio (bench.serve.limit_fit), with the same run-to-run spread and step floor; with tracking
+        off, what both brackets allow; (None, None) with no ratio."""
         if not self.tracking:
             return self.bracket_interval
-        if self.ratio is None:
+        ratio = self.ratio
+        if ratio is None:
             return None, None
-        return rerun_interval(self.round_ratios(), self.evidence.rerun_spread, self.track_step)
+        if self.fit == LEVELS:
+            return rerun_interval(self.round_ratios(), self.evidence.rerun_spread, self.track_step)
+        blocks = sorted({r["round"] // 2 for t in self.tracks.values() for r in t.runs if r["moved"]})
+        variance, count = jackknife(blocks, self.fitted_log_ratio)
+        half = prediction_half_width(variance, count, self.evidence.rerun_spread, self.track_step, CONFIDENCE)
+        return math.exp(math.log(ratio) - half), math.exp(math.log(ratio) + half)
 
     @property
     def bracket_interval(self) -> tuple[Optional[float], Optional[float]]:
@@ -305,22 +342,34 @@ class PairedSearch:
                 return f"the {side} met no load, down to {min(j.target_qps for j in search.judged):g} QPS"
         return None
 
+    def method(self) -> str:
+        """How the ratio and its interval were read, in words."""
+        if not self.tracking:
+            return "paired, not tracked (serve.track_rounds=0): the two searches' max QPS over each other, the interval what both brackets allow"
+        read = ("the ratio is the two sides' limits fitted to their tracking runs' verdicts (a logistic function of load, "
+                "with a host state shared by a round's runs: bench.serve.limit_fit), the interval where a re-run's ratio should fall "
+                f"({CONFIDENCE:.0%}: a jackknife over ABBA blocks of rounds, Student's t, plus a run-to-run spread of "
+                f"{self.evidence.rerun_spread:g})") if self.fit == LOGISTIC else (
+                "the ratio is the geometric mean of the per-round load ratios after both first reversals, the interval where a "
+                f"re-run's ratio should fall ({CONFIDENCE:.0%}: Student's t over ABBA blocks, plus a run-to-run spread of "
+                f"{self.evidence.rerun_spread:g})")
+        return ("paired: the backend's and fp32's Server searches interleaved run by run (ABBA) in one process, then both "
+                f"tracked by a 1-up-1-down staircase (step {self.track_step:g}) in the same rounds until {self.evidence.min_rounds} "
+                f"joint rounds after both first reversals and {self.evidence.min_reversals} reversals a side; {read}")
+
     def as_metrics(self) -> dict[str, Any]:
         low, high = self.interval
         b_low, b_high = self.bracket_interval
         short = self.shortfall()
+        fit = self.fitted() if self.tracking else None
         return {
-            "qps_ratio": self.ratio, "qps_ratio_lo": low, "qps_ratio_hi": high,
+            "qps_ratio": self.ratio, "qps_ratio_lo": low, "qps_ratio_hi": high, "ratio_fit": self.fit if self.tracking else None,
+            "qps_ratio_levels": self.levels_ratio,  # the levels' ratio, beside a fitted one
+            "fitted_qps": fit and dict(zip(SIDES, fit.limits)), "fit_width": fit and fit.width, "fit_host_sd": fit and fit.host_sd,
             "qps_ratio_bracket": self.bracket_ratio, "qps_ratio_bracket_lo": b_low, "qps_ratio_bracket_hi": b_high,
             "reference_max_qps": self.reference_max_qps,
             "tracked_qps": self.tracked(CANDIDATE), "reference_tracked_qps": self.tracked(REFERENCE),
-            "method": ("paired: the backend's and fp32's Server searches interleaved run by run (ABBA) in one process, then both "
-                       f"tracked by a 1-up-1-down staircase (step {self.track_step:g}) in the same rounds until {self.evidence.min_rounds} "
-                       f"joint rounds after both first reversals and {self.evidence.min_reversals} reversals a side; the ratio is the "
-                       "geometric mean of the per-round load ratios after both first reversals, the interval where a re-run's ratio "
-                       f"should fall ({CONFIDENCE:.0%}: Student's t over ABBA blocks, plus a run-to-run spread of "
-                       f"{self.evidence.rerun_spread:g})") if self.tracking else
-                      "paired, not tracked (serve.track_rounds=0): the two searches' max QPS over each other, the interval what both brackets allow",
+            "method": self.method(),
             "rounds": max((r["round"] for r in self.runs), default=-1) + 1,
             "runs": self.runs,
             "track_step": self.track_step,
@@ -340,16 +389,16 @@ class PairedSearch:
 def interleave(candidate: Plan, reference: Plan, run: RunPaired, budget: Optional[Budget] = None, track_step: float = TRACK_STEP,
                track_rounds: int = TRACK_ROUNDS, snap: Callable[[float], float] = float,
                max_steal: Optional[float] = MAX_STEAL, evidence: Optional[Evidence] = None,
-               clock: Optional[Callable[[], float]] = None) -> PairedSearch:
+               clock: Optional[Callable[[], float]] = None, fit: str = LOGISTIC) -> PairedSearch:
     """Drive both search plans to their ends, one run of each per round in ABBA order, a side whose search has
     ended tracking its limit (a staircase from its max, `track_step` per run, loads rounded by `snap`) beside
     the other's search runs while its budget allows; then both track in ABBA rounds until the ratio has its
     `evidence` (joint rounds after both first reversals, reversals a side), `track_rounds` joint rounds were
     made, or the next round would take a side past `budget` (seconds per side, its search's and its tracking
     runs together, and how long a run at a target is expected to last). With `clock` (seconds, monotonic) a run
-    counts the time it took; without, its expected length."""
+    counts the time it took; without, its expected length. `fit`: how the ratio is read (LOGISTIC or LEVELS)."""
     plans = {CANDIDATE: candidate, REFERENCE: reference}
-    paired = PairedSearch(Search(), Search(), track_step, evidence or Evidence(), track_rounds > 0)
+    paired = PairedSearch(Search(), Search(), track_step, evidence or Evidence(), track_rounds > 0, fit=fit)
     asks: dict[str, tuple[float, int]] = {}
     done: dict[str, Search] = {}
     spent = paired.spent

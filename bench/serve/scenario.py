@@ -242,7 +242,7 @@ def server(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any], pair: "Pai
         seconds = run_seconds(serve, metrics["step_queries"])
         evidence = Evidence(serve.min_rounds, serve.min_reversals, serve.rerun_spread)
         paired = interleave(plan, ref_plan, run_paired, (serve.max_search_s, seconds), serve.track_step, serve.track_rounds, round_qps,
-                            serve.max_steal, evidence, time.monotonic)
+                            serve.max_steal, evidence, time.monotonic, serve.ratio_fit)
         search = paired.candidate
         server_finish(pair.runs, pair.warm, reference, paired.reference)
         reference["warm_up"] = pair.warm

@@ -141,6 +141,7 @@ PAIRS_PER_S = metric("pairs_per_s", "pairs/s", HIGHER, ",.0f", "user-item pairs 
 
 
 ARROWS = {HIGHER: "↑", LOWER: "↓", NEITHER: ""}  # which way is better, as `--help` marks it
+MEASURE_AGAIN = "measure_again"  # the metrics key of a record whose answer the host withheld (bench.record.reusable)
 
 
 # The record's other keys under `metrics` that the results, the report and the gate read: structures and
@@ -164,6 +165,9 @@ RECORD_KEYS: dict[str, str] = {
     "loadgen_version": "serving: the LoadGen version that judged the runs",
     "lookups": "the table collections timed alone on the timed batches: ids and distinct rows per call, ns per id and per "
                "distinct row (bench.measure.lookups)",
+    "measure_again": "why the job withheld its answer because the host disturbed it (a paired Server job whose rounds were "
+                     "set aside has no ratio); a resumed sweep measures such a job again (bench.record.reusable)",
+    "measured_again_after": "the record a resumed sweep measured this job again after: one that withheld its answer",
     "machine": "the reference GEMM and gather times (bench.measure.noise.reference_speed) at the start and end of the job "
                "(serving: with load and steal); a run-vs-run compare normalizes samples/s by them",
     "mlp_kept_fp32": "an int8 MLP's Linears kept fp32 by backend.mlp_wide=fp32 (a calibrated input range past "

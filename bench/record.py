@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Optional
 
 from bench.hashing import config_hash
+from bench.metrics import MEASURE_AGAIN
 from bench.io import json_safe
 
 SCHEMA_VERSION = 3
@@ -28,6 +29,13 @@ USER = "user"
 NOT_APPLICABLE = "not_applicable"  # a skipped record: the backend cannot take this model
 ERROR_KINDS = (USER, NOT_APPLICABLE)
 RESUMABLE = ("ok", "skipped")  # a resumed sweep reuses these; `error` jobs run again
+# An ok record whose job withheld its answer because the host disturbed it (a paired Server job whose rounds were set
+# aside, and so has no ratio) says why under metrics' MEASURE_AGAIN: a resumed sweep measures such a job again.
+
+
+def reusable(record: "RunRecord") -> bool:
+    """A record a resumed sweep hands back: ok or skipped, and not one whose answer the host withheld."""
+    return record.status in RESUMABLE and not (record.metrics or {}).get(MEASURE_AGAIN)
 
 
 def new_record_id() -> str:

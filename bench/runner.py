@@ -34,7 +34,7 @@ from bench.hardware import prepare_process
 from bench.hashing import config_hash
 from bench.measure.environment import code_state, environment, kernel_path
 from bench.measure.memory import memory_skip_reason
-from bench.metrics import SPEEDUP
+from bench.metrics import MEASURE_AGAIN, SPEEDUP
 from bench.models.train import input_identity, needs_training, training_seconds
 from bench.pipeline import reruns
 from bench.pipeline.calibrate import (Calibration, Setting, calibration, calibration_seconds, needs_calibration,
@@ -65,11 +65,18 @@ class ResumeIndex:
     def __init__(self) -> None:
         self._stores: dict[str, StoreIndex] = {}
 
-    def stored(self, reports_dir: str, config_hash: str, fingerprint: str) -> RunRecord | None:
+    def _index(self, reports_dir: str) -> StoreIndex:
         path = os.path.abspath(Path(reports_dir) / RECORDS)
         if path not in self._stores:
             self._stores[path] = StoreIndex(Path(path))
-        return self._stores[path].latest(config_hash, fingerprint)
+        return self._stores[path]
+
+    def stored(self, reports_dir: str, config_hash: str, fingerprint: str) -> RunRecord | None:
+        return self._index(reports_dir).latest(config_hash, fingerprint)
+
+    def withheld(self, reports_dir: str, config_hash: str, fingerprint: str) -> RunRecord | None:
+        """The job's last ok record whose answer the host withheld (bench.record.MEASURE_AGAIN): measured again."""
+        return self._index(reports_dir).withheld(config_hash, fingerprint)
 
 
 def resumed(prior: RunRecord, record: RunRecord) -> RunRecord:
@@ -205,7 +212,7 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
         config_hash=job_hash(resolved),
         env={},
     )
-    device = backend = None
+    device = backend = again = None
     route = route_for(cfg)
     try:
         check_values(cfg)
@@ -239,12 +246,18 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
             prior = session.resume.stored(cfg.reports_dir, record.config_hash, fingerprint)
             if prior is not None:
                 return resumed(prior, record), None
+            again = session.resume.withheld(cfg.reports_dir, record.config_hash, fingerprint)
+            if again is not None:  # kept in the store as it was; this job's record is a new one beside it
+                log.info("resume: %s %s bs=%s measured again: record %s withheld its answer (%s)", record.backend, record.device,
+                         record.batch_size, again.record_id, again.metrics[MEASURE_AGAIN])
         if skip is None:
             skip = memory_skip(cfg, backend, device, session.work)
         if skip is not None:
             record.status, record.error = "skipped", skip
         else:
             record.metrics = route.measure(cfg, backend, device, session.work, setting)
+            if cfg.resume and again is not None:
+                record.metrics["measured_again_after"] = again.record_id  # the withheld record, kept as it was
             record.error = route.fault(record.metrics)  # it ran, but what it measured fails the job
             record.status = "error" if record.error else "ok"
             if record.status == "ok":

@@ -27,7 +27,7 @@ from typing import Iterable, Optional
 
 from bench.io import DAMAGED_SUFFIX, JsonlLines, append_jsonl, parse_jsonl, read_jsonl, write_json_atomic, write_text_atomic, to_json
 from bench.config import RECORDS_FILE
-from bench.record import RESUMABLE, NewerSchema, RunRecord, SchemaError
+from bench.record import RESUMABLE, NewerSchema, RunRecord, SchemaError, reusable
 
 RECORDS = RECORDS_FILE
 CLAIMS = ".claims"
@@ -137,16 +137,17 @@ class StoreIndex:
         self._offset = 0
         self._newlines = 0  # newlines before _offset: the line number the next chunk starts after
         self._latest: dict[tuple[str, str | None], RunRecord] = {}
+        self._withheld: dict[tuple[str, str | None], RunRecord] = {}  # ok records whose answer the host withheld
         self.skipped: list[tuple[int, str]] = []  # the damaged lines read so far: (line number, why)
 
     def _refresh(self) -> None:
         try:
             st = self.path.stat()
         except FileNotFoundError:
-            self._ident, self._offset, self._latest = None, 0, {}
+            self._ident, self._offset, self._latest, self._withheld = None, 0, {}, {}
             return
         if self._ident != (st.st_dev, st.st_ino) or st.st_size < self._offset:  # a new file (a repair): read from the start
-            self._ident, self._offset, self._newlines, self._latest, self.skipped = (st.st_dev, st.st_ino), 0, 0, {}, []
+            self._ident, self._offset, self._newlines, self._latest, self._withheld, self.skipped = (st.st_dev, st.st_ino), 0, 0, {}, {}, []
         if st.st_size == self._offset:
             return
         with open(self.path, "rb") as f:
@@ -155,8 +156,11 @@ class StoreIndex:
             chunk = f.read()
         found = contents(parse_jsonl(chunk, self.path, first_line=self._newlines + 1))
         for record in found.records:
-            if record.status in RESUMABLE:
-                self._latest[(record.config_hash, (record.env or {}).get("fingerprint"))] = record
+            key = (record.config_hash, (record.env or {}).get("fingerprint"))
+            if reusable(record):
+                self._latest[key] = record
+            elif record.status in RESUMABLE:  # ok, but its answer withheld by the host (MEASURE_AGAIN): measured again
+                self._withheld[key] = record
         if found.damaged:
             self.skipped += found.damaged
             log.warning("%s: resume skips %d damaged line(s), whose jobs run again if this sweep has them: %s "
@@ -168,9 +172,14 @@ class StoreIndex:
         self._newlines += used.count(b"\n")
 
     def latest(self, config_hash: str, fingerprint: str | None) -> RunRecord | None:
-        """The last ok or skipped record stored for this config on this machine, if any."""
+        """The last ok or skipped record stored for this config on this machine, if any (not one the host withheld)."""
         self._refresh()
         return self._latest.get((config_hash, fingerprint))
+
+    def withheld(self, config_hash: str, fingerprint: str | None) -> RunRecord | None:
+        """The last ok record of this config whose answer the host withheld (`MEASURE_AGAIN`), if any."""
+        self._refresh()
+        return self._withheld.get((config_hash, fingerprint))
 
 
 class Claims:

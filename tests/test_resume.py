@@ -103,6 +103,28 @@ def test_error_records_run_again(fast_cfg, monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_record_whose_answer_the_host_withheld_is_measured_again_and_kept(fast_cfg, monkeypatch, tmp_path, caplog):
+    # An ok record that says the host withheld its answer (a paired Server job whose rounds were set aside: no ratio)
+    # is not handed back by resume: the job is measured again, its new record names the withheld one, and the
+    # withheld record stays in the store as it was. The new record then stands for the job.
+    first, _ = run_job(fast_cfg())
+    withheld = dataclasses.replace(first, record_id="withheld0000000a",
+                                   metrics={**first.metrics, "measure_again": "no paired ratio, its rounds set aside: planted"})
+    save_record(withheld, None, fast_cfg().reports_dir)  # the job's only record
+    with caplog.at_level("INFO", logger="bench.runner"):
+        again = measured(fast_cfg("resume=true"))
+    assert again.status == "ok" and again.resumed_from is None and again.metrics["measured_again_after"] == "withheld0000000a"
+    assert "measured again: record withheld0000000a withheld its answer (no paired ratio, its rounds set aside: planted)" in caplog.text
+    no_measuring(monkeypatch)
+    third = run_job(fast_cfg("resume=true"))[0]
+    assert third.resumed_from == again.record_id
+    stored = read_records(store(tmp_path))
+    assert [r.record_id for r in stored] == ["withheld0000000a", again.record_id]
+    assert stored[0].metrics["measure_again"].endswith("planted")  # nothing already stored changed
+    assert "measure_again" not in again.metrics
+
+
+@pytest.mark.slow
 def test_another_machine_s_record_is_not_reused(fast_cfg, monkeypatch, tmp_path):
     first = measured(fast_cfg())
     data = first.to_dict()

@@ -116,6 +116,7 @@ def test_a_round_with_a_slow_run_is_left_out_of_the_ratio():
     assert all(r["moved"] == 0 and r["validity"] == "INVALID" for side in runs.values() for r in side)
     assert p.ratio == pytest.approx(0.5, rel=0.05) and p.as_metrics()["aside_rounds"] == 3
     assert "3 set aside: slow host" in p.as_metrics()["track_candidate"]
+    assert p.withheld() is None  # a ratio despite the rounds set aside: nothing to measure again
 
 
 def test_a_job_whose_every_round_is_slow_gives_no_ratio():
@@ -123,6 +124,8 @@ def test_a_job_whose_every_round_is_slow_gives_no_ratio():
     m = p.as_metrics()
     assert p.ratio is None and m["qps_ratio"] is None and m["used_rounds"] == 0 and m["aside_rounds"] == 8
     assert m["not_enough_runs"].startswith(NOT_ENOUGH) and "8 rounds left out, a run set aside" in m["not_enough_runs"]
+    assert p.withheld() == f"no paired ratio, its rounds set aside: {m['not_enough_runs']}"  # a resumed sweep measures it again
+    assert m["fitted_qps"] is None and m["qps_ratio_levels"] is None  # no limits that would read as the ratio withheld
 
 
 def test_a_bad_slowdown_is_one_line_and_exit_2(tmp_path):

@@ -25,7 +25,8 @@ def planted_cache(cache):
         {"family": "tbe_int8", "healthy": False, "measured_ns": 515.0, "expected_ns": 82.0, "unit": "ns/row"},
         {"family": "tbe_int4", "healthy": True, "measured_ns": 40.0, "expected_ns": 120.0, "unit": "ns/row", "stable": False}]}))
     (timing / "m1-pace.jsonl").write_text("".join(json.dumps({"v": 1, "setup": setup, "service_ms": 2.0, "rows_per_batch": 8.0}) + "\n"
-                                                  for setup in ("s1", "s1", "s1", "s2")))
+                                                  for setup in ("s1", "s1", "s1", "s2")) +
+                                          json.dumps({"v": 0, "setup": "s1", "service_ms": 2.0}) + "\n")  # an older version's line
     return timing
 
 
@@ -39,7 +40,8 @@ def test_show_lists_each_cache_and_reset_empties_the_rerun_log_then_everything(t
     assert "  tbe_int4: 40.0 ns/row (at most 120.0), unstable: probed again next run" in out
     assert "re-run log m1-reruns.jsonl: 7 lines of 3 jobs" in out
     assert f"{SETTING}; {KERNELS}: 2 jobs, between runs" in out and "fbgemm anyarch, cpuinfo fix disabled: 1 jobs, no job measured twice" in out
-    assert "pace log m1-pace.jsonl: 4 served runs of 2 serving setups" in out
+    assert "pace log m1-pace.jsonl: 5 served runs of 2 serving setups" in out
+    assert "by log version 0: 1, 1: 4 (a job reads its own version's only)" in out
     assert "import torch" not in out and "torch" not in shown.stderr
 
     reset = run_bench("timing", "reset", "--cache-dir", str(tmp_path / "cache"))

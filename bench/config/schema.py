@@ -417,8 +417,8 @@ class ServeConfig:
     # runs and then in ABBA rounds with it, until the ratio has its evidence: min_rounds joint rounds after both
     # sides' first reversals and min_reversals reversals on each side, however long a run lasts here. max_search_s
     # (each side's search and tracking runs together, as they took) and track_rounds (joint rounds) are caps: one
-    # reached before that evidence leaves the job with no ratio ("not enough runs"). The ratio is the geometric
-    # mean of the per-round ratios of the two sides' loads; its interval is where a re-run's should fall, with
+    # reached before that evidence leaves the job with no ratio ("not enough runs"). The ratio is read from the
+    # tracking runs as ratio_fit says (below); its interval is where a re-run's should fall, with
     # rerun_spread the run-to-run SD (of the log ratio) one job's rounds cannot see (docs/serving.md).
     # track_rounds 0: no tracking (the ratio of the two searches' max QPS).
     track_step: float = 0.04

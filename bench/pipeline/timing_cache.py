@@ -82,8 +82,12 @@ def _reruns(path: Path) -> list[str]:
 
 
 def _pace(path: Path) -> list[str]:
-    runs = Counter(obj.get("setup") for _, obj in read_jsonl(path).lines)
-    return [f"pace log {path.name}: {sum(runs.values())} served runs of {len(runs)} serving setups (a Server run's usual batch time)"]
+    lines = [obj for _, obj in read_jsonl(path).lines]
+    runs, versions = Counter(obj.get("setup") for obj in lines), Counter(obj.get("v") for obj in lines)
+    # a job reads only its own version's lines (bench.serve.pace.VERSION): say so where the log holds several
+    kinds = "" if len(versions) < 2 else "; by log version " + ", ".join(f"{v}: {n}" for v, n in sorted(versions.items(), key=str)) + \
+        " (a job reads its own version's only)"
+    return [f"pace log {path.name}: {sum(runs.values())} served runs of {len(runs)} serving setups (a Server run's usual batch time){kinds}"]
 
 
 def reset(folder: Path, everything: bool) -> list[str]:

@@ -111,7 +111,9 @@ def _paired_lines(server: pd.DataFrame) -> list[str]:
               _tracked(r), fmt.DASH if fmt.missing(r.paired_joint_rounds) else f"{r.paired_joint_rounds:g}",
               r.paired_side_runs or fmt.DASH, r.paired_reversals or fmt.DASH]
              for r in paired.itertuples(index=False)]
-    short = [f"- {r.backend}: {r.ratio_evidence}" for r in paired.itertuples(index=False) if _short(r)]
+    short = [f"- {r.backend}: {r.ratio_evidence}" + (" — the host's doing: `resume=true` measures this job again"
+                                                      if isinstance(getattr(r, "measure_again", None), str) else "")
+             for r in paired.itertuples(index=False) if _short(r)]
     return ["### Relative to fp32, paired", "",
             "Each backend's search ran interleaved with an fp32 search, run by run in ABBA order in the job's process: "
             "then both tracked their limits in the same rounds until the ratio had its evidence; the ratio is read as the column "

@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from bench.metrics import LATENCY_MS, MAX_QPS, PAIRS_PER_S, SAMPLES_PER_S, hi, lo
+from bench.metrics import LATENCY_MS, MAX_QPS, MEASURE_AGAIN, PAIRS_PER_S, SAMPLES_PER_S, hi, lo
 from bench.record import RunRecord, is_serving
 from bench.results.key import BASELINE, SERVE_KEY, backend_rank, in_context, serve_key_of
 from bench.results.table import as_records, created
@@ -29,7 +29,7 @@ COLUMNS = [
     "ref_gemm_us_start", "ref_gemm_us_end", "ref_gather_us_start", "ref_gather_us_end", "error", "config_hash",
     "fingerprint", "created_at", "record_id",
     # Server jobs paired with fp32 (serve.paired): qps_ratio is then the paired ratio from both sides' tracking
-    # (bench.serve.paired), qps_ratio_lo/hi the range of its per-round ratios, the brackets' interval beside it
+    # (bench.serve.paired), qps_ratio_lo/hi where a re-run's ratio should fall, the brackets' interval beside it
     "ratio_method", "qps_ratio_lo", "qps_ratio_hi", "qps_ratio_bracket_lo", "qps_ratio_bracket_hi", "fp32_max_qps_paired",
     "fp32_bracket_paired", "fp32_evidence_paired", "tracked_qps", "fp32_tracked_qps_paired", "paired_track", "paired_joint_rounds",
     "paired_runs", "paired_no_load",
@@ -39,6 +39,8 @@ COLUMNS = [
     # the evidence behind the paired ratio: each side's runs and staircase reversals ("backend / fp32"), and
     # "not enough runs: ..." where the cap came before it (qps_ratio then empty)
     "paired_side_runs", "paired_reversals", "ratio_evidence",
+    # why the host withheld the answer (a resumed sweep measures the job again), and the record measured again after
+    "measure_again", "measured_again_after",
 ]
 PAIRED, UNPAIRED = "paired", "separate jobs"
 OPEN = "\u2014"  # an open end of a bracket
@@ -118,7 +120,8 @@ def _paired(m: dict[str, Any]) -> dict[str, Any]:
             "fp32_fitted_qps_paired": _num((p.get("fitted_qps") or {}).get("reference")), "levels_ratio": _num(p.get("qps_ratio_levels")),
             "paired_runs": len(p.get("runs") or []) or math.nan, "paired_no_load": p.get("no_load"),
             "paired_side_runs": _per_side(p.get("side_runs")), "paired_reversals": _per_side(p.get("reversals")),
-            "ratio_evidence": p.get("not_enough_runs")}
+            "ratio_evidence": p.get("not_enough_runs"), "measure_again": m.get(MEASURE_AGAIN),
+            "measured_again_after": m.get("measured_again_after")}
 
 
 def _per_side(counts: dict[str, int] | None) -> str | None:

@@ -242,6 +242,13 @@ class PairedSearch:
                 short.append(f"{name} {n} reversals, of {self.evidence.min_reversals} (serve.min_reversals)")
         return "; ".join(short) or None
 
+    def withheld(self) -> Optional[str]:
+        """Why the host withheld the ratio ('no paired ratio, its rounds set aside: not enough runs: ...'): tracking
+        ended without its evidence while rounds were set aside (steal, a slow host); None otherwise."""
+        if not self.tracking or len(self.tracks) < 2 or self.ratio is not None or not self.aside_rounds:
+            return None
+        return f"no paired ratio, its rounds set aside: {NOT_ENOUGH}: {self.shortfall()} ({self.stop})"
+
     @property
     def enough(self) -> bool:
         return self.shortfall() is None
@@ -361,7 +368,7 @@ class PairedSearch:
         low, high = self.interval
         b_low, b_high = self.bracket_interval
         short = self.shortfall()
-        fit = self.fitted() if self.tracking else None
+        fit = self.fitted() if self.tracking and self.ratio is not None else None  # no limits where the ratio is withheld
         return {
             "qps_ratio": self.ratio, "qps_ratio_lo": low, "qps_ratio_hi": high, "ratio_fit": self.fit if self.tracking else None,
             "qps_ratio_levels": self.levels_ratio,  # the levels' ratio, beside a fitted one

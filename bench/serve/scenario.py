@@ -31,7 +31,7 @@ from bench.config import Config, check_serve_config
 from bench.measure.figures import Held, JobFigures
 from bench.measure.memory import model_bytes
 from bench.measure.noise import LoadWatch, reference_speed
-from bench.metrics import LATENCY_MS, PAIRS_PER_S, SAMPLES_PER_S
+from bench.metrics import LATENCY_MS, MEASURE_AGAIN, PAIRS_PER_S, SAMPLES_PER_S
 from bench.models.random_weights import RANDOM
 from bench.pipeline.job import PERFORMANCE_ONLY, backend_config, backend_scores, reference_module
 from bench.registry import BASELINE_BACKEND
@@ -135,8 +135,8 @@ def paired_max_qps(cfg: Config, candidate: nn.Module, reference: nn.Module, devi
       (steps: each LoadGen run with its verdict, percentiles, late-query causes and steal);
     - `paired.reference_max_qps` and `paired.reference`: fp32's search, the same keys;
     - `paired.qps_ratio`, `paired.qps_ratio_lo`, `paired.qps_ratio_hi`: candidate / fp32 capacity from the two sides' staircases tracked
-      in the same rounds after their searches (the geometric mean of the per-round load ratios, and where a re-run's
-      should fall; None when either side met no load, `paired.no_load` says which, or when serve.max_search_s came
+      in the same rounds after their searches (read as serve.ratio_fit says: the fitted limits' ratio, or the levels'
+      geometric mean, and where a re-run's should fall; None when either side met no load, `paired.no_load` says which, or when serve.max_search_s came
       before the evidence serve.min_rounds / serve.min_reversals ask, `paired.not_enough_runs` says what was
       short); `paired.side_runs`, `paired.reversals`: each side's runs and staircase reversals; `paired.qps_ratio_bracket_lo`/`_hi`: what
       the two search brackets allow; `paired.tracked_qps` / `reference_tracked_qps`: each side's tracked level;
@@ -247,6 +247,9 @@ def server(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any], pair: "Pai
         server_finish(pair.runs, pair.warm, reference, paired.reference)
         reference["warm_up"] = pair.warm
         metrics["paired"] = {**paired.as_metrics(), "reference_backend": BASELINE_BACKEND, "reference": reference}  # stored once, here
+        withheld = paired.withheld()
+        if withheld:  # the host, not the backends, left it without a ratio: a resumed sweep measures it again
+            metrics[MEASURE_AGAIN] = withheld
     return server_finish(runs, warm, metrics, search)
 
 

@@ -75,7 +75,7 @@ class ResumeIndex:
         return self._index(reports_dir).latest(config_hash, fingerprint)
 
     def withheld(self, reports_dir: str, config_hash: str, fingerprint: str) -> RunRecord | None:
-        """The job's last ok record whose answer the host withheld (bench.record.MEASURE_AGAIN): measured again."""
+        """The job's last ok record whose answer the host withheld (bench.record.reusable): measured again."""
         return self._index(reports_dir).withheld(config_hash, fingerprint)
 
 

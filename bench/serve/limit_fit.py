@@ -17,9 +17,11 @@ verdicts of one round that fail together are read as the host's doing, as the le
 and one side failing alone as that side's limit. The estimate is the maximum a posteriori of (ln L_c, ln L_r,
 ln w, ln tau): flat in the limits, ln w ~ N(ln WIDTH, 1) and ln tau ~ N(ln HOST_SD, 1). The priors keep w and tau
 finite where the verdicts separate (every run up to some load VALID, every run past it INVALID), as a
-staircase's few runs often do; a limit then lands in the gap. WIDTH = HOST_SD = 0.05: on this harness's records
-a run within about 5% of its limit goes either way (docs/serving.md). The ratio is L_c / L_r
-(`serve.ratio_fit=logistic`); its interval comes from a jackknife over ABBA blocks of rounds (`jackknife`).
+staircase's few runs often do; a limit then lands in the gap. WIDTH = HOST_SD = 0.05: the widths fitted to this
+harness's serving records lie mostly between 1% and 6% of the load. The ratio is L_c / L_r
+(`serve.ratio_fit=logistic`); its interval comes from a jackknife over ABBA blocks of rounds (`jackknife`). A
+round state drawn afresh each round does not follow a host that drifts through a whole job; the jackknife then
+gives a wide interval (docs/serving.md, "Reading the ratio").
 
 Hand-written: the likelihood, the priors and the jackknife. The quadrature nodes are numpy's, the optimiser scipy's.
 """

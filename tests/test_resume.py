@@ -204,8 +204,8 @@ def test_a_sweep_stopped_by_ctrl_c_then_killed_resumes_to_one_record_per_job(tmp
     stored = lambda: read_records(tmp_path / "reports" / "records.jsonl")  # noqa: E731
 
     # 1. Ctrl-C while job 1 runs: job 0's record is kept, job 1 leaves nothing behind.
-    code, _, err = interrupt_when_started(start(tmp_path, "run1"), tmp_path / "run1" / "1", signal.SIGINT)
-    assert code == 130 and "interrupted" in err and "resume=true" in err
+    code, out, err = interrupt_when_started(start(tmp_path, "run1"), tmp_path / "run1" / "1", signal.SIGINT)
+    assert code == 130 and "interrupted" in err and "resume=true" in err, (code, out[-2000:], err[-4000:])  # what the run said, if not
     assert list(records_in(tmp_path / "run1")) == [0] and len(stored()) == 1
 
     # 2. Resumed, then SIGKILL while job 2 runs: job 0 re-emitted, job 1 measured, job 2 nothing.

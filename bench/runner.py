@@ -256,7 +256,7 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
             record.status, record.error = "skipped", skip
         else:
             record.metrics = route.measure(cfg, backend, device, session.work, setting)
-            if cfg.resume and again is not None:
+            if again is not None:
                 record.metrics["measured_again_after"] = again.record_id  # the withheld record, kept as it was
             record.error = route.fault(record.metrics)  # it ran, but what it measured fails the job
             record.status = "error" if record.error else "ok"

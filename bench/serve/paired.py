@@ -96,7 +96,6 @@ CONFIDENCE = 0.95  # of the interval for a re-run's ratio
 NOT_ENOUGH = "not enough runs"
 # serve.ratio_fit: how the ratio is read from the tracking runs (bench.serve.limit_fit), the default first
 LOGISTIC, LEVELS = "logistic", "levels"
-RATIO_FITS = (LOGISTIC, LEVELS)
 
 # run(side, qps, draw, role) -> the step; side is CANDIDATE or REFERENCE, role SEARCH or TRACK
 RunPaired = Callable[[str, float, int, str], Step]
@@ -189,6 +188,9 @@ class PairedSearch:
     tracks: dict[str, Staircase] = field(default_factory=dict)  # the sides that track (met load)
     spent: dict[str, float] = field(default_factory=dict)  # seconds each side's runs took (or were expected to)
     stop: str = ""  # why tracking ended
+    # each fit made (bench.serve.limit_fit: about a hundred cost evaluations) by the block left out and the runs it saw:
+    # the ratio, its interval, the record and the withheld check read the same fit instead of making it again
+    _fits: dict[tuple[Optional[int], int], Optional[Fit]] = field(default_factory=dict, repr=False)
 
     @property
     def max_qps(self) -> float:
@@ -263,8 +265,12 @@ class PairedSearch:
         unless both sides track."""
         if len(self.tracks) < 2:
             return None
-        return fit_limits([Run(r["round"], i, r["target_qps"], r["validity"] == "VALID") for i, side in enumerate(SIDES)
-                           for r in self.tracks[side].runs if r["moved"] and (leave_out is None or r["round"] // 2 != leave_out)])
+        runs = [Run(r["round"], i, r["target_qps"], r["validity"] == "VALID") for i, side in enumerate(SIDES)
+                for r in self.tracks[side].runs if r["moved"] and (leave_out is None or r["round"] // 2 != leave_out)]
+        key = (leave_out, sum(len(t.runs) for t in self.tracks.values()))  # a new tracking run makes a new fit
+        if key not in self._fits:
+            self._fits[key] = fit_limits(runs)
+        return self._fits[key]
 
     def fitted_log_ratio(self, leave_out: Optional[int] = None) -> Optional[float]:
         """ln(the candidate's fitted limit / fp32's), `leave_out` as `fitted`'s; None where there is no fit."""

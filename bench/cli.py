@@ -14,25 +14,29 @@ or skipped record yet. A resumed job's record goes to its job folder but not aga
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import functools
 import logging
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from bench import preflight
-from bench.config import CONF_DIR, config_groups, group_options
-from bench.config.compose import to_config
+from bench.config import CONF_DIR, Config, config_groups, group_options
+from bench.config.compose import compose, to_config
 from bench.config import register_configs
 from bench.console import quiet_library_noise
 from bench.errors import EXIT_GATE_FAILED, EXIT_HARNESS_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USER_ERROR, UserError, internal_error
+from bench.metrics import MEASURE_AGAIN
+from bench.record import RunRecord
 from bench.store import RECORDS, save_record
 
 POSITIVE_INT_KEYS = ("batch_size", "eval_batch_size", "calibration_batch_size", "threads", "world_size")
@@ -94,9 +98,6 @@ def _run_dir() -> Path | None:
 
 def _task(cfg: DictConfig) -> str:
     config = to_config(cfg)
-    from bench.distributed import one_job_per_host, writes_records
-    from bench.runner import run_job  # torch and the plug-ins: imported after the pre-flight checks
-
     quiet_library_noise()
     if config.tune is not None:  # +sweep=tune: one tune, not a job (bench.tune)
         from bench.tune import main as tune_main
@@ -105,20 +106,14 @@ def _task(cfg: DictConfig) -> str:
         if code:
             sys.exit(code)
         return "ok"
-    session = shared_session()
     hydra_cfg = HydraConfig.get()
-    # resume's claim on the job is held until its record is stored: a concurrent identical sweep
-    # waits for it, then finds the record instead of measuring the job again
-    with session.claims:
-        with one_job_per_host(config) as window:
-            record, exc = run_job(config, session)
-        if record.status == "ok" and not record.resumed_from:
-            record.metrics["job_window"] = window.span()
-        if not writes_records():  # a rank other than 0 of a multi-process job: rank 0 writes the record
-            if record.status == "error":
-                sys.exit(EXIT_GATE_FAILED)
-            return record.status
-        save_record(record, Path(hydra_cfg.runtime.output_dir), Path(config.reports_dir), store=record.resumed_from is None)
+    record = measure_and_store(config, Path(hydra_cfg.runtime.output_dir))
+    from bench.distributed import writes_records
+
+    if not writes_records():  # a rank other than 0 of a multi-process job: rank 0 wrote the record
+        if record.status == "error":
+            sys.exit(EXIT_GATE_FAILED)
+        return record.status
     from bench.report.summary import summary  # pandas: imported after the pre-flight checks
 
     if hydra_cfg.mode == RunMode.MULTIRUN:
@@ -135,6 +130,70 @@ def _task(cfg: DictConfig) -> str:
         print(f"error: {record.error}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR if record.user_error else EXIT_GATE_FAILED)
     return record.status
+
+
+def measure_and_store(config: Config, output_dir: Path, again_after: RunRecord | None = None) -> RunRecord:
+    """Measure one job (or, with resume, hand back its stored record) under this host's job lock, and store its
+    record in the store and in `output_dir` (rank 0 of a multi-process job stores it, the other ranks do not).
+    `again_after`: the record of the same job whose answer the host withheld, named in the new one."""
+    from bench.distributed import one_job_per_host, writes_records
+    from bench.runner import run_job  # torch and the plug-ins: imported after the pre-flight checks
+
+    session = shared_session()
+    # resume's claim on the job is held until its record is stored: a concurrent identical sweep
+    # waits for it, then finds the record instead of measuring the job again
+    with session.claims:
+        with one_job_per_host(config) as window:
+            record, exc = run_job(config, session)
+        if record.status == "ok" and not record.resumed_from:
+            record.metrics["job_window"] = window.span()
+        if again_after is not None and not record.resumed_from:
+            record.metrics["measured_again_after"] = again_after.record_id  # kept in the store as it was
+        if writes_records():
+            save_record(record, output_dir, Path(config.reports_dir), store=record.resumed_from is None)
+    return record
+
+
+@contextlib.contextmanager
+def hydra_output_dir(path: Path) -> Iterator[None]:
+    """Hydra's output folder, as a job reads it (bench.serve.scenario.job_dir puts its serving logs there), set to
+    `path` for a job measured after Hydra's launcher returned; Hydra's config as it was afterwards."""
+    from hydra.conf import HydraConf
+
+    instance = HydraConfig.instance()
+    before = instance.cfg
+    job = OmegaConf.create({"hydra": OmegaConf.structured(HydraConf)})
+    job.hydra.runtime.output_dir = str(path)
+    instance.set_config(job)
+    try:
+        yield
+    finally:
+        instance.cfg = before
+
+
+def measure_again(sweep_dir: Path, passes: int) -> None:
+    """Once a sweep's jobs are done, measure again each job whose answer the host withheld (a paired Server job
+    whose rounds were set aside as slow or stolen, so no ratio: bench.record.reusable), up to `passes` times
+    (`measure_again`). The host has had the rest of the sweep to leave its slow phase. Each measurement is the job's
+    own config (composed from `<job>/.hydra/overrides.yaml`) without resume, its record stored beside the others and in
+    `<job>/again-<n>/` (bench.sweep.job_record: the job's record from then on); the withheld record stays as it was."""
+    from bench.report.summary import summary  # pandas: imported after the pre-flight checks
+    from bench.sweep import again_dir, withheld_jobs
+
+    for n in range(1, passes + 1):
+        jobs = withheld_jobs(sweep_dir)
+        if not jobs:
+            return
+        names = ", ".join(f"{r.backend} {r.device} bs={r.batch_size}" for _, r in jobs)
+        log.info("measure again (%d of %d, measure_again): %d job(s) the host left without an answer: %s", n, passes, len(jobs), names)
+        for job, withheld in jobs:
+            # the job's own overrides (the sweep's values for it included), composed as Hydra composed them
+            config = dataclasses.replace(compose(list(OmegaConf.load(job / ".hydra" / "overrides.yaml"))), resume=False)
+            out = again_dir(job, n)
+            with hydra_output_dir(out):
+                record = measure_and_store(config, out, again_after=withheld)
+            log.info("measured again after %s (%s): %s", withheld.record_id, withheld.metrics[MEASURE_AGAIN],
+                     summary(record).splitlines()[0])
 
 
 def recommend(argv: list[str]) -> int:
@@ -210,10 +269,12 @@ def run(argv: list[str]) -> int:
     try:
         with preflight.sweep_checked() if checked else contextlib.nullcontext():  # each job composed once, not twice
             hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(task)()
+        ended = ended_sweep()
+        if ended is not None and ended.get("measure_again"):
+            measure_again(Path(ended.hydra.sweep.dir), ended.measure_again)
     except KeyboardInterrupt:
         print("interrupted: the running job left no record; re-run the same command with resume=true to finish", file=sys.stderr)
         return EXIT_INTERRUPTED
-    ended = ended_sweep()
     if ended is not None:
         return finish(ended)  # a sweep config's report, gate and history; 1 when a job errored
     if _errored:  # a bare multirun (`-m`): no report, but an errored job still fails the run

@@ -33,9 +33,14 @@ RESUMABLE = ("ok", "skipped")  # a resumed sweep reuses these; `error` jobs run 
 # aside, and so has no ratio) says why under metrics' MEASURE_AGAIN: a resumed sweep measures such a job again.
 
 
+def withheld(record: "RunRecord") -> bool:
+    """An ok record whose job withheld its answer because the host disturbed it: measured again (bench.cli.measure_again, resume)."""
+    return record.status == "ok" and bool((record.metrics or {}).get(MEASURE_AGAIN))
+
+
 def reusable(record: "RunRecord") -> bool:
     """A record a resumed sweep hands back: ok or skipped, and not one whose answer the host withheld."""
-    return record.status in RESUMABLE and not (record.metrics or {}).get(MEASURE_AGAIN)
+    return record.status in RESUMABLE and not withheld(record)
 
 
 def new_record_id() -> str:

@@ -27,7 +27,7 @@ from typing import Iterable, Optional
 
 from bench.io import DAMAGED_SUFFIX, JsonlLines, append_jsonl, parse_jsonl, read_jsonl, write_json_atomic, write_text_atomic, to_json
 from bench.config import RECORDS_FILE
-from bench.record import RESUMABLE, NewerSchema, RunRecord, SchemaError, reusable
+from bench.record import NewerSchema, RunRecord, SchemaError, reusable, withheld
 
 RECORDS = RECORDS_FILE
 CLAIMS = ".claims"
@@ -159,7 +159,7 @@ class StoreIndex:
             key = (record.config_hash, (record.env or {}).get("fingerprint"))
             if reusable(record):
                 self._latest[key] = record
-            elif record.status in RESUMABLE:  # ok, but its answer withheld by the host (MEASURE_AGAIN): measured again
+            elif withheld(record):  # ok, but its answer withheld by the host (MEASURE_AGAIN): measured again
                 self._withheld[key] = record
         if found.damaged:
             self.skipped += found.damaged

@@ -29,7 +29,7 @@ from bench.config.files import as_compare_config as compare_settings
 from bench.distributed import overlapping
 from bench.errors import EXIT_GATE_FAILED, EXIT_HARNESS_ERROR, EXIT_OK, internal_error
 from bench.progress import progress
-from bench.record import RunRecord, is_serving
+from bench.record import RunRecord, is_serving, withheld
 
 if TYPE_CHECKING:  # pandas is imported after the pre-flight checks
     from bench.results.assemble import Results
@@ -83,9 +83,30 @@ def sweep_variant(task_overrides) -> str | None:
     return " ".join(kept) or None
 
 
+AGAIN = "again-"  # <job>/again-<n>/: the job measured again the n-th time after the host withheld its answer
+
+
+def again_dir(job_dir: Path, n: int) -> Path:
+    return Path(job_dir) / f"{AGAIN}{n}"
+
+
+def job_record(job_dir: Path) -> RunRecord:
+    """A job's record: its last measurement after the host withheld its answer (`<job>/again-<n>/record.json`,
+    bench.cli.measure_again), else its own (`<job>/record.json`)."""
+    again = [p for p in Path(job_dir).glob(f"{AGAIN}*/record.json") if p.parent.name[len(AGAIN):].isdigit()]
+    path = max(again, key=lambda p: int(p.parent.name[len(AGAIN):])) if again else Path(job_dir) / "record.json"
+    return RunRecord.from_dict(json.loads(path.read_text(encoding="utf-8")))
+
+
 def sweep_records(sweep_dir: Path) -> list[RunRecord]:
-    """The records the sweep's jobs left in their folders (`<sweep dir>/<job>/record.json`)."""
-    return [RunRecord.from_dict(json.loads(p.read_text(encoding="utf-8"))) for p in sorted(Path(sweep_dir).glob("*/record.json"))]
+    """The records the sweep's jobs left in their folders (`<sweep dir>/<job>/record.json`), each job's last (`job_record`)."""
+    return [job_record(p.parent) for p in sorted(Path(sweep_dir).glob("*/record.json"))]
+
+
+def withheld_jobs(sweep_dir: Path) -> list[tuple[Path, RunRecord]]:
+    """The sweep's jobs whose record withheld its answer because the host disturbed them (bench.record.withheld), with that record."""
+    jobs = [(p.parent, job_record(p.parent)) for p in sorted(Path(sweep_dir).glob("*/record.json"))]
+    return [(job, record) for job, record in jobs if withheld(record)]
 
 
 _ended: list[DictConfig] = []  # the config of the sweep Hydra finished in this process, for `finish`
@@ -186,8 +207,12 @@ def finish(config: DictConfig) -> int:
     variant = sweep_variant(config.hydra.overrides.task)
     counts = {s: sum(r.status == s for r in records) for s in ("ok", "error", "skipped")}
     resumed = sum(bool(r.resumed_from) for r in records)
+    again = sum(bool((r.metrics or {}).get("measured_again_after")) and not r.resumed_from for r in records)
+    still = sum(withheld(r) for r in records)
     user = sum(r.user_error for r in records)
     note = (f"; {resumed} resumed from stored records" if resumed else "") + (f"; {user} of the errors bad input" if user else "")
+    note += f"; {again} measured again after the host withheld an answer" if again else ""
+    note += f"; {still} still without an answer, the host's doing (resume=true measures again)" if still else ""
     print(f"sweep {name}: {len(records)} jobs ({counts['ok']} ok, {counts['error']} error, {counts['skipped']} skipped{note})")
     for r in records:
         if r.status == "error":

@@ -4,17 +4,19 @@ round left out of the paired ratio; and a real serving job on a history that say
 
 import dataclasses
 import json
+import shutil
 
 import pytest
 
 from bench.config.compose import compose
 from bench.serve.pace import FILL, MIN_RUNS, RECENT, VERSION, Pace, log_path, setup_key
 from bench.serve.paired import CANDIDATE, NOT_ENOUGH, REFERENCE, TRACK, interleave
+from bench.store import read_records
 from bench.serve.qps_search import aside_cause, aside_words, disturbed, search_plan
 from bench.serve.scenario import FP32, round_qps
 from bench.runner import run_job
 from tests.conftest import run_bench
-from tests.test_faults import fast_cfg, fast_models  # noqa: F401 (fixtures)
+from tests.test_faults import FAST, fast_cfg, fast_models  # noqa: F401 (fixtures)
 from tests.test_serve import TINY_SERVE
 
 
@@ -153,3 +155,39 @@ def test_a_serving_job_on_a_history_of_a_faster_host_sets_its_runs_aside(fast_cf
     assert all(s["machine"]["host_slow"] and s["machine"]["pace"] > 5 for s in m["steps"])
     assert "set aside: slow host" not in m["evidence"]  # every run at a target was slow: they all count, as the search says
     assert all(j["runs"] == 2 for j in m["judgments"])  # each target ran again once (2 x serve.judgments) before counting them
+
+
+@pytest.mark.slow
+def test_a_sweep_measures_again_a_job_the_host_left_without_an_answer_before_its_report(tmp_path, fast_models):  # noqa: F811
+    # A paired Server job whose every tracking round the host served slow has no ratio: its record says so
+    # (measure_again) and, once the sweep's jobs are done, the sweep measures the job again (measure_again=1) into
+    # <job>/again-1/; the report reads that measurement, and the withheld record stays in the store as it was.
+    shutil.copytree(fast_models, tmp_path / "cache" / "models")
+    # enough queries a run for LoadGen's early stopping to judge a load VALID: both sides meet load and track it
+    args = [*FAST, *TINY_SERVE, "backend=uint4", "serve.scenario=server", "serve.max_slowdown=0.15", "serve.min_query_count=700", "serve.qps_start=1000",
+            f"cache_dir={tmp_path / 'cache'}", f"reports_dir={tmp_path / 'reports'}"]
+    first = run_bench(*args, "measure_again=0", f"hydra.sweep.dir={tmp_path / 'm1'}", timeout=300)
+    assert first.returncode == 0 and "1 jobs (1 ok, 0 error, 0 skipped)" in first.stdout, first.stderr[-3000:]
+    # both sides' serving setups as if this host had served them ten times faster before: every run of the next
+    # sweep is slow, and so is every run of its measurement again (the planted lines stay the most of the RECENT)
+    path = next((tmp_path / "cache" / "timing").glob("*-pace.jsonl"))
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len({line["setup"] for line in lines}) == 2
+    path.write_text("".join(json.dumps({**line, "service_ms": line["service_ms"] / 10}) + "\n" for line in lines * RECENT))
+    second = run_bench(*args, f"hydra.sweep.dir={tmp_path / 'm2'}", timeout=600)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert ("1 jobs (1 ok, 0 error, 0 skipped; 1 measured again after the host withheld an answer; 1 still without an answer, "
+            "the host's doing (resume=true measures again))") in second.stdout, second.stdout[-3000:]
+    assert "measure again (1 of 1, measure_again): 1 job(s) the host left without an answer: uint4 cpu" in second.stdout + second.stderr
+    stored = read_records(tmp_path / "reports" / "records.jsonl")
+    assert len(stored) == 3 and stored[0].metrics.get("measure_again") is None  # the first sweep, at no usual pace yet
+    withheld, again = stored[1], stored[2]
+    assert withheld.metrics["measure_again"].startswith("no paired ratio, its rounds set aside") and withheld.metrics["paired"]["qps_ratio"] is None
+    assert again.metrics["measured_again_after"] == withheld.record_id and again.config_hash == withheld.config_hash
+    assert again.metrics["measure_again"]  # the host still slow: still without an answer, and said so
+    job = tmp_path / "m2" / "0"
+    assert json.loads((job / "record.json").read_text())["record_id"] == withheld.record_id  # as it was
+    assert json.loads((job / "again-1" / "record.json").read_text())["record_id"] == again.record_id
+    assert list((job / "again-1").glob("loadgen/*/mlperf_log_detail.txt"))  # its LoadGen logs beside its record
+    report = next((tmp_path / "reports" / "serve").glob("2*"))
+    assert [json.loads(line)["record_id"] for line in (report / "records.jsonl").read_text().splitlines()] == [again.record_id]

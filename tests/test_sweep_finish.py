@@ -94,3 +94,31 @@ def test_the_stored_records_rerendered_and_rejudged_give_the_nightlys_verdicts(t
     assert (folder / "results.csv").read_text() == stored_csv  # the same intervals and verdict words as the run's
     at_default = rejudge(folder, ["compare.alpha=0.05"])  # the default alpha would judge otherwise, beside the stored one
     assert not at_default.stored and any("min_speedup" in c and "pass -> inconclusive" in c for c in at_default.changes)
+
+
+def test_a_job_measured_again_is_read_from_its_last_again_folder_and_counted(tmp_path, capsys):
+    # bench.cli.measure_again stores a job measured again after the host withheld its answer in <job>/again-<n>/:
+    # the sweep's records, its report and its summary line read the job's last measurement; the withheld one stays.
+    from bench.sweep import again_dir, sweep_records, withheld_jobs
+
+    config = nightly(tmp_path)
+    job = Path(config.hydra.sweep.dir) / "1"
+    first = json.loads((job / "record.json").read_text())
+    first["metrics"]["measure_again"] = "no paired ratio, its rounds set aside: planted"
+    (job / "record.json").write_text(json.dumps(first))
+    assert [(j.name, r.record_id) for j, r in withheld_jobs(job.parent)] == [("1", first["record_id"])]
+    for n, why in ((1, "planted again"), (2, None)):
+        again = {**first, "record_id": f"again{n}", "metrics": {**first["metrics"], "measured_again_after": first["record_id"]}}
+        again["metrics"].pop("measure_again")
+        if why:
+            again["metrics"]["measure_again"] = why
+        again_dir(job, n).mkdir()
+        (again_dir(job, n) / "record.json").write_text(json.dumps(again))
+        (again_dir(job, 10 + n)).mkdir()  # a folder without a record is not a measurement
+    assert [r.record_id for r in sweep_records(job.parent)] == [json.loads((job.parent / "0" / "record.json").read_text())["record_id"], "again2"]
+    assert withheld_jobs(job.parent) == []
+    assert finish(config) == 0
+    out = capsys.readouterr().out
+    assert "sweep nightly: 2 jobs (2 ok, 0 error, 0 skipped; 1 measured again after the host withheld an answer)" in out
+    report = next((tmp_path / "reports" / "nightly").glob("2*"))
+    assert [json.loads(line)["record_id"] for line in (report / "records.jsonl").read_text().splitlines()][1] == "again2"

@@ -42,6 +42,7 @@ def refused(argv, tmp_path, capsys) -> str:
         (["timing.trials=0"], "timing.trials must be at least 1, got 0"),
         (["timing.min_trial_seconds=-1"], "timing.min_trial_seconds must be 0 or more"),
         (["memory_fraction=0"], "memory_fraction must be a positive number"),
+        (["+sweep=serve", "measure_again=-1"], "measure_again must be 0 or more"),
         (["backend=ps_redis", "sharding=row_wise", "world_size=2"], "backend=ps_redis cannot be sharded"),
         (["backend=ps_redis", "backend.cache_fraction=2"], "backend.cache_fraction must be in (0, 1]"),
         (["+sweep=nightly", "gate.history_runs=0"], "gate.history_runs must be at least 1"),

@@ -22,7 +22,7 @@ from bench.errors import UserError
 RECORDS_FILE = "records.jsonl"  # the record store in reports_dir (bench.store)
 # Keys that change where output goes or what happens after measuring, never what a job measures: not
 # part of a job's identity (its config hash, bench.runner) nor of a sweep's variant (bench.sweep).
-NOT_THE_JOB = ("reports_dir", "cache_dir", "sweep_name", "gate", "compare", "run_gate", "resume", "memory_fraction", "tune",
+NOT_THE_JOB = ("reports_dir", "cache_dir", "sweep_name", "gate", "compare", "run_gate", "resume", "measure_again", "memory_fraction", "tune",
                "one_job_per_host", "kernel_health", "attribute_layers", "slo", "accuracy", "memory", "recommend", "family")
 
 
@@ -628,6 +628,10 @@ class Config:
     # Reuse the ok/skipped record of a job already in <reports_dir>/records.jsonl (same config hash,
     # same machine fingerprint) instead of measuring it again: re-run an interrupted sweep with it.
     resume: bool = False
+    # Once a sweep's jobs are done, measure again each job whose answer the host withheld (a paired Server job whose
+    # rounds were set aside as slow or stolen: no ratio), up to this many times (bench.cli.measure_again); 0 leaves
+    # them to a re-run with resume=true, which measures such a job again too.
+    measure_again: int = 1
     # Skip a job (status `skipped`) whose estimated memory exceeds this fraction of what is available
     # (MemAvailable; free GPU memory on CUDA). null turns the check off.
     memory_fraction: Optional[float] = 0.8

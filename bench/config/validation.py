@@ -37,6 +37,9 @@ def check_values(cfg: Config) -> None:
     fraction = cfg.memory_fraction
     if fraction is not None and not (isinstance(fraction, (int, float)) and fraction > 0):
         raise UserError(f"memory_fraction must be a positive number (or null to turn the memory check off), got {fraction!r}")
+    if not isinstance(cfg.measure_again, int) or isinstance(cfg.measure_again, bool) or cfg.measure_again < 0:
+        raise UserError(f"measure_again must be 0 or more (how many times a sweep measures again a job the host left "
+                        f"without an answer; 0: none), got {cfg.measure_again!r}")
     check_timing(cfg.timing, cfg.threads)
     if cfg.measure is not None and cfg.measure not in MEASURES:
         raise UserError(f"measure must be one of {', '.join(MEASURES)} (or null: the whole job), got {cfg.measure!r}")

@@ -264,3 +264,21 @@ def test_min_qps_ratio_rules_on_the_paired_ratio_and_its_interval(records, thres
     open_end = [*records[:2], paired(records[2], 1.2, 1.05, None), records[3]]
     w = verdicts(open_end, gate(int8_tbe={"min_qps_ratio": 1.1}))[("int8_tbe", "server ≤60 ms, wait 2 ms ×1", "min_qps_ratio")]
     assert w.verdict == "inconclusive" and "∞" in w.reason
+
+
+def test_what_a_paired_ratio_is_made_of_batch_times_and_the_load_each_side_carried():
+    # fp32 serves a one-request batch in 8 ms and carries 100 QPS (busy 0.8); the backend in 2 ms carries 400 QPS
+    # (busy 0.8): the ratio 4 is all batch time. An INVALID run does not count toward the busy share; a run without
+    # the SUT's clock counts for neither.
+    from bench.results.serving_table import made_of
+
+    def step(qps, ms, valid=True, per_batch=1.0):
+        late = {"service_ms": {"p50": ms}} if ms else {}
+        return {"target_qps": qps, "validity": "VALID" if valid else "INVALID", "late": late, "batching": {"samples_per_batch": per_batch}}
+
+    steps = {"candidate": [step(400, 2.0), step(420, 2.0, valid=False), step(380, None)],
+             "reference": [step(100, 8.0), step(50, 8.0, per_batch=0.5), step(105, 8.2, valid=False)]}
+    m = made_of(steps)
+    assert m["service_ratio"] == pytest.approx(4.0) and m["busy_at_limit"] == pytest.approx(0.8)
+    assert m["fp32_busy_at_limit_paired"] == pytest.approx(0.8)
+    assert all(v != v for v in made_of({}).values())  # no tracking runs: nothing to say (NaN)

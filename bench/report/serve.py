@@ -125,7 +125,22 @@ def _paired_lines(server: pd.DataFrame) -> list[str]:
                        C("fp32 evidence"), C("read"), C("fitted (levels' ratio)", align="r"), C("tracked", align="r"),
                        C("joint rounds", align="r"), C("runs", align="r"),
                        C("reversals", align="r")], table), "",
-            *short, *([""] if short else [])]
+            *short, *([""] if short else []), *_made_of_lines(paired)]
+
+
+def _made_of_lines(paired: pd.DataFrame) -> list[str]:
+    """What each paired ratio is made of (bench.results.serving_table.made_of): where a ratio moved between two sweeps,
+    these say whether the batch times moved or the load each side carried under the bound."""
+    rows = [[r.backend, _vs_fp32(r), _ratio(r.service_ratio), fmt.DASH if fmt.missing(r.busy_at_limit) else f"{r.busy_at_limit:.2f}",
+             fmt.DASH if fmt.missing(r.fp32_busy_at_limit_paired) else f"{r.fp32_busy_at_limit_paired:.2f}"]
+            for r in paired.itertuples(index=False) if not fmt.missing(r.service_ratio)]
+    if not rows:
+        return []
+    return ["What each ratio is made of, from the tracking runs: fp32's median batch time over the backend's, and each "
+            "side's busy share at its limit (batches per second x batch time, median over its VALID runs). The max QPS "
+            "ratio is about the first times the backend's busy share over fp32's.", "",
+            fmt.table([C("backend"), C("max QPS / fp32's", align="r"), C("fp32's batch time / the backend's", align="r"),
+                       C("busy at the limit", align="r"), C("fp32 busy beside it", align="r")], rows), ""]
 
 
 def _read(row) -> str:

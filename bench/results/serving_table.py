@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
+import numpy as np
 import pandas as pd
 
 from bench.metrics import LATENCY_MS, MAX_QPS, MEASURE_AGAIN, PAIRS_PER_S, SAMPLES_PER_S, hi, lo
@@ -41,6 +42,9 @@ COLUMNS = [
     "paired_side_runs", "paired_reversals", "ratio_evidence",
     # why the host withheld the answer (a resumed sweep measures the job again), and the record measured again after
     "measure_again", "measured_again_after",
+    # what the paired ratio is made of (`made_of`): fp32's batch time over the backend's, and each side's busy share at
+    # its VALID tracking loads; the ratio is about the first times the backend's busy share over fp32's
+    "service_ratio", "busy_at_limit", "fp32_busy_at_limit_paired",
 ]
 PAIRED, UNPAIRED = "paired", "separate jobs"
 OPEN = "\u2014"  # an open end of a bracket
@@ -121,7 +125,32 @@ def _paired(m: dict[str, Any]) -> dict[str, Any]:
             "paired_runs": len(p.get("runs") or []) or math.nan, "paired_no_load": p.get("no_load"),
             "paired_side_runs": _per_side(p.get("side_runs")), "paired_reversals": _per_side(p.get("reversals")),
             "ratio_evidence": p.get("not_enough_runs"), "measure_again": m.get(MEASURE_AGAIN),
-            "measured_again_after": m.get("measured_again_after")}
+            "measured_again_after": m.get("measured_again_after"), **made_of(p.get("track_steps") or {})}
+
+
+def made_of(track_steps: dict[str, list[dict[str, Any]]]) -> dict[str, float]:
+    """What a paired ratio is made of, from both sides' tracking runs: `service_ratio`, fp32's median batch time over
+    the backend's (the SUT's clock: how much faster the backend serves a batch), and each side's busy share at its
+    limit, the median over its VALID runs of batches per second x the batch time (how close to saturation the p99 bound
+    let that side run). The max QPS ratio is about service_ratio x busy_at_limit / fp32_busy_at_limit_paired, so a
+    ratio that moved between runs says which moved: the batch times or the load each side could carry under the bound
+    (the side with fewer batch times within the bound loses more of its load to a host's jitter)."""
+    def service(step: dict[str, Any]) -> float | None:
+        return ((step.get("late") or {}).get("service_ms") or {}).get("p50")
+
+    def busy(step: dict[str, Any]) -> float | None:
+        per_batch, ms = (step.get("batching") or {}).get("samples_per_batch"), service(step)
+        return step["target_qps"] / per_batch * ms / 1000 if per_batch and ms and step.get("target_qps") else None
+
+    def median(values: Iterable[float | None]) -> float:
+        kept = [v for v in values if v is not None]
+        return float(np.median(kept)) if kept else math.nan
+
+    sides = {side: track_steps.get(side) or [] for side in ("candidate", "reference")}
+    svc = {side: median(service(s) for s in steps) for side, steps in sides.items()}
+    load = {side: median(busy(s) for s in steps if s.get("validity") == "VALID") for side, steps in sides.items()}
+    return {"service_ratio": svc["reference"] / svc["candidate"] if svc["candidate"] > 0 else math.nan,
+            "busy_at_limit": load["candidate"], "fp32_busy_at_limit_paired": load["reference"]}
 
 
 def _per_side(counts: dict[str, int] | None) -> str | None:

@@ -92,9 +92,19 @@ def again_dir(job_dir: Path, n: int) -> Path:
 
 def job_record(job_dir: Path) -> RunRecord:
     """A job's record: its last measurement after the host withheld its answer (`<job>/again-<n>/record.json`,
-    bench.cli.measure_again), else its own (`<job>/record.json`)."""
-    again = [p for p in Path(job_dir).glob(f"{AGAIN}*/record.json") if p.parent.name[len(AGAIN):].isdigit()]
-    path = max(again, key=lambda p: int(p.parent.name[len(AGAIN):])) if again else Path(job_dir) / "record.json"
+    bench.cli.measure_again, each naming the one before it), else its own (`<job>/record.json`). A folder left by an
+    earlier run into the same sweep folder names another record and is not read."""
+    record = _read_record(Path(job_dir) / "record.json")
+    n = 1
+    while (path := again_dir(job_dir, n) / "record.json").is_file():
+        again = _read_record(path)
+        if (again.metrics or {}).get("measured_again_after") != record.record_id:
+            break
+        record, n = again, n + 1
+    return record
+
+
+def _read_record(path: Path) -> RunRecord:
     return RunRecord.from_dict(json.loads(path.read_text(encoding="utf-8")))
 
 

@@ -97,8 +97,9 @@ def test_the_stored_records_rerendered_and_rejudged_give_the_nightlys_verdicts(t
 
 
 def test_a_job_measured_again_is_read_from_its_last_again_folder_and_counted(tmp_path, capsys):
-    # bench.cli.measure_again stores a job measured again after the host withheld its answer in <job>/again-<n>/:
-    # the sweep's records, its report and its summary line read the job's last measurement; the withheld one stays.
+    # bench.cli.measure_again stores a job measured again after the host withheld its answer in <job>/again-<n>/, each
+    # naming the record before it: the sweep's records, its report and its summary line read the job's last
+    # measurement; the withheld one stays.
     from bench.sweep import again_dir, sweep_records, withheld_jobs
 
     config = nightly(tmp_path)
@@ -107,14 +108,18 @@ def test_a_job_measured_again_is_read_from_its_last_again_folder_and_counted(tmp
     first["metrics"]["measure_again"] = "no paired ratio, its rounds set aside: planted"
     (job / "record.json").write_text(json.dumps(first))
     assert [(j.name, r.record_id) for j, r in withheld_jobs(job.parent)] == [("1", first["record_id"])]
+    before = first["record_id"]
     for n, why in ((1, "planted again"), (2, None)):
-        again = {**first, "record_id": f"again{n}", "metrics": {**first["metrics"], "measured_again_after": first["record_id"]}}
+        again = {**first, "record_id": f"again{n}", "metrics": {**first["metrics"], "measured_again_after": before}}
         again["metrics"].pop("measure_again")
         if why:
             again["metrics"]["measure_again"] = why
         again_dir(job, n).mkdir()
         (again_dir(job, n) / "record.json").write_text(json.dumps(again))
-        (again_dir(job, 10 + n)).mkdir()  # a folder without a record is not a measurement
+        before = again["record_id"]
+    stale = {**first, "record_id": "stale3", "metrics": {**first["metrics"], "measured_again_after": "an earlier run's record"}}
+    again_dir(job, 3).mkdir()  # left by an earlier run into the same sweep folder: it names another record, and is not read
+    (again_dir(job, 3) / "record.json").write_text(json.dumps(stale))
     assert [r.record_id for r in sweep_records(job.parent)] == [json.loads((job.parent / "0" / "record.json").read_text())["record_id"], "again2"]
     assert withheld_jobs(job.parent) == []
     assert finish(config) == 0

@@ -173,7 +173,7 @@ def hydra_output_dir(path: Path) -> Iterator[None]:
 
 def measure_again(sweep_dir: Path, passes: int) -> None:
     """Once a sweep's jobs are done, measure again each job whose answer the host withheld (a paired Server job
-    whose rounds were set aside as slow or stolen, so no ratio: bench.record.reusable), up to `passes` times
+    whose rounds were set aside as slow or stolen, so no ratio: bench.record.withheld), up to `passes` times
     (`measure_again`). The host has had the rest of the sweep to leave its slow phase. Each measurement is the job's
     own config (composed from `<job>/.hydra/overrides.yaml`) without resume, its record stored beside the others and in
     `<job>/again-<n>/` (bench.sweep.job_record: the job's record from then on); the withheld record stays as it was."""

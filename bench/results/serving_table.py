@@ -20,6 +20,7 @@ from bench.metrics import LATENCY_MS, MAX_QPS, MEASURE_AGAIN, PAIRS_PER_S, SAMPL
 from bench.record import RunRecord, is_serving
 from bench.results.key import BASELINE, SERVE_KEY, backend_rank, in_context, serve_key_of
 from bench.results.table import as_records, created
+from bench.serve.pace import service_ms
 
 COLUMNS = [
     *SERVE_KEY, "status", MAX_QPS, lo(MAX_QPS), hi(MAX_QPS), "monotonic", "search_stop", "steps", "validity",
@@ -135,11 +136,8 @@ def made_of(track_steps: dict[str, list[dict[str, Any]]]) -> dict[str, float]:
     let that side run). The max QPS ratio is about service_ratio x busy_at_limit / fp32_busy_at_limit_paired, so a
     ratio that moved between runs says which moved: the batch times or the load each side could carry under the bound
     (the side with fewer batch times within the bound loses more of its load to a host's jitter)."""
-    def service(step: dict[str, Any]) -> float | None:
-        return ((step.get("late") or {}).get("service_ms") or {}).get("p50")
-
     def busy(step: dict[str, Any]) -> float | None:
-        per_batch, ms = (step.get("batching") or {}).get("samples_per_batch"), service(step)
+        per_batch, ms = (step.get("batching") or {}).get("samples_per_batch"), service_ms(step)
         return step["target_qps"] / per_batch * ms / 1000 if per_batch and ms and step.get("target_qps") else None
 
     def median(values: Iterable[float | None]) -> float:
@@ -147,7 +145,7 @@ def made_of(track_steps: dict[str, list[dict[str, Any]]]) -> dict[str, float]:
         return float(np.median(kept)) if kept else math.nan
 
     sides = {side: track_steps.get(side) or [] for side in ("candidate", "reference")}
-    svc = {side: median(service(s) for s in steps) for side, steps in sides.items()}
+    svc = {side: median(service_ms(s) for s in steps) for side, steps in sides.items()}
     load = {side: median(busy(s) for s in steps if s.get("validity") == "VALID") for side, steps in sides.items()}
     return {"service_ratio": svc["reference"] / svc["candidate"] if svc["candidate"] > 0 else math.nan,
             "busy_at_limit": load["candidate"], "fp32_busy_at_limit_paired": load["reference"]}

@@ -6,7 +6,10 @@ the other gave 1.34x, which would hide a 20% plant, and this test must not hang 
 
 Each run is the real command in a subprocess. The timing is a fixed count of paired rounds (trials =
 max_rounds, on the thread's CPU clock), enough for the two runs' combined interval to clear the 5% tolerance
-around a 20% move on a busy 2-core machine; the tiny preset's own two rounds could not tell.
+around a 20% move on a busy 2-core machine; the tiny preset's own two rounds could not tell. The planted row's
+absolute samples/s is judged too when the two runs' machine probes agree, and not judged when they
+differ: the test checks whichever the machine gave. (Its old exact line failed once in CI; the likely cause, not
+confirmed from that log: the probes agreed, so the row read `slower, samples/s lower`.)
 """
 
 from __future__ import annotations
@@ -65,12 +68,20 @@ def test_two_identical_runs_flag_no_row(runs, tmp_path):
 @pytest.mark.slow
 def test_a_planted_slowdown_is_flagged_slower(runs, tmp_path):
     out, df = compare(runs["planted"], runs["a"], tmp_path)
-    assert "compare: 2 rows, 1 compared, 1 flagged (1 slower); not compared: 1 missing" in out
     int8 = df[df["backend"] == "int8_tbe"].iloc[0]
-    assert int8["verdict"] == "slower"
+    # The absolute samples/s is judged only where the two runs' machine probes agree, which is the machine's state
+    # during the runs, not the test's: judged, the planted slowdown lowers it too; not judged, the row says why.
+    verdicts = int8["verdict"].split(", ")
+    assert verdicts[0] == "slower" and verdicts[1:] in ([], ["samples/s lower"]), (int8["verdict"], int8["throughput_note"])
+    if int8["throughput_judged"]:
+        assert int8["throughput_normalized"] < 0.8  # about 1 / 1.5
+    else:
+        assert verdicts == ["slower"] and "not judged: " in int8["throughput_note"]
+    also = ", 1 samples/s lower" if "samples/s lower" in verdicts else ""
+    assert f"compare: 2 rows, 1 compared, 1 flagged (1 slower{also}); not compared: 1 missing" in out
     assert int8["speedup_change_hi"] < 0.95  # the whole interval clears 1 - 5%
     assert 0.5 < int8["speedup_change"] < 0.8  # about 1 / 1.5
-    assert "| synthetic | cpu | int8_tbe | 512 | **slower** |" in (tmp_path / "compare.md").read_text()
+    assert f"| synthetic | cpu | int8_tbe | 512 | **{int8['verdict']}** |" in (tmp_path / "compare.md").read_text()
 
 
 class StepClock:

@@ -268,6 +268,22 @@ def test_small_steady_throughput_change_is_within_the_tolerance():
     assert compare_table(unprobed, base).verdict.tolist() == ["same"]  # no probe on the new side: shown, not judged
 
 
+def test_a_slower_backend_on_agreeing_probes_is_flagged_on_its_speedup_and_its_samples_per_second():
+    """What tests/test_compare_runs.py's planted slowdown reads when both runs' probes agree: both verdicts, one row."""
+    from bench.report.baseline import compare_table, summary
+
+    def probed(trials, speedup):
+        record = _tput_record(trials)
+        reading = {"gemm_cpu_us": 1300.0, "gather_cpu_us": 200.0, "gemm_wall_us": 1300.0, "gather_wall_us": 200.0}
+        record["metrics"].update(machine={"reference_start": reading, "reference_end": reading},
+                                 speedup=speedup, speedup_lo=speedup * 0.97, speedup_hi=speedup * 1.03)
+        return [record]
+
+    df = compare_table(probed([66.0, 66.5, 65.5, 66.2, 65.8], 1.2), probed([100.0, 100.5, 99.5, 100.2, 99.8], 1.8))
+    assert df.verdict.tolist() == ["slower, samples/s lower"]
+    assert summary(df) == "1 rows, 1 compared, 1 flagged (1 slower, 1 samples/s lower)"
+
+
 # ------------------------------------------------------------- paired timing, noise, verdicts (issue 11)
 
 

@@ -129,6 +129,30 @@ def test_tracking_stops_at_the_evidence_whatever_a_run_costs():
     assert made_by_cost[4.0] == made_by_cost[12.0]
 
 
+def test_a_level_that_ends_six_steps_one_way_says_its_limit_was_still_moving():
+    # Fixed limits: both staircases settle and end reversing, nothing said. Then fp32's limit rises 5% a run from its
+    # 4th tracking run on (the host got faster for it): its level climbs every run to the end, and the record says so.
+    run, _ = recorder({CANDIDATE: 100, REFERENCE: 200})
+    settled = interleave(iter_plan(100), iter_plan(200), run, track_step=0.04, track_rounds=20)
+    assert settled.still_walking() is None and settled.as_metrics()["still_walking"] is None
+    assert all(abs(w) < 6 for w in settled.as_metrics()["track_walk"].values())
+    rising = []
+
+    def climbing(side, qps, draw, role):
+        if side == CANDIDATE:
+            return judge(100)(qps)
+        rising.extend([qps] if role == TRACK else [])
+        return judge(200 * 1.05 ** max(0, len(rising) - 4))(qps)
+
+    # the evidence asks for 12 joint rounds, so tracking goes on well past the climb's start
+    p = interleave(iter_plan(100), iter_plan(200), climbing, track_step=0.04, track_rounds=30, evidence=Evidence(min_rounds=12))
+    walk = p.as_metrics()["track_walk"]
+    assert walk[REFERENCE] >= 6 and abs(walk[CANDIDATE]) < 6
+    assert p.tracks[REFERENCE].final_walk == walk[REFERENCE]
+    assert p.still_walking().startswith(f"fp32's level ended {walk[REFERENCE]} steps up in a row: its limit was still moving")
+    assert p.as_metrics()["still_walking"] == p.still_walking() and p.ratio is not None  # said, not acted on
+
+
 def test_the_time_cap_before_the_evidence_gives_not_enough_runs_not_a_ratio():
     run, made = recorder({CANDIDATE: 100, REFERENCE: 200})
     budget = (30.0, lambda q: 5.0)  # 6 runs a side: 2 search runs each, then 4 rounds of tracking

@@ -247,6 +247,20 @@ def test_a_paired_job_short_of_its_evidence_says_not_enough_runs_instead_of_a_ra
     assert v.verdict != "pass" and NOT_ENOUGH in v.reason
 
 
+def test_a_paired_job_whose_level_was_still_walking_says_so_beside_its_ratio(records, tmp_path):
+    walking = ("fp32's level ended 11 steps up in a row: its limit was still moving when tracking stopped (the host's speed "
+               "changed during the job), so the ratio mixes the host's states (a level settled at its limit ends 6 or more "
+               "steps one way 1 time in 32)")
+    rec = paired(records[2], 2.02, 0.91, 4.5)
+    rec.metrics["paired"]["still_walking"] = walking
+    records = [*records[:2], rec, records[3]]
+    assert row(serve_table(records), "int8_tbe", "server").still_walking == walking
+    write_report(records, tmp_path, title="serve fixture")
+    text = (tmp_path / "serve.md").read_text()
+    assert f"- int8_tbe: {walking}" in text and "| int8_tbe | 2.02x | [0.91, 4.50] |" in text  # said beside the ratio, kept
+    assert pd.read_csv(tmp_path / "serve.csv").query("scenario == 'server' and backend == 'int8_tbe'").iloc[0].still_walking == walking
+
+
 def test_a_paired_side_that_met_no_load_has_no_ratio_and_the_table_says_why(records, tmp_path):
     records = [*records[:2], paired(records[2], None, 0.0, 0.2, no_load="the candidate met no load, down to 60.5 QPS"), records[3]]
     int8 = row(serve_table(records), "int8_tbe", "server")

@@ -114,6 +114,7 @@ def _paired_lines(server: pd.DataFrame) -> list[str]:
     short = [f"- {r.backend}: {r.ratio_evidence}" + (" — the host's doing: `resume=true` measures this job again"
                                                       if isinstance(getattr(r, "measure_again", None), str) else "")
              for r in paired.itertuples(index=False) if _short(r)]
+    short += [f"- {r.backend}: {r.still_walking}" for r in paired.itertuples(index=False) if isinstance(getattr(r, "still_walking", None), str)]
     return ["### Relative to fp32, paired", "",
             "Each backend's search ran interleaved with an fp32 search, run by run in ABBA order in the job's process: "
             "then both tracked their limits in the same rounds until the ratio had its evidence; the ratio is read as the column "

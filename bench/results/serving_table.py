@@ -41,6 +41,8 @@ COLUMNS = [
     # the evidence behind the paired ratio: each side's runs and staircase reversals ("backend / fp32"), and
     # "not enough runs: ..." where the cap came before it (qps_ratio then empty)
     "paired_side_runs", "paired_reversals", "ratio_evidence",
+    # where a side's level ended six or more steps one way in a row: its limit still moving when tracking stopped
+    "still_walking",
     # why the host withheld the answer (a resumed sweep measures the job again), and the record measured again after
     "measure_again", "measured_again_after",
     # what the paired ratio is made of (`made_of`): fp32's batch time over the backend's, and each side's busy share at
@@ -125,7 +127,7 @@ def _paired(m: dict[str, Any]) -> dict[str, Any]:
             "fp32_fitted_qps_paired": _num((p.get("fitted_qps") or {}).get("reference")), "levels_ratio": _num(p.get("qps_ratio_levels")),
             "paired_runs": len(p.get("runs") or []) or math.nan, "paired_no_load": p.get("no_load"),
             "paired_side_runs": _per_side(p.get("side_runs")), "paired_reversals": _per_side(p.get("reversals")),
-            "ratio_evidence": p.get("not_enough_runs"), "measure_again": m.get(MEASURE_AGAIN),
+            "ratio_evidence": p.get("not_enough_runs"), "still_walking": p.get("still_walking"), "measure_again": m.get(MEASURE_AGAIN),
             "measured_again_after": m.get("measured_again_after"), **made_of(p.get("track_steps") or {})}
 
 

@@ -94,6 +94,9 @@ MIN_REVERSALS = 2  # per side
 RERUN_SPREAD = 0.03  # run-to-run SD of a job's log ratio beyond its rounds' own spread
 CONFIDENCE = 0.95  # of the interval for a re-run's ratio
 NOT_ENOUGH = "not enough runs"
+# A level whose last moves all went one way, this many or more, was still walking when tracking stopped: a staircase
+# settled at its limit ends so by chance 2 x 0.5^6 = 1 time in 32 (each move up or down as likely).
+STILL_WALKING = 6
 # serve.ratio_fit: how the ratio is read from the tracking runs (bench.serve.limit_fit), the default first
 LOGISTIC, LEVELS = "logistic", "levels"
 
@@ -145,6 +148,18 @@ class Staircase:
 
     def at(self, round_: int) -> Optional[float]:
         return next((r["target_qps"] for r in self.runs if r["round"] == round_), None)
+
+    @property
+    def final_walk(self) -> int:
+        """The level's last moves that went one way, signed: +6 after six steps up in a row at the end (a run set aside
+        does not move the level and does not break the walk), -2 after two down; 0 before any move."""
+        moves = [r["moved"] for r in self.runs if r["moved"]]
+        walk = 0
+        for m in reversed(moves):
+            if m != moves[-1]:
+                break
+            walk += 1
+        return walk * (moves[-1] if moves else 0)
 
 
 def geomean(values: list[float]) -> Optional[float]:
@@ -250,6 +265,19 @@ class PairedSearch:
         if not self.tracking or len(self.tracks) < 2 or self.ratio is not None or not self.aside_rounds:
             return None
         return f"no paired ratio, its rounds set aside: {NOT_ENOUGH}: {self.shortfall()} ({self.stop})"
+
+    def still_walking(self) -> Optional[str]:
+        """Where a side's level ended `STILL_WALKING` or more steps one way in a row: its limit was still moving when
+        tracking stopped (the host's speed changed during the job), so the estimate mixes the host's states. Said, not
+        acted on: the ratio and its evidence are as they were."""
+        walks = [(side, t.final_walk) for side, t in self.tracks.items() if abs(t.final_walk) >= STILL_WALKING]
+        if not self.tracking or len(self.tracks) < 2 or not walks or self.ratio is None:  # a caveat on a ratio given
+            return None
+        said = "; ".join(f"{'fp32' if side == REFERENCE else 'the backend'}'s level ended {abs(w)} steps {'up' if w > 0 else 'down'} "
+                         "in a row" for side, w in walks)
+        return (f"{said}: its limit was still moving when tracking stopped (the host's speed changed during the job), so the "
+                f"ratio mixes the host's states (a level settled at its limit ends {STILL_WALKING} or more steps one way 1 "
+                f"time in {2 ** (STILL_WALKING - 1)})")
 
     @property
     def enough(self) -> bool:
@@ -396,6 +424,7 @@ class PairedSearch:
             "track_stop": self.stop,
             "no_load": self.no_load(),
             "track_steps": {side: t.steps for side, t in self.tracks.items()},
+            "track_walk": {side: t.final_walk for side, t in self.tracks.items()}, "still_walking": self.still_walking(),
         }
 
 

@@ -270,7 +270,7 @@ class PairedSearch:
         """Where a side's level ended `STILL_WALKING` or more steps one way in a row: its limit was still moving when
         tracking stopped (the host's speed changed during the job), so the estimate mixes the host's states. Said, not
         acted on: the ratio and its evidence are as they were."""
-        walks = [(side, t.final_walk) for side, t in self.tracks.items() if abs(t.final_walk) >= STILL_WALKING]
+        walks = [(side, w) for side, w in ((side, t.final_walk) for side, t in self.tracks.items()) if abs(w) >= STILL_WALKING]
         if not self.tracking or len(self.tracks) < 2 or not walks or self.ratio is None:  # a caveat on a ratio given
             return None
         said = "; ".join(f"{'fp32' if side == REFERENCE else 'the backend'}'s level ended {abs(w)} steps {'up' if w > 0 else 'down'} "

@@ -37,7 +37,7 @@ from bench.measure.memory import memory_skip_reason
 from bench.metrics import MEASURE_AGAIN, SPEEDUP
 from bench.models.train import input_identity, needs_training, training_seconds
 from bench.pipeline import reruns
-from bench.pipeline.calibrate import (Calibration, Setting, calibration, calibration_seconds, needs_calibration,
+from bench.pipeline.calibrate import (Calibration, Setting, cache_path, calibration, calibration_seconds, needs_calibration,
                                       timing_setting)
 from bench.pipeline.guard import memory_estimate
 from bench.pipeline.shared import SharedWork
@@ -297,23 +297,42 @@ def _timing_setting(cfg: Config, device: torch.device, backend, route, session: 
         calibrated, why_not = session.calibration(cfg)
     # read before every job: a sweep's earlier jobs, re-runs of jobs measured before, already count for its later ones
     rerun_log = reruns.Reruns(reruns.path_for(calibrated.path), kernel_path()) if calibrated is not None else None
-    return timing_setting(cfg, device, backend, calibrated, why_not, rerun_log)
+    cfg, setting = timing_setting(cfg, device, backend, calibrated, why_not, rerun_log)
+    if _paired_server(cfg):  # its interval's run-to-run spread, weighed with the machine's re-runs of paired Server jobs
+        setting["serve_rerun"] = reruns.serve_spread(_rerun_log(cfg.cache_dir), kernel_path(), cfg.serve.rerun_spread, cfg.batch_size)
+    return cfg, setting
+
+
+def _paired_server(cfg: Config) -> bool:
+    return cfg.serve is not None and cfg.serve.scenario == "server" and cfg.serve.paired
+
+
+def _rerun_log(cache_dir: str) -> Path:
+    """This machine's re-run log under a job's cache_dir, beside the timing calibration (whether or not one was made)."""
+    return reruns.path_for(cache_path(cache_dir))
 
 
 def _log_rerun(record: RunRecord, setting: dict[str, Any]) -> None:
-    """A paired speedup timed with a calibrated setting joins the machine's re-run log, from which later
-    runs of the same job learn the spread between runs (bench.pipeline.reruns)."""
+    """A paired speedup timed with a calibrated setting, or a paired Server job's QPS ratio to fp32, joins the
+    machine's re-run log, from which later runs of the same job learn the spread between runs (bench.pipeline.reruns)."""
     m = record.metrics
     calibration_file = (setting.get("calibration") or {}).get("path")
-    if not calibration_file or not m.get(SPEEDUP) or m.get("speedup_round_se") is None:
+    paired = m.get("paired") or {}
+    if calibration_file and m.get(SPEEDUP) and m.get("speedup_round_se") is not None:
+        timed_with = Setting(record.config["timing"]["threads"], record.config["timing"]["clock"]).text()
+        where = reruns.path_for(calibration_file)
+        line = reruns.entry(record.config_hash, code_state(), timed_with, kernel_path(), record.batch_size, record.backend,
+                            math.log(m[SPEEDUP]), m["speedup_round_se"], len(m.get("speedup_rounds") or []))
+    elif "serve_rerun" in setting and paired.get("qps_ratio") and paired.get("ratio_log_se") is not None:
+        where = _rerun_log(record.config["cache_dir"])
+        line = reruns.entry(record.config_hash, code_state(), reruns.SERVED, kernel_path(), record.batch_size, record.backend,
+                            math.log(paired["qps_ratio"]), paired["ratio_log_se"], paired.get("used_rounds") or 0)
+    else:
         return
-    timed_with = Setting(record.config["timing"]["threads"], record.config["timing"]["clock"]).text()
-    line = reruns.entry(record.config_hash, code_state(), timed_with, kernel_path(), record.batch_size, record.backend, math.log(m[SPEEDUP]),
-                        m["speedup_round_se"], len(m.get("speedup_rounds") or []))
     try:
-        reruns.append(reruns.path_for(calibration_file), line)
+        reruns.append(where, line)
     except OSError as exc:  # the cache is extra: the record stands without it
-        log.warning("the re-run log %s was not written: %s", reruns.path_for(calibration_file), one_line(exc))
+        log.warning("the re-run log %s was not written: %s", where, one_line(exc))
 
 
 def _close(backend, record: RunRecord) -> None:

@@ -109,6 +109,20 @@ def test_combined_weighs_by_degrees_of_freedom():
     assert pooled_spread([]) == Spread(0.0, 0, 0)
 
 
+def test_a_paired_server_ratio_weighs_serve_rerun_spread_with_the_machines_reruns_of_paired_server_jobs(tmp_path):
+    path = tmp_path / "m-reruns.jsonl"
+    assert reruns.serve_spread(path, KERNELS, 0.03, 1024) == (0.03, "serve.rerun_spread (3 degrees of freedom)")  # no log yet
+    planted(path, between=0.01, within=0.005, jobs=20, runs=3)  # offline speedups: another setting, not counted
+    planted(path, between=0.2, within=0.03, jobs=6, runs=2, batch_size=1024, setting=reruns.SERVED, kernels="fbgemm avx2")
+    assert reruns.serve_spread(path, KERNELS, 0.03, 1024)[0] == 0.03  # another kernel path: not counted
+    planted(path, between=0.2, within=0.03, jobs=6, runs=2, batch_size=1024, setting=reruns.SERVED, seed=4)
+    sd, words = reruns.serve_spread(path, KERNELS, 0.03, 1024)
+    learned = Reruns(path, KERNELS).spread(reruns.SERVED, 1024)
+    assert learned.df == 6 and learned.sd > 0.1
+    assert sd == pytest.approx(math.sqrt((3 * 0.03**2 + 6 * learned.sd**2) / 9)) and 0.1 < sd < learned.sd
+    assert words == "serve.rerun_spread (3 degrees of freedom) and 6 re-runs of 6 jobs on this machine"
+
+
 def planted_calibration(cache_dir, process_sd: float = 0.02, df: int = 4) -> None:
     """A calibration file as a real one reads, so a tiny job is timed on a calibrated setting."""
     rows = [calibrate.Measured(calibrate.Setting(1, "thread_cpu"), process_sd, 0.03, 0.025, 0.05, 0.03, df),

@@ -8,6 +8,7 @@ import math
 import random
 
 import pytest
+from scipy import stats
 
 from pathlib import Path
 
@@ -207,6 +208,30 @@ def test_few_rounds_give_a_wide_interval_and_more_rounds_a_narrower_one():
     assert rerun_interval([0.5] * 3, 0.03, 0.04) == (0.0, math.inf)  # one ABBA block: no spread to read
 
 
+@pytest.mark.parametrize("fit", [LEVELS, LOGISTIC])
+def test_a_learned_run_to_run_spread_widens_the_interval_by_its_own_term_and_the_record_says_where_it_came_from(fit):
+    # The same rounds judged with serve.rerun_spread alone and with a spread learned from the machine's re-runs
+    # (bench.pipeline.reruns.serve_spread): the rounds' own standard error is the same, the interval's half-width is
+    # sqrt(t^2 2 se^2 + z^2 2 spread^2) with each spread.
+    script = {(CANDIDATE, 4): "INVALID", (CANDIDATE, 5): "INVALID", (REFERENCE, 7): "INVALID"}
+    jobs = {}
+    for spread, source in ((0.03, "serve.rerun_spread"), (0.2, "serve.rerun_spread (3 degrees of freedom) and 6 re-runs of 6 jobs on this machine")):
+        run, _ = recorder({CANDIDATE: 100, REFERENCE: 200}, script)
+        jobs[spread] = interleave(iter_plan(100), iter_plan(200), run, track_step=0.04, evidence=Evidence(rerun_spread=spread, rerun_from=source), fit=fit)
+    narrow, wide = jobs[0.03], jobs[0.2]
+    assert narrow.ratio == wide.ratio and narrow.log_se == wide.log_se and wide.log_se > 0
+    variance, blocks = wide.log_variance()
+    assert wide.log_se == pytest.approx(math.sqrt(variance))
+    for spread, job in jobs.items():
+        low, high = job.interval
+        t, z = stats.t.ppf(0.975, blocks - 1), stats.norm.ppf(0.975)
+        assert math.log(high / low) / 2 == pytest.approx(max(math.sqrt(t ** 2 * 2 * variance + z ** 2 * 2 * spread ** 2), math.log(1.04)))
+    metrics = wide.as_metrics()
+    assert metrics["rerun_spread"] == 0.2 and metrics["ratio_log_se"] == wide.log_se
+    assert metrics["rerun_spread_from"].endswith("6 re-runs of 6 jobs on this machine") and "0.2 from serve.rerun_spread (3" in metrics["method"]
+    assert narrow.as_metrics()["rerun_spread_from"] == "serve.rerun_spread"
+
+
 def test_a_disturbed_tracking_run_is_shown_but_does_not_move_its_level():
     made = []
 
@@ -367,12 +392,31 @@ def test_a_paired_server_job_through_loadgen(serve_cfg):
     # C R R C, fp32's in its own log folder; the ratio is the two max QPS's, whatever LoadGen judged.
     from pathlib import Path
 
+    import json
+
+    from bench.measure.environment import kernel_path
+    from bench.pipeline import calibrate, reruns
     from bench.runner import run_job
 
-    record, exc = run_job(serve_cfg("backend=int8_tbe"))
+    # the machine's re-run log holds two earlier paired Server jobs measured twice each: the job's interval carries
+    # their spread, weighed with serve.rerun_spread, and the job joins the log when it gives a ratio
+    cfg = serve_cfg("backend=int8_tbe")
+    log = reruns.path_for(calibrate.cache_path(cfg.cache_dir))
+    for job, ratios in (("a", (2.0, 3.0)), ("b", (0.9, 0.7))):
+        for ratio in ratios:
+            reruns.append(log, reruns.entry(job, "abc", reruns.SERVED, kernel_path(), cfg.batch_size, "x", math.log(ratio), 0.02, 6))
+    learned = reruns.serve_spread(log, kernel_path(), cfg.serve.rerun_spread, cfg.batch_size)
+    record, exc = run_job(cfg)
     assert exc is None and record.status == "ok", record.error
     m = record.metrics
     p = m["paired"]
+    assert (p["rerun_spread"], p["rerun_spread_from"]) == learned and learned[1].endswith("2 re-runs of 2 jobs on this machine")
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    if p["qps_ratio"]:
+        assert len(lines) == 5 and lines[-1]["job"] == record.config_hash and lines[-1]["setting"] == reruns.SERVED
+        assert lines[-1]["log_speedup"] == pytest.approx(math.log(p["qps_ratio"])) and lines[-1]["round_se"] == p["ratio_log_se"]
+    else:  # no ratio: nothing to learn from
+        assert len(lines) == 4
     assert [(r["side"], r["role"]) for r in p["runs"]][:4] == [(CANDIDATE, SEARCH), (REFERENCE, SEARCH), (REFERENCE, SEARCH), (CANDIDATE, SEARCH)]
     ref = p["reference"]
     assert len(m["steps"]) >= 2 and len(ref["steps"]) >= 2 and p["reference_backend"] == "fp32"

@@ -261,6 +261,20 @@ def test_a_paired_job_whose_level_was_still_walking_says_so_beside_its_ratio(rec
     assert pd.read_csv(tmp_path / "serve.csv").query("scenario == 'server' and backend == 'int8_tbe'").iloc[0].still_walking == walking
 
 
+def test_the_run_to_run_spread_each_interval_carries_is_said_under_the_paired_table_and_in_the_csv(records, tmp_path):
+    learned = "serve.rerun_spread (3 degrees of freedom) and 6 re-runs of 6 jobs on this machine"
+    rec = paired(records[2], 2.02, 1.1, 3.7)
+    rec.metrics["paired"].update(rerun_spread=0.1842, rerun_spread_from=learned)
+    old = paired(records[2], 2.1, 1.9, 2.3)  # a record from before the spread was learned: it says nothing
+    assert not isinstance(row(serve_table([*records[:2], old, records[3]]), "int8_tbe", "server").rerun_spread_from, str)
+    records = [*records[:2], rec, records[3]]
+    write_report(records, tmp_path, title="serve fixture")
+    text = (tmp_path / "serve.md").read_text()
+    assert f"- the intervals carry a run-to-run spread of 0.184 (SD of the log ratio), from {learned}: int8_tbe" in text
+    got = pd.read_csv(tmp_path / "serve.csv").query("scenario == 'server' and backend == 'int8_tbe'").iloc[0]
+    assert got.rerun_spread == 0.1842 and got.rerun_spread_from == learned
+
+
 def test_a_paired_side_that_met_no_load_has_no_ratio_and_the_table_says_why(records, tmp_path):
     records = [*records[:2], paired(records[2], None, 0.0, 0.2, no_load="the candidate met no load, down to 60.5 QPS"), records[3]]
     int8 = row(serve_table(records), "int8_tbe", "server")

@@ -19,6 +19,13 @@ interval. It is pooled per batch size where enough re-runs are there, over every
 otherwise, and combined with the calibration's estimate in proportion to the degrees of freedom
 behind each. `python -m bench timing show` lists the log, `python -m bench timing reset` empties it.
 
+A paired Server job (`bench.serve.paired`) joins the same log with its own setting (`SERVED`): the log of
+its QPS ratio to fp32 in `log_speedup`, and the standard error its rounds give that log ratio in `round_se`.
+Its interval carries `serve.rerun_spread`, a run-to-run spread measured between four sweeps on one quiet
+machine (`SERVE_PRIOR_DF` degrees of freedom), weighed with what re-runs of paired jobs on this machine
+measured (`serve_spread`): on a host whose speed moves over tens of minutes, two runs of one job an hour
+apart differ by far more than 0.03, and after a few re-runs the interval says so.
+
 A job's record says which estimate its interval carried and how many re-runs stand behind it; a
 stored interval is never recomputed (`docs/measuring.md`).
 """
@@ -40,6 +47,8 @@ VERSION = 2  # 2: keyed by the kernel path (`kernels`); version 1 lines do not s
 MAD_NORMAL = 0.6745  # median |z| of a standard normal
 RECENT = 8  # the latest re-runs of a job that count: older ones may predate a change of the machine
 MIN_DF = 10  # re-runs (beyond each job's first) a batch size needs for an estimate of its own
+SERVED = "paired Server ratio (LoadGen)"  # the setting of a paired Server job's lines: its ratio is timed by LoadGen
+SERVE_PRIOR_DF = 3  # serve.rerun_spread's default came from four sweeps of one machine (docs/serving.md)
 
 
 @dataclass(frozen=True)
@@ -116,15 +125,22 @@ def pooled_spread(groups: Iterable[list[dict]]) -> Spread:
     return Spread(math.sqrt(max(0.0, total - float(np.mean(own)))), len(diffs), jobs)
 
 
-def combined(calibrated_sd: float, calibrated_df: int, reruns: Optional[Spread]) -> tuple[float, str]:
-    """The calibration's between-process sd and the re-runs', weighted by their degrees of freedom
-    (as variances), and the words a record keeps of where it came from."""
+def combined(calibrated_sd: float, calibrated_df: int, reruns: Optional[Spread],
+             prior: str = "the timing calibration") -> tuple[float, str]:
+    """The calibration's between-process sd (or another `prior` estimate) and the re-runs', weighted by their
+    degrees of freedom (as variances), and the words a record keeps of where it came from."""
     if reruns is None or reruns.df == 0:
-        return calibrated_sd, f"the timing calibration ({calibrated_df} degrees of freedom)"
+        return calibrated_sd, f"{prior} ({calibrated_df} degrees of freedom)"
     weight = calibrated_df + reruns.df
     sd = math.sqrt((calibrated_df * calibrated_sd**2 + reruns.df * reruns.sd**2) / weight)
-    return sd, (f"the timing calibration ({calibrated_df} degrees of freedom) and {reruns.df} re-runs of "
-                f"{reruns.jobs} jobs on this machine")
+    return sd, f"{prior} ({calibrated_df} degrees of freedom) and {reruns.df} re-runs of {reruns.jobs} jobs on this machine"
+
+
+def serve_spread(log: Path, kernels: str, configured: float, batch_size: int) -> tuple[float, str]:
+    """The run-to-run spread a paired Server job's interval carries: `configured` (serve.rerun_spread, taken as
+    `SERVE_PRIOR_DF` degrees of freedom) weighed with the spread between re-runs of paired Server jobs in this
+    machine's re-run log `log` on the kernel path `kernels`, and the words its record keeps."""
+    return combined(configured, SERVE_PRIOR_DF, Reruns(log, kernels).spread(SERVED, batch_size), "serve.rerun_spread")
 
 
 def _finite(*values: Any) -> bool:

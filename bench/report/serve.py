@@ -50,7 +50,9 @@ NOTES = [
     "a logistic function of load with a host state shared by a round's runs), or with `serve.ratio_fit=levels` the geometric "
     "mean of the per-round ratios of the two loads run, over the joint rounds after both first reversals; the interval is where "
     "a re-run's ratio should fall (95%: a jackknife over the rounds' ABBA blocks for the fit, Student's t over them for the "
-    "levels, wide when they are few, plus `serve.rerun_spread` for what one job's rounds cannot see). The two brackets' interval "
+    "levels, wide when they are few, plus a run-to-run spread for what one job's rounds cannot see: `serve.rerun_spread`, "
+    "weighed with the spread between re-runs of paired Server jobs on this machine once there are some, bench.pipeline.reruns). "
+    "The two brackets' interval "
     "[backend VALID / fp32 INVALID, backend INVALID / fp32 VALID] stands beside it, and is the ratio's when tracking is off. "
     "The ratio repeats on a host whose speed moves; an absolute max QPS still needs a quiet, dedicated "
     "host. A side that met no load has no ratio (not 0).",
@@ -99,6 +101,19 @@ def _interval(row) -> str:
     return f"[{fmt.DASH if fmt.missing(low) else f'{low:.2f}'}, {fmt.DASH if fmt.missing(high) else f'{high:.2f}'}]"
 
 
+def _spread_lines(paired: pd.DataFrame) -> list[str]:
+    """The run-to-run spread the intervals carry, once per value ('- the intervals carry a run-to-run spread of 0.18
+    (SD of the log ratio), from serve.rerun_spread (3 degrees of freedom) and 6 re-runs of 6 jobs on this machine:
+    int8_tbe, uint4'); records before it say nothing."""
+    spreads: dict[tuple[float, str], list[str]] = {}
+    for r in paired.itertuples(index=False):
+        source = getattr(r, "rerun_spread_from", None)
+        if isinstance(source, str) and not fmt.missing(r.rerun_spread):
+            spreads.setdefault((r.rerun_spread, source), []).append(r.backend)
+    return [f"- the intervals carry a run-to-run spread of {sd:.3g} (SD of the log ratio), from {source}: {', '.join(backends)}"
+            for (sd, source), backends in spreads.items()]
+
+
 def _paired_lines(server: pd.DataFrame) -> list[str]:
     """The Server jobs searched beside fp32: each one's max QPS over the fp32 max QPS found in the same minutes."""
     paired = server[server["ratio_method"] == PAIRED]
@@ -115,6 +130,7 @@ def _paired_lines(server: pd.DataFrame) -> list[str]:
                                                       if isinstance(getattr(r, "measure_again", None), str) else "")
              for r in paired.itertuples(index=False) if _short(r)]
     short += [f"- {r.backend}: {r.still_walking}" for r in paired.itertuples(index=False) if isinstance(getattr(r, "still_walking", None), str)]
+    short += _spread_lines(paired)
     return ["### Relative to fp32, paired", "",
             "Each backend's search ran interleaved with an fp32 search, run by run in ABBA order in the job's process: "
             "then both tracked their limits in the same rounds until the ratio had its evidence; the ratio is read as the column "

@@ -43,6 +43,9 @@ COLUMNS = [
     "paired_side_runs", "paired_reversals", "ratio_evidence",
     # where a side's level ended six or more steps one way in a row: its limit still moving when tracking stopped
     "still_walking",
+    # the run-to-run spread (SD of the log ratio) the interval carries and where it came from: serve.rerun_spread alone
+    # (records before it: rerun_spread_from empty), or weighed with this machine's re-runs of paired Server jobs
+    "rerun_spread", "rerun_spread_from",
     # why the host withheld the answer (a resumed sweep measures the job again), and the record measured again after
     "measure_again", "measured_again_after",
     # what the paired ratio is made of (`made_of`): fp32's batch time over the backend's, and each side's busy share at
@@ -128,6 +131,7 @@ def _paired(m: dict[str, Any]) -> dict[str, Any]:
             "paired_runs": len(p.get("runs") or []) or math.nan, "paired_no_load": p.get("no_load"),
             "paired_side_runs": _per_side(p.get("side_runs")), "paired_reversals": _per_side(p.get("reversals")),
             "ratio_evidence": p.get("not_enough_runs"), "still_walking": p.get("still_walking"), "measure_again": m.get(MEASURE_AGAIN),
+            "rerun_spread": _num(p.get("rerun_spread")), "rerun_spread_from": p.get("rerun_spread_from"),
             "measured_again_after": m.get("measured_again_after"), **made_of(p.get("track_steps") or {})}
 
 

@@ -27,7 +27,8 @@ class ServingRoute(Route):
 
     def measure(self, cfg: Config, backend: Backend, device: torch.device, work: SharedWork,
                 setting: dict[str, Any]) -> dict[str, Any]:
-        return measure_serving(cfg, backend, device, work)
+        # a paired Server job's run-to-run spread, weighed with this machine's re-runs by the runner (bench.pipeline.reruns)
+        return measure_serving(cfg, backend, device, work, setting.get("serve_rerun"))
 
     def fault(self, metrics: dict[str, Any]) -> str | None:
         return accuracy_error(metrics)  # serving moved the AUC beyond its tolerance

@@ -58,7 +58,9 @@ s2 the half-width (in log ratio) is sqrt(t^2 * 2 s2 / k + z^2 * 2 * rerun_spread
 quantile with k - 1 degrees of freedom, so few rounds give a wide interval (t is 4.3 at k = 3, 2.3 at 10);
 2/k because the re-run's estimate has an error of its own; `rerun_spread` is the run-to-run standard
 deviation of a job's log ratio that the rounds of one job cannot see (the host's phases longer than a
-job, each job's own warm-up and start), measured between whole sweeps (docs/serving.md). It is at least
+job, each job's own warm-up and start): serve.rerun_spread (measured between whole sweeps, docs/serving.md)
+weighed with what re-runs of paired Server jobs on this machine measured (bench.pipeline.reruns.serve_spread;
+the runner passes it in, `Evidence.rerun_from` says where it came from). It is at least
 one step (`track_step`) either side: a staircase resolves a level to a step. The brackets' interval (what
 both searches' brackets allow together) is kept beside it (`qps_ratio_bracket_lo`/`_hi`); with tracking off
 (`track_rounds` 0) the ratio is the two searches' max QPS over each other and its interval what both
@@ -166,19 +168,26 @@ def geomean(values: list[float]) -> Optional[float]:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
-def rerun_interval(ratios: list[float], rerun_spread: float = RERUN_SPREAD, step: float = TRACK_STEP,
-                   confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """Where a re-run's ratio should fall, from one job's per-round ratios (at least two ABBA blocks): the log
-    ratios in consecutive pairs (an odd first round left out), Student's t over the k block means for a new
-    estimate's error and this one's (2/k), plus `rerun_spread` (a run-to-run SD the rounds cannot see) for both
-    runs; at least one `step` either side of the estimate."""
+def block_variance(ratios: list[float]) -> tuple[float, int]:
+    """The variance of the mean log ratio from one job's per-round ratios, and the number of ABBA blocks behind
+    it: the log ratios in consecutive pairs (an odd first round left out), the block means' sample variance over
+    their count; (inf, k) with fewer than two blocks."""
     logs = [math.log(r) for r in ratios]
     paired = logs[len(logs) % 2:]
     blocks = [(a + b) / 2 for a, b in zip(paired[::2], paired[1::2])]
-    if len(blocks) < 2:
+    return (statistics.variance(blocks) / len(blocks), len(blocks)) if len(blocks) >= 2 else (math.inf, len(blocks))
+
+
+def rerun_interval(ratios: list[float], rerun_spread: float = RERUN_SPREAD, step: float = TRACK_STEP,
+                   confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Where a re-run's ratio should fall, from one job's per-round ratios (at least two ABBA blocks): Student's t
+    over the k block means (`block_variance`) for a new estimate's error and this one's (2/k), plus `rerun_spread`
+    (a run-to-run SD the rounds cannot see) for both runs; at least one `step` either side of the estimate."""
+    variance, k = block_variance(ratios)
+    if not math.isfinite(variance):
         return 0.0, math.inf
-    k, point = len(blocks), sum(logs) / len(logs)
-    half = prediction_half_width(statistics.variance(blocks) / k, k, rerun_spread, step, confidence)
+    point = sum(math.log(r) for r in ratios) / len(ratios)
+    half = prediction_half_width(variance, k, rerun_spread, step, confidence)
     return math.exp(point - half), math.exp(point + half)
 
 
@@ -189,6 +198,8 @@ class Evidence:
     min_rounds: int = MIN_ROUNDS
     min_reversals: int = MIN_REVERSALS
     rerun_spread: float = RERUN_SPREAD
+    # where rerun_spread came from: serve.rerun_spread alone, or weighed with this machine's re-runs (bench.pipeline.reruns)
+    rerun_from: str = "serve.rerun_spread"
 
 
 @dataclass
@@ -334,10 +345,26 @@ class PairedSearch:
             return None, None
         if self.fit == LEVELS:
             return rerun_interval(self.round_ratios(), self.evidence.rerun_spread, self.track_step)
-        blocks = sorted({r["round"] // 2 for t in self.tracks.values() for r in t.runs if r["moved"]})
-        variance, count = jackknife(blocks, self.fitted_log_ratio)
+        variance, count = self.log_variance()
         half = prediction_half_width(variance, count, self.evidence.rerun_spread, self.track_step, CONFIDENCE)
         return math.exp(math.log(ratio) - half), math.exp(math.log(ratio) + half)
+
+    def log_variance(self) -> tuple[float, int]:
+        """The variance of the log ratio that this job's rounds show, and the ABBA blocks behind it: a delete-one-block
+        jackknife of the fit, or the levels' block variance (`block_variance`); (inf, k) with fewer than two blocks."""
+        if self.fit == LEVELS:
+            return block_variance(self.round_ratios())
+        blocks = sorted({r["round"] // 2 for t in self.tracks.values() for r in t.runs if r["moved"]})
+        return jackknife(blocks, self.fitted_log_ratio)
+
+    @property
+    def log_se(self) -> Optional[float]:
+        """The standard error of the log ratio from this job's rounds (what a re-run log's `round_se` holds: the part
+        of two runs' difference their rounds explain); None with no tracked ratio or fewer than two blocks."""
+        if not self.tracking or self.ratio is None:
+            return None
+        variance = self.log_variance()[0]
+        return math.sqrt(variance) if math.isfinite(variance) else None
 
     @property
     def bracket_interval(self) -> tuple[Optional[float], Optional[float]]:
@@ -390,10 +417,10 @@ class PairedSearch:
         read = ("the ratio is the two sides' limits fitted to their tracking runs' verdicts (a logistic function of load, "
                 "with a host state shared by a round's runs: bench.serve.limit_fit), the interval where a re-run's ratio should fall "
                 f"({CONFIDENCE:.0%}: a jackknife over ABBA blocks of rounds, Student's t, plus a run-to-run spread of "
-                f"{self.evidence.rerun_spread:g})") if self.fit == LOGISTIC else (
+                f"{self.evidence.rerun_spread:.3g} from {self.evidence.rerun_from})") if self.fit == LOGISTIC else (
                 "the ratio is the geometric mean of the per-round load ratios after both first reversals, the interval where a "
                 f"re-run's ratio should fall ({CONFIDENCE:.0%}: Student's t over ABBA blocks, plus a run-to-run spread of "
-                f"{self.evidence.rerun_spread:g})")
+                f"{self.evidence.rerun_spread:.3g} from {self.evidence.rerun_from})")
         return ("paired: the backend's and fp32's Server searches interleaved run by run (ABBA) in one process, then both "
                 f"tracked by a 1-up-1-down staircase (step {self.track_step:g}) in the same rounds until {self.evidence.min_rounds} "
                 f"joint rounds after both first reversals and {self.evidence.min_reversals} reversals a side; {read}")
@@ -415,6 +442,7 @@ class PairedSearch:
             "runs": self.runs,
             "track_step": self.track_step,
             "min_rounds": self.evidence.min_rounds, "min_reversals": self.evidence.min_reversals, "rerun_spread": self.evidence.rerun_spread,
+            "rerun_spread_from": self.evidence.rerun_from, "ratio_log_se": self.log_se,
             "joint_rounds": len(self.joint_rounds), "used_rounds": len(self.used_rounds), "aside_rounds": len(self.aside_rounds),
             "round_ratios": self.round_ratios(self.joint_rounds),
             "side_runs": self.side_runs(), "reversals": self.reversals(),

@@ -63,7 +63,11 @@ FIRST_LOAD = 0.25
 FIRST_OF_ESTIMATE = 0.6
 
 
-def measure_serving(cfg: Config, backend: Backend, device: torch.device, work: SharedWork) -> dict[str, Any]:
+def measure_serving(cfg: Config, backend: Backend, device: torch.device, work: SharedWork,
+                    rerun: tuple[float, str] | None = None) -> dict[str, Any]:
+    """One serving job's metrics. `rerun`: the run-to-run spread a paired ratio's interval carries and where it came
+    from (serve.rerun_spread weighed with this machine's re-runs: bench.pipeline.reruns.serve_spread); None:
+    serve.rerun_spread alone."""
     serve = cfg.serve
     check_serve_config(serve)
     workload = work.workload(cfg)
@@ -80,7 +84,7 @@ def measure_serving(cfg: Config, backend: Backend, device: torch.device, work: S
         if reference is not None:  # fp32's side of the paired search: its own SUT and log folder, warmed up beside this one
             pair = Pair(serving_runs(cfg, reference, queries, device, runs.logs / BASELINE_BACKEND, pace_of=FP32),
                         warm_up(reference, queries, device, cfg.batch_size))
-        metrics = _measure(cfg, backend, model, workload, device, work, runs, warm, pair)
+        metrics = _measure(cfg, backend, model, workload, device, work, runs, warm, pair, rerun)
     if unpaired is not None:
         metrics["unpaired"] = unpaired
     # The machine's own speed at both ends of the job and its load over it: a figure that moved between
@@ -160,7 +164,7 @@ def paired_max_qps(cfg: Config, candidate: nn.Module, reference: nn.Module, devi
 
 
 def _measure(cfg: Config, backend: Backend, model: nn.Module, workload: Any, device: torch.device, work: SharedWork, runs: "Runs",
-             warm: dict[str, Any], pair: "Pair | None" = None) -> dict[str, Any]:
+             warm: dict[str, Any], pair: "Pair | None" = None, rerun: tuple[float, str] | None = None) -> dict[str, Any]:
     """The scenario's runs after the warm-up: the Server search or the Offline run, then the accuracy run."""
     serve, queries = cfg.serve, runs.queries
     metrics: dict[str, Any] = {
@@ -171,7 +175,7 @@ def _measure(cfg: Config, backend: Backend, model: nn.Module, workload: Any, dev
         "warm_up": warm,
         "sample": SAMPLE if queries.history is None else REQUEST_SAMPLE,
     }
-    accuracy_qps = server(runs, warm, metrics, pair) if serve.scenario == "server" else offline(runs, warm, metrics)
+    accuracy_qps = server(runs, warm, metrics, pair, rerun) if serve.scenario == "server" else offline(runs, warm, metrics)
     metrics["validity"] = [s["validity"] for s in metrics["steps"]]
     metrics["loadgen_version"] = metrics["steps"][0].get("loadgen_version")
     if model.info.get("source") == RANDOM:
@@ -216,10 +220,12 @@ class Runs:
         return self.pace.summary()
 
 
-def server(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any], pair: "Pair | None" = None) -> float:
+def server(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any], pair: "Pair | None" = None,
+           rerun: tuple[float, str] | None = None) -> float:
     """The Server search into `metrics`; the target the accuracy run (if any) uses. With `pair` (fp32's runs and
     warm-up), fp32's search runs interleaved with this one, run by run in ABBA order (bench.serve.paired), and
-    `metrics` gets the ratio to fp32's max QPS with its interval, and fp32's search under `paired`."""
+    `metrics` gets the ratio to fp32's max QPS with its interval (carrying `rerun`'s run-to-run spread, as
+    measure_serving's), and fp32's search under `paired`."""
     serve = runs.cfg.serve
     # A paired search judges each target by fewer runs: the tracking after it re-runs the limit (bench.serve.paired).
     judgments = None if pair is None else serve.paired_judgments
@@ -240,7 +246,8 @@ def server(runs: Runs, warm: dict[str, Any], metrics: dict[str, Any], pair: "Pai
             return on.run("performance", qps, f"{role}{n}_{qps:g}qps", draw, metrics["step_queries"])
 
         seconds = run_seconds(serve, metrics["step_queries"])
-        evidence = Evidence(serve.min_rounds, serve.min_reversals, serve.rerun_spread)
+        spread, source = rerun or (serve.rerun_spread, "serve.rerun_spread")
+        evidence = Evidence(serve.min_rounds, serve.min_reversals, spread, source)
         paired = interleave(plan, ref_plan, run_paired, (serve.max_search_s, seconds), serve.track_step, serve.track_rounds, round_qps,
                             serve.max_steal, evidence, time.monotonic, serve.ratio_fit)
         search = paired.candidate

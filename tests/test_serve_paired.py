@@ -12,8 +12,8 @@ from scipy import stats
 
 from pathlib import Path
 
-from bench.serve.paired import (CANDIDATE, LEVELS, LOGISTIC, MIN_ROUNDS, NOT_ENOUGH, REFERENCE, SEARCH, TRACK, TRACK_DRAW, TRACK_ROUNDS,
-                                TRACK_STEP, Evidence, interleave, order, rerun_interval)
+from bench.serve.paired import (CANDIDATE, LEVELS, LOGISTIC, MIN_ROUNDS, NOT_ENOUGH, REFERENCE, SEARCH, STILL_WALKING, TRACK, TRACK_DRAW,
+                                TRACK_ROUNDS, TRACK_STEP, Evidence, interleave, order, rerun_interval)
 from bench.config.schema import ServeConfig
 from bench.serve.qps_search import search_plan
 from bench.serve.scenario import round_qps
@@ -145,13 +145,38 @@ def test_a_level_that_ends_six_steps_one_way_says_its_limit_was_still_moving():
         rising.extend([qps] if role == TRACK else [])
         return judge(200 * 1.05 ** max(0, len(rising) - 4))(qps)
 
-    # the evidence asks for 12 joint rounds, so tracking goes on well past the climb's start
+    # the limit outruns the 4% step for good: with the evidence at 12 joint rounds, it is in while the level walks, and
+    # tracking follows the walk to the round cap, then says so beside the ratio
     p = interleave(iter_plan(100), iter_plan(200), climbing, track_step=0.04, track_rounds=30, evidence=Evidence(min_rounds=12))
     walk = p.as_metrics()["track_walk"]
-    assert walk[REFERENCE] >= 6 and abs(walk[CANDIDATE]) < 6
+    assert walk[REFERENCE] >= 6 and abs(walk[CANDIDATE]) < 6 and len(p.joint_rounds) == 30
+    assert p.stop == "30 joint rounds of tracking (serve.track_rounds); a level still walking"
     assert p.tracks[REFERENCE].final_walk == walk[REFERENCE]
     assert p.still_walking().startswith(f"fp32's level ended {walk[REFERENCE]} steps up in a row: its limit was still moving")
-    assert p.as_metrics()["still_walking"] == p.still_walking() and p.ratio is not None  # said, not acted on
+    assert p.as_metrics()["still_walking"] == p.still_walking() and p.ratio is not None  # the ratio given, the walk said
+
+
+def test_tracking_follows_a_walking_level_past_the_evidence_until_it_turns():
+    # fp32's limit rises 5% a run over its tracking runs 4-13 (the host got faster for it), then holds at 200 x 1.05^10.
+    # The evidence (10 joint rounds here) is in while fp32's level still climbs, and tracking goes on until that level
+    # turns at its new limit: then the evidence ends it, with nothing left walking. With fixed limits it ends at once.
+    evidence = Evidence(min_rounds=10)
+    run, _ = recorder({CANDIDATE: 100, REFERENCE: 200})
+    settled = interleave(iter_plan(100), iter_plan(200), run, track_step=0.04, track_rounds=40, evidence=evidence)
+    rising = []
+
+    def climbing(side, qps, draw, role):
+        if side == CANDIDATE:
+            return judge(100)(qps)
+        rising.extend([qps] if role == TRACK else [])
+        return judge(200 * 1.05 ** min(10, max(0, len(rising) - 4)))(qps)
+
+    p = interleave(iter_plan(100), iter_plan(200), climbing, track_step=0.04, track_rounds=40, evidence=evidence)
+    moves = [r["moved"] for r in p.tracks[REFERENCE].runs]
+    assert "+1, " * STILL_WALKING in ", ".join(f"{m:+d}" for m in moves) + ", "  # it walked
+    assert p.stop.startswith("the evidence") and not p.walking() and p.still_walking() is None
+    assert len(p.joint_rounds) > len(settled.joint_rounds) + STILL_WALKING
+    assert p.tracks[REFERENCE].runs[-1]["target_qps"] == pytest.approx(200 * 1.05 ** 10, rel=0.09)  # at its new limit
 
 
 def test_the_time_cap_before_the_evidence_gives_not_enough_runs_not_a_ratio():

@@ -43,7 +43,10 @@ mean; the fit gives the climb's VALID runs, far below the limit, little weight (
 
 **Evidence, not seconds.** Tracking runs until the ratio has its evidence: `min_rounds` joint rounds after
 both first reversals and `min_reversals` reversals on each side, however long each LoadGen run lasts on
-this machine (at most `track_rounds` joint rounds). The time budget (`serve.max_search_s`, each side's
+this machine (at most `track_rounds` joint rounds). While a side's level is still walking (its last
+`STILL_WALKING` moves all one way: its limit moved, the host's speed changed during the job), tracking goes on
+past the evidence until the level turns; a cap that comes first ends it with the ratio given and `still_walking`
+said beside it. The time budget (`serve.max_search_s`, each side's
 search and tracking runs together, counted on `clock` when one is given) is a cap: when it is reached, or
 the round cap, before that evidence, the job has **no ratio** ("not enough runs", `shortfall`), not a
 ratio from one or two runs that looks as sure as one from ten.
@@ -277,11 +280,16 @@ class PairedSearch:
             return None
         return f"no paired ratio, its rounds set aside: {NOT_ENOUGH}: {self.shortfall()} ({self.stop})"
 
+    def walking(self) -> list[tuple[str, int]]:
+        """Each side whose level's last `STILL_WALKING` or more moves went one way, with its signed walk: its limit is
+        still moving (`interleave` tracks on while one is, within its caps)."""
+        return [(side, t.final_walk) for side, t in self.tracks.items() if abs(t.final_walk) >= STILL_WALKING]
+
     def still_walking(self) -> Optional[str]:
         """Where a side's level ended `STILL_WALKING` or more steps one way in a row: its limit was still moving when
-        tracking stopped (the host's speed changed during the job), so the estimate mixes the host's states. Said, not
-        acted on: the ratio and its evidence are as they were."""
-        walks = [(side, w) for side, w in ((side, t.final_walk) for side, t in self.tracks.items()) if abs(w) >= STILL_WALKING]
+        a cap stopped the tracking (the host's speed changed during the job), so the estimate mixes the host's states.
+        Said beside the ratio: the ratio and its evidence are as they were."""
+        walks = self.walking()
         if not self.tracking or len(self.tracks) < 2 or not walks or self.ratio is None:  # a caveat on a ratio given
             return None
         said = "; ".join(f"{'fp32' if side == REFERENCE else 'the backend'}'s level ended {abs(w)} steps {'up' if w > 0 else 'down'} "
@@ -534,17 +542,19 @@ def interleave(candidate: Plan, reference: Plan, run: RunPaired, budget: Optiona
         return paired
     joint = len(paired.joint_rounds)
     while True:
-        if paired.enough:
+        # a level still walking (its limit moving: the host's speed changed) is followed until it turns or a cap comes
+        walking = "; a level still walking" if paired.enough and paired.walking() else ""
+        if paired.enough and not walking:
             paired.stop = (f"the evidence: {len(paired.used_rounds)} joint rounds after both first reversals, reversals "
                            f"{paired.reversals()[CANDIDATE]} (backend) and {paired.reversals()[REFERENCE]} (fp32)"
                            if paired.tracking else "tracking off (serve.track_rounds=0)")
             break
         if joint >= track_rounds:
-            paired.stop = f"{track_rounds} joint rounds of tracking (serve.track_rounds)"
+            paired.stop = f"{track_rounds} joint rounds of tracking (serve.track_rounds){walking}"
             break
         late = [side for side in SIDES if not fits(side)]
         if late:
-            paired.stop = f"the next round would take the {late[0]} past {budget[0]:g} s (serve.max_search_s)"
+            paired.stop = f"the next round would take the {late[0]} past {budget[0]:g} s (serve.max_search_s){walking}"
             break
         for side in order(round_):
             track(round_, side)

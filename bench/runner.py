@@ -286,7 +286,8 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
 
 
 def _timing_setting(cfg: Config, device: torch.device, backend, route, session: Session) -> tuple[Config, dict[str, Any]]:
-    """The config with its timing setting resolved (bench.pipeline.calibrate), and what the record says of it."""
+    """The config with its timing setting resolved (bench.pipeline.calibrate), and what the record says of it; for a
+    paired Server job also `serve_rerun`, the run-to-run spread its ratio's interval carries (bench.pipeline.reruns)."""
     why_not, calibrated = route.uncalibrated or "", None  # a route that times its own way says why
     if not why_not and not cfg.timing.calibrate:
         why_not = "timing.calibrate=false"

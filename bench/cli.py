@@ -20,7 +20,6 @@ import functools
 import logging
 import sys
 from pathlib import Path
-from typing import Iterator
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -32,11 +31,12 @@ from omegaconf import DictConfig, OmegaConf
 from bench import preflight
 from bench.config import CONF_DIR, Config, config_groups, group_options
 from bench.config.compose import compose, to_config
+from bench.config.job_folder import job_folder
 from bench.config import register_configs
 from bench.console import quiet_library_noise
 from bench.errors import EXIT_GATE_FAILED, EXIT_HARNESS_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USER_ERROR, UserError, internal_error
 from bench.metrics import MEASURE_AGAIN
-from bench.record import RunRecord
+from bench.record import RunRecord, measured_again_after
 from bench.store import RECORDS, save_record
 
 POSITIVE_INT_KEYS = ("batch_size", "eval_batch_size", "calibration_batch_size", "threads", "world_size")
@@ -144,31 +144,14 @@ def measure_and_store(config: Config, output_dir: Path, again_after: RunRecord |
     # waits for it, then finds the record instead of measuring the job again
     with session.claims:
         with one_job_per_host(config) as window:
-            record, exc = run_job(config, session)
+            record, _ = run_job(config, session)
         if record.status == "ok" and not record.resumed_from:
             record.metrics["job_window"] = window.span()
-        if again_after is not None and not record.resumed_from:
-            record.metrics["measured_again_after"] = again_after.record_id  # kept in the store as it was
+        if again_after is not None:
+            measured_again_after(record, again_after.record_id)
         if writes_records():
             save_record(record, output_dir, Path(config.reports_dir), store=record.resumed_from is None)
     return record
-
-
-@contextlib.contextmanager
-def hydra_output_dir(path: Path) -> Iterator[None]:
-    """Hydra's output folder, as a job reads it (bench.serve.scenario.job_dir puts its serving logs there), set to
-    `path` for a job measured after Hydra's launcher returned; Hydra's config as it was afterwards."""
-    from hydra.conf import HydraConf
-
-    instance = HydraConfig.instance()
-    before = instance.cfg
-    job = OmegaConf.create({"hydra": OmegaConf.structured(HydraConf)})
-    job.hydra.runtime.output_dir = str(path)
-    instance.set_config(job)
-    try:
-        yield
-    finally:
-        instance.cfg = before
 
 
 def measure_again(sweep_dir: Path, passes: int) -> None:
@@ -190,7 +173,7 @@ def measure_again(sweep_dir: Path, passes: int) -> None:
             # the job's own overrides (the sweep's values for it included), composed as Hydra composed them
             config = dataclasses.replace(compose(list(OmegaConf.load(job / ".hydra" / "overrides.yaml"))), resume=False)
             out = again_dir(job, n)
-            with hydra_output_dir(out):
+            with job_folder(out):
                 record = measure_and_store(config, out, again_after=withheld)
             log.info("measured again after %s (%s): %s", withheld.record_id, withheld.metrics[MEASURE_AGAIN],
                      summary(record).splitlines()[0])

@@ -107,6 +107,11 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_text_atomic(path, to_json(data, indent=2) + "\n")
 
 
+def read_json(path: Path) -> Any:
+    """A JSON file written whole (`write_json_atomic`): no half-written file is ever read."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
 # ------------------------------------------------------------------------------ JSONL files
 
 
@@ -232,3 +237,20 @@ def append_jsonl(path: Path, rows: Iterable[Any], unless: Callable[[dict[str, An
     finally:
         os.close(fd)  # releases the lock
     return len(lines)
+
+
+def compact_jsonl(path: Path, keep: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]) -> int:
+    """Rewrite a JSONL log with the objects `keep` picks from its whole lines (a damaged line is dropped with the rest),
+    renamed over it under the appenders' exclusive lock: no append lands between the read and the rename, and an
+    appender that waited for the lock takes it again on the new file (`_locked`). Returns the lines dropped."""
+    path = Path(path)
+    fd = _locked(path)
+    try:
+        stored = parse_jsonl(os.pread(fd, os.fstat(fd).st_size, 0), path)
+        kept = keep([obj for _, obj in stored.lines])
+        dropped = len(stored.lines) + len(stored.damaged) + bool(stored.torn_tail) - len(kept)
+        if dropped:
+            write_text_atomic(path, "".join(to_json(obj) + "\n" for obj in kept))
+    finally:
+        os.close(fd)  # releases the lock
+    return dropped

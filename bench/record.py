@@ -38,6 +38,16 @@ def withheld(record: "RunRecord") -> bool:
     return record.status == "ok" and bool((record.metrics or {}).get(MEASURE_AGAIN))
 
 
+MEASURED_AGAIN_AFTER = "measured_again_after"  # metrics key: the withheld record this one measured its job again after
+
+
+def measured_again_after(record: "RunRecord", withheld_record_id: str) -> None:
+    """Name in a new measurement the stored record of the same job whose answer the host withheld (that one stays in
+    the store as it was). A record handed back from the store (resume) is not a new measurement: left as it is."""
+    if not record.resumed_from:
+        record.metrics[MEASURED_AGAIN_AFTER] = withheld_record_id
+
+
 def reusable(record: "RunRecord") -> bool:
     """A record a resumed sweep hands back: ok or skipped, and not one whose answer the host withheld."""
     return record.status in RESUMABLE and not withheld(record)

@@ -37,12 +37,12 @@ from bench.measure.memory import memory_skip_reason
 from bench.metrics import MEASURE_AGAIN, SPEEDUP
 from bench.models.train import input_identity, needs_training, training_seconds
 from bench.pipeline import reruns
-from bench.pipeline.calibrate import (Calibration, Setting, cache_path, calibration, calibration_seconds, needs_calibration,
+from bench.pipeline.calibrate import (Calibration, Setting, calibration, calibration_seconds, needs_calibration, rerun_log,
                                       timing_setting)
 from bench.pipeline.guard import memory_estimate
 from bench.pipeline.shared import SharedWork
 from bench.progress import wall_per_cpu
-from bench.record import NOT_APPLICABLE, USER, RunRecord
+from bench.record import NOT_APPLICABLE, USER, RunRecord, measured_again_after
 from bench.routes import route_for
 from bench.store import RECORDS, Claims, StoreIndex
 from bench.config.identity import job_identity
@@ -257,7 +257,7 @@ def run_job(cfg: Config, session: Session | None = None) -> tuple[RunRecord, Exc
         else:
             record.metrics = route.measure(cfg, backend, device, session.work, setting)
             if again is not None:
-                record.metrics["measured_again_after"] = again.record_id  # the withheld record, kept as it was
+                measured_again_after(record, again.record_id)
             record.error = route.fault(record.metrics)  # it ran, but what it measured fails the job
             record.status = "error" if record.error else "ok"
             if record.status == "ok":
@@ -297,20 +297,15 @@ def _timing_setting(cfg: Config, device: torch.device, backend, route, session: 
     if not why_not:
         calibrated, why_not = session.calibration(cfg)
     # read before every job: a sweep's earlier jobs, re-runs of jobs measured before, already count for its later ones
-    rerun_log = reruns.Reruns(reruns.path_for(calibrated.path), kernel_path()) if calibrated is not None else None
-    cfg, setting = timing_setting(cfg, device, backend, calibrated, why_not, rerun_log)
+    machine_reruns = reruns.Reruns(reruns.path_for(calibrated.path), kernel_path()) if calibrated is not None else None
+    cfg, setting = timing_setting(cfg, device, backend, calibrated, why_not, machine_reruns)
     if _paired_server(cfg):  # its interval's run-to-run spread, weighed with the machine's re-runs of paired Server jobs
-        setting["serve_rerun"] = reruns.serve_spread(_rerun_log(cfg.cache_dir), kernel_path(), cfg.serve.rerun_spread, cfg.batch_size)
+        setting["serve_rerun"] = reruns.serve_spread(rerun_log(cfg.cache_dir), kernel_path(), cfg.serve.rerun_spread, cfg.batch_size)
     return cfg, setting
 
 
 def _paired_server(cfg: Config) -> bool:
     return cfg.serve is not None and cfg.serve.scenario == "server" and cfg.serve.paired
-
-
-def _rerun_log(cache_dir: str) -> Path:
-    """This machine's re-run log under a job's cache_dir, beside the timing calibration (whether or not one was made)."""
-    return reruns.path_for(cache_path(cache_dir))
 
 
 def _log_rerun(record: RunRecord, setting: dict[str, Any]) -> None:
@@ -325,7 +320,7 @@ def _log_rerun(record: RunRecord, setting: dict[str, Any]) -> None:
         line = reruns.entry(record.config_hash, code_state(), timed_with, kernel_path(), record.batch_size, record.backend,
                             math.log(m[SPEEDUP]), m["speedup_round_se"], len(m.get("speedup_rounds") or []))
     elif "serve_rerun" in setting and paired.get("qps_ratio") and paired.get("ratio_log_se") is not None:
-        where = _rerun_log(record.config["cache_dir"])
+        where = rerun_log(record.config["cache_dir"])
         line = reruns.entry(record.config_hash, code_state(), reruns.SERVED, kernel_path(), record.batch_size, record.backend,
                             math.log(paired["qps_ratio"]), paired["ratio_log_se"], paired.get("used_rounds") or 0)
     else:

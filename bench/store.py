@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Optional
 
-from bench.io import DAMAGED_SUFFIX, JsonlLines, append_jsonl, parse_jsonl, read_jsonl, write_json_atomic, write_text_atomic, to_json
+from bench.io import DAMAGED_SUFFIX, JsonlLines, append_jsonl, parse_jsonl, read_json, read_jsonl, write_json_atomic, write_text_atomic, to_json
 from bench.config import RECORDS_FILE
 from bench.record import NewerSchema, RunRecord, SchemaError, reusable, withheld
 
@@ -112,6 +112,11 @@ def save_record(record: RunRecord, run_dir: Path | None, reports_dir: Path, stor
         append_records(Path(reports_dir) / RECORDS, [record])
     if run_dir is not None:
         write_json_atomic(Path(run_dir) / "record.json", record.stored_form())
+
+
+def read_record(path: Path) -> RunRecord:
+    """A job folder's `record.json`, as `save_record` wrote it."""
+    return RunRecord.from_dict(read_json(path))
 
 
 def write_records(records: Iterable[RunRecord], path: Path) -> None:

@@ -12,7 +12,6 @@ records the jobs wrote; nothing is measured here.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -29,7 +28,8 @@ from bench.config.files import as_compare_config as compare_settings
 from bench.distributed import overlapping
 from bench.errors import EXIT_GATE_FAILED, EXIT_HARNESS_ERROR, EXIT_OK, internal_error
 from bench.progress import progress
-from bench.record import RunRecord, is_serving, withheld
+from bench.record import MEASURED_AGAIN_AFTER, RunRecord, is_serving, withheld
+from bench.store import read_record
 
 if TYPE_CHECKING:  # pandas is imported after the pre-flight checks
     from bench.results.assemble import Results
@@ -94,18 +94,14 @@ def job_record(job_dir: Path) -> RunRecord:
     """A job's record: its last measurement after the host withheld its answer (`<job>/again-<n>/record.json`,
     bench.cli.measure_again, each naming the one before it), else its own (`<job>/record.json`). A folder left by an
     earlier run into the same sweep folder names another record and is not read."""
-    record = _read_record(Path(job_dir) / "record.json")
+    record = read_record(Path(job_dir) / "record.json")
     n = 1
     while (path := again_dir(job_dir, n) / "record.json").is_file():
-        again = _read_record(path)
-        if (again.metrics or {}).get("measured_again_after") != record.record_id:
+        again = read_record(path)
+        if (again.metrics or {}).get(MEASURED_AGAIN_AFTER) != record.record_id:
             break
         record, n = again, n + 1
     return record
-
-
-def _read_record(path: Path) -> RunRecord:
-    return RunRecord.from_dict(json.loads(path.read_text(encoding="utf-8")))
 
 
 def sweep_records(sweep_dir: Path) -> list[RunRecord]:
@@ -217,7 +213,7 @@ def finish(config: DictConfig) -> int:
     variant = sweep_variant(config.hydra.overrides.task)
     counts = {s: sum(r.status == s for r in records) for s in ("ok", "error", "skipped")}
     resumed = sum(bool(r.resumed_from) for r in records)
-    again = sum(bool((r.metrics or {}).get("measured_again_after")) and not r.resumed_from for r in records)
+    again = sum(bool((r.metrics or {}).get(MEASURED_AGAIN_AFTER)) and not r.resumed_from for r in records)
     still = sum(withheld(r) for r in records)
     user = sum(r.user_error for r in records)
     note = (f"; {resumed} resumed from stored records" if resumed else "") + (f"; {user} of the errors bad input" if user else "")

@@ -222,6 +222,59 @@ def test_a_paired_search_without_enough_runs_leaves_the_bracket_open_and_says_wh
     why = decide.open_bracket(c)
     assert c.not_enough_runs == short and short in why and "nan" not in why
 
+def test_a_server_job_the_host_left_without_an_answer_is_served_again_once_the_others_are_served(tmp_path):
+    """Stage 4 as a sweep: a paired Server job whose rounds the host set aside (no ratio: bench.record.withheld) is served
+    again, with the same config, after the other candidates, up to `measure_again` times; the pick reads the new
+    measurement, which names the withheld one."""
+    from bench.config.compose import compose
+    from bench.recommend.funnel import Outcome, confirm_best
+
+    def config(*extra):
+        return compose(["+sweep=recommend", "+preset=tiny", f"reports_dir={tmp_path}", *extra])
+
+    a, b = Candidate("uint4", 1024, 1), Candidate("int8_tbe", 1024, 1)
+    served, told = [], []
+
+    def confirm_planting(candidate, fp32, jobs, label):  # uint4's first job withheld, every other one answered
+        served.append((label, candidate.backend, candidate.serve.scenario))
+        rid = f"r{len(served)}"
+        if label == a.label():
+            return Confirmation(0.0, None, None, 0.0, math.nan, math.nan, math.nan, None, "paired", [rid],
+                                "not enough runs: 0 rounds", withheld="no paired ratio, its rounds set aside: slow host")
+        return Confirmation(300.0, 300.0, 330.0, 200.0, 1.5, 1.2, 1.65, 30.0, "paired", [rid])
+
+    def stage4(*extra):
+        served.clear()
+        cfg = config("recommend.confirm=2", *extra)
+        out = Outcome(cfg, 0.001, ["fp32", a.backend, b.backend], [1])
+        out.estimates = {a: est(2.0), b: est(1.5)}
+        cfgs = {name: config(f"backend={name}") for name in out.backends}
+        confirmed = confirm_best(out, [(a, est(2.0), facts(a.backend)), (b, est(1.5), facts(b.backend))], cfgs, None,
+                                 confirm_planting, told.append)
+        return out, confirmed
+
+    out, confirmed = stage4()
+    assert [label for label, *_ in served] == [a.label(), b.label(), f"{a.label()} again 1"]  # after b, once
+    assert all(scenario == "server" for *_, scenario in served)
+    again = out.confirmations[a]
+    assert again.relative == 1.5 and again.withheld is None and again.records == ["r1", "r3"]
+    assert "served again after record r1, which the host left without an answer" in again.method
+    assert [c for c, _, _ in confirmed] == [a, b] and not [r for r in out.rejections if r.stage == CONFIRM]
+    assert any("serving uint4 bs=1024 threads=1 again (1 of 1, measure_again): the host left it without an answer "
+               "(no paired ratio, its rounds set aside: slow host)" in line for line in told)
+    # measure_again=0: served once; its confirmation keeps the open bracket and says why
+    out, confirmed = stage4("measure_again=0")
+    assert [label for label, *_ in served] == [a.label(), b.label()] and out.confirmations[a].withheld
+    assert decide.open_bracket(out.confirmations[a]).startswith("its own Server search found no INVALID target")
+
+
+def test_a_withheld_serving_record_says_why_in_its_confirmation():
+    why = "no paired ratio, its rounds set aside: slow host"
+    c = confirmation(serving("uint4", {"max_qps": 0.0, "measure_again": why, "paired": {"qps_ratio": None}}))
+    assert c.withheld == why
+    assert confirmation(serving("uint4", {"max_qps": 0.0, "measure_again": why}, status="error")).withheld is None
+
+
 def test_a_part_of_a_job_has_its_own_identity_and_whole_jobs_keep_theirs(tmp_path):
     """`measure` (facts, served) joined the config after records were stored: a whole job (measure null) keeps the hash it
     had without the key, so every stored record still resumes and joins; a facts or served job is never a whole job's."""

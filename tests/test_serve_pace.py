@@ -9,7 +9,9 @@ import shutil
 import pytest
 
 from bench.config.compose import compose
-from bench.serve.pace import FILL, MIN_RUNS, RECENT, VERSION, Pace, log_path, setup_key
+from bench.io import compact_jsonl
+from bench.serve import pace as pace_log
+from bench.serve.pace import FILL, MIN_RUNS, RECENT, VERSION, Pace, latest_runs, log_path, setup_key
 from bench.serve.paired import CANDIDATE, NOT_ENOUGH, REFERENCE, TRACK, interleave
 from bench.store import read_records
 from bench.serve.qps_search import aside_cause, aside_words, disturbed, search_plan
@@ -27,6 +29,27 @@ def served(ms, rows=8.0):
 
 def pace(stored, max_slowdown=0.15):
     return Pace("setup", stored, max_slowdown)
+
+
+def test_the_log_keeps_each_setups_latest_runs_once_it_passes_its_size(tmp_path, monkeypatch):
+    """Compaction keeps what `Pace.read` reads (each setup's RECENT latest runs of this version) and nothing else:
+    every setup's usual reads the same before and after, and a job's append past COMPACT_BYTES compacts."""
+    path = tmp_path / "pace.jsonl"
+    rows = [{"v": VERSION, "setup": s, "service_ms": 1.0 + i, "rows_per_batch": 8.0} for i in range(RECENT + 5) for s in "ab"]
+    rows += [{"v": VERSION, "setup": "c", "service_ms": 3.0, "rows_per_batch": 8.0}, {"v": VERSION + 1, "setup": "a", "service_ms": 9.0}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + "{not json\n")
+    before = {s: Pace.read(path, s, 0.15).stored for s in "abc"}
+    assert compact_jsonl(path, latest_runs) == 2 * 5 + 1 + 1  # five older runs of a and of b, the other version, the damaged line
+    assert {s: Pace.read(path, s, 0.15).stored for s in "abc"} == before and len(before["a"]) == RECENT
+    assert compact_jsonl(path, latest_runs) == 0  # nothing left to drop: the file is not rewritten
+    # a job's append compacts once the log is past its size
+    monkeypatch.setattr(pace_log, "COMPACT_BYTES", path.stat().st_size)
+    job = Pace("a", [], 0.15)
+    job.judge(served(50.0))
+    assert job.store(path) == 1
+    kept = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(kept) == 2 * RECENT + 1 and kept[-1]["service_ms"] == 50.0
+    assert Pace.read(path, "a", 0.15).stored == [*before["a"][1:], (8.0, 50.0)] and Pace.read(path, "b", 0.15).stored == before["b"]
 
 
 def test_a_run_has_a_usual_once_enough_runs_at_its_fill_were_stored():

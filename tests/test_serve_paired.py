@@ -496,7 +496,16 @@ def test_paired_max_qps_over_two_prepared_modules(serve_cfg, tmp_path):
     uint4 = registry.get("backend", "uint4").factory(backend_config({"name": "uint4"}))
     candidate = work.prepared(cfg, uint4, model, workload, device)
     reference = work.reference(cfg, registry.get("backend", "fp32").factory(backend_config({"name": "fp32"})), model, device)
+    from bench.measure.environment import kernel_path
+    from bench.pipeline import calibrate, reruns
+
+    log = calibrate.rerun_log(cfg.cache_dir)  # the machine's re-runs of paired Server jobs: the interval carries their spread
+    for ratio in (2.0, 3.0):
+        reruns.append(log, reruns.entry("a", "abc", reruns.SERVED, kernel_path(), cfg.batch_size, "x", math.log(ratio), 0.02, 6))
+    learned = reruns.serve_spread(log, kernel_path(), cfg.serve.rerun_spread, cfg.batch_size)
     m = paired_max_qps(cfg, candidate, reference, device, work, logs=tmp_path / "logs")
+    assert (m["paired"]["rerun_spread"], m["paired"]["rerun_spread_from"]) == learned and learned[1].endswith("1 re-runs of 1 jobs on this machine")
+    assert len(log.read_text().splitlines()) == 2  # a call makes no record: nothing joins the log
     ref = m["paired"]["reference"]
     assert len(m["steps"]) >= 2 and len(ref["steps"]) >= 2 and all(s["scenario"] == "Server" for s in m["steps"] + ref["steps"])
     assert m["paired"]["reference_max_qps"] == ref["max_qps"] and m["max_qps"] == (m["max_qps_lo"] or 0.0)

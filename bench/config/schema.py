@@ -629,8 +629,9 @@ class Config:
     # same machine fingerprint) instead of measuring it again: re-run an interrupted sweep with it.
     resume: bool = False
     # Once a sweep's jobs are done, measure again each job whose answer the host withheld (a paired Server job whose
-    # rounds were set aside as slow or stolen: no ratio), up to this many times (bench.cli.measure_again); 0 leaves
-    # them to a re-run with resume=true, which measures such a job again too.
+    # rounds were set aside as slow or stolen: no ratio), up to this many times (bench.cli.measure_again; recommend's
+    # stage 4 likewise, bench.recommend.funnel.serve_again); 0 leaves them to a re-run with resume=true, which measures
+    # such a job again too.
     measure_again: int = 1
     # Skip a job (status `skipped`) whose estimated memory exceeds this fraction of what is available
     # (MemAvailable; free GPU memory on CUDA). null turns the check off.

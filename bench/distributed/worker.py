@@ -13,7 +13,6 @@ error record.
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import signal
 import sys
@@ -23,6 +22,7 @@ from omegaconf import OmegaConf
 
 from bench import registry
 from bench.config import Config
+from bench.io import read_json
 
 
 def config_from_dict(data: dict) -> Config:
@@ -55,7 +55,7 @@ def main(workdir: Path) -> None:
         from bench.hardware import prepare_process
         from bench.pipeline.shared import SharedWork
 
-        cfg = config_from_dict(json.loads((workdir / "job.json").read_text()))
+        cfg = config_from_dict(read_json(workdir / "job.json"))
         prepare_process(cfg.device, cfg.threads)
         backend = registry.get("backend", cfg.backend.name).factory(cfg.backend)
         device = ranks.rank_device(torch.device(cfg.device.type))

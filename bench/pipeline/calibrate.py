@@ -46,7 +46,7 @@ import torch
 from bench import hardware
 from bench.io import write_json_atomic
 from bench.measure.environment import stack_key
-from bench.pipeline.reruns import Reruns, combined
+from bench.pipeline.reruns import Reruns, combined, path_for
 from bench.progress import once_per_machine
 from bench.stats import variance_components
 
@@ -112,6 +112,11 @@ def machine_key() -> str:
 
 def cache_path(cache_dir: str | Path) -> Path:
     return Path(cache_dir) / "timing" / f"{machine_key()}.json"
+
+
+def rerun_log(cache_dir: str | Path) -> Path:
+    """This machine's re-run log under `cache_dir`, beside the timing calibration (whether or not one was made)."""
+    return path_for(cache_path(cache_dir))
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ import dataclasses
 from typing import Optional
 
 from bench.config import Config
-from bench.metrics import LATENCY_MS, MAX_QPS, hi, lo
-from bench.record import RunRecord
+from bench.metrics import LATENCY_MS, MAX_QPS, MEASURE_AGAIN, hi, lo
+from bench.record import RunRecord, withheld
 from bench.recommend.decide import Confirmation
 from bench.recommend.jobs import Jobs
 from bench.registry import BASELINE_BACKEND
@@ -51,4 +51,4 @@ def confirmation(served: RunRecord) -> Confirmation:
         method = ALONE if alone else PAIRED
     return Confirmation(qps, m.get(lo(MAX_QPS)), m.get(hi(MAX_QPS)), base, ratio("qps_ratio"), ratio("qps_ratio_lo"),
                         ratio("qps_ratio_hi"), p99, method, [served.resumed_from or served.record_id],
-                        paired.get("not_enough_runs"))
+                        paired.get("not_enough_runs"), m[MEASURE_AGAIN] if withheld(served) else None)

@@ -109,6 +109,7 @@ class Confirmation:
     method: str
     records: list[str] = field(default_factory=list)
     not_enough_runs: Optional[str] = None  # the paired search's word where its budget bought no ratio (bench.serve.paired)
+    withheld: Optional[str] = None  # why the host's doing left the job without an answer (bench.record.withheld)
 
 
 @dataclass

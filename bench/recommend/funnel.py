@@ -352,6 +352,7 @@ def confirm_best(out: Outcome, alive: list[tuple[Candidate, Estimate, Facts]], b
             out.rejections.append(Rejection(c.label(), SPEED, f"no load meets the {cfg.slo.p99_ms:g} ms bound by its served batch "
                                             f"times: at no load, each query alone, a p99 of {e.idle_p99_ms:.3g} ms"))
         ranked = []
+    served: dict[Candidate, tuple[Config, Config]] = {}  # each served candidate's Server config and fp32's beside it
     for k, (c, e, f) in enumerate(ranked):
         if k >= cfg.recommend.confirm:
             out.rejections.append(Rejection(c.label(), CONFIRM, f"not confirmed: its estimate ranks {k + 1}, below the best "
@@ -359,9 +360,14 @@ def confirm_best(out: Outcome, alive: list[tuple[Candidate, Estimate, Facts]], b
             continue
         say(f"stage 4: serving {c.label()} beside fp32 under LoadGen's Server scenario (estimate {e.qps:,.0f} QPS, "
             f"{decide.times(e.relative)} fp32)")
-        conf = confirm(server_config(backend_cfgs[c.backend], c.batch_size, c.threads, cfg.slo.p99_ms),
-                       server_config(backend_cfgs[BASELINE_BACKEND], c.batch_size, c.threads, cfg.slo.p99_ms), jobs, c.label())
-        out.confirmations[c] = conf
+        served[c] = (server_config(backend_cfgs[c.backend], c.batch_size, c.threads, cfg.slo.p99_ms),
+                     server_config(backend_cfgs[BASELINE_BACKEND], c.batch_size, c.threads, cfg.slo.p99_ms))
+        out.confirmations[c] = confirm(*served[c], jobs, c.label())
+    serve_again(out, served, jobs, confirm, say)
+    for c, _, f in ranked:
+        if c not in served:
+            continue
+        conf = out.confirmations[c]
         why = decide.confirmation_fails(conf, cfg.slo.qps, cfg.slo.p99_ms)
         if why is not None:
             out.rejections.append(Rejection(c.label(), CONFIRM, why))
@@ -371,6 +377,25 @@ def confirm_best(out: Outcome, alive: list[tuple[Candidate, Estimate, Facts]], b
             if why_open is not None:
                 out.notes.append(f"{c.label()} not confirmed: {why_open}; it ranks below every closed candidate")
     return confirmed
+
+
+def serve_again(out: Outcome, served: dict[Candidate, tuple[Config, Config]], jobs: Jobs,
+                confirm: Callable[[Config, Config, Jobs, str], Confirmation], say: Callable[[str], None]) -> None:
+    """Stage 4's Server jobs whose answer the host withheld (their paired rounds set aside as slow or stolen, so no ratio),
+    served again once the other candidates are served, up to `measure_again` times, as a sweep measures its withheld jobs
+    again once its jobs are done (bench.cli.measure_again). The same config again: the runner finds the withheld record
+    in the store and measures the job anew, the new record naming it (bench.runner, resume); the confirmation then
+    reads the new measurement and names both records."""
+    for n in range(1, out.cfg.measure_again + 1):
+        left = [c for c in served if out.confirmations[c].withheld]
+        for c in left:
+            before = out.confirmations[c]
+            say(f"stage 4: serving {c.label()} again ({n} of {out.cfg.measure_again}, measure_again): the host left it "
+                f"without an answer ({before.withheld})")
+            again = confirm(*served[c], jobs, f"{c.label()} again {n}")
+            again.records = [*before.records, *again.records]
+            again.method += f"; served again after record {before.records[-1]}, which the host left without an answer"
+            out.confirmations[c] = again
 
 
 def decide_pick(out: Outcome, confirmed: list[tuple[Candidate, Confirmation, Facts]], max_wait_ms: float) -> None:

@@ -25,7 +25,8 @@ side's serving setup on this machine and stack:
 The key holds what sets a batch's time: the side's backend and its keys, the model, the workload, the batch
 size, the batcher, the threads and the device (`setup_key`); the file is per machine and stack. A setup
 served here for the first time has no usual: its runs are kept, none is set aside, and the job says so
-(`usual_runs` 0). `python -m bench timing reset --all` empties the log with the rest of the timing cache.
+(`usual_runs` 0). Past `COMPACT_BYTES`, a job's append keeps only the lines that still count (each setup's `RECENT`
+latest). `python -m bench timing reset --all` empties the log with the rest of the timing cache.
 """
 
 from __future__ import annotations
@@ -37,13 +38,14 @@ from pathlib import Path
 from typing import Any, Optional
 
 from bench.hashing import config_hash, plain
-from bench.io import append_jsonl, read_jsonl
+from bench.io import append_jsonl, compact_jsonl, read_jsonl
 from bench.measure.environment import stack_key
 
 VERSION = 1
 RECENT = 64  # the latest stored runs of a setup that count: older ones may predate a change of the machine
 MIN_RUNS = 8  # stored runs at about a run's batch fill before it has a usual
 FILL = 0.1  # rows per batch within this share of a run's own count as the same fill
+COMPACT_BYTES = 4 << 20  # past this size, a job's append keeps each setup's RECENT latest runs and drops the rest
 
 
 def log_path(cache_dir: str | Path) -> Path:
@@ -116,4 +118,19 @@ class Pace:
                 for r in self.runs]
 
     def store(self, path: Path) -> int:
-        return append_jsonl(path, self.lines()) if self.runs else 0
+        written = append_jsonl(path, self.lines()) if self.runs else 0
+        if written and path.stat().st_size > COMPACT_BYTES:
+            compact_jsonl(path, latest_runs)
+        return written
+
+
+def latest_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The log's lines that still count: each setup's `RECENT` latest of this version (the only ones `Pace.read`
+    reads), in their order; lines of another version are dropped."""
+    seen: dict[str, int] = {}
+    kept = []
+    for row in reversed(rows):
+        if row.get("v") == VERSION and seen.get(row.get("setup"), 0) < RECENT:
+            seen[row.get("setup")] = seen.get(row.get("setup"), 0) + 1
+            kept.append(row)
+    return kept[::-1]

@@ -28,12 +28,16 @@ from torch import nn
 from bench.backends.backend import Backend
 from bench.backends.tables import embedding_bytes
 from bench.config import Config, check_serve_config
+from bench.config.job_folder import current_job_folder
 from bench.measure.figures import Held, JobFigures
 from bench.measure.memory import model_bytes
 from bench.measure.noise import LoadWatch, reference_speed
 from bench.metrics import LATENCY_MS, MEASURE_AGAIN, PAIRS_PER_S, SAMPLES_PER_S
 from bench.models.random_weights import RANDOM
+from bench.measure.environment import kernel_path
+from bench.pipeline.calibrate import rerun_log
 from bench.pipeline.job import PERFORMANCE_ONLY, backend_config, backend_scores, reference_module
+from bench.pipeline.reruns import serve_spread
 from bench.registry import BASELINE_BACKEND
 from bench.pipeline.shared import SharedWork
 from bench.serve import late, loadgen, timeline
@@ -147,6 +151,10 @@ def paired_max_qps(cfg: Config, candidate: nn.Module, reference: nn.Module, devi
     - `paired.runs`: every run in the order it ran (round, side, role search|track, target, verdict), and
       `paired.track_candidate` / `track_reference`: each side's staircase in words, `paired.round_ratios` the joint rounds' ratios;
     - `queue_estimate` (the candidate's), `warm_up` (both: the candidate's, and `paired.reference.warm_up`).
+
+    The ratio's interval carries the run-to-run spread a serving job's would: serve.rerun_spread weighed with this
+    machine's re-runs of paired Server jobs under cfg.cache_dir (bench.pipeline.reruns.serve_spread; `paired.rerun_spread`
+    and `paired.rerun_spread_from`). A call makes no record, so it adds no re-run to that log.
     """
     serve = dataclasses.replace(cfg.serve, scenario="server")
     cfg = dataclasses.replace(cfg, serve=serve)
@@ -159,7 +167,7 @@ def paired_max_qps(cfg: Config, candidate: nn.Module, reference: nn.Module, devi
     pair = Pair(serving_runs(cfg, reference, queries, device, logs / BASELINE_BACKEND, pace_of=FP32),
                 warm_up(reference, queries, device, cfg.batch_size))
     metrics: dict[str, Any] = {"warm_up": warm}
-    server(runs, warm, metrics, pair)
+    server(runs, warm, metrics, pair, serve_spread(rerun_log(cfg.cache_dir), kernel_path(), serve.rerun_spread, cfg.batch_size))
     return metrics
 
 
@@ -402,11 +410,11 @@ def service_floor_ms(warm: dict[str, Any], queries: QuerySet) -> float:
 
 
 def job_dir(cfg: Config) -> Path:
-    """Hydra's output folder of this job, where its record goes; outside Hydra, a fresh folder under reports_dir."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if HydraConfig.initialized():
-        return Path(HydraConfig.get().runtime.output_dir)
+    """The job's folder, where its record goes (bench.config.job_folder: Hydra's output folder, or the one named for a job
+    measured again); outside both, a fresh folder under reports_dir."""
+    folder = current_job_folder()
+    if folder is not None:
+        return folder
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path(cfg.reports_dir) / "serve_logs" / f"{stamp}-{uuid.uuid4().hex[:6]}"
 

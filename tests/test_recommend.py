@@ -222,6 +222,7 @@ def test_a_paired_search_without_enough_runs_leaves_the_bracket_open_and_says_wh
     why = decide.open_bracket(c)
     assert c.not_enough_runs == short and short in why and "nan" not in why
 
+
 def test_a_server_job_the_host_left_without_an_answer_is_served_again_once_the_others_are_served(tmp_path):
     """Stage 4 as a sweep: a paired Server job whose rounds the host set aside (no ratio: bench.record.withheld) is served
     again, with the same config, after the other candidates, up to `measure_again` times; the pick reads the new

@@ -388,6 +388,8 @@ def serve_again(out: Outcome, served: dict[Candidate, tuple[Config, Config]], jo
     reads the new measurement and names both records."""
     for n in range(1, out.cfg.measure_again + 1):
         left = [c for c in served if out.confirmations[c].withheld]
+        if not left:
+            return
         for c in left:
             before = out.confirmations[c]
             say(f"stage 4: serving {c.label()} again ({n} of {out.cfg.measure_again}, measure_again): the host left it "

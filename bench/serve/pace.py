@@ -32,6 +32,7 @@ latest). `python -m bench timing reset --all` empties the log with the rest of t
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -127,10 +128,10 @@ class Pace:
 def latest_runs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The log's lines that still count: each setup's `RECENT` latest of this version (the only ones `Pace.read`
     reads), in their order; lines of another version are dropped."""
-    seen: dict[str, int] = {}
+    seen: Counter = Counter()
     kept = []
     for row in reversed(rows):
-        if row.get("v") == VERSION and seen.get(row.get("setup"), 0) < RECENT:
-            seen[row.get("setup")] = seen.get(row.get("setup"), 0) + 1
+        if row.get("v") == VERSION and seen[row.get("setup")] < RECENT:
+            seen[row.get("setup")] += 1
             kept.append(row)
     return kept[::-1]

@@ -24,6 +24,7 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Glob
 from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
@@ -51,7 +52,14 @@ def check_overrides(args: list[str]) -> None:
         return  # a syntax error: Hydra's own message names it
     for override in overrides:
         key = override.key_or_group.split("@")[0]
-        values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [override.get_value_element_as_str()]
+        if isinstance(override.value(), Glob):  # glob(fp*): Hydra expands it against the group's options
+            values = override.value().filter(group_options(key)) if key in config_groups() else []
+            if key in config_groups() and not values:
+                raise UserError(f"{override.input_line} matches no {key}: choose from {', '.join(group_options(key))}")
+        elif override.is_sweep_override():
+            values = list(override.sweep_string_iterator())
+        else:
+            values = [override.get_value_element_as_str()]
         if key in config_groups() and not override.is_delete():
             known = group_options(key)
             for value in values:
@@ -179,6 +187,13 @@ def measure_again(sweep_dir: Path, passes: int) -> None:
                      summary(record).splitlines()[0])
 
 
+def _preflight_failed(exc: Exception) -> int:
+    """A failure of the pre-flight checks themselves (not a refusal): one line and exit 3, as a job's, so
+    that a CI reading exit 1 as a failed gate is not misled by a traceback's exit 1; nothing has run."""
+    print(f"error: the harness failed in its pre-flight check, before any work: {internal_error(exc)}", file=sys.stderr)
+    return EXIT_HARNESS_ERROR
+
+
 def recommend(argv: list[str]) -> int:
     """`python -m bench recommend ARGS`: bad input is one line and exit 2 before any work; then the funnel."""
     if {"--help", "-h"} & set(argv):
@@ -194,18 +209,25 @@ def recommend(argv: list[str]) -> int:
         check_overrides(args)
         from bench.recommend.ranges import check_ranges  # no torch: the ranges are checked before it loads
 
-        preflight.check(args, early=check_ranges)
+        preflight.check(args, early=check_ranges, command="recommend")
         register_configs()
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - the checks themselves failed
+        return _preflight_failed(exc)
     from bench.recommend.command import main as recommend_main  # torch: imported after the pre-flight checks
 
     return recommend_main(argv)
 
 
 def main() -> None:
-    sys.exit(run(sys.argv[1:]))
+    try:
+        code = run(sys.argv[1:])
+    except Exception as exc:  # noqa: BLE001 - a subcommand (store, timing, dashboard) failed in the harness itself
+        print(f"error: the harness failed: {internal_error(exc)}", file=sys.stderr)
+        code = EXIT_HARNESS_ERROR
+    sys.exit(code)
 
 
 def run(argv: list[str]) -> int:
@@ -247,6 +269,8 @@ def run(argv: list[str]) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - the checks themselves failed
+        return _preflight_failed(exc)
     from bench.sweep import ended_sweep, finish
 
     try:

@@ -59,11 +59,12 @@ class _OpenPluginsConfig(Config):
     backend: Any = MISSING
 
 
-def check(argv: list[str], early: Callable[[DictConfig], None] | None = None) -> bool:
+def check(argv: list[str], early: Callable[[DictConfig], None] | None = None, command: str | None = None) -> bool:
     """Raise UserError for the first bad input in `argv` (the arguments of `python -m bench`). `early(cfg)` is a
     command's own check of each composed config that needs no plug-in (recommend's ranges): it runs in the first
-    pass, before torch is imported. False when another config tree is given (`--config-path` and the like),
-    which Hydra composes and checks alone; True when every swept value was composed here."""
+    pass, before torch is imported; `command` names a command that runs no Hydra sweep (recommend). False when
+    another config tree is given (`--config-path` and the like), which Hydra composes and checks alone; True when
+    every swept value was composed here."""
     args, extra = get_args_parser().parse_known_args(argv)
     if args.config_path or args.config_name or args.config_dir or args.experimental_rerun:
         return False  # another config tree: Hydra composes and reports it
@@ -72,9 +73,13 @@ def check(argv: list[str], early: Callable[[DictConfig], None] | None = None) ->
     for o in overrides:
         if o.key_or_group == "sweep" and not o.is_add():
             raise UserError(f"{o.input_line}: a sweep is added to the config, not chosen: write +{o.input_line.lstrip('~')}")
+    modes = [f"--{flag}" for flag in ("run", "multirun", "cfg", "info", "shell_completion") if getattr(args, flag, None)]
+    if len(modes) > 1:  # Hydra's own answer is a traceback
+        raise UserError(f"{' and '.join(modes)}: give one of them (--cfg and --info show a config, --multirun runs a sweep)")
     read_inputs = not any(getattr(args, flag, None) for flag in SHOW_ONLY_FLAGS)
     _composed.clear()
     with _open_plugin_schemas(), _one_loader():
+        _check_sweeps_run_as_jobs(overrides, bool(args.multirun), not read_inputs, command)
         if _backend_key_lines(overrides):  # before the first compose, which takes the sweep's first backend
             check_swept_backend_keys(overrides, lines)
         # every swept axis but the backend's, whose choices only the plug-in schemas tell apart
@@ -100,6 +105,33 @@ def check(argv: list[str], early: Callable[[DictConfig], None] | None = None) ->
             check_model_and_data(_checked_compose(variant))  # the workload opens its data; a model=custom runs one tiny batch
     _composed.clear()
     return True
+
+
+def _check_sweeps_run_as_jobs(overrides: list[Override], multirun: bool, shows_only: bool, command: str | None) -> None:
+    """A swept value (`batch_size=1,2`) needs a run of many jobs: `-m`, or a sweep config (its hydra.mode);
+    Hydra's own answer otherwise is a paragraph and exit 1."""
+    swept = next((o for o in overrides if o.is_sweep_override()), None)
+    if swept is None:
+        return
+    try:  # the run without the swept key: its mode, and what the key holds
+        cfg = _compose([o.input_line for o in overrides if not o.is_sweep_override()])
+    except Exception:  # noqa: BLE001 - a composing error is reported, with its own message, by the checks that follow
+        return
+    key, values = swept.get_key_element(), _values(swept)
+    node = None if _is_group(swept) else OmegaConf.select(cfg, key.lstrip("+~"), default=None)
+    if OmegaConf.is_list(node) and values:
+        other = f"write {key}=[{','.join(values)}] for a list"
+    elif isinstance(node, str):
+        other = f"quote it for one value: {key}='\"{swept.get_value_element_as_str()}\"'"
+    else:
+        other = ""
+    if command is not None:
+        raise UserError(f"{swept.input_line}: {command} takes one value a key, not a sweep{': ' + other if other else ''}")
+    if shows_only:
+        raise UserError(f"{swept.input_line}: --cfg and --info show one job's config: give {key} one value{' (or ' + other + ')' if other else ''}")
+    if not multirun and str(OmegaConf.select(cfg, "hydra.mode")) != "RunMode.MULTIRUN":
+        raise UserError(f"{swept.input_line} sweeps over values in a run of one job: add -m (--multirun) for a job per value"
+                        f"{', or ' + other if other else ''}")
 
 
 def parse(lines: list[str]) -> list[Override]:
@@ -212,6 +244,11 @@ def _checked_compose(overrides: list[str]) -> DictConfig:
         raise UserError(_composition_error(exc, overrides)) from None
     except (HydraException, OmegaConfBaseException) as exc:
         raise UserError(_first_line(exc)) from None
+    except AssertionError:  # OmegaConf's own assertion when a key is set under a null section
+        message = _null_section_error(overrides)
+        if message is None:
+            raise
+        raise UserError(message) from None
     for line in overrides:
         override = OverridesParser.create().parse_override(line)
         if override.is_add() and not _is_group(override):
@@ -308,7 +345,7 @@ def _composition_error(exc: ConfigCompositionException, overrides: list[str]) ->
     m = _COULD_NOT_OVERRIDE.search(text)
     if m:
         key = m.group(1)
-        line = next((o for o in overrides if o.split("=", 1)[0].lstrip("+~") == key), key)
+        line = next((o for o in overrides if _key(o) == key), key)
         parent, options = _parent_options(key, [o for o in overrides if o != line])
         return _unknown_key_message(key, line, parent, options)
     cause = exc.__cause__
@@ -328,6 +365,52 @@ def _parent_options(key: str, others: list[str]) -> tuple[Any, list[str] | None]
     if not isinstance(node, DictConfig):
         return node, []
     return node, _declared_fields(node)
+
+
+def _null_section_error(overrides: list[str]) -> str | None:
+    """The message for an override that sets a key under a section this run leaves null (`serve.bound_ms=80`
+    without +sweep=serve, `model.hstu.num_layers=3` on another model), which OmegaConf answers with a bare
+    assertion; None when no override does that."""
+    dotted = [line for line in overrides if "." in _key(line) and not _is_group(OverridesParser.create().parse_override(line))]
+    try:
+        cfg = _compose([line for line in overrides if line not in dotted])
+    except Exception:  # noqa: BLE001 - another problem: the caller reports the original error
+        return None
+    for line in dotted:
+        parts = _key(line).split(".")
+        for depth in range(1, len(parts)):
+            section = ".".join(parts[:depth])
+            if OmegaConf.select(cfg, section, default=MISSING) is None:
+                setters = " or ".join(_what_sets(section)) or "nothing in conf/"
+                return f"{line}: {section} is null in this run, so it has no options to set: {setters} sets it"
+    return None
+
+
+def _key(line: str) -> str:
+    return line.split("=", 1)[0].lstrip("+~")
+
+
+def _what_sets(section: str) -> list[str]:
+    """The options that set `section` (a dotted path of the composed config): `+sweep=serve`, `model=hstu`,
+    read from the option files under conf/ (a file's keys sit under its group unless it says `@package _global_`)."""
+    chosen_by_default = {next(iter(d)) for d in OmegaConf.load(CONF_DIR / "config.yaml").defaults if isinstance(d, DictConfig)}
+    found = []
+    for path in sorted(CONF_DIR.glob("*/*.yaml")):
+        group, name = path.parent.name, path.stem
+        text = path.read_text()
+        if "@package _global_" in text.split("\n", 1)[0]:
+            key = section
+        elif section.startswith(f"{group}."):
+            key = section.removeprefix(f"{group}.")
+        else:
+            continue  # a group's file sets keys under its group only
+        if OmegaConf.select(OmegaConf.create(text), key, default=None) is None:
+            continue
+        if (group, name) == ("sweep", "recommend"):  # a command, not a sweep (bench.cli)
+            found.append("python -m bench recommend")
+        else:
+            found.append(f"{'' if group in chosen_by_default else '+'}{group}={name}")
+    return found
 
 
 def _first_line(exc: BaseException) -> str:
@@ -422,8 +505,8 @@ def check_swept_backend_keys(overrides: list[Override], lines: list[str]) -> Non
             hint = f"did you mean backend.{close[0]}? " if close else ""
             raise UserError(f"{o.input_line}: no backend of this sweep has the option {option!r} "
                             f"({_names(backends)}); {hint}python -m bench --help lists each backend's options")
-        swept = [f"backend={','.join(having)}" if ln.split("=", 1)[0].lstrip("+~") == "backend" else ln for ln in lines]
-        if not any(ln.split("=", 1)[0].lstrip("+~") == "backend" for ln in lines):
+        swept = [f"backend={','.join(having)}" if _key(ln) == "backend" else ln for ln in lines]
+        if not any(_key(ln) == "backend" for ln in lines):
             swept.append(f"backend={','.join(having)}")
         others = f"nor {_names(lacking[1:])}; " if len(lacking) > 1 else ""
         raise UserError(f"{o.input_line}: backend {lacking[0]} has no option {option!r} ({others}{_names(having)} "

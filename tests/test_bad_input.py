@@ -129,6 +129,12 @@ BAD_INPUT = {
     "value out of range": (["timing.trials=0"], "timing.trials"),
     "a planted speedup (testing only)": (["backend=int8_tbe", "backend.planted_slowdown=0.5"], "backend.planted_slowdown (testing only)"),
     "combination that cannot run": (["backend=ps_redis", "sharding=row_wise"], "ps_redis"),
+    "an option of a section the run leaves null": (["serve.bound_ms=80"], "serve is null in this run, so it has no options to set: python -m bench recommend or +sweep=serve sets it"),
+    "an option of another model's section": (["model.hstu.num_layers=3"], "model.hstu is null in this run, so it has no options to set: model=hstu or +preset=dlrmv3 sets it"),
+    "a training budget under one batch": (["model.train.samples=-5"], "model.train.samples must be a positive integer, got -5"),
+    "a sweep in a run of one job": (["batch_size=1024,2048"], "batch_size=1024,2048 sweeps over values in a run of one job: add -m (--multirun)"),
+    "a glob that matches no option": (["-m", "backend=glob(zz*)"], "backend=glob(zz*) matches no backend"),
+    "two of Hydra's modes": (["-m", "batch_size=1024,2048", "--cfg", "job"], "--multirun and --cfg: give one of them"),
 }
 
 
@@ -157,3 +163,38 @@ def test_bad_input_stores_nothing_and_caches_nothing(monkeypatch, capsys, tmp_pa
     assert ((reports / "records.jsonl").read_bytes(), _tree(cache)) == before
     assert sorted(p.name for p in reports.iterdir()) == ["records.jsonl"]
     assert not (tmp_path / "run").exists() and not (tmp_path / "multirun").exists()
+
+
+@pytest.mark.parametrize("command", [[], ["recommend"]])
+def test_a_failure_of_the_checks_themselves_is_one_line_and_exit_3(monkeypatch, capsys, tmp_path, command):
+    """Not a refusal and not a failed gate: a bug in the pre-flight checks exits 3 with one line and its traceback
+    saved, where a bare traceback would exit 1 and read as a failed gate in a nightly's CI."""
+    from bench import preflight
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("planted in the pre-flight check")
+
+    monkeypatch.setattr(preflight, "check", broken)
+    reports = tmp_path / "reports"
+    code = cli(monkeypatch, *command, f"reports_dir={reports}", f"hydra.run.dir={tmp_path / 'run'}")
+    err = capsys.readouterr().err.strip()
+    assert code == 3 and err.count("\n") == 0, err
+    assert err.startswith("error: the harness failed in its pre-flight check, before any work: RuntimeError: planted")
+    saved = Path(err.rsplit("(traceback: ", 1)[1].rstrip(")"))
+    assert "planted in the pre-flight check" in saved.read_text()
+    saved.unlink()  # a temporary file: no run folder exists before the checks pass
+    assert not reports.exists() and not (tmp_path / "run").exists()
+
+
+def test_a_subcommand_that_fails_in_the_harness_is_one_line_and_exit_3(monkeypatch, capsys):
+    """`python -m bench store check` exits 1 for an unsound store: a crash of the command must not read as that."""
+    import bench.store
+
+    def broken(argv):
+        raise OSError("planted in the store command")
+
+    monkeypatch.setattr(bench.store, "main", broken)
+    code = cli(monkeypatch, "store", "check")
+    err = capsys.readouterr().err.strip()
+    assert code == 3 and err.count("\n") == 0 and err.startswith("error: the harness failed: OSError: planted"), err
+    Path(err.rsplit("(traceback: ", 1)[1].rstrip(")")).unlink()

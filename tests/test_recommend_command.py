@@ -47,6 +47,8 @@ def recommend(place, *more, timeout=600):
     ("recommend.confirm=0", "recommend.confirm must be a positive integer"),
     ("slo.p99ms=60", "slo.p99ms"),
     ("recommend.tune_map=/no/such/per_table.yaml", "recommend.tune_map='/no/such/per_table.yaml': no such file"),
+    ("recommend.batch_sizes=32,64", "recommend takes one value a key, not a sweep: write recommend.batch_sizes=[32,64] for a list"),
+    ("tune.trials=3", "tune is null in this run, so it has no options to set: +sweep=tune sets it"),
 ])
 def test_bad_input_is_one_line_and_exit_2_before_any_work(tmp_path, bad, says):
     """Every range error is found before torch is imported (Python's import-time log names each module it loads), a

@@ -9,6 +9,7 @@ Configs only describe: hardware probing and environment changes belong to `bench
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -123,6 +124,14 @@ def check_model_config(cfg) -> None:
         raise UserError("model.arch=hstu needs its shape in model.hstu: use model=hstu (conf/model/hstu.yaml)")
     if cfg.output not in MODEL_OUTPUTS:
         raise UserError(f"model.output={cfg.output!r}: choose logits or probabilities (what the model's forward returns)")
+    train = cfg.train if isinstance(cfg.train, Mapping) else vars(cfg.train)  # a dataclass, a DictConfig or a dict
+    for key in ("samples", "batch_size"):  # a budget under one batch would silently train one batch
+        value = train.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UserError(f"model.train.{key} must be a positive integer, got {value!r} (model.train.{key}=N)")
+    for key in ("dense_lr", "sparse_lr"):
+        if not train.get(key, 1) > 0:
+            raise UserError(f"model.train.{key} must be above 0, got {train.get(key)!r}")
     if cfg.arch == CUSTOM_ARCH:
         module, _, function = str(cfg.factory or "").partition(":")
         if not module or not function:

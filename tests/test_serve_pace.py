@@ -169,8 +169,15 @@ def test_a_serving_job_on_a_history_of_a_faster_host_sets_its_runs_aside(fast_cf
     path = log_path(cfg.cache_dir)
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert {line["setup"] for line in lines} == {first.metrics["pace"]["setup"]}
-    # the same setup's history, as if this host had served it ten times faster before
-    path.write_text("".join(json.dumps({**line, "service_ms": line["service_ms"] / 10}) + "\n" for line in lines * MIN_RUNS))
+    # the same setup's history, as if this host had served it ten times faster before, at every batch fill the runs can
+    # have: a run's usual comes from stored runs within 10% of its fill, and how many queries share a batch moves
+    # with how busy the machine is (one query of 64 pairs a batch, up to about three). RECENT lines in all.
+    def faster(rows: float) -> dict:
+        near = min(lines, key=lambda line: abs(line["rows_per_batch"] - rows))
+        return {**near, "rows_per_batch": rows, "service_ms": near["service_ms"] * rows / near["rows_per_batch"] / 10}
+
+    fills = [64 * 1.15**k for k in range(RECENT // MIN_RUNS)]  # 64 to 170 rows; each within 15% of the next
+    path.write_text("".join(json.dumps(faster(rows)) + "\n" for rows in fills for _ in range(MIN_RUNS)))
     again, exc = run_job(dataclasses.replace(cfg, resume=False))
     assert exc is None and again.status == "ok", again.error
     m = again.metrics

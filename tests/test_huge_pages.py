@@ -37,8 +37,9 @@ def test_a_job_without_huge_pages_keeps_the_identity_of_records_made_before_the_
 
 
 @pytest.mark.slow
-def test_a_job_with_huge_pages_records_them_and_leaves_no_tables_to_the_next_job(tiny_cfg):
-    """The prepared module is shared by the jobs of a sweep; one whose tables were put in huge pages is not."""
+def test_a_job_with_huge_pages_builds_its_own_tables_records_them_and_leaves_none_to_the_next_job(tiny_cfg, monkeypatch):
+    """The prepared module is shared by the jobs of a sweep; one whose tables go into huge pages neither takes an
+    earlier job's nor leaves its own to a later one."""
     from bench.pipeline.job import measure
     from bench.pipeline.shared import SharedWork
     from tests.support.backends import make_backend
@@ -47,7 +48,13 @@ def test_a_job_with_huge_pages_records_them_and_leaves_no_tables_to_the_next_job
     shared = SharedWork()
     plain = measure(tiny_cfg(*timing), make_backend("int8_tbe"), CPU, shared)
     assert "huge_pages" not in plain and "prepared" in shared.built()  # kept for the next job of the same backend
+    plain_module = shared._prepared.value
+    seen = []
+    original = shared.prepared
+    monkeypatch.setattr(shared, "prepared", lambda *args: seen.append(original(*args)) or seen[-1])
     huge = measure(tiny_cfg(*timing, "device.huge_pages=true"), make_backend("int8_tbe"), CPU, shared)
+    # its own module, built by it: the earlier job's (and its memory) stand neither in its huge pages nor in its peak RSS
+    assert seen and seen[0] is not plain_module
     assert set(huge["huge_pages"]) == {"bytes", "huge_bytes", "error"}  # the tiny tables hold no whole 2 MiB page: 0 asked
     assert "prepared" not in shared.built() and "reference" not in shared.built()
 

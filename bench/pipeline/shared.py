@@ -105,12 +105,13 @@ class SharedWork:
         """Free what earlier jobs built and this one does not use (another backend's module, another
         batch size's timing batches) and hand the memory back to the kernel, so that neither the
         memory guard's view of what is available nor this job's peak RSS carries them."""
-        if self._prepared_owner != self._owner(cfg, backend, device):
+        if self._prepared_owner != self._owner(cfg, backend, device) or cfg.device.huge_pages:
+            # a job that puts its tables in huge pages builds its own (and no earlier job's module stands in its peak)
             self._prepared.drop()
         if not self._timing.holds(self._timing_key(cfg, device)):
             self._timing.drop()
-        if backend.cfg.name == registry.BASELINE_BACKEND or not cfg.timing.paired:
-            self._reference.drop()  # the fp32 copy paired jobs time against: this job does not
+        if backend.cfg.name == registry.BASELINE_BACKEND or not cfg.timing.paired or cfg.device.huge_pages:
+            self._reference.drop()  # the fp32 copy paired jobs time against: this job does not, or builds its own
         gc.collect()
         hardware.release_free_memory()
 

@@ -531,7 +531,8 @@ def sequential_sweep(argv: list[str]) -> list[str]:
     at = next((i for i, name in sweeps.items() if name in SEQUENTIAL_SWEEPS), None)
     if at is None:
         return argv
-    lines = [a for i, a in enumerate(argv) if i != at and not a.startswith("-") and "," not in a.partition("=")[2]]
+    args, extra = get_args_parser().parse_known_args([a for i, a in enumerate(argv) if i != at])  # a flag's value (--cfg job) is no override
+    lines = [a for a in [*args.overrides, *extra] if not a.startswith("-") and "," not in a.partition("=")[2]]
     try:
         with _open_plugin_schemas():
             arch = _compose(lines).model.arch

@@ -19,6 +19,8 @@ def test_the_scale_sweep_on_a_sequential_model_takes_its_own_axes():
     assert preflight.sequential_sweep(["+sweep=scale", "model=hstu", "+preset=dlrmv3"]) == ["+sweep/sequential=scale", "model=hstu", "+preset=dlrmv3"]
     assert preflight.sequential_sweep(["+sweep=scale", "+preset=dlrmv3", "workload.table_rows=1000,2000"])[0] == "+sweep/sequential=scale"
     assert preflight.sequential_sweep(["+sweep=scale"]) == ["+sweep=scale"]  # the DLRM scale sweep as it was
+    # a flag's value is not an override: `--cfg job` shows the sequential sweep's job
+    assert preflight.sequential_sweep(["+sweep=scale", "model=hstu", "--cfg", "job"]) == ["+sweep/sequential=scale", "model=hstu", "--cfg", "job"]
     assert preflight.sequential_sweep(["+sweep=scale", "model=dlrm_v2"]) == ["+sweep=scale", "model=dlrm_v2"]
     assert preflight.sequential_sweep(["+sweep=serve", "+preset=dlrmv3"]) == ["+sweep=serve", "+preset=dlrmv3"]
 

@@ -65,10 +65,9 @@ def check(argv: list[str], early: Callable[[DictConfig], None] | None = None, co
     pass, before torch is imported; `command` names a command that runs no Hydra sweep (recommend). False when
     another config tree is given (`--config-path` and the like), which Hydra composes and checks alone; True when
     every swept value was composed here."""
-    args, extra = get_args_parser().parse_known_args(argv)
+    args, lines = command_line(argv)
     if args.config_path or args.config_name or args.config_dir or args.experimental_rerun:
         return False  # another config tree: Hydra composes and reports it
-    lines = [*args.overrides, *(a for a in extra if not a.startswith("-"))]
     overrides = parse(lines)
     for o in overrides:
         if o.key_or_group == "sweep" and not o.is_add():
@@ -111,8 +110,8 @@ def _check_sweeps_run_as_jobs(overrides: list[Override], multirun: bool, shows_o
     """A swept value (`batch_size=1,2`) needs a run of many jobs: `-m`, or a sweep config (its hydra.mode);
     Hydra's own answer otherwise is a paragraph and exit 1."""
     swept = next((o for o in overrides if o.is_sweep_override()), None)
-    if swept is None:
-        return
+    if swept is None or (multirun and not shows_only and command is None):
+        return  # nothing to refuse: no compose
     try:  # the run without the swept key: its mode, and what the key holds
         cfg = _compose([o.input_line for o in overrides if not o.is_sweep_override()])
     except Exception:  # noqa: BLE001 - a composing error is reported, with its own message, by the checks that follow
@@ -132,6 +131,13 @@ def _check_sweeps_run_as_jobs(overrides: list[Override], multirun: bool, shows_o
     if not multirun and str(OmegaConf.select(cfg, "hydra.mode")) != "RunMode.MULTIRUN":
         raise UserError(f"{swept.input_line} sweeps over values in a run of one job: add -m (--multirun) for a job per value"
                         f"{', or ' + other if other else ''}")
+
+
+def command_line(argv: list[str]) -> tuple[Any, list[str]]:
+    """Hydra's flags and the override lines of `argv`, read by Hydra's own argument parser (a flag's value, as
+    `job` in `--cfg job`, is no override)."""
+    args, extra = get_args_parser().parse_known_args(argv)
+    return args, [*args.overrides, *(a for a in extra if not a.startswith("-"))]
 
 
 def parse(lines: list[str]) -> list[Override]:
@@ -531,8 +537,8 @@ def sequential_sweep(argv: list[str]) -> list[str]:
     at = next((i for i, name in sweeps.items() if name in SEQUENTIAL_SWEEPS), None)
     if at is None:
         return argv
-    args, extra = get_args_parser().parse_known_args([a for i, a in enumerate(argv) if i != at])  # a flag's value (--cfg job) is no override
-    lines = [a for a in [*args.overrides, *extra] if not a.startswith("-") and "," not in a.partition("=")[2]]
+    _, lines = command_line([a for i, a in enumerate(argv) if i != at])
+    lines = [a for a in lines if "," not in a.partition("=")[2]]
     try:
         with _open_plugin_schemas():
             arch = _compose(lines).model.arch
@@ -550,8 +556,7 @@ def sweep_ready(argv: list[str]) -> list[str]:
     sweep `backend.KEY=choice(VALUE)`. Hydra composes a sweep's primary config with its sweeps left out, so
     with the default backend (fp32), where the key may not exist; as a sweep the key is applied in each job's
     own config, with its own backend. `check` has already made sure every swept backend has the key."""
-    args, extra = get_args_parser().parse_known_args(argv)
-    lines = [*args.overrides, *(a for a in extra if not a.startswith("-"))]
+    _, lines = command_line(argv)
     try:
         overrides = parse(lines)
         if not swept_backends(overrides):

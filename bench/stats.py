@@ -271,6 +271,17 @@ def correct(labels, logits) -> np.ndarray:
     return ((np.asarray(logits) >= 0) == (np.asarray(labels) == 1)).astype(np.float64)
 
 
+def ne_and_accuracy(labels, probabilities, eta: float = 1e-12) -> tuple[float, float]:
+    """(NE, accuracy) of click probabilities, as torchrec's NE and accuracy metrics read them (what MLPerf's DLRMv3
+    accuracy script reports): each probability and the base rate clamped to [eta, 1 - eta], NE the mean log loss over
+    the base rate's entropy, accuracy the share with p >= 0.5 on the positive side."""
+    y = np.asarray(labels, dtype=np.float64)
+    p = np.clip(np.asarray(probabilities, dtype=np.float64), eta, 1 - eta)
+    loss = -(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()
+    ne = float(loss / base_entropy(min(max(float(y.mean()), eta), 1 - eta)))
+    return ne, float(np.mean((p >= 0.5) == (y == 1)))
+
+
 def base_entropy(positive_rate: float) -> float:
     """The entropy of a base rate: the log loss of predicting it for everyone (NE's denominator)."""
     p = positive_rate

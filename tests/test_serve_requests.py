@@ -13,6 +13,7 @@ import pytest
 
 from bench.serve.accuracy_log import read_accuracy_log
 from bench.serve.queries import QuerySet
+from bench.serve.response import DLRMV3
 from bench.serve.scenario import alone_sample
 from tests.conftest import run_bench
 from tests.test_recommend import SHORT_SERVE
@@ -60,9 +61,18 @@ def test_a_serving_sweep_of_hstu_sends_one_request_per_loadgen_sample(tmp_path):
         if m["scenario"] == "server":
             assert all(s["samples_per_query"] == 1 for s in m["steps"])
         else:  # the accuracy run: every request came back once, whole, with its candidates' labels, and the AUC agrees
-            responses = read_accuracy_log(Path(m["accuracy_log"]))
+            assert q["response_layout"] == m["response_layout"] == DLRMV3
+            responses = read_accuracy_log(Path(m["accuracy_log"]), DLRMV3)
             assert sorted(responses) == list(range(256)) and {v.shape for v in responses.values()} == {(CANDIDATES, 2)}
             assert m["auc_check"] == "pass" and m["pairs"] == 1024
+            assert 0 < m["ne_loadgen"] < 2 and 0 < m["accuracy_loadgen"] <= 1
+            # each entry as MLPerf's recommendation/dlrm_v3/accuracy.py reads it: float32, the candidate count last,
+            # 3 + 3 x count values, then predictions, labels and weights after ts_idx and query_idx
+            for e in json.loads(Path(m["accuracy_log"]).read_text()):
+                data = np.frombuffer(bytes.fromhex(e["data"]), np.float32)
+                count = int(data[-1])
+                assert count == CANDIDATES and len(data) == 3 + count * 3 and data[1] == e["qsl_idx"]
+                assert np.all((data[2:2 + count] >= 0) & (data[2:2 + count] <= 1)) and np.all(data[2 + 2 * count:-1] == 1)
 
 
 @pytest.mark.slow

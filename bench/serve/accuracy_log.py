@@ -1,11 +1,14 @@
 """AUC from LoadGen's accuracy log, checked against the offline AUC of the same backend on the same rows.
 
 `mlperf_log_accuracy.json` holds one entry per response: `qsl_idx` and `data`, the hex of the
-response bytes, here [prediction, label] float32 pairs for each pair of the sample (the layout
-MLPerf's `tools/accuracy-dlrm.py` reads; it keeps the first entry of a repeated `qsl_idx` and takes
-scikit-learn's ROC AUC, and so does this). Every sample of the query set must be there, with as many
-pairs as it holds and the labels the query set gave it: a response that went to the wrong sample, or
-a sample answered short, fails here instead of moving the AUC.
+response bytes, in the layout of the query set (bench.serve.response): [prediction, label] float32 pairs
+for a group of pairs (what MLPerf's `tools/accuracy-dlrm.py` reads; it keeps the first entry of a repeated
+`qsl_idx` and takes scikit-learn's ROC AUC, and so does this), or DLRMv3's [ts_idx, query_idx,
+predictions, labels, weights, count] for a request (what MLPerf's `recommendation/dlrm_v3/accuracy.py`
+reads). Every sample of the query set must be there, with as many pairs as it holds and the labels the
+query set gave it: a response that went to the wrong sample, or a sample answered short, fails here
+instead of moving the AUC. Beside the AUC, the served NE and accuracy, as torchrec's metrics (which the
+DLRMv3 script reports) read click probabilities.
 
 Offline, the same rows are scored in the job's eval batches, the same float32 sigmoid applied. For
 fp32 and every backend whose arithmetic does not depend on what else is in the batch, the two AUCs
@@ -24,6 +27,8 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from bench.serve.queries import QuerySet
+from bench.serve.response import DLRM, ResponseError, pairs_of
+from bench.stats import ne_and_accuracy
 
 EXACT_TOLERANCE = 1e-9
 
@@ -32,8 +37,9 @@ class AccuracyLogError(RuntimeError):
     pass
 
 
-def read_accuracy_log(path: Path) -> dict[int, np.ndarray]:
-    """qsl_idx -> [pairs, 2] float32 ([prediction, label]), the first entry of each index."""
+def read_accuracy_log(path: Path, layout: str = DLRM) -> dict[int, np.ndarray]:
+    """qsl_idx -> [pairs, 2] float32 ([prediction, label]), the first entry of each index, its data read in `layout`
+    (bench.serve.response)."""
     try:
         entries = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
@@ -42,14 +48,17 @@ def read_accuracy_log(path: Path) -> dict[int, np.ndarray]:
     for e in entries:
         idx = int(e["qsl_idx"])
         if idx not in out:
-            out[idx] = np.frombuffer(bytes.fromhex(e["data"]), dtype=np.float32).reshape(-1, 2)
+            try:
+                out[idx] = pairs_of(layout, np.frombuffer(bytes.fromhex(e["data"]), dtype=np.float32), idx)
+            except ResponseError as exc:
+                raise AccuracyLogError(f"{path}: {exc}") from exc
     return out
 
 
 def loadgen_scores(path: Path, queries: QuerySet) -> tuple[np.ndarray, np.ndarray]:
     """(labels, predictions) of every pair, in query-set order, after checking that each sample came
     back once, whole, with its own labels."""
-    responses = read_accuracy_log(path)
+    responses = read_accuracy_log(path, queries.layout)
     missing = sorted(set(range(len(queries))) - set(responses))
     if missing:
         raise AccuracyLogError(f"the accuracy log lacks {len(missing)} of {len(queries)} samples (first {missing[:5]})")
@@ -78,12 +87,16 @@ def accuracy_check(path: Path, queries: QuerySet, offline_logits: np.ndarray, ba
     auc_served, auc_offline = float(roc_auc_score(labels, served)), float(roc_auc_score(labels, offline))
     allowed = tolerance if batch_dependent else EXACT_TOLERANCE
     moved = np.abs(served.astype(np.float64) - offline)
+    ne, accuracy = ne_and_accuracy(labels, served)
     return {
         "auc_loadgen": auc_served,
         "auc_offline": auc_offline,
         "auc_shift": auc_served - auc_offline,  # what serving (dynamic batching) moved the AUC by
         "auc_tolerance": allowed,
         "auc_check": "pass" if abs(auc_served - auc_offline) <= allowed else "fail",
+        "ne_loadgen": ne,  # the served scores' NE and accuracy, as MLPerf's DLRMv3 script reads them (torchrec's metrics)
+        "accuracy_loadgen": accuracy,
+        "response_layout": queries.layout,
         "batch_dependent": batch_dependent,
         "samples": len(queries),
         "pairs": queries.pairs,

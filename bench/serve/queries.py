@@ -19,6 +19,7 @@ import torch
 
 from bench.batch import Batch, concat_batches, take_rows
 from bench.config import ServeConfig
+from bench.serve.response import DLRM, DLRMV3
 from bench.workloads.workload import Sequences
 
 
@@ -82,10 +83,15 @@ class QuerySet:
     def pairs(self) -> int:
         return int(self.sizes.sum())
 
+    @property
+    def layout(self) -> str:
+        """How a response is laid out (bench.serve.response): DLRMv3's for a request, DLRM's for a group of pairs."""
+        return DLRM if self.history is None else DLRMV3
+
     def describe(self) -> dict:
-        """What the record says of the query set: its samples and pairs, how it was cut, and for requests the spread
-        of their history lengths."""
-        out = {"samples": len(self), "pairs": self.pairs, "pairs_mean": self.pairs / len(self)}
+        """What the record says of the query set: its samples and pairs, how it was cut, its responses' layout, and for
+        requests the spread of their history lengths."""
+        out = {"samples": len(self), "pairs": self.pairs, "pairs_mean": self.pairs / len(self), "response_layout": self.layout}
         if self.history is not None:
             h = self.history
             out.update(sizes="requests", history_min=int(h.min()), history_p50=float(np.median(h)),

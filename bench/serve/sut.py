@@ -4,8 +4,9 @@ LoadGen hands samples to `issue` (one per query in the Server scenario, every sa
 query in Offline) and waits for `QuerySamplesComplete`. The batcher holds them until a worker is free;
 the worker takes the waiting samples in arrival order, up to `max_rows` rows, once the oldest has
 waited `max_wait_s` or that many rows are there. A sample larger than `max_rows` runs alone, in model
-calls of `max_rows` rows. Each response is the sample's [prediction, label] float32 pairs, the layout
-MLPerf's DLRM accuracy script reads. A worker that fails answers its samples with no data, so LoadGen
+calls of `max_rows` rows. Each response is the sample's predictions and labels in the layout MLPerf's accuracy
+script for the benchmark reads (bench.serve.response: DLRM's [prediction, label] pairs for groups of pairs, DLRMv3's
+for a request). A worker that fails answers its samples with no data, so LoadGen
 is never left waiting, and `stop()` raises the failure. Every query's issue, batch start and batch end
 go into the run's timeline (bench.serve.timeline).
 
@@ -29,6 +30,7 @@ from torch import nn
 
 from bench.batch import take_rows
 from bench.serve.queries import QuerySet
+from bench.serve.response import answers
 from bench.serve.timeline import Timeline
 
 STALL_AT = 20  # the model call of the job's first run that a planted stall (serve.test_stall_ms) delays
@@ -187,10 +189,7 @@ class ServingSystem:
             time.sleep(seconds)
 
     def _respond(self, taken: list, out: np.ndarray) -> None:
-        # Each response points into `out`, which stays alive until LoadGen has copied what it logs.
-        base, row_bytes, responses, row = out.ctypes.data, out.strides[0], [], 0
-        for s in taken:
-            n = int(self.queries.sizes[s.index])
-            responses.append(lg.QuerySampleResponse(s.id, base + row * row_bytes, n * row_bytes))
-            row += n
-        lg.QuerySamplesComplete(responses)
+        # Each response points into `buffer`, which stays alive until LoadGen has copied what it logs.
+        buffer, spans = answers(self.queries.layout, out, [s.index for s in taken], self.queries.sizes)
+        base = buffer.ctypes.data
+        lg.QuerySamplesComplete([lg.QuerySampleResponse(s.id, base + at, size) for s, (at, size) in zip(taken, spans)])

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from bench.serve.accuracy_log import read_accuracy_log
@@ -73,6 +74,9 @@ def test_a_serving_sweep_of_hstu_sends_one_request_per_loadgen_sample(tmp_path):
                 count = int(data[-1])
                 assert count == CANDIDATES and len(data) == 3 + count * 3 and data[1] == e["qsl_idx"]
                 assert np.all((data[2:2 + count] >= 0) & (data[2:2 + count] <= 1)) and np.all(data[2 + 2 * count:-1] == 1)
+    served = pd.read_csv(next((tmp_path / "reports" / "serve").glob("2*/serve.csv")))  # the sweep's table says the same
+    offline = served[served["scenario"] == "offline"]
+    assert set(offline["response_layout"]) == {DLRMV3} and offline["ne_loadgen"].between(0, 2).all()
 
 
 @pytest.mark.slow

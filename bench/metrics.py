@@ -88,6 +88,10 @@ ACC = metric("acc", "", HIGHER, ".4f", "accuracy: the share of eval samples whos
              "(p >= 0.5 reads as a positive, as torchrec's accuracy that MLPerf's DLRMv3 reports)", ACCURACY)
 ACC_DELTA = metric("acc_delta", "", HIGHER, "+.4f", "accuracy minus fp32's on the same eval samples, with a paired 95% interval "
                    "(as ne_delta's)", ACCURACY, interval=True)
+GAUC = metric("gauc", "", HIGHER, ".4f", "grouped AUC: each request's AUC over its candidates, averaged over the requests that hold "
+              "both labels (torchrec's GAUC, which MLPerf's DLRMv3 reports as its AUC); a workload served by request only", ACCURACY)
+GAUC_DELTA = metric("gauc_delta", "", HIGHER, "+.4f", "grouped AUC minus fp32's on the same requests, with a paired 95% interval over "
+                    "the requests' differences (bench.stats.paired_gauc_delta)", ACCURACY, interval=True)
 DISTINCT_SCORES = metric("distinct_scores", "", NEITHER, ",d", "distinct score values over the eval samples: 1 is a constant output, "
                          "which fails the job (bench.pipeline.job.output_fault)", ACCURACY)
 N_EVAL = metric("n_eval", "samples", NEITHER, ",d", "eval samples scored, each exactly once (a count check)", ACCURACY)
@@ -158,6 +162,7 @@ RECORD_KEYS: dict[str, str] = {
     "auc_tolerance": "serving: the tolerance auc_check read the shift against",
     "ne_loadgen": "serving: the NE of LoadGen's accuracy-mode run (torchrec's NE of the served probabilities)",
     "accuracy_loadgen": "serving: the accuracy of LoadGen's accuracy-mode run (p >= 0.5 on the positive side)",
+    "gauc_loadgen": "serving: the grouped AUC of LoadGen's accuracy-mode run (each request's AUC, averaged: MLPerf DLRMv3's AUC)",
     "response_layout": "serving: how a response lays out its predictions (dlrm: pairs; dlrmv3: MLPerf DLRMv3's request)",
     "batch_dependent": "serving: whether a sample's score depends on its batch (activations quantized per batch)",
     "evidence": "serving: the runs agreeing on the max-QPS target (`VALID 2/3 at 410`)",

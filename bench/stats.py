@@ -31,7 +31,7 @@ from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from bench.metrics import ACC_DELTA, AUC_DELTA, AUC_DELTA_P, NE_DELTA, hi, lo
+from bench.metrics import ACC_DELTA, AUC_DELTA, AUC_DELTA_P, GAUC_DELTA, NE_DELTA, hi, lo
 
 METHODS = ("delong", "bootstrap")  # ΔAUC's intervals
 METHODS_MEAN = ("normal", "bootstrap")  # ΔNE's and Δaccuracy's
@@ -280,6 +280,52 @@ def ne_and_accuracy(labels, probabilities, eta: float = 1e-12) -> tuple[float, f
     loss = -(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()
     ne = float(loss / base_entropy(min(max(float(y.mean()), eta), 1 - eta)))
     return ne, float(np.mean((p >= 0.5) == (y == 1)))
+
+
+def request_aucs(labels, scores, sizes) -> tuple[np.ndarray, np.ndarray]:
+    """Each request's AUC over its own candidates, and whether it counts, as torchrec's GAUC reads a request (what
+    MLPerf's DLRMv3 calls its AUC: `metric/lifetime_gauc`): the rows are requests of `sizes` rows in order; a request
+    counts when it holds both labels and its scores are not all equal (0 reads as padding, as torchrec's does). Ties
+    rank as torchrec's argsort puts them: each request is handed to its code alone, as MLPerf's accuracy script does."""
+    import torch  # noqa: PLC0415 - torchrec's own computation, at its first use
+    from torchrec.metrics.gauc import compute_gauc_3d  # noqa: PLC0415
+
+    y = np.asarray(labels, dtype=np.float32)  # float32, as the script reads labels and weights from LoadGen's log
+    p = np.asarray(scores)
+    sizes = np.asarray(sizes, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    auc, counts = np.zeros(len(sizes)), np.zeros(len(sizes), dtype=bool)
+    for n in np.unique(sizes):  # requests of one size at once, each its own task: no padding between them
+        which = np.flatnonzero(sizes == n)
+        rows = starts[which][:, None] + np.arange(n)
+        out = compute_gauc_3d(torch.from_numpy(np.ascontiguousarray(p[rows]))[:, None, :],
+                              torch.from_numpy(y[rows])[:, None, :], torch.ones(len(which), 1, int(n)))
+        auc[which], counts[which] = out["auc_sum"].double().numpy(), out["num_samples"].numpy() > 0
+    return auc, counts
+
+
+def grouped_auc(labels, scores, sizes) -> float:
+    """The mean AUC of the requests that count (`request_aucs`), NaN where none does: MLPerf DLRMv3's AUC."""
+    auc, counts = request_aucs(labels, scores, sizes)
+    return float(auc[counts].mean()) if counts.any() else math.nan
+
+
+def paired_gauc_delta(labels, scores_base, scores_new, sizes, alpha: float = 0.05) -> PairedDelta:
+    """Grouped AUC of `scores_new` minus that of `scores_base` on the same requests (each over the requests that count
+    for it), with a (1 - alpha) normal interval from the per-request differences over the requests that count for both
+    (requests are independent; their differences are paired). Identical scores give 0 with [0, 0]."""
+    base, counted_base = request_aucs(labels, scores_base, sizes)
+    new, counted_new = request_aucs(labels, scores_new, sizes)
+    gauc_base = float(base[counted_base].mean()) if counted_base.any() else math.nan
+    gauc_new = float(new[counted_new].mean()) if counted_new.any() else math.nan
+    point = gauc_new - gauc_base
+    both = counted_base & counted_new
+    diff = new[both] - base[both]
+    if not diff.any() or both.sum() < 2:
+        half = 0.0 if not diff.any() else math.inf
+    else:
+        half = NormalDist().inv_cdf(1.0 - alpha / 2.0) * float(diff.std(ddof=1)) / math.sqrt(diff.size)
+    return PairedDelta(GAUC_DELTA, point, point - half, point + half, gauc_base, gauc_new)
 
 
 def base_entropy(positive_rate: float) -> float:

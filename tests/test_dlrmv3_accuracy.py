@@ -21,7 +21,7 @@ import torch
 from bench.errors import UserError
 from bench.gate import FAIL, INCONCLUSIVE, PASS, evaluate_gate, gate_sweep, load_gate_config
 from bench.measure.accuracy import accuracy_metrics
-from bench.metrics import ACC, ACC_DELTA, METRICS, NE, NE_DELTA, hi, lo
+from bench.metrics import ACC, ACC_DELTA, GAUC, GAUC_DELTA, METRICS, NE, NE_DELTA, hi, lo
 from bench.results.table import COLUMNS
 from bench.stats import paired_ne_acc_delta
 from tests.conftest import run_bench
@@ -163,7 +163,7 @@ def test_the_rule_set_is_mlperfs_three_ratios_for_every_backend():
     cfg = load_gate_config("mlperf_dlrmv3")
     d = cfg.default_rules
     assert {"fp32", "int8_tbe", "uint4", "int2_tbe"} <= set(cfg.rules) and all(r == d for r in cfg.rules.values())
-    assert (d.min_auc_ratio, d.min_acc_ratio, d.max_ne_ratio) == (0.999, 0.999, 1.001)
+    assert (d.min_gauc_ratio, d.min_acc_ratio, d.max_ne_ratio) == (0.999, 0.999, 1.001) and d.min_auc_ratio is None
     assert d.max_auc_drop is None and d.min_speedup is None
     assert cfg.inconclusive_fails is False  # judged on the point, as MLPerf judges it
 
@@ -188,9 +188,30 @@ def test_a_row_past_any_bound_fails_and_is_named(tmp_path):
     result = evaluate_gate(df, load_gate_config("mlperf_dlrmv3"))
     got = verdicts(result)
     assert {k for k, v in got.items() if v == FAIL} == {("int8_tbe", "max_ne_ratio"), ("uint4", "min_acc_ratio"),
-                                                        ("int2_tbe", "min_auc_ratio")}
+                                                        ("int2_tbe", "min_gauc_ratio")}
     assert result.exit_code == 1
     assert gate_files_name(result, tmp_path) == {"int8_tbe", "uint4", "int2_tbe"}
+    int2 = next(v for v in result.verdicts if (v.backend, v.rule) == ("int2_tbe", "min_gauc_ratio"))
+    assert int2.reason.startswith("AUC / fp32 AUC (no grouped AUC in the record: every pair one group) 0.99")  # says what it read
+
+
+def test_a_workload_served_by_request_is_judged_on_its_grouped_auc():
+    """MLPerf DLRMv3's AUC is each request's AUC, averaged (its accuracy script's lifetime_gauc, which its submission
+    checker reads as DLRM_AUC): where a row has it, the AUC rule reads it, not the AUC over every pair."""
+    fp32_gauc = 0.64
+
+    def grouped(r: dict, gauc_delta: float) -> dict:
+        return {**r, GAUC: fp32_gauc + gauc_delta, GAUC_DELTA: gauc_delta, lo(GAUC_DELTA): gauc_delta - 1e-5,
+                hi(GAUC_DELTA): gauc_delta + 1e-5}
+
+    df = frame(grouped(dlrmv3_row("fp32"), 0.0),
+               grouped(dlrmv3_row("int8_tbe", auc_delta=-0.002, half=1e-5), -0.0003),  # pairs 99.7%, requests 99.95%
+               grouped(dlrmv3_row("uint4", auc_delta=0.0, half=1e-5), -0.001))  # pairs 100%, requests 99.84%
+    result = evaluate_gate(df, load_gate_config("mlperf_dlrmv3"))
+    got = verdicts(result)
+    assert got[("int8_tbe", "min_gauc_ratio")] == PASS and got[("uint4", "min_gauc_ratio")] == FAIL
+    uint4 = next(v for v in result.verdicts if (v.backend, v.rule) == ("uint4", "min_gauc_ratio"))
+    assert uint4.value == pytest.approx((fp32_gauc - 0.001) / fp32_gauc)
 
 
 def gate_files_name(result, folder: Path) -> set[str]:
@@ -270,7 +291,7 @@ def test_the_nightly_judged_by_the_dlrmv3_rule(tmp_path):
     assert md.splitlines()[2].startswith("**Gate: PASS**")
     judged = re.findall(r"^\| \S+ \w+ \| (\w+) \| synthetic \| cpu \| 1024 \| (\w+) \|", md, re.M)
     assert sorted(judged) == sorted((b, r) for b in ("fp32", "int8_tbe", "uint4")
-                                    for r in ("max_ne_ratio", "min_acc_ratio", "min_auc_ratio"))
+                                    for r in ("max_ne_ratio", "min_acc_ratio", "min_gauc_ratio"))
     root = ET.parse(folder / "gate.xml").getroot()
     assert (root.get("tests"), root.get("failures")) == ("9", "0")
     with open(folder / "results.csv", newline="") as f:

@@ -132,6 +132,8 @@ def test_hstu_on_synthetic_seq_through_the_command(tmp_path):
     assert m["n_eval"] == 4096 and 0.6 < m["popularity_auc"] < m["oracle_auc"]
     assert m["auc"] > m["popularity_auc"] + 0.02, (m["auc"], m["popularity_auc"])
     assert "popularity-only baseline" in proc.stdout
+    # served by request: MLPerf DLRMv3's grouped AUC beside the AUC over every pair; fp32 against itself moves by 0
+    assert 0.5 < m["gauc"] < 1 and (m["gauc_delta"], m["gauc_delta_lo"], m["gauc_delta_hi"]) == (0, 0, 0)
 
 
 def test_report_prints_the_popularity_baseline_beside_fp32():

@@ -66,7 +66,7 @@ def test_a_serving_sweep_of_hstu_sends_one_request_per_loadgen_sample(tmp_path):
             responses = read_accuracy_log(Path(m["accuracy_log"]), DLRMV3)
             assert sorted(responses) == list(range(256)) and {v.shape for v in responses.values()} == {(CANDIDATES, 2)}
             assert m["auc_check"] == "pass" and m["pairs"] == 1024
-            assert 0 < m["ne_loadgen"] < 2 and 0 < m["accuracy_loadgen"] <= 1
+            assert 0 < m["ne_loadgen"] < 2 and 0 < m["accuracy_loadgen"] <= 1 and 0 < m["gauc_loadgen"] <= 1
             # each entry as MLPerf's recommendation/dlrm_v3/accuracy.py reads it: float32, the candidate count last,
             # 3 + 3 x count values, then predictions, labels and weights after ts_idx and query_idx
             for e in json.loads(Path(m["accuracy_log"]).read_text()):

@@ -316,3 +316,41 @@ def test_quantile_interval_counts_the_calls_in_the_tail():
     assert q.n == 300 and q.tail == 3 and q.hi == 80.0 and q.lo == 1.0  # three calls make it: the interval says so
     smooth = quantile_interval(np.linspace(1.0, 2.0, 10_001), 0.99)
     assert smooth.tail == 101 and smooth.lo < smooth.value < smooth.hi and smooth.hi - smooth.lo < 0.01
+
+
+# ------------------------------------------------------------------ grouped AUC (MLPerf DLRMv3's AUC)
+
+from bench.stats import grouped_auc, paired_gauc_delta, request_aucs  # noqa: E402
+
+
+def _requests(seed: int = 0, count: int = 200):
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 9, count)
+    labels = (rng.random(sizes.sum()) < 0.4).astype(np.float32)
+    scores = (rng.random(sizes.sum()) * 0.6 + labels * 0.25).astype(np.float32)
+    return labels, scores, sizes
+
+
+def test_each_request_s_auc_is_its_own_and_only_requests_with_both_labels_and_spread_scores_count():
+    labels, scores, sizes = _requests()
+    scores[:sizes[0]] = 0.3  # the first request's scores all equal: it does not count, as in torchrec's GAUC
+    auc, counts = request_aucs(labels, scores, sizes)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    for i, (s, n) in enumerate(zip(starts, sizes)):
+        y, p = labels[s:s + n], scores[s:s + n]
+        both = 0 < y.sum() < n and i > 0
+        assert counts[i] == both
+        if both:
+            assert auc[i] == pytest.approx(roc_auc_score(y, p), abs=1e-6)
+    assert grouped_auc(labels, scores, sizes) == pytest.approx(auc[counts].mean())
+
+
+def test_the_grouped_auc_delta_is_paired_by_request():
+    labels, scores, sizes = _requests(1)
+    same = paired_gauc_delta(labels, scores, scores * 0.5 + 0.1, sizes)  # a monotone map orders every request alike
+    assert (same.delta, same.lo, same.hi) == (0, 0, 0) and same.name == "gauc_delta"
+    rng = np.random.default_rng(2)
+    noisy = (scores + rng.normal(0, 0.2, scores.size)).astype(np.float32)
+    d = paired_gauc_delta(labels, scores, noisy, sizes)
+    assert d.delta == pytest.approx(grouped_auc(labels, noisy, sizes) - grouped_auc(labels, scores, sizes))
+    assert d.lo < d.delta < d.hi < 0  # noise costs ranking inside the requests, beyond the paired interval's reach of 0

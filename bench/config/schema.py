@@ -266,6 +266,7 @@ class RuleSet:
 
     max_auc_drop: Optional[float] = None  # fp32 AUC - AUC, absolute
     min_auc_ratio: Optional[float] = None  # AUC / fp32 AUC (MLPerf: 0.99, high accuracy 0.999)
+    min_gauc_ratio: Optional[float] = None  # grouped AUC (per request, averaged) / fp32's (MLPerf DLRMv3's AUC: 0.999)
     min_acc_ratio: Optional[float] = None  # accuracy (at 0.5) / fp32 accuracy (MLPerf DLRMv3: 0.999)
     max_ne_ratio: Optional[float] = None  # NE / fp32 NE, lower is better (MLPerf DLRMv3: 1.001)
     min_speedup: Optional[float] = None  # throughput / fp32 throughput, same workload/device/batch
@@ -327,7 +328,7 @@ class GateConfig:
             raise UserError(f"gate.history_name must be a file name ending .jsonl, got {self.history_name!r} "
                             "(gate.history_name=history.jsonl; a path elsewhere is gate.history_file=PATH)")
         for where, rules in [*((f"rules.{b}", r) for b, r in self.rules.items()), ("default_rules", self.default_rules)]:
-            for name, example in (("min_auc_ratio", 0.999), ("min_acc_ratio", 0.999), ("max_ne_ratio", 1.001)):
+            for name, example in (("min_auc_ratio", 0.999), ("min_gauc_ratio", 0.999), ("min_acc_ratio", 0.999), ("max_ne_ratio", 1.001)):
                 if getattr(rules, name) is not None and getattr(rules, name) <= 0:
                     raise UserError(f"gate.{where}.{name} must be positive (a fraction such as {example}), got {getattr(rules, name)}")
             if rules.max_embedding_bytes is not None and rules.max_embedding_bytes < 0:

@@ -28,12 +28,12 @@ interval is within it, fail when over it or when the point alone is over, inconc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Optional
 
 from bench import stats
 from bench.comparison import Figure, finite
-from bench.metrics import ACC, ACC_DELTA, AUC, AUC_DELTA, EMBEDDING_BYTES, MAX_QPS, NE, NE_DELTA, SPEEDUP, hi, lo
+from bench.metrics import ACC, ACC_DELTA, AUC, AUC_DELTA, EMBEDDING_BYTES, GAUC, GAUC_DELTA, MAX_QPS, NE, NE_DELTA, SPEEDUP, hi, lo
 
 PASS, FAIL, INCONCLUSIVE, SKIPPED = "pass", "fail", "inconclusive", "skipped"
 VERDICTS = (FAIL, INCONCLUSIVE, SKIPPED, PASS)  # display order: failing rows first
@@ -50,6 +50,7 @@ class Measure:
     by_interval: bool = False
     # An AUC drop read by the one accuracy rule (`bench.stats.budget_verdict`) against the threshold as a budget.
     by_budget: bool = False
+    label: str = ""  # what the value is, where the rule read another figure than its label names
 
 
 JOB_ROWS = ("job",)  # rows of the results table (bench.results.table)
@@ -142,6 +143,15 @@ def auc_ratio(row: Row) -> Measure:
     return _ratio_to_fp32(row, AUC, AUC_DELTA, "AUC")
 
 
+@rule("min_gauc_ratio", "min", "grouped AUC / fp32 grouped AUC", fmt_auc)
+def gauc_ratio(row: Row) -> Measure:
+    # MLPerf DLRMv3's AUC: each request's AUC over its candidates, averaged (its accuracy script's lifetime_gauc, what
+    # its submission checker reads as DLRM_AUC). A workload not served by request is one group: the AUC over every pair.
+    if finite(row.get(GAUC)) is None:  # a record of a workload without requests, or written before gauc was measured
+        return replace(_ratio_to_fp32(row, AUC, AUC_DELTA, "AUC"), label="AUC / fp32 AUC (no grouped AUC in the record: every pair one group)")
+    return _ratio_to_fp32(row, GAUC, GAUC_DELTA, "grouped AUC")
+
+
 @rule("min_acc_ratio", "min", "accuracy / fp32 accuracy", fmt_auc)
 def acc_ratio(row: Row) -> Measure:
     # MLPerf DLRMv3: accuracy at 0.5 on the probability within 99.9% of the reference's
@@ -224,7 +234,7 @@ def judge(r: Rule, threshold: float, m: Measure, inconclusive_fails: bool) -> tu
         lo, hi = m.interval
         # Part of the interval lies past the threshold and part does not.
         straddles = (lo <= t < hi) if r.bound == "max" else (lo < t <= hi)
-    shown = f"{r.label} {r.fmt(m.value)}" + (f" (95% CI {r.fmt(m.interval[0])} .. {r.fmt(m.interval[1])})" if m.interval else "")
+    shown = f"{m.label or r.label} {r.fmt(m.value)}" + (f" (95% CI {r.fmt(m.interval[0])} .. {r.fmt(m.interval[1])})" if m.interval else "")
     if m.by_budget:
         return _by_budget(m, t, shown, allowed, r.fmt(t), inconclusive_fails)
     if m.by_interval and m.interval is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from omegaconf import OmegaConf
 from torch import nn
@@ -31,7 +32,7 @@ from bench.measure.timing import (
     time_module,
     time_paired,
 )
-from bench.metrics import (CUDA_GRAPH_NOTE, CUDA_GRAPH_SPEEDUP, CUDA_GRAPH_THROUGHPUT, TIMED_INPUTS, AUC_DELTA, AUC_FP32, FIDELITY_GAP, ORACLE_AUC,
+from bench.metrics import (CUDA_GRAPH_NOTE, CUDA_GRAPH_SPEEDUP, CUDA_GRAPH_THROUGHPUT, GAUC, TIMED_INPUTS, AUC_DELTA, AUC_FP32, FIDELITY_GAP, ORACLE_AUC,
     POPULARITY_AUC, PREPARE_SECONDS, SCORES_SATURATED, SPEEDUP, SPEEDUP_PROCESS_DF, THREADS,
                            THROUGHPUT, hi, lo, with_interval)
 from bench.models.logits import saturated_share
@@ -44,7 +45,7 @@ from bench.pipeline.profile import job_profile
 from bench.pipeline.scores import Scores, scores_key
 from bench.pipeline.shared import SharedWork, TrainedModel
 from bench.registry import BASELINE_BACKEND
-from bench.stats import INCONCLUSIVE, paired_auc_delta, paired_ne_acc_delta, practical_verdict
+from bench.stats import INCONCLUSIVE, paired_auc_delta, paired_gauc_delta, paired_ne_acc_delta, practical_verdict
 from bench.workloads.workload import Workload
 
 # What the record and the report say of a model with random weights (`model.weights=random`).
@@ -347,8 +348,23 @@ def _accuracy(cfg: Config, backend: Backend, model: TrainedModel, workload: Work
     metrics.update({AUC_FP32: delta.auc_base, **delta.as_metrics()})
     for d in paired_ne_acc_delta(labels, base_logits, logits):  # ΔNE and Δaccuracy, paired over the same samples
         metrics.update(d.as_metrics())
+    metrics.update(_grouped_auc(cfg, workload, shared, labels, base_logits, logits))
     metrics.update(_fidelity(cfg, backend, model, workload, device, shared, labels, logits))
     return metrics
+
+
+def _grouped_auc(cfg: Config, workload: Workload, shared: SharedWork, labels, base_logits, logits) -> dict[str, Any]:
+    """A workload served by request: the grouped AUC (each request's AUC, averaged: MLPerf DLRMv3's AUC) of the
+    click probabilities the serving path sends (the float32 sigmoid), and its delta against fp32's, paired by request."""
+    sequences = workload.sequences
+    if sequences is None or sequences.request is None:
+        return {}
+    sizes = sequences.request_sizes(shared.split_batches(cfg, workload, "eval"))
+    if int(sizes.sum()) != len(labels):
+        raise RuntimeError(f"the eval split's requests hold {int(sizes.sum())} rows, its scores {len(labels)}")
+    probs = [torch.sigmoid(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))).numpy() for x in (base_logits, logits)]
+    delta = paired_gauc_delta(labels, probs[0], probs[1], sizes)
+    return {GAUC: delta.new, **delta.as_metrics()}
 
 
 def backend_config(overrides: dict[str, Any]) -> BackendConfig:

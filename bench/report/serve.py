@@ -255,10 +255,11 @@ def render_serve(df: pd.DataFrame, latest: dict[tuple, RunRecord], plots: list[P
         lines += ["## Accuracy mode", ""]
         table = [[r.backend, r.scenario, f"{r.auc_loadgen:.6f}", f"{r.auc_offline:.6f}", f"{r.auc_shift:+.2e}".replace("-", fmt.MINUS),
                   f"{r.auc_tolerance:g}", "yes" if r.batch_dependent else "no", r.auc_check, fmt.number(r.ne_loadgen, 4),
-                  fmt.number(r.accuracy_loadgen, 4)] for r in checked.itertuples(index=False)]
+                  fmt.number(r.accuracy_loadgen, 4), fmt.number(r.gauc_loadgen, 4)] for r in checked.itertuples(index=False)]
         lines += [fmt.table([C("backend"), C("scenario"), C("AUC (LoadGen)", align="r"), C("AUC (offline)", align="r"),
                              C("shift", align="r"), C("tolerance", align="r"), C("batch-dependent"), C("check"),
-                             C("NE (LoadGen)", align="r"), C("accuracy (LoadGen)", align="r")], table), ""]
+                             C("NE (LoadGen)", align="r"), C("accuracy (LoadGen)", align="r"),
+                             C("grouped AUC (LoadGen)", align="r")], table), ""]
     for p in plots:
         lines += [f"![{p.stem}]({Path(p).relative_to(out_dir).as_posix()})", ""]
     lines += _machine_lines(ok)

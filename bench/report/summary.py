@@ -130,6 +130,7 @@ def serving_summary(record: RunRecord) -> str:
     if "auc_loadgen" in m:
         lines.append(f"  accuracy mode: AUC {m['auc_loadgen']:.6f} vs offline {m['auc_offline']:.6f} (shift {m['auc_shift']:+.2e}, "
                      f"allowed {m['auc_tolerance']:g}): {m['auc_check']}"
-                     + (f"; NE {m['ne_loadgen']:.4f}, accuracy {m['accuracy_loadgen']:.4f}" if m.get("ne_loadgen") is not None else ""))
+                     + (f"; NE {m['ne_loadgen']:.4f}, accuracy {m['accuracy_loadgen']:.4f}" if m.get("ne_loadgen") is not None else "")
+                     + (f", grouped AUC {m['gauc_loadgen']:.4f}" if m.get("gauc_loadgen") is not None else ""))
     lines.append(f"  LoadGen logs: {m.get('log_root')}")
     return "\n".join(lines)

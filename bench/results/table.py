@@ -295,7 +295,7 @@ DEFAULT_SPEED_MARGIN = 0.05
 
 def margins(rec: RunRecord, default_rules: bool = False) -> tuple[float, float]:
     """(ΔAUC margin, relative speed margin) for a row's verdict words, from the record's own config:
-    the backend's gate rule (max_auc_drop, else min_auc_ratio x fp32 AUC, from gate.rules or
+    the backend's gate rule (max_auc_drop, else min_auc_ratio (or min_gauc_ratio) x fp32 AUC, from gate.rules or
     gate.default_rules; with `default_rules`, gate.default_rules whatever the backend) and
     compare.throughput_tolerance."""
     cfg = rec.config or {}
@@ -303,7 +303,9 @@ def margins(rec: RunRecord, default_rules: bool = False) -> tuple[float, float]:
     own = None if default_rules else (gate.get("rules") or {}).get(rec.backend)
     rules = own or gate.get("default_rules") or {}
     auc_margin = finite(rules.get("max_auc_drop"))
-    ratio, auc_fp32 = finite(rules.get("min_auc_ratio")), finite(rec.metrics.get(AUC_FP32))
+    ratio = finite(rules.get("min_auc_ratio"))
+    ratio = finite(rules.get("min_gauc_ratio")) if ratio is None else ratio  # MLPerf DLRMv3's, read on the AUC's scale
+    auc_fp32 = finite(rec.metrics.get(AUC_FP32))
     if (auc_margin is None or auc_margin <= 0) and ratio is not None and auc_fp32 is not None:
         auc_margin = (1 - ratio) * auc_fp32
     if auc_margin is None or auc_margin <= 0:

@@ -8,7 +8,7 @@ predictions, labels, weights, count] for a request (what MLPerf's `recommendatio
 reads). Every sample of the query set must be there, with as many pairs as it holds and the labels the
 query set gave it: a response that went to the wrong sample, or a sample answered short, fails here
 instead of moving the AUC. Beside the AUC, the served NE and accuracy, as torchrec's metrics (which the
-DLRMv3 script reports) read click probabilities.
+DLRMv3 script reports) read click probabilities, and for requests their grouped AUC (the DLRMv3 script's AUC).
 
 Offline, the same rows are scored in the job's eval batches, the same float32 sigmoid applied. For
 fp32 and every backend whose arithmetic does not depend on what else is in the batch, the two AUCs
@@ -27,8 +27,8 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from bench.serve.queries import QuerySet
-from bench.serve.response import DLRM, ResponseError, pairs_of
-from bench.stats import ne_and_accuracy
+from bench.serve.response import DLRM, DLRMV3, ResponseError, pairs_of
+from bench.stats import grouped_auc, ne_and_accuracy
 
 EXACT_TOLERANCE = 1e-9
 
@@ -97,6 +97,8 @@ def accuracy_check(path: Path, queries: QuerySet, offline_logits: np.ndarray, ba
         "ne_loadgen": ne,  # the served scores' NE and accuracy, as MLPerf's DLRMv3 script reads them (torchrec's metrics)
         "accuracy_loadgen": accuracy,
         "response_layout": queries.layout,
+        # a request's own AUC, averaged: what MLPerf's DLRMv3 script reports as its AUC (lifetime_gauc)
+        "gauc_loadgen": grouped_auc(labels, served, queries.sizes) if queries.layout == DLRMV3 else None,
         "batch_dependent": batch_dependent,
         "samples": len(queries),
         "pairs": queries.pairs,

@@ -35,15 +35,6 @@ def group_sizes(cfg: ServeConfig, rows: int, seed: int) -> np.ndarray:
     return np.asarray(sizes, dtype=np.int64)
 
 
-def request_sizes(eval_batches: list[Batch], request: str, max_samples: int | None) -> np.ndarray:
-    """Rows per request, in order: the runs of equal ids of the `request` side key (a workload keeps a request's
-    rows consecutive), up to `max_samples` requests."""
-    ids = torch.cat([b.sparse[request].values() for b in eval_batches]).numpy()
-    starts = np.flatnonzero(np.concatenate([[True], ids[1:] != ids[:-1]]))
-    sizes = np.diff(np.concatenate([starts, [len(ids)]]))
-    return sizes[:max_samples].astype(np.int64)
-
-
 @dataclass
 class QuerySet:
     """`batch` holds the rows of every sample; sample i is rows starts[i] .. starts[i] + sizes[i]. `history`: a
@@ -60,7 +51,7 @@ class QuerySet:
         `Workload.sequences`) names a request key, one sample per request."""
         by_request = sequences is not None and sequences.request is not None
         if by_request:
-            sizes = request_sizes(eval_batches, sequences.request, cfg.max_samples)
+            sizes = sequences.request_sizes(eval_batches, cfg.max_samples)
         else:
             sizes = group_sizes(cfg, sum(len(b) for b in eval_batches), seed)
         rows, kept = int(sizes.sum()), []

@@ -42,6 +42,17 @@ class Sequences:
     def side_keys(self) -> list[str]:
         return [k for k in (self.ages, self.request) if k]
 
+    def request_sizes(self, batches: list, max_samples: int | None = None) -> "np.ndarray":
+        """Rows per request over `batches` (Batch), in order: the runs of equal ids of the `request` side key (a
+        workload keeps a request's rows consecutive, across batch edges too), up to `max_samples` requests."""
+        import numpy as np  # noqa: PLC0415 - the contract module stays light to import
+        import torch  # noqa: PLC0415
+
+        ids = torch.cat([b.sparse[self.request].values() for b in batches]).numpy()
+        starts = np.flatnonzero(np.concatenate([[True], ids[1:] != ids[:-1]]))
+        sizes = np.diff(np.concatenate([starts, [len(ids)]]))
+        return sizes[:max_samples].astype(np.int64)
+
 
 class Workload:
     """Yields `Batch`es per split. Deterministic for a given config and seed."""

@@ -96,11 +96,13 @@ def test_recommend_on_hstu_rejects_the_toolkits_at_stage_0_and_names_a_pick(tmp_
     assert all(r["reason"].startswith("cannot take this model: ") for r in refused.values())
     # ΔNE beside ΔAUC for every backend stage 1 measured
     assert np.isfinite(out["facts"]["int8_tbe"]["ne_delta"]) and out["facts"]["fp32"]["ne_delta"] == 0
+    # and MLPerf DLRMv3's AUC, the grouped one (each request's own AUC, averaged), beside them
+    assert np.isfinite(out["facts"]["int8_tbe"]["gauc_delta"]) and out["facts"]["fp32"]["gauc_delta"] == 0
     if result.returncode == 0:  # a pick: its Server QPS, its paired ratio to fp32, ΔAUC and ΔNE
         pick = out["pick"]
         assert pick["backend"] in ("fp32", "int8_tbe") and pick["server"]["max_qps"] > 0
         lines = said[said.index("pick: "):].splitlines()
         assert "Server max QPS under 80 ms" in lines[1] and "fp32's" in lines[1]
-        assert "ΔAUC" in lines[2] and "ΔNE" in lines[2]
+        assert "ΔAUC" in lines[2] and "ΔNE" in lines[2] and "ΔGAUC" in lines[2]
     else:  # none: it says why
         assert "no pick: " in said and "nearest miss" in said

@@ -348,12 +348,12 @@ def _accuracy(cfg: Config, backend: Backend, model: TrainedModel, workload: Work
     metrics.update({AUC_FP32: delta.auc_base, **delta.as_metrics()})
     for d in paired_ne_acc_delta(labels, base_logits, logits):  # ΔNE and Δaccuracy, paired over the same samples
         metrics.update(d.as_metrics())
-    metrics.update(_grouped_auc(cfg, workload, shared, labels, base_logits, logits))
+    metrics.update(grouped_auc_figures(cfg, workload, shared, labels, base_logits, logits))
     metrics.update(_fidelity(cfg, backend, model, workload, device, shared, labels, logits))
     return metrics
 
 
-def _grouped_auc(cfg: Config, workload: Workload, shared: SharedWork, labels, base_logits, logits) -> dict[str, Any]:
+def grouped_auc_figures(cfg: Config, workload: Workload, shared: SharedWork, labels, base_logits, logits) -> dict[str, Any]:
     """A workload served by request: the grouped AUC (each request's AUC, averaged: MLPerf DLRMv3's AUC) of the
     click probabilities the serving path sends (the float32 sigmoid), and its delta against fp32's, paired by request."""
     sequences = workload.sequences

@@ -53,8 +53,8 @@ class Candidate:
 
 @dataclass
 class Facts:
-    """What stages 1 and 2 know of a backend: its ΔAUC against fp32 with the paired 95% interval (ΔNE beside it,
-    shown, not judged), its model MB; or why it cannot run here."""
+    """What stages 1 and 2 know of a backend: its ΔAUC against fp32 with the paired 95% interval (ΔNE and, for a
+    workload served by request, ΔGAUC beside it, shown, not judged), its model MB; or why it cannot run here."""
 
     backend: str
     auc_delta: float = math.nan
@@ -67,6 +67,9 @@ class Facts:
     ne_delta: float = math.nan
     ne_delta_lo: float = math.nan
     ne_delta_hi: float = math.nan
+    gauc_delta: float = math.nan  # a workload served by request: MLPerf DLRMv3's AUC, each request's own, averaged
+    gauc_delta_lo: float = math.nan
+    gauc_delta_hi: float = math.nan
     not_applicable: bool = False  # skipped because the backend cannot take this model (NotApplicable), not for the machine
 
     @property

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Optional
 import pandas as pd
 
 from bench.config import FACTS, SERVED
-from bench.metrics import AUC_DELTA, AUC_FP32, EMBEDDING_BYTES, MODEL_BYTES, NE_DELTA, hi, lo
+from bench.metrics import AUC_DELTA, AUC_FP32, EMBEDDING_BYTES, GAUC_DELTA, MODEL_BYTES, NE_DELTA, hi, lo
 from bench.record import RunRecord, measure_of
 from bench.results.key import KEY, in_context, key_of, sort_key
 from bench.results.table import as_records, created
@@ -36,8 +36,8 @@ def why_not(record: RunRecord) -> Optional[str]:
 
 
 def facts_of(record: RunRecord) -> dict[str, Any]:
-    """A facts record's figures: auc_delta and ne_delta with their intervals, auc_fp32, model_mb and embedding_mb
-    (NaN where absent: a record stored before ΔNE was)."""
+    """A facts record's figures: auc_delta, ne_delta and gauc_delta with their intervals, auc_fp32, model_mb and
+    embedding_mb (NaN where absent: a record stored before ΔNE was, a workload not served by request's ΔGAUC)."""
     m = record.metrics if record.status == "ok" else {}
 
     def num(key: str, scale: float = 1.0) -> float:
@@ -45,6 +45,7 @@ def facts_of(record: RunRecord) -> dict[str, Any]:
         return math.nan if value is None else float(value) / scale
     return {AUC_DELTA: num(AUC_DELTA), lo(AUC_DELTA): num(lo(AUC_DELTA)), hi(AUC_DELTA): num(hi(AUC_DELTA)),
             NE_DELTA: num(NE_DELTA), lo(NE_DELTA): num(lo(NE_DELTA)), hi(NE_DELTA): num(hi(NE_DELTA)),
+            GAUC_DELTA: num(GAUC_DELTA), lo(GAUC_DELTA): num(lo(GAUC_DELTA)), hi(GAUC_DELTA): num(hi(GAUC_DELTA)),
             AUC_FP32: num(AUC_FP32), "model_mb": num(MODEL_BYTES, MB), "embedding_mb": num(EMBEDDING_BYTES, MB)}
 
 

@@ -3,7 +3,8 @@
 The eval scores come from the score cache every job uses (bench.pipeline.job.backend_scores: scored once per
 model, backend and workload), so a backend a sweep or an earlier job scored costs a read and a DeLong interval
 here; the model's bytes need the prepared module, built as a job builds it. The record holds the paired ΔAUC
-against fp32 with its interval, the paired ΔNE with its interval, fp32's AUC, and the model's and its tables' bytes.
+against fp32 with its interval, the paired ΔNE with its interval, fp32's AUC, and the model's and its tables' bytes;
+for a workload served by request, also the grouped AUC and its paired delta (MLPerf DLRMv3's AUC).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from bench.backends.tables import embedding_bytes
 from bench.config import FACTS, Config
 from bench.measure.memory import model_bytes
 from bench.metrics import AUC_DELTA, AUC_FP32, EMBEDDING_BYTES, MODEL_BYTES, NE_DELTA, hi, lo
-from bench.pipeline.job import backend_config, backend_scores
+from bench.pipeline.job import backend_config, backend_scores, grouped_auc_figures
 from bench.pipeline.shared import SharedWork
 from bench.registry import BASELINE_BACKEND
 from bench.routes.route import PartRoute
@@ -44,4 +45,5 @@ class FactsRoute(PartRoute):
         return {AUC_DELTA: float(delta.delta), lo(AUC_DELTA): float(delta.lo), hi(AUC_DELTA): float(delta.hi),
                 NE_DELTA: float(ne.delta), lo(NE_DELTA): float(ne.lo), hi(NE_DELTA): float(ne.hi),
                 AUC_FP32: float(delta.auc_base), MODEL_BYTES: int(model_bytes(prepared)),
-                EMBEDDING_BYTES: int(embedding_bytes(prepared))}
+                EMBEDDING_BYTES: int(embedding_bytes(prepared)),
+                **grouped_auc_figures(cfg, workload, work, labels, base, logits)}  # a workload served by request: MLPerf DLRMv3's AUC

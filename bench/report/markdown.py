@@ -11,7 +11,7 @@ from typing import Sequence
 import pandas as pd
 
 from bench.config import MAX_AUC_DROP
-from bench.metrics import (AUC, AUC_DELTA, AUC_DELTA_EMBEDDINGS, FIDELITY_GAP, N_EVAL, NE_DELTA, ORACLE_AUC, POPULARITY_AUC,
+from bench.metrics import (AUC, AUC_DELTA, AUC_DELTA_EMBEDDINGS, FIDELITY_GAP, GAUC_DELTA, N_EVAL, NE_DELTA, ORACLE_AUC, POPULARITY_AUC,
                            SCORES_SATURATED, SPEEDUP, lo)
 from bench.record import USER, RunRecord, is_serving
 from bench.report import fmt
@@ -118,6 +118,9 @@ def _group_table(g: pd.DataFrame, axes: Sequence[str] = ()) -> str:
         *([(C(f"ΔNE [{CONFIDENCE} CI]"), lambda r: "0 (reference)" if baseline(r) else fmt.delta_ci(r.ne_delta, r.ne_delta_lo, r.ne_delta_hi)),
            (C(f"Δacc [{CONFIDENCE} CI]"), lambda r: "0 (reference)" if baseline(r) else fmt.delta_ci(r.acc_delta, r.acc_delta_lo, r.acc_delta_hi))]
           if with_accuracy and NE_DELTA in g.columns and g[NE_DELTA].notna().any() else []),
+        # a workload served by request: the grouped AUC's delta, MLPerf DLRMv3's AUC (each request's own, averaged)
+        *([(C(f"ΔGAUC [{CONFIDENCE} CI]"), lambda r: "0 (reference)" if baseline(r) else fmt.delta_ci(r.gauc_delta, r.gauc_delta_lo, r.gauc_delta_hi))]
+          if with_accuracy and GAUC_DELTA in g.columns and g[GAUC_DELTA].notna().any() else []),
         *([(C("fidelity gap", align="r"), lambda r: fmt.number(r.fidelity_gap))] if with_fidelity else []),
         *([(C(budget), verdict_cell)] if with_accuracy else []),
         (C("samples/s", align="r"), lambda r: fmt.count(r.throughput) + (" ⚠" if r.stable is False else "")),

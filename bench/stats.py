@@ -272,14 +272,19 @@ def correct(labels, logits) -> np.ndarray:
 
 
 def ne_and_accuracy(labels, probabilities, eta: float = 1e-12) -> tuple[float, float]:
-    """(NE, accuracy) of click probabilities, as torchrec's NE and accuracy metrics read them (what MLPerf's DLRMv3
-    accuracy script reports): each probability and the base rate clamped to [eta, 1 - eta], NE the mean log loss over
-    the base rate's entropy, accuracy the share with p >= 0.5 on the positive side."""
-    y = np.asarray(labels, dtype=np.float64)
-    p = np.clip(np.asarray(probabilities, dtype=np.float64), eta, 1 - eta)
-    loss = -(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()
-    ne = float(loss / base_entropy(min(max(float(y.mean()), eta), 1 - eta)))
-    return ne, float(np.mean((p >= 0.5) == (y == 1)))
+    """(NE, accuracy) of click probabilities by torchrec's own NE and accuracy computations, each row weighted 1 (what
+    MLPerf's DLRMv3 accuracy script reports): the log loss over the base rate's entropy, each clamped to [eta, 1 - eta];
+    the share with p >= 0.5 on the positive side."""
+    import torch  # noqa: PLC0415 - torchrec's metrics, at their first use
+    from torchrec.metrics.accuracy import compute_accuracy, compute_accuracy_sum  # noqa: PLC0415
+    from torchrec.metrics.ne import compute_cross_entropy, compute_ne  # noqa: PLC0415
+
+    y = torch.from_numpy(np.asarray(labels, dtype=np.float64))
+    p = torch.from_numpy(np.asarray(probabilities, dtype=np.float32))
+    w = torch.ones_like(y)
+    ce = compute_cross_entropy(y, p.clone(), w, eta).sum()  # it clamps its copy in place
+    ne = compute_ne(ce, w.sum(), (y * w).sum(), ((1 - y) * w).sum(), eta)
+    return float(ne), float(compute_accuracy(compute_accuracy_sum(y, p, w), w.sum()))
 
 
 def request_aucs(labels, scores, sizes) -> tuple[np.ndarray, np.ndarray]:
@@ -304,10 +309,13 @@ def request_aucs(labels, scores, sizes) -> tuple[np.ndarray, np.ndarray]:
     return auc, counts
 
 
+def _counted_mean(auc: np.ndarray, counts: np.ndarray) -> float:
+    return float(auc[counts].mean()) if counts.any() else math.nan
+
+
 def grouped_auc(labels, scores, sizes) -> float:
     """The mean AUC of the requests that count (`request_aucs`), NaN where none does: MLPerf DLRMv3's AUC."""
-    auc, counts = request_aucs(labels, scores, sizes)
-    return float(auc[counts].mean()) if counts.any() else math.nan
+    return _counted_mean(*request_aucs(labels, scores, sizes))
 
 
 def paired_gauc_delta(labels, scores_base, scores_new, sizes, alpha: float = 0.05) -> PairedDelta:
@@ -316,8 +324,7 @@ def paired_gauc_delta(labels, scores_base, scores_new, sizes, alpha: float = 0.0
     (requests are independent; their differences are paired). Identical scores give 0 with [0, 0]."""
     base, counted_base = request_aucs(labels, scores_base, sizes)
     new, counted_new = request_aucs(labels, scores_new, sizes)
-    gauc_base = float(base[counted_base].mean()) if counted_base.any() else math.nan
-    gauc_new = float(new[counted_new].mean()) if counted_new.any() else math.nan
+    gauc_base, gauc_new = _counted_mean(base, counted_base), _counted_mean(new, counted_new)
     point = gauc_new - gauc_base
     both = counted_base & counted_new
     diff = new[both] - base[both]

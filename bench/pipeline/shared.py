@@ -105,13 +105,12 @@ class SharedWork:
         """Free what earlier jobs built and this one does not use (another backend's module, another
         batch size's timing batches) and hand the memory back to the kernel, so that neither the
         memory guard's view of what is available nor this job's peak RSS carries them."""
-        if self._prepared_owner != self._owner(cfg, backend, device) or cfg.device.huge_pages:
-            # a job that puts its tables in huge pages builds its own (and no earlier job's module stands in its peak)
+        if self._prepared_owner != self._owner(cfg, backend, device):
             self._prepared.drop()
         if not self._timing.holds(self._timing_key(cfg, device)):
             self._timing.drop()
-        if backend.cfg.name == registry.BASELINE_BACKEND or not cfg.timing.paired or cfg.device.huge_pages:
-            self._reference.drop()  # the fp32 copy paired jobs time against: this job does not, or builds its own
+        if backend.cfg.name == registry.BASELINE_BACKEND or not cfg.timing.paired:
+            self._reference.drop()  # the fp32 copy paired jobs time against: this job does not
         gc.collect()
         hardware.release_free_memory()
 
@@ -120,7 +119,9 @@ class SharedWork:
         return self._prepared.key is not None and self._prepared_owner == self._owner(cfg, backend, device)
 
     def _owner(self, cfg: Config, backend: Backend, device: torch.device) -> str:
-        return config_hash({"model": self.model_ident(cfg), "backend": plain(backend.cfg), "device": str(device)})
+        # huge pages: a job that puts its tables in them builds its own (no earlier job's module stands in its peak)
+        return config_hash({"model": self.model_ident(cfg), "backend": plain(backend.cfg), "device": str(device),
+                            **({"huge_pages": True} if cfg.device.huge_pages else {})})
 
     # ------------------------------------------------------------------------------ the pieces
 
@@ -179,7 +180,8 @@ class SharedWork:
 
     def reference(self, cfg: Config, reference: Backend, model: TrainedModel, device: torch.device) -> nn.Module:
         """The fp32 reference a paired speedup is timed against, kept beside the candidate."""
-        key = config_hash({"model": model.key, "backend": plain(reference.cfg), "device": str(device)})
+        key = config_hash({"model": model.key, "backend": plain(reference.cfg), "device": str(device),
+                           **({"huge_pages": True} if cfg.device.huge_pages else {})})  # as `_owner`
 
         def build() -> nn.Module:
             torch.manual_seed(cfg.seed)

@@ -6,6 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
+import numpy as np
+import torch
+
 from bench.batch import Batch
 
 SPLITS = ("train", "calibration", "eval")
@@ -42,12 +45,9 @@ class Sequences:
     def side_keys(self) -> list[str]:
         return [k for k in (self.ages, self.request) if k]
 
-    def request_sizes(self, batches: list, max_samples: int | None = None) -> "np.ndarray":
+    def request_sizes(self, batches: list[Batch], max_samples: int | None = None) -> np.ndarray:
         """Rows per request over `batches` (Batch), in order: the runs of equal ids of the `request` side key (a
         workload keeps a request's rows consecutive, across batch edges too), up to `max_samples` requests."""
-        import numpy as np  # noqa: PLC0415 - the contract module stays light to import
-        import torch  # noqa: PLC0415
-
         ids = torch.cat([b.sparse[self.request].values() for b in batches]).numpy()
         starts = np.flatnonzero(np.concatenate([[True], ids[1:] != ids[:-1]]))
         sizes = np.diff(np.concatenate([starts, [len(ids)]]))
